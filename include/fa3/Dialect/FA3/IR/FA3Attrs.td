@@ -1,0 +1,58 @@
+//===- FA3Attrs.td - fa3 attributes ------------------------*- tablegen -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_DIALECT_FA3_IR_FA3ATTRS_TD
+#define FA3_DIALECT_FA3_IR_FA3ATTRS_TD
+
+include "fa3/Dialect/FA3/IR/FA3Dialect.td"
+include "mlir/IR/AttrTypeBase.td"
+
+class FA3_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<FA3_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
+  let summary = "Tile sizes and the other choices of one attention kernel";
+  let description = [{
+    Everything FlashAttention-3 chooses per head dimension and element type,
+    as one attribute, so that a schedule can be selected by a cost model
+    (`fa3-select-schedule`), overridden by hand in the IR, or tuned.
+
+    * `block_m`, `block_n`: query rows and key rows of one tile.
+    * `stages`: depth of the K/V load ring (TMA stages on Hopper).
+    * `consumer_wgs`: consumer warpgroups (each owns 64 query rows).
+    * `producer_regs`, `consumer_regs`: `setmaxnreg` split between the
+      producer warpgroup and the consumers (0 = no warp specialization).
+    * `pingpong`: the two consumer warpgroups alternate softmax and GEMMs.
+    * `intra_wg_overlap`: issue the next QKᵀ before this tile's softmax.
+    * `persistent`: a persistent grid (longest-first order when causal).
+    * `cluster`: CTAs per cluster sharing K/V by TMA multicast (1 = off).
+
+    The CPU lowering uses only `block_m` and `block_n`.
+
+    ```mlir
+    #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2,
+                  producer_regs = 24, consumer_regs = 240, pingpong = true,
+                  intra_wg_overlap = true, persistent = false, cluster = 1>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$block_m,
+    "int64_t":$block_n,
+    "int64_t":$stages,
+    "int64_t":$consumer_wgs,
+    "int64_t":$producer_regs,
+    "int64_t":$consumer_regs,
+    "bool":$pingpong,
+    "bool":$intra_wg_overlap,
+    "bool":$persistent,
+    "int64_t":$cluster);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif // FA3_DIALECT_FA3_IR_FA3ATTRS_TD

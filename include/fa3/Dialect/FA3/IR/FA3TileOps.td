@@ -1,0 +1,314 @@
+//===- FA3TileOps.td - fa3 tile-level (L1) operations -------*- tablegen -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The tile level sits between fa3.attention and a target. Its tiles are
+// static-shaped tensors: a CPU lowering turns them into linalg, the Hopper
+// lowering into TMA loads, wgmma and register-fragment softmax.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_DIALECT_FA3_IR_FA3TILEOPS_TD
+#define FA3_DIALECT_FA3_IR_FA3TILEOPS_TD
+
+include "fa3/Dialect/FA3/IR/FA3Dialect.td"
+include "fa3/Dialect/FA3/IR/FA3Attrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/CommonTypeConstraints.td"
+
+def FA3_Tile2D : TypeConstraint<
+    And<[HasStaticShapePred, HasAnyRankOfPred<[2]>, IsTensorTypePred]>,
+    "statically shaped 2-D tensor", "::mlir::RankedTensorType">;
+def FA3_Tile1D : TypeConstraint<
+    And<[HasStaticShapePred, HasAnyRankOfPred<[1]>, IsTensorTypePred,
+         SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",
+                     F32.predicate>]>,
+    "statically shaped 1-D tensor of f32", "::mlir::RankedTensorType">;
+def FA3_F32Tile2D : TypeConstraint<
+    And<[FA3_Tile2D.predicate,
+         SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",
+                     F32.predicate>]>,
+    "statically shaped 2-D tensor of f32", "::mlir::RankedTensorType">;
+def FA3_BSHDTensor : TypeConstraint<
+    And<[IsTensorTypePred, HasAnyRankOfPred<[4]>]>,
+    "4-D [batch, seq, heads, dim] tensor", "::mlir::RankedTensorType">;
+def FA3_BHSTensor : TypeConstraint<
+    And<[IsTensorTypePred, HasAnyRankOfPred<[3]>]>,
+    "3-D [batch, heads, seq] tensor", "::mlir::RankedTensorType">;
+
+class FA3_TileOp<string mnemonic, list<Trait> traits = []>
+    : FA3_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Tile loads and stores
+//===----------------------------------------------------------------------===//
+
+def FA3_LoadTileOp : FA3_TileOp<"load_tile"> {
+  let summary = "Load rows [row, row + R) of one (batch, head) slice";
+  let description = [{
+    `result[i, d] = source[batch, row + i, head, d]` for `row + i < dim(source, 1)`
+    and 0 for the rows past the end, as a TMA load with out-of-bounds zero
+    fill does. The tile's column count equals the source's head dim.
+
+    ```mlir
+    %t = fa3.load_tile %q[%b, %row, %h] : tensor<2x?x8x64xf16> -> tensor<128x64xf16>
+    ```
+  }];
+  let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
+                       Index:$head);
+  let results = (outs FA3_Tile2D:$result);
+  let assemblyFormat = [{
+    $source `[` $batch `,` $row `,` $head `]` attr-dict `:` type($source)
+    `->` type($result)
+  }];
+}
+
+def FA3_StoreTileOp : FA3_TileOp<"store_tile",
+    [AllTypesMatch<["dest", "result"]>]> {
+  let summary = "Store a tile's rows into one (batch, head) slice";
+  let description = [{
+    Returns `dest` with `dest[batch, row + i, head, :] = tile[i, :]` for the
+    rows with `row + i < dim(dest, 1)`; rows past the end are dropped.
+
+    ```mlir
+    %o1 = fa3.store_tile %t into %o[%b, %row, %h] : tensor<128x64xf16> into tensor<2x?x8x64xf16>
+    ```
+  }];
+  let arguments = (ins FA3_Tile2D:$tile, FA3_BSHDTensor:$dest, Index:$batch,
+                       Index:$row, Index:$head);
+  let results = (outs FA3_BSHDTensor:$result);
+  let assemblyFormat = [{
+    $tile `into` $dest `[` $batch `,` $row `,` $head `]` attr-dict `:`
+    type($tile) `into` type($dest)
+  }];
+}
+
+def FA3_LoadStatsOp : FA3_TileOp<"load_stats"> {
+  let summary = "Load per-row statistics (LSE, rowsum) of rows [row, row + R)";
+  let description = [{
+    `result[i] = source[batch, head, row + i]` for rows inside the sequence,
+    0 past its end. Used by the backward to read the forward's LSE.
+
+    ```mlir
+    %l = fa3.load_stats %lse[%b, %h, %row] : tensor<2x8x?xf32> -> tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins FA3_BHSTensor:$source, Index:$batch, Index:$head,
+                       Index:$row);
+  let results = (outs FA3_Tile1D:$result);
+  let assemblyFormat = [{
+    $source `[` $batch `,` $head `,` $row `]` attr-dict `:` type($source)
+    `->` type($result)
+  }];
+}
+
+def FA3_StoreStatsOp : FA3_TileOp<"store_stats",
+    [AllTypesMatch<["dest", "result"]>]> {
+  let summary = "Store per-row statistics into [batch, head, row + i]";
+  let description = [{
+    Returns `dest` with `dest[batch, head, row + i] = tile[i]` for the rows
+    inside the sequence.
+
+    ```mlir
+    %lse1 = fa3.store_stats %l into %lse[%b, %h, %row] : tensor<128xf32> into tensor<2x8x?xf32>
+    ```
+  }];
+  let arguments = (ins FA3_Tile1D:$tile, FA3_BHSTensor:$dest, Index:$batch,
+                       Index:$head, Index:$row);
+  let results = (outs FA3_BHSTensor:$result);
+  let assemblyFormat = [{
+    $tile `into` $dest `[` $batch `,` $head `,` $row `]` attr-dict `:`
+    type($tile) `into` type($dest)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// One query block
+//===----------------------------------------------------------------------===//
+
+def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
+  let summary = "Attention of one query tile against all keys of one head";
+  let description = [{
+    The unit of parallel work produced by `fa3-tile`: the query tile holds
+    rows `[q_start, q_start + block_m)` of a sequence of `q_len` rows (rows
+    past `q_len` are padding whose results are dropped), and attends to the
+    keys and values of `(batch, kv_head)`. Results are the output tile (in
+    the element type of `value`) and the natural-log LSE of each row.
+    `fa3-fuse-softmax` expands it into a loop over key blocks with an online
+    softmax. The attributes are those of `fa3.attention` with the scale
+    resolved and the schedule chosen.
+
+    ```mlir
+    %o, %lse = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq
+        {causal, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<...>}
+        : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>
+        -> tensor<64x64xf16>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_Tile2D:$query_tile, FA3_BSHDTensor:$key,
+                       FA3_BSHDTensor:$value, Index:$batch, Index:$kv_head,
+                       Index:$q_start, Index:$q_len,
+                       UnitAttr:$causal, F32Attr:$scale,
+                       OptionalAttr<DenseI64ArrayAttr>:$window,
+                       OptionalAttr<F32Attr>:$softcap,
+                       FA3_ScheduleAttr:$schedule);
+  let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
+  let assemblyFormat = [{
+    $query_tile `,` $key `,` $value `,` $batch `,` $kv_head `,` $q_start `,`
+    $q_len attr-dict `:` type($query_tile) `,` type($key) `,` type($value)
+    `->` type($output) `,` type($lse)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Online-softmax steps
+//===----------------------------------------------------------------------===//
+
+def FA3_QKOp : FA3_TileOp<"qk"> {
+  let summary = "Raw scores S = Q Kᵀ of a query tile and a key tile, in f32";
+  let description = [{
+    `scores[i, j] = Σ_d query[i, d] · key[j, d]`, accumulated in f32. On
+    Hopper both operands come from shared memory (SS wgmma).
+
+    ```mlir
+    %s = fa3.qk %qt, %kt : tensor<64x64xf16>, tensor<64x64xf16> -> tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_Tile2D:$query, FA3_Tile2D:$key);
+  let results = (outs FA3_F32Tile2D:$scores);
+  let assemblyFormat = [{
+    $query `,` $key attr-dict `:` type($query) `,` type($key) `->` type($scores)
+  }];
+}
+
+def FA3_SoftcapOp : FA3_TileOp<"softcap",
+    [AllTypesMatch<["scores", "result"]>]> {
+  let summary = "Soft-cap raw scores, keeping them in unscaled units";
+  let description = [{
+    `result = (softcap / scale) · tanh(scores · scale / softcap)`, so that
+    `scale · result = softcap · tanh(scale · scores / softcap)`: the softmax
+    that follows keeps folding `scale` into its exp2.
+
+    ```mlir
+    %c = fa3.softcap %s {scale = 1.250000e-01 : f32, softcap = 3.000000e+01 : f32} : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$scores, F32Attr:$scale, F32Attr:$softcap);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = "$scores attr-dict `:` type($scores)";
+}
+
+def FA3_MaskOp : FA3_TileOp<"mask", [AllTypesMatch<["scores", "result"]>]> {
+  let summary = "Set the scores of invisible (row, column) pairs to -inf";
+  let description = [{
+    Entry `(i, j)` stands for query row `r = q_start + i` and key column
+    `c = k_start + j`. It becomes -inf when `c >= k_len`, or when `causal`
+    and `c > r + k_len - q_len`, or outside the `window`
+    `[r + k_len - q_len - left, r + k_len - q_len + right]`. `fa3-fuse-softmax`
+    emits it only on key blocks that cross such a boundary.
+
+    ```mlir
+    %m = fa3.mask %s, %q0, %k0, %sq, %sk {causal} : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$scores, Index:$q_start, Index:$k_start,
+                       Index:$q_len, Index:$k_len, UnitAttr:$causal,
+                       OptionalAttr<DenseI64ArrayAttr>:$window);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = [{
+    $scores `,` $q_start `,` $k_start `,` $q_len `,` $k_len attr-dict `:`
+    type($scores)
+  }];
+}
+
+def FA3_OnlineSoftmaxOp : FA3_TileOp<"online_softmax", [
+    AllTypesMatch<["scores", "probs"]>,
+    AllTypesMatch<["row_max", "row_sum", "new_max", "new_sum", "correction"]>]> {
+  let summary = "One step of the online softmax over a block of scores";
+  let description = [{
+    With `c = exp2_scale` (the softmax scale times log2(e)) and
+    `m' = max(row_max, max_j scores[:, j])`:
+    * `probs = exp2(c · scores - c · m')`,
+    * `correction = exp2(c · row_max - c · m')` (the factor that rescales
+      the accumulator and the running sum),
+    * `new_sum = correction · row_sum + Σ_j probs`, `new_max = m'`.
+    A row whose max is still -inf subtracts 0 instead, so fully masked rows
+    give zeros, never NaN.
+
+    ```mlir
+    %p, %m1, %l1, %alpha = fa3.online_softmax %s, %m0, %l0
+        {exp2_scale = 0.180336878 : f32} : tensor<64x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$scores, FA3_Tile1D:$row_max,
+                       FA3_Tile1D:$row_sum, F32Attr:$exp2_scale);
+  let results = (outs FA3_F32Tile2D:$probs, FA3_Tile1D:$new_max,
+                      FA3_Tile1D:$new_sum, FA3_Tile1D:$correction);
+  let assemblyFormat = [{
+    $scores `,` $row_max `,` $row_sum attr-dict `:` type($scores) `,`
+    type($row_max)
+  }];
+}
+
+def FA3_RescaleOp : FA3_TileOp<"rescale", [AllTypesMatch<["acc", "result"]>]> {
+  let summary = "Multiply each accumulator row by its correction factor";
+  let description = [{
+    `result[i, :] = acc[i, :] · correction[i]`.
+
+    ```mlir
+    %a1 = fa3.rescale %a0, %alpha : tensor<64x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$acc, FA3_Tile1D:$correction);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = [{
+    $acc `,` $correction attr-dict `:` type($acc) `,` type($correction)
+  }];
+}
+
+def FA3_PVOp : FA3_TileOp<"pv", [AllTypesMatch<["acc", "result"]>]> {
+  let summary = "Accumulate P V into the output accumulator";
+  let description = [{
+    `result = acc + round(probs) · value`, where `round` converts the f32
+    probabilities to the element type of `value` first, as the Hopper kernel
+    does when it packs P into wgmma A-operand registers.
+
+    ```mlir
+    %a2 = fa3.pv %p, %vt, %a1 : tensor<64x64xf32>, tensor<64x64xf16>, tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$probs, FA3_Tile2D:$value,
+                       FA3_F32Tile2D:$acc);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = [{
+    $probs `,` $value `,` $acc attr-dict `:` type($probs) `,` type($value) `,`
+    type($acc)
+  }];
+}
+
+def FA3_FinalizeOp : FA3_TileOp<"finalize",
+    [AllTypesMatch<["row_max", "row_sum", "lse"]>]> {
+  let summary = "Normalize the accumulator and form the LSE";
+  let description = [{
+    `output[i, :] = acc[i, :] / row_sum[i]` converted to the result element
+    type, and `lse[i] = scale · row_max[i] + log(row_sum[i])`. Rows with
+    `row_sum == 0` (no visible key) give `output = 0` and `lse = -inf`.
+
+    ```mlir
+    %o, %lse = fa3.finalize %acc, %m, %l {scale = 1.250000e-01 : f32}
+        : tensor<64x64xf32>, tensor<64xf32> -> tensor<64x64xf16>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$acc, FA3_Tile1D:$row_max,
+                       FA3_Tile1D:$row_sum, F32Attr:$scale);
+  let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
+  let assemblyFormat = [{
+    $acc `,` $row_max `,` $row_sum attr-dict `:` type($acc) `,` type($row_max)
+    `->` type($output)
+  }];
+}
+
+#endif // FA3_DIALECT_FA3_IR_FA3TILEOPS_TD

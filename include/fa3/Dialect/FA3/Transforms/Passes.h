@@ -1,0 +1,33 @@
+//===- Passes.h - fa3 transformation passes ----------------------*- C++ -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_DIALECT_FA3_TRANSFORMS_PASSES_H
+#define FA3_DIALECT_FA3_TRANSFORMS_PASSES_H
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::fa3 {
+
+#define GEN_PASS_DECL
+#include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
+
+/// The schedule the cost model of `fa3-select-schedule` picks for an
+/// attention of head dim `headDim` and element type `elementType` on
+/// `target` ("cpu" or "sm_90a"); failure for an unknown target.
+FailureOr<ScheduleAttr> selectSchedule(MLIRContext *context, StringRef target,
+                                       int64_t headDim, Type elementType,
+                                       bool causal);
+
+#define GEN_PASS_REGISTRATION
+#include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
+
+} // namespace mlir::fa3
+
+#endif // FA3_DIALECT_FA3_TRANSFORMS_PASSES_H

@@ -1,0 +1,112 @@
+//===- Passes.td - fa3 transformation passes ---------------*- tablegen -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_DIALECT_FA3_TRANSFORMS_PASSES_TD
+#define FA3_DIALECT_FA3_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
+  let summary = "Attach a #fa3.schedule to every fa3.attention without one";
+  let description = [{
+    Chooses tile sizes and the kernel structure per head dim, element type
+    and target with a fixed cost model, and leaves any schedule already in
+    the IR alone (so a hand-written or autotuned schedule wins).
+
+    Hopper (`target=sm_90a`) follows FlashAttention-3's bf16/f16 forward
+    choices, which balance three limits per CTA: the O accumulator in
+    registers (`block_m · Dv` f32 spread over the consumer warpgroups, at
+    most ~240 registers a thread), shared memory (Q tile plus `stages` K and
+    V tiles, at most 227 KiB) and wgmma efficiency (N a multiple of 16,
+    larger is better):
+
+    | head dim | block_m × block_n | consumer wgs | note |
+    | --- | --- | --- | --- |
+    | ≤ 64 | 192 × 128 | 3 | small tiles of Q·Kᵀ: more rows per K load |
+    | ≤ 128 | 128 × 128 | 2 | causal and non-causal alike |
+    | ≤ 256 | 128 × 80 | 2 | the O accumulator leaves room for 80 columns of S |
+
+    All use 2 TMA stages, a 24/240 producer/consumer register split,
+    pingpong and intra-warpgroup overlap, and no cluster.
+
+    The CPU (`target=cpu`) uses 64 × 64 tiles: the working set of one tile
+    step (Q, K, V tiles, S and the accumulator, at most ~200 KiB for d = 256
+    in f32) stays within L2.
+
+    Example (`target=cpu`):
+
+    ```mlir
+    %o, %lse = fa3.attention %q, %k, %v : (...) -> (...)
+    // becomes
+    %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 64,
+        block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0,
+        consumer_regs = 0, pingpong = false, intra_wg_overlap = false,
+        persistent = false, cluster = 1>} : (...) -> (...)
+    ```
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "Target to choose for: `cpu` or `sm_90a`">,
+    Option<"blockM", "block-m", "int64_t", /*default=*/"0",
+           "Override the cost model's block_m (0: keep its choice)">,
+    Option<"blockN", "block-n", "int64_t", /*default=*/"0",
+           "Override the cost model's block_n (0: keep its choice)">,
+  ];
+  let dependentDialects = ["::mlir::fa3::FA3Dialect"];
+}
+
+def FA3Tile : Pass<"fa3-tile"> {
+  let summary = "Split fa3.attention into a loop over query tiles";
+  let description = [{
+    Rewrites each scheduled `fa3.attention` into loops over batch, query
+    head and blocks of `block_m` query rows. Each iteration loads its query
+    tile (`fa3.load_tile`), computes it with one `fa3.attention_block` against
+    the keys and values of the matching key/value head (GQA: query head `h`
+    reads head `h / (Hq / Hkv)`), and stores the output tile and its LSE
+    (`fa3.store_tile`, `fa3.store_stats`). The query-block count is
+    `ceildiv(Sq, block_m)` computed at run time, so dynamic sequence lengths
+    need no recompilation. Nothing of size Sq × Sk exists after this pass.
+    The scale is resolved (1/sqrt(D) when absent) on the block op.
+
+    ```mlir
+    %r:2 = scf.for %b = %c0 to %B step %c1 iter_args(%o = %o0, %l = %l0) {
+      scf.for %h ... scf.for %qb ... {
+        %qt = fa3.load_tile %q[%b, %q0, %h] : tensor<2x?x8x64xf16> -> tensor<64x64xf16>
+        %ot, %lt = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq {...}
+        %o1 = fa3.store_tile %ot into %o[%b, %q0, %h] : ...
+        %l1 = fa3.store_stats %lt into %l[%b, %h, %q0] : ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+def FA3FuseSoftmax : Pass<"fa3-fuse-softmax"> {
+  let summary = "Expand fa3.attention_block into an online-softmax loop";
+  let description = [{
+    Replaces each `fa3.attention_block` with a loop over the key blocks the
+    query tile can see. The loop carries the f32 output accumulator, the
+    running row max `m` and the running row sum `l`; each step loads a K and
+    a V tile, computes `S = Q Kᵀ` (`fa3.qk`), soft-caps it when asked, masks
+    it only when the block crosses the end of the keys, the causal diagonal
+    or a window edge (`scf.if` around `fa3.mask`), and folds the block in
+    with `fa3.online_softmax` (exp2 with `scale · log2(e)` folded into one
+    multiply), `fa3.rescale` and `fa3.pv`. `fa3.finalize` divides by `l` and
+    forms `LSE = scale · m + log(l)`.
+
+    The loop bounds skip key blocks that are entirely masked for every row
+    of the tile (causal: blocks right of the last row's diagonal; window:
+    blocks outside the union of the rows' windows). A tile none of whose
+    rows sees a key runs no iteration and finalizes to `O = 0`,
+    `LSE = -inf`.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+#endif // FA3_DIALECT_FA3_TRANSFORMS_PASSES_TD

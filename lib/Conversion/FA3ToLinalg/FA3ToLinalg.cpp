@@ -1,0 +1,520 @@
+//===- FA3ToLinalg.cpp - fa3 tile level to linalg on tensors -----------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/FA3ToLinalg/FA3ToLinalg.h"
+#include "fa3/Conversion/Passes.h"
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <limits>
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_CONVERTFA3TOLINALG
+#include "fa3/Conversion/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static Value indexCst(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+
+static Value f32Cst(OpBuilder &b, Location loc, float v) {
+  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+}
+
+static Value negInf(OpBuilder &b, Location loc) {
+  return f32Cst(b, loc, -std::numeric_limits<float>::infinity());
+}
+
+/// Widens a scalar to f32 (no-op for f32).
+static Value toF32(OpBuilder &b, Location loc, Value v) {
+  if (v.getType().isF32())
+    return v;
+  return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
+}
+
+static Value emptyLike(OpBuilder &b, Location loc, Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return tensor::EmptyOp::create(b, loc, t.getShape(), t.getElementType());
+}
+
+/// A tensor of `type` filled with zeros.
+static Value zeros(OpBuilder &b, Location loc, Type type) {
+  Type elt = cast<RankedTensorType>(type).getElementType();
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(elt));
+  return linalg::FillOp::create(b, loc, zero, emptyLike(b, loc, type))
+      .getResult(0);
+}
+
+/// Rows of a tile of `tileRows` starting at `row` that lie inside a sequence
+/// of `seqLen`: clamp(seqLen - row, 0, tileRows). The start is clamped too so
+/// that a slice never begins past the end.
+static std::pair<Value, Value> rowsInRange(OpBuilder &b, Location loc,
+                                           Value seqLen, Value row,
+                                           int64_t tileRows) {
+  Value n = arith::SubIOp::create(b, loc, seqLen, row);
+  n = arith::MinSIOp::create(b, loc, n, indexCst(b, loc, tileRows));
+  n = arith::MaxSIOp::create(b, loc, n, indexCst(b, loc, 0));
+  Value start = arith::MinSIOp::create(b, loc, row, seqLen);
+  return {start, n};
+}
+
+static AffineMap map(MLIRContext *ctx, unsigned dims,
+                     ArrayRef<unsigned> results) {
+  SmallVector<AffineExpr> exprs;
+  for (unsigned r : results)
+    exprs.push_back(getAffineDimExpr(r, ctx));
+  return AffineMap::get(dims, 0, exprs, ctx);
+}
+
+using BodyFn = function_ref<void(OpBuilder &, Location, ValueRange)>;
+
+static linalg::GenericOp generic(OpBuilder &b, Location loc,
+                                 TypeRange resultTypes, ValueRange inputs,
+                                 ValueRange outputs, ArrayRef<AffineMap> maps,
+                                 ArrayRef<utils::IteratorType> iterators,
+                                 BodyFn body) {
+  return linalg::GenericOp::create(b, loc, resultTypes, inputs, outputs, maps,
+                                   iterators, body);
+}
+
+constexpr auto kPar = utils::IteratorType::parallel;
+constexpr auto kRed = utils::IteratorType::reduction;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Tile loads and stores
+//===----------------------------------------------------------------------===//
+
+struct LoadTileLowering : OpConversionPattern<LoadTileOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(LoadTileOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto tileType = cast<RankedTensorType>(op.getType());
+    int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
+    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getSource(), 1);
+    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
+    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    auto sliceType = RankedTensorType::get({ShapedType::kDynamic, cols},
+                                           tileType.getElementType());
+    Value slice = tensor::ExtractSliceOp::create(
+        rewriter, loc, sliceType, op.getSource(),
+        {op.getBatch(), start, op.getHead(), zero},
+        {one, n, one, rewriter.getIndexAttr(cols)}, {one, one, one, one});
+    Value tile = tensor::InsertSliceOp::create(
+        rewriter, loc, slice, zeros(rewriter, loc, tileType), {zero, zero},
+        {n, rewriter.getIndexAttr(cols)}, {one, one});
+    rewriter.replaceOp(op, tile);
+    return success();
+  }
+};
+
+struct StoreTileLowering : OpConversionPattern<StoreTileOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(StoreTileOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto tileType = cast<RankedTensorType>(op.getTile().getType());
+    int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
+    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getDest(), 1);
+    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
+    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    auto partType = RankedTensorType::get({ShapedType::kDynamic, cols},
+                                          tileType.getElementType());
+    Value part = tensor::ExtractSliceOp::create(
+        rewriter, loc, partType, op.getTile(), {zero, zero},
+        {n, rewriter.getIndexAttr(cols)}, {one, one});
+    Value result = tensor::InsertSliceOp::create(
+        rewriter, loc, part, op.getDest(),
+        {op.getBatch(), start, op.getHead(), zero},
+        {one, n, one, rewriter.getIndexAttr(cols)}, {one, one, one, one});
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+struct LoadStatsLowering : OpConversionPattern<LoadStatsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(LoadStatsOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto tileType = cast<RankedTensorType>(op.getType());
+    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getSource(), 2);
+    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(),
+                                  tileType.getDimSize(0));
+    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    auto sliceType = RankedTensorType::get({ShapedType::kDynamic},
+                                           tileType.getElementType());
+    Value slice = tensor::ExtractSliceOp::create(
+        rewriter, loc, sliceType, op.getSource(),
+        {op.getBatch(), op.getHead(), start}, {one, one, n}, {one, one, one});
+    Value tile = tensor::InsertSliceOp::create(
+        rewriter, loc, slice, zeros(rewriter, loc, tileType), {zero}, {n},
+        {one});
+    rewriter.replaceOp(op, tile);
+    return success();
+  }
+};
+
+struct StoreStatsLowering : OpConversionPattern<StoreStatsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(StoreStatsOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto tileType = cast<RankedTensorType>(op.getTile().getType());
+    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getDest(), 2);
+    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(),
+                                  tileType.getDimSize(0));
+    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    auto partType = RankedTensorType::get({ShapedType::kDynamic},
+                                          tileType.getElementType());
+    Value part = tensor::ExtractSliceOp::create(rewriter, loc, partType,
+                                                op.getTile(), {zero}, {n},
+                                                {one});
+    Value result = tensor::InsertSliceOp::create(
+        rewriter, loc, part, op.getDest(),
+        {op.getBatch(), op.getHead(), start}, {one, one, n}, {one, one, one});
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Contractions
+//===----------------------------------------------------------------------===//
+
+struct QKLowering : OpConversionPattern<QKOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(QKOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    // (i, j, d): S[i, j] += Q[i, d] * K[j, d].
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getQuery(), op.getKey()},
+        zeros(rewriter, loc, op.getType()),
+        {map(ctx, 3, {0, 2}), map(ctx, 3, {1, 2}), map(ctx, 3, {0, 1})},
+        {kPar, kPar, kRed}, [](OpBuilder &b, Location loc, ValueRange args) {
+          Value prod = arith::MulFOp::create(b, loc, toF32(b, loc, args[0]),
+                                             toF32(b, loc, args[1]));
+          linalg::YieldOp::create(
+              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct PVLowering : OpConversionPattern<PVOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(PVOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    Type valueElt =
+        cast<RankedTensorType>(op.getValue().getType()).getElementType();
+    // (i, j, k): O[i, j] += round(P[i, k]) * V[k, j].
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getProbs(), op.getValue()},
+        op.getAcc(),
+        {map(ctx, 3, {0, 2}), map(ctx, 3, {2, 1}), map(ctx, 3, {0, 1})},
+        {kPar, kPar, kRed},
+        [valueElt](OpBuilder &b, Location loc, ValueRange args) {
+          Value p = args[0];
+          if (!valueElt.isF32())
+            p = arith::ExtFOp::create(
+                b, loc, b.getF32Type(),
+                arith::TruncFOp::create(b, loc, valueElt, p).getResult());
+          Value prod = arith::MulFOp::create(b, loc, p, toF32(b, loc, args[1]));
+          linalg::YieldOp::create(
+              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Elementwise and row steps
+//===----------------------------------------------------------------------===//
+
+struct SoftcapLowering : OpConversionPattern<SoftcapOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SoftcapOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    float scale = op.getScale().convertToFloat();
+    float cap = op.getSoftcap().convertToFloat();
+    auto id = map(ctx, 2, {0, 1});
+    auto result = generic(
+        rewriter, loc, op.getType(), op.getScores(),
+        emptyLike(rewriter, loc, op.getType()), {id, id}, {kPar, kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value x = arith::MulFOp::create(b, loc, args[0],
+                                          f32Cst(b, loc, scale / cap));
+          Value t = math::TanhOp::create(b, loc, x);
+          linalg::YieldOp::create(
+              b, loc,
+              ValueRange{arith::MulFOp::create(b, loc, t,
+                                               f32Cst(b, loc, cap / scale))});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct MaskLowering : OpConversionPattern<MaskOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(MaskOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    int64_t left = -1, right = -1;
+    if (auto window = op.getWindow()) {
+      left = (*window)[0];
+      right = (*window)[1];
+    }
+    if (op.getCausal())
+      right = 0;
+    Value offset =
+        arith::SubIOp::create(rewriter, loc, op.getKLen(), op.getQLen());
+    auto id = map(ctx, 2, {0, 1});
+    auto result = generic(
+        rewriter, loc, op.getType(), op.getScores(),
+        emptyLike(rewriter, loc, op.getType()), {id, id}, {kPar, kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          auto cmp = [&](arith::CmpIPredicate p, Value x, Value y) -> Value {
+            return arith::CmpIOp::create(b, loc, p, x, y);
+          };
+          Value i = linalg::IndexOp::create(b, loc, 0);
+          Value j = linalg::IndexOp::create(b, loc, 1);
+          Value row = arith::AddIOp::create(b, loc, op.getQStart(), i);
+          Value col = arith::AddIOp::create(b, loc, op.getKStart(), j);
+          // The diagonal of row r sits at column r + Sk - Sq.
+          Value diag = arith::AddIOp::create(b, loc, row, offset);
+          Value hidden = cmp(arith::CmpIPredicate::sge, col, op.getKLen());
+          if (right >= 0) {
+            Value last = arith::AddIOp::create(b, loc, diag,
+                                               indexCst(b, loc, right));
+            hidden = arith::OrIOp::create(
+                b, loc, hidden, cmp(arith::CmpIPredicate::sgt, col, last));
+          }
+          if (left >= 0) {
+            Value first = arith::SubIOp::create(b, loc, diag,
+                                                indexCst(b, loc, left));
+            hidden = arith::OrIOp::create(
+                b, loc, hidden, cmp(arith::CmpIPredicate::slt, col, first));
+          }
+          linalg::YieldOp::create(
+              b, loc,
+              ValueRange{arith::SelectOp::create(b, loc, hidden, negInf(b, loc),
+                                                 args[0])});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct OnlineSoftmaxLowering : OpConversionPattern<OnlineSoftmaxOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(OnlineSoftmaxOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    float c = op.getExp2Scale().convertToFloat();
+    Type rowType = op.getRowMax().getType();
+    Type tileType = op.getScores().getType();
+    AffineMap ij = map(ctx, 2, {0, 1}), i2 = map(ctx, 2, {0}),
+              i1 = map(ctx, 1, {0});
+
+    // m' = max(m, max_j s).
+    Value newMax =
+        generic(rewriter, loc, rowType, op.getScores(), op.getRowMax(),
+                {ij, i2}, {kPar, kRed},
+                [](OpBuilder &b, Location loc, ValueRange args) {
+                  linalg::YieldOp::create(
+                      b, loc,
+                      ValueRange{arith::MaximumFOp::create(b, loc, args[0],
+                                                           args[1])});
+                })
+            .getResult(0);
+
+    // Per row: the max to subtract (0 while the row is all -inf, so that
+    // exp2(-inf - -inf) never makes a NaN), the correction factor and the
+    // rescaled running sum.
+    auto rowStep = generic(
+        rewriter, loc, {rowType, rowType, rowType},
+        {op.getRowMax(), newMax, op.getRowSum()},
+        {emptyLike(rewriter, loc, rowType), emptyLike(rewriter, loc, rowType),
+         emptyLike(rewriter, loc, rowType)},
+        {i1, i1, i1, i1, i1, i1}, {kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value isEmpty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                                args[1], negInf(b, loc));
+          Value base = arith::SelectOp::create(b, loc, isEmpty,
+                                               f32Cst(b, loc, 0.0f), args[1]);
+          Value baseScaled =
+              arith::MulFOp::create(b, loc, base, f32Cst(b, loc, c));
+          Value oldScaled =
+              arith::MulFOp::create(b, loc, args[0], f32Cst(b, loc, c));
+          Value alpha = math::Exp2Op::create(
+              b, loc, arith::SubFOp::create(b, loc, oldScaled, baseScaled));
+          Value sum = arith::MulFOp::create(b, loc, alpha, args[2]);
+          linalg::YieldOp::create(b, loc, ValueRange{baseScaled, alpha, sum});
+        });
+    Value baseScaled = rowStep.getResult(0);
+    Value correction = rowStep.getResult(1);
+
+    // p = exp2(c * s - c * m').
+    Value probs =
+        generic(rewriter, loc, tileType, {op.getScores(), baseScaled},
+                emptyLike(rewriter, loc, tileType), {ij, i2, ij},
+                {kPar, kPar},
+                [&](OpBuilder &b, Location loc, ValueRange args) {
+                  Value x = arith::MulFOp::create(b, loc, args[0],
+                                                  f32Cst(b, loc, c));
+                  linalg::YieldOp::create(
+                      b, loc,
+                      ValueRange{math::Exp2Op::create(
+                          b, loc, arith::SubFOp::create(b, loc, x, args[1]))});
+                })
+            .getResult(0);
+
+    // l' = correction * l + sum_j p.
+    Value newSum =
+        generic(rewriter, loc, rowType, probs, rowStep.getResult(2), {ij, i2},
+                {kPar, kRed},
+                [](OpBuilder &b, Location loc, ValueRange args) {
+                  linalg::YieldOp::create(
+                      b, loc,
+                      ValueRange{arith::AddFOp::create(b, loc, args[1],
+                                                       args[0])});
+                })
+            .getResult(0);
+
+    rewriter.replaceOp(op, {probs, newMax, newSum, correction});
+    return success();
+  }
+};
+
+struct RescaleLowering : OpConversionPattern<RescaleOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RescaleOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    AffineMap ij = map(ctx, 2, {0, 1}), i = map(ctx, 2, {0});
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getAcc(), op.getCorrection()},
+        emptyLike(rewriter, loc, op.getType()), {ij, i, ij}, {kPar, kPar},
+        [](OpBuilder &b, Location loc, ValueRange args) {
+          linalg::YieldOp::create(
+              b, loc,
+              ValueRange{arith::MulFOp::create(b, loc, args[0], args[1])});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct FinalizeLowering : OpConversionPattern<FinalizeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(FinalizeOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    float scale = op.getScale().convertToFloat();
+    Type rowType = op.getRowMax().getType();
+    Type outElt =
+        cast<RankedTensorType>(op.getOutput().getType()).getElementType();
+    AffineMap i1 = map(ctx, 1, {0});
+
+    // A row that saw no key has l = 0: O = 0 and LSE = -inf.
+    auto rowStep = generic(
+        rewriter, loc, {rowType, rowType}, {op.getRowMax(), op.getRowSum()},
+        {emptyLike(rewriter, loc, rowType), emptyLike(rewriter, loc, rowType)},
+        {i1, i1, i1, i1}, {kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value zero = f32Cst(b, loc, 0.0f);
+          Value isEmpty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                                args[1], zero);
+          Value inv = arith::DivFOp::create(b, loc, f32Cst(b, loc, 1.0f),
+                                            args[1]);
+          Value lse = arith::AddFOp::create(
+              b, loc, arith::MulFOp::create(b, loc, args[0],
+                                            f32Cst(b, loc, scale)),
+              math::LogOp::create(b, loc, args[1]));
+          linalg::YieldOp::create(
+              b, loc,
+              ValueRange{arith::SelectOp::create(b, loc, isEmpty, zero, inv),
+                         arith::SelectOp::create(b, loc, isEmpty,
+                                                 negInf(b, loc), lse)});
+        });
+
+    AffineMap ij = map(ctx, 2, {0, 1}), i = map(ctx, 2, {0});
+    Value out =
+        generic(rewriter, loc, op.getOutput().getType(),
+                {op.getAcc(), rowStep.getResult(0)},
+                emptyLike(rewriter, loc, op.getOutput().getType()),
+                {ij, i, ij}, {kPar, kPar},
+                [outElt](OpBuilder &b, Location loc, ValueRange args) {
+                  Value v = arith::MulFOp::create(b, loc, args[0], args[1]);
+                  if (!outElt.isF32())
+                    v = arith::TruncFOp::create(b, loc, outElt, v);
+                  linalg::YieldOp::create(b, loc, ValueRange{v});
+                })
+            .getResult(0);
+    rewriter.replaceOp(op, {out, rowStep.getResult(1)});
+    return success();
+  }
+};
+
+struct ConvertFA3ToLinalgPass
+    : public fa3::impl::ConvertFA3ToLinalgBase<ConvertFA3ToLinalgPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ConversionTarget target(getContext());
+    target.addIllegalDialect<FA3Dialect>();
+    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    RewritePatternSet patterns(&getContext());
+    populateFA3ToLinalgConversionPatterns(patterns);
+    if (failed(applyPartialConversion(getOperation(), target,
+                                      std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::fa3::populateFA3ToLinalgConversionPatterns(
+    RewritePatternSet &patterns) {
+  patterns.add<LoadTileLowering, StoreTileLowering, LoadStatsLowering,
+               StoreStatsLowering, QKLowering, PVLowering, SoftcapLowering,
+               MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
+               FinalizeLowering>(patterns.getContext());
+}

@@ -1,0 +1,312 @@
+//===- FA3Ops.cpp - fa3 tensor-level (L0) operations -------------------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+/// Largest head dimension any fa3 lowering supports (FA3's limit as well).
+static constexpr int64_t kMaxHeadDim = 256;
+
+/// Prints a dimension the way tensor types do: `?` when dynamic.
+static std::string dimStr(int64_t d) {
+  return ShapedType::isDynamic(d) ? std::string("?") : std::to_string(d);
+}
+
+static std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (auto [i, d] : llvm::enumerate(shape))
+    s += (i ? ", " : "") + dimStr(d);
+  return s + "]";
+}
+
+/// Two dims of operands may disagree only when one of them is dynamic.
+static bool compatibleDims(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+namespace {
+/// The types of one attention signature, checked once for the forward and
+/// the backward alike.
+struct AttentionTypes {
+  RankedTensorType q, k, v;
+};
+} // namespace
+
+/// Checks that `value` is a ranked tensor of `rank`, naming `what` and its
+/// layout otherwise.
+static FailureOr<RankedTensorType> getRankedOperand(Operation *op, Value value,
+                                                    StringRef what,
+                                                    int64_t rank,
+                                                    StringRef layout) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!type)
+    return op->emitOpError() << "expects " << what << " to be a ranked tensor "
+                             << layout << ", got " << value.getType();
+  if (type.getRank() != rank)
+    return op->emitOpError() << "expects " << what << " to have rank " << rank
+                             << " " << layout << ", got rank "
+                             << type.getRank();
+  return type;
+}
+
+static LogicalResult verifyElementType(Operation *op, Type elementType) {
+  if (isa<Float8E4M3FNType>(elementType))
+    return op->emitOpError()
+           << "f8E4M3FN inputs are reserved for the FP8 mode, which this "
+              "version of fa3 does not implement yet";
+  if (!elementType.isF32() && !elementType.isF16() && !elementType.isBF16())
+    return op->emitOpError() << "expects element type f32, f16 or bf16, got "
+                             << elementType;
+  return success();
+}
+
+/// Verifies Q/K/V and the attributes; returns the checked types.
+static FailureOr<AttentionTypes>
+verifyQKV(Operation *op, Value query, Value key, Value value,
+          std::optional<float> scale, std::optional<ArrayRef<int64_t>> window,
+          std::optional<float> softcap, bool causal) {
+  auto q = getRankedOperand(op, query, "query", 4, "[B, Sq, Hq, D]");
+  auto k = getRankedOperand(op, key, "key", 4, "[B, Sk, Hkv, D]");
+  auto v = getRankedOperand(op, value, "value", 4, "[B, Sk, Hkv, Dv]");
+  if (failed(q) || failed(k) || failed(v))
+    return failure();
+  AttentionTypes t{*q, *k, *v};
+
+  if (t.k.getElementType() != t.q.getElementType() ||
+      t.v.getElementType() != t.q.getElementType())
+    return op->emitOpError()
+           << "expects query, key and value to share one element type, got "
+           << t.q.getElementType() << ", " << t.k.getElementType() << " and "
+           << t.v.getElementType();
+  if (failed(verifyElementType(op, t.q.getElementType())))
+    return failure();
+
+  ArrayRef<int64_t> qs = t.q.getShape(), ks = t.k.getShape(),
+                    vs = t.v.getShape();
+  if (!compatibleDims(qs[0], ks[0]) || !compatibleDims(qs[0], vs[0]))
+    return op->emitOpError()
+           << "batch mismatch: query has " << dimStr(qs[0]) << ", key has "
+           << dimStr(ks[0]) << ", value has " << dimStr(vs[0]);
+  if (!compatibleDims(ks[1], vs[1]))
+    return op->emitOpError()
+           << "key and value sequence lengths differ: " << dimStr(ks[1])
+           << " vs " << dimStr(vs[1]);
+  for (auto [name, type] :
+       {std::pair<StringRef, RankedTensorType>{"query", t.q},
+        {"key", t.k},
+        {"value", t.v}}) {
+    if (type.isDynamicDim(2) || type.isDynamicDim(3))
+      return op->emitOpError()
+             << "expects static head count and head dim in " << name
+             << ", got shape " << shapeStr(type.getShape());
+  }
+  if (ks[2] != vs[2])
+    return op->emitOpError() << "key has " << ks[2] << " heads but value has "
+                             << vs[2];
+  if (ks[2] <= 0 || qs[2] <= 0 || qs[2] % ks[2] != 0)
+    return op->emitOpError()
+           << "query heads (" << qs[2]
+           << ") must be a positive multiple of key/value heads (" << ks[2]
+           << ")";
+  if (qs[3] != ks[3])
+    return op->emitOpError() << "head dim mismatch: query has " << qs[3]
+                             << ", key has " << ks[3];
+  for (auto [name, d] : {std::pair<StringRef, int64_t>{"query/key", qs[3]},
+                         {"value", vs[3]}}) {
+    if (d <= 0 || d > kMaxHeadDim || d % 8 != 0)
+      return op->emitOpError()
+             << name << " head dim must be a multiple of 8 in [8, "
+             << kMaxHeadDim << "], got " << d;
+  }
+
+  if (scale && !(std::isfinite(*scale) && *scale > 0))
+    return op->emitOpError() << "scale must be positive and finite, got "
+                             << *scale;
+  if (softcap && !(std::isfinite(*softcap) && *softcap >= 0))
+    return op->emitOpError() << "softcap must be non-negative and finite, got "
+                             << *softcap;
+  if (window) {
+    if (window->size() != 2)
+      return op->emitOpError() << "window must have 2 entries (left, right), "
+                                  "got "
+                               << window->size();
+    if ((*window)[0] < -1 || (*window)[1] < -1)
+      return op->emitOpError() << "window bounds must be >= -1 (-1 = "
+                                  "unbounded), got ("
+                               << (*window)[0] << ", " << (*window)[1] << ")";
+    if (causal && (*window)[1] > 0)
+      return op->emitOpError()
+             << "a causal op sees no key to the right of the diagonal; window "
+                "right bound must be -1 or 0, got "
+             << (*window)[1];
+  }
+  return t;
+}
+
+/// Checks a result (or gradient) type against the shape it must have.
+static LogicalResult verifyResultType(Operation *op, Type actual, StringRef what,
+                                      ArrayRef<int64_t> expectedShape,
+                                      Type expectedElement) {
+  auto type = dyn_cast<RankedTensorType>(actual);
+  if (!type || type.getShape() != expectedShape ||
+      type.getElementType() != expectedElement)
+    return op->emitOpError()
+           << "expects " << what << " of shape " << shapeStr(expectedShape)
+           << " and element type " << expectedElement << ", got " << actual;
+  return success();
+}
+
+static std::optional<float> toFloat(std::optional<APFloat> f) {
+  if (!f)
+    return std::nullopt;
+  return f->convertToFloat();
+}
+
+/// The LSE shape [B, Hq, Sq] of a query type.
+static SmallVector<int64_t, 3> lseShape(RankedTensorType q) {
+  return {q.getDimSize(0), q.getDimSize(2), q.getDimSize(1)};
+}
+
+/// The output shape [B, Sq, Hq, Dv].
+static SmallVector<int64_t, 4> outputShape(RankedTensorType q,
+                                           RankedTensorType v) {
+  return {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)};
+}
+
+//===----------------------------------------------------------------------===//
+// Shared accessors
+//===----------------------------------------------------------------------===//
+
+template <typename OpTy>
+static float effectiveScale(OpTy op) {
+  if (auto scale = op.getScale())
+    return scale->convertToFloat();
+  auto q = cast<RankedTensorType>(op.getQuery().getType());
+  return 1.0f / std::sqrt(static_cast<float>(q.getDimSize(3)));
+}
+
+template <typename OpTy>
+static std::pair<int64_t, int64_t> windowBounds(OpTy op) {
+  int64_t left = -1, right = -1;
+  if (auto window = op.getWindow()) {
+    left = (*window)[0];
+    right = (*window)[1];
+  }
+  if (op.getCausal())
+    right = 0;
+  return {left, right};
+}
+
+float AttentionOp::getEffectiveScale() { return effectiveScale(*this); }
+std::pair<int64_t, int64_t> AttentionOp::getWindowBounds() {
+  return windowBounds(*this);
+}
+float AttentionGradOp::getEffectiveScale() { return effectiveScale(*this); }
+std::pair<int64_t, int64_t> AttentionGradOp::getWindowBounds() {
+  return windowBounds(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
+                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
+                     getCausal());
+  if (failed(t))
+    return failure();
+  if (failed(verifyResultType(*this, getOutput().getType(), "output",
+                              outputShape(t->q, t->v),
+                              t->q.getElementType())))
+    return failure();
+  return verifyResultType(*this, getLse().getType(), "lse",
+                          lseShape(t->q), Float32Type::get(getContext()));
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionGradOp::verify() {
+  auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
+                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
+                     getCausal());
+  if (failed(t))
+    return failure();
+  Type elt = t->q.getElementType();
+  SmallVector<int64_t, 4> oShape = outputShape(t->q, t->v);
+  if (failed(verifyResultType(*this, getGradOutput().getType(), "grad_output",
+                              oShape, elt)) ||
+      failed(verifyResultType(*this, getOutput().getType(), "output", oShape,
+                              elt)) ||
+      failed(verifyResultType(*this, getLse().getType(), "lse",
+                              lseShape(t->q), Float32Type::get(getContext()))))
+    return failure();
+  if (failed(verifyResultType(*this, getGradQuery().getType(), "grad_query",
+                              t->q.getShape(), elt)) ||
+      failed(verifyResultType(*this, getGradKey().getType(), "grad_key",
+                              t->k.getShape(), elt)) ||
+      failed(verifyResultType(*this, getGradValue().getType(), "grad_value",
+                              t->v.getShape(), elt)))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Canonicalization
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Drops attributes that restate the default: a window that bounds nothing
+/// (given causal, right = 0 is implied) and a zero softcap. Later passes then
+/// see one spelling per meaning.
+template <typename OpTy>
+struct DropRedundantMaskAttrs : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    bool dropWindow = false, dropSoftcap = false;
+    if (auto window = op.getWindow()) {
+      int64_t left = (*window)[0], right = (*window)[1];
+      dropWindow = left == -1 && (right == -1 || (op.getCausal() && right == 0));
+    }
+    if (auto softcap = op.getSoftcap())
+      dropSoftcap = softcap->isZero();
+    if (!dropWindow && !dropSoftcap)
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] {
+      if (dropWindow)
+        op.removeWindowAttr();
+      if (dropSoftcap)
+        op.removeSoftcapAttr();
+    });
+    return success();
+  }
+};
+} // namespace
+
+void AttentionOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *context) {
+  results.add<DropRedundantMaskAttrs<AttentionOp>>(context);
+}
+
+void AttentionGradOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                  MLIRContext *context) {
+  results.add<DropRedundantMaskAttrs<AttentionGradOp>>(context);
+}
+
+#define GET_OP_CLASSES
+#include "fa3/Dialect/FA3/IR/FA3.cpp.inc"

@@ -1,0 +1,181 @@
+//===- FA3TileOps.cpp - fa3 tile-level (L1) operation verifiers --------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The ODS constraints already fix ranks and static shapes; these verifiers
+// check that the tiles of one op agree with each other.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+static int64_t rows(Value v) {
+  return cast<RankedTensorType>(v.getType()).getDimSize(0);
+}
+static int64_t cols(Value v) {
+  return cast<RankedTensorType>(v.getType()).getDimSize(1);
+}
+static Type elementType(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+static LogicalResult verifyWindowAttr(Operation *op,
+                                      std::optional<ArrayRef<int64_t>> window) {
+  if (!window)
+    return success();
+  if (window->size() != 2 || (*window)[0] < -1 || (*window)[1] < -1)
+    return op->emitOpError()
+           << "window must be (left, right) with bounds >= -1";
+  return success();
+}
+
+static LogicalResult verifyPositive(Operation *op, StringRef name, float v) {
+  if (!(std::isfinite(v) && v > 0))
+    return op->emitOpError() << name << " must be positive and finite, got "
+                             << v;
+  return success();
+}
+
+/// A tile moved to or from a [B, S, H, D] tensor has D columns and its
+/// element type.
+static LogicalResult verifyTileOfBSHD(Operation *op, Value tile, Value tensor) {
+  auto t = cast<RankedTensorType>(tensor.getType());
+  if (t.isDynamicDim(3) || cols(tile) != t.getDimSize(3))
+    return op->emitOpError() << "tile has " << cols(tile)
+                             << " columns but the tensor's head dim is "
+                             << t.getDimSize(3);
+  if (elementType(tile) != t.getElementType())
+    return op->emitOpError() << "tile element type " << elementType(tile)
+                             << " differs from the tensor's "
+                             << t.getElementType();
+  return success();
+}
+
+static LogicalResult verifyStatsTensor(Operation *op, Value tensor) {
+  if (!elementType(tensor).isF32())
+    return op->emitOpError() << "expects an f32 statistics tensor, got "
+                             << tensor.getType();
+  return success();
+}
+
+LogicalResult LoadTileOp::verify() {
+  return verifyTileOfBSHD(*this, getResult(), getSource());
+}
+
+LogicalResult StoreTileOp::verify() {
+  return verifyTileOfBSHD(*this, getTile(), getDest());
+}
+
+LogicalResult LoadStatsOp::verify() {
+  return verifyStatsTensor(*this, getSource());
+}
+
+LogicalResult StoreStatsOp::verify() {
+  return verifyStatsTensor(*this, getDest());
+}
+
+LogicalResult AttentionBlockOp::verify() {
+  auto k = cast<RankedTensorType>(getKey().getType());
+  auto v = cast<RankedTensorType>(getValue().getType());
+  Type elt = elementType(getQueryTile());
+  if (k.getElementType() != elt || v.getElementType() != elt)
+    return emitOpError() << "query tile, key and value must share one "
+                            "element type, got "
+                         << elt << ", " << k.getElementType() << " and "
+                         << v.getElementType();
+  if (k.isDynamicDim(3) || k.getDimSize(3) != cols(getQueryTile()))
+    return emitOpError() << "query tile has " << cols(getQueryTile())
+                         << " columns but the key head dim is "
+                         << k.getDimSize(3);
+  if (rows(getOutput()) != rows(getQueryTile()) ||
+      v.isDynamicDim(3) || cols(getOutput()) != v.getDimSize(3) ||
+      elementType(getOutput()) != elt)
+    return emitOpError() << "expects an output tile of "
+                         << rows(getQueryTile()) << "x" << v.getDimSize(3)
+                         << "x" << elt << ", got " << getOutput().getType();
+  if (cast<RankedTensorType>(getLse().getType()).getDimSize(0) !=
+      rows(getQueryTile()))
+    return emitOpError() << "expects an lse tile of " << rows(getQueryTile())
+                         << " rows, got " << getLse().getType();
+  if (getSchedule().getBlockM() != rows(getQueryTile()))
+    return emitOpError() << "schedule block_m " << getSchedule().getBlockM()
+                         << " differs from the query tile's "
+                         << rows(getQueryTile()) << " rows";
+  if (failed(verifyPositive(*this, "scale", getScale().convertToFloat())))
+    return failure();
+  if (auto softcap = getSoftcap())
+    if (softcap->convertToFloat() < 0)
+      return emitOpError() << "softcap must be non-negative";
+  return verifyWindowAttr(*this, getWindow());
+}
+
+LogicalResult QKOp::verify() {
+  if (elementType(getQuery()) != elementType(getKey()))
+    return emitOpError() << "query and key tiles differ in element type: "
+                         << elementType(getQuery()) << " vs "
+                         << elementType(getKey());
+  if (cols(getQuery()) != cols(getKey()))
+    return emitOpError() << "query tile has " << cols(getQuery())
+                         << " columns but key tile has " << cols(getKey());
+  if (rows(getScores()) != rows(getQuery()) ||
+      cols(getScores()) != rows(getKey()))
+    return emitOpError() << "expects scores of " << rows(getQuery()) << "x"
+                         << rows(getKey()) << ", got "
+                         << getScores().getType();
+  return success();
+}
+
+LogicalResult SoftcapOp::verify() {
+  if (failed(verifyPositive(*this, "scale", getScale().convertToFloat())))
+    return failure();
+  return verifyPositive(*this, "softcap", getSoftcap().convertToFloat());
+}
+
+LogicalResult MaskOp::verify() { return verifyWindowAttr(*this, getWindow()); }
+
+LogicalResult OnlineSoftmaxOp::verify() {
+  int64_t statRows =
+      cast<RankedTensorType>(getRowMax().getType()).getDimSize(0);
+  if (statRows != rows(getScores()))
+    return emitOpError() << "scores have " << rows(getScores())
+                         << " rows but the row statistics have " << statRows;
+  return verifyPositive(*this, "exp2_scale", getExp2Scale().convertToFloat());
+}
+
+LogicalResult RescaleOp::verify() {
+  int64_t n = cast<RankedTensorType>(getCorrection().getType()).getDimSize(0);
+  if (n != rows(getAcc()))
+    return emitOpError() << "accumulator has " << rows(getAcc())
+                         << " rows but the correction has " << n;
+  return success();
+}
+
+LogicalResult PVOp::verify() {
+  if (cols(getProbs()) != rows(getValue()))
+    return emitOpError() << "probabilities have " << cols(getProbs())
+                         << " columns but the value tile has "
+                         << rows(getValue()) << " rows";
+  if (rows(getAcc()) != rows(getProbs()) || cols(getAcc()) != cols(getValue()))
+    return emitOpError() << "expects an accumulator of " << rows(getProbs())
+                         << "x" << cols(getValue()) << ", got "
+                         << getAcc().getType();
+  return success();
+}
+
+LogicalResult FinalizeOp::verify() {
+  auto acc = cast<RankedTensorType>(getAcc().getType());
+  auto out = cast<RankedTensorType>(getOutput().getType());
+  if (acc.getShape() != out.getShape())
+    return emitOpError() << "output tile shape differs from the accumulator's: "
+                         << out << " vs " << acc;
+  int64_t n = cast<RankedTensorType>(getRowMax().getType()).getDimSize(0);
+  if (n != acc.getDimSize(0))
+    return emitOpError() << "accumulator has " << acc.getDimSize(0)
+                         << " rows but the row statistics have " << n;
+  return verifyPositive(*this, "scale", getScale().convertToFloat());
+}

@@ -1,0 +1,173 @@
+//===- FuseSoftmax.cpp - Online softmax over key blocks ----------------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
+
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+#include <limits>
+
+#define DEBUG_TYPE "fa3-fuse-softmax"
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_FA3FUSESOFTMAX
+#include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+namespace {
+/// Index arithmetic on signed values: the causal offset Sk - Sq and window
+/// bounds can be negative.
+struct IndexMath {
+  OpBuilder &b;
+  Location loc;
+
+  Value cst(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value max(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value gt(Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, x, y);
+  }
+  Value lt(Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
+  }
+  Value orI(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+};
+} // namespace
+
+static Value splat(OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
+                   float value) {
+  auto type = RankedTensorType::get(shape, b.getF32Type());
+  return arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(type, b.getF32FloatAttr(value)));
+}
+
+static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
+  Location loc = op.getLoc();
+  rewriter.setInsertionPoint(op);
+  IndexMath m{rewriter, loc};
+
+  ScheduleAttr schedule = op.getSchedule();
+  int64_t blockM = schedule.getBlockM(), blockN = schedule.getBlockN();
+  auto kType = cast<RankedTensorType>(op.getKey().getType());
+  auto vType = cast<RankedTensorType>(op.getValue().getType());
+  int64_t headDimV = vType.getDimSize(3);
+  float scale = op.getScale().convertToFloat();
+  auto [left, right] = [&]() -> std::pair<int64_t, int64_t> {
+    int64_t l = -1, r = -1;
+    if (auto window = op.getWindow()) {
+      l = (*window)[0];
+      r = (*window)[1];
+    }
+    return {l, op.getCausal() ? 0 : r};
+  }();
+
+  Value qStart = op.getQStart(), seqQ = op.getQLen();
+  Value seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 1);
+  // Query row r sees key columns [r + off - left, r + off + right].
+  Value off = m.sub(seqK, seqQ);
+  Value qLast = m.sub(m.min(m.add(qStart, m.cst(blockM)), seqQ), m.cst(1));
+
+  // Key range any row of the tile sees, widened to whole key blocks.
+  Value kLo = m.cst(0), kHi = seqK;
+  if (right >= 0)
+    kHi = m.min(seqK, m.add(m.add(qLast, off), m.cst(right + 1)));
+  if (left >= 0)
+    kLo = m.max(m.cst(0), m.sub(m.add(qStart, off), m.cst(left)));
+  Value blockLo = arith::FloorDivSIOp::create(rewriter, loc, kLo, m.cst(blockN));
+  Value blockHi = arith::CeilDivSIOp::create(rewriter, loc, kHi, m.cst(blockN));
+
+  Value acc0 = splat(rewriter, loc, {blockM, headDimV}, 0.0f);
+  Value max0 = splat(rewriter, loc, {blockM},
+                     -std::numeric_limits<float>::infinity());
+  Value sum0 = splat(rewriter, loc, {blockM}, 0.0f);
+
+  auto kTileType = RankedTensorType::get({blockN, kType.getDimSize(3)},
+                                         kType.getElementType());
+  auto vTileType =
+      RankedTensorType::get({blockN, headDimV}, vType.getElementType());
+  auto sType = RankedTensorType::get({blockM, blockN}, rewriter.getF32Type());
+  auto rowType = RankedTensorType::get({blockM}, rewriter.getF32Type());
+  auto accType =
+      RankedTensorType::get({blockM, headDimV}, rewriter.getF32Type());
+  float exp2Scale = scale * static_cast<float>(M_LOG2E);
+
+  auto loop = scf::ForOp::create(
+      rewriter, loc, blockLo, blockHi, m.cst(1),
+      ValueRange{acc0, max0, sum0},
+      [&](OpBuilder &b, Location loc, Value kBlock, ValueRange iters) {
+        IndexMath m{b, loc};
+        Value kStart = m.mul(kBlock, m.cst(blockN));
+        Value kTile = LoadTileOp::create(b, loc, kTileType, op.getKey(),
+                                         op.getBatch(), kStart, op.getKvHead());
+        Value vTile = LoadTileOp::create(b, loc, vTileType, op.getValue(),
+                                         op.getBatch(), kStart, op.getKvHead());
+        Value scores =
+            QKOp::create(b, loc, sType, op.getQueryTile(), kTile);
+        if (auto softcap = op.getSoftcap())
+          scores = SoftcapOp::create(b, loc, sType, scores, op.getScaleAttr(),
+                                     op.getSoftcapAttr());
+
+        // Only blocks that cross the end of the keys, the diagonal or a
+        // window edge pay for the mask.
+        Value kEnd = m.add(kStart, m.cst(blockN));
+        Value needsMask = m.gt(kEnd, seqK);
+        if (right >= 0)
+          needsMask = m.orI(
+              needsMask, m.gt(m.sub(kEnd, m.cst(1)),
+                              m.add(m.add(qStart, off), m.cst(right))));
+        if (left >= 0)
+          needsMask = m.orI(needsMask,
+                            m.lt(kStart, m.sub(m.add(qLast, off), m.cst(left))));
+        auto masked = scf::IfOp::create(
+            b, loc, needsMask,
+            [&](OpBuilder &b, Location loc) {
+              Value s = MaskOp::create(b, loc, sType, scores, qStart, kStart, seqQ,
+                                       seqK, op.getCausalAttr(),
+                                       op.getWindowAttr());
+              scf::YieldOp::create(b, loc, s);
+            },
+            [&](OpBuilder &b, Location loc) {
+              scf::YieldOp::create(b, loc, scores);
+            });
+
+        auto softmax = OnlineSoftmaxOp::create(
+            b, loc, sType, rowType, rowType, rowType, masked.getResult(0), iters[1], iters[2],
+            b.getF32FloatAttr(exp2Scale));
+        Value acc = RescaleOp::create(b, loc, accType, iters[0],
+                                      softmax.getCorrection());
+        acc = PVOp::create(b, loc, accType, softmax.getProbs(), vTile, acc);
+        Value newMax = softmax.getNewMax(), newSum = softmax.getNewSum();
+        scf::YieldOp::create(b, loc, ValueRange{acc, newMax, newSum});
+      });
+
+  auto finalize = FinalizeOp::create(
+      rewriter, loc, op.getOutput().getType(), op.getLse().getType(),
+      loop.getResult(0), loop.getResult(1), loop.getResult(2),
+      op.getScaleAttr());
+  rewriter.replaceOp(op, finalize.getResults());
+}
+
+namespace {
+struct FA3FuseSoftmaxPass
+    : public fa3::impl::FA3FuseSoftmaxBase<FA3FuseSoftmaxPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    IRRewriter rewriter(&getContext());
+    SmallVector<AttentionBlockOp> ops;
+    getOperation()->walk([&](AttentionBlockOp op) { ops.push_back(op); });
+    for (AttentionBlockOp op : ops)
+      fuseSoftmax(op, rewriter);
+  }
+};
+} // namespace

@@ -1,0 +1,90 @@
+//===- SelectSchedule.cpp - Choose a #fa3.schedule per attention -------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_FA3SELECTSCHEDULE
+#include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
+                                                  StringRef target,
+                                                  int64_t headDim,
+                                                  Type elementType,
+                                                  bool causal) {
+  if (target == "cpu")
+    return ScheduleAttr::get(context, /*block_m=*/64, /*block_n=*/64,
+                             /*stages=*/1, /*consumer_wgs=*/1,
+                             /*producer_regs=*/0, /*consumer_regs=*/0,
+                             /*pingpong=*/false, /*intra_wg_overlap=*/false,
+                             /*persistent=*/false, /*cluster=*/1);
+  if (target != "sm_90a")
+    return failure();
+  // FlashAttention-3's forward tiles (see the pass description for why):
+  // the O accumulator of block_m x D f32 and the S tile of block_m x block_n
+  // f32 must both fit the consumers' registers.
+  int64_t blockM = 128, blockN = 128, consumers = 2;
+  if (headDim <= 64) {
+    blockM = 192;
+    consumers = 3;
+  } else if (headDim > 128) {
+    blockN = 80;
+  }
+  (void)elementType;
+  (void)causal;
+  return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2, consumers,
+                           /*producer_regs=*/24, /*consumer_regs=*/240,
+                           /*pingpong=*/consumers == 2,
+                           /*intra_wg_overlap=*/true, /*persistent=*/false,
+                           /*cluster=*/1);
+}
+
+namespace {
+struct FA3SelectSchedulePass
+    : public fa3::impl::FA3SelectScheduleBase<FA3SelectSchedulePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (target != "cpu" && target != "sm_90a") {
+      getOperation()->emitError()
+          << "fa3-select-schedule: unknown target '" << target
+          << "' (expected 'cpu' or 'sm_90a')";
+      return signalPassFailure();
+    }
+    for (int64_t block : {blockM.getValue(), blockN.getValue()}) {
+      if (block < 0 || block % 8 != 0) {
+        getOperation()->emitError()
+            << "fa3-select-schedule: block sizes must be non-negative "
+               "multiples of 8, got "
+            << block;
+        return signalPassFailure();
+      }
+    }
+    getOperation()->walk([&](AttentionOp op) {
+      if (op.getSchedule())
+        return;
+      auto q = cast<RankedTensorType>(op.getQuery().getType());
+      FailureOr<ScheduleAttr> schedule =
+          selectSchedule(op.getContext(), target, q.getDimSize(3),
+                         q.getElementType(), op.getCausal());
+      ScheduleAttr chosen = *schedule;
+      if (blockM > 0 || blockN > 0)
+        chosen = ScheduleAttr::get(
+            op.getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
+            blockN > 0 ? blockN : chosen.getBlockN(), chosen.getStages(),
+            chosen.getConsumerWgs(), chosen.getProducerRegs(),
+            chosen.getConsumerRegs(), chosen.getPingpong(),
+            chosen.getIntraWgOverlap(), chosen.getPersistent(),
+            chosen.getCluster());
+      op.setScheduleAttr(chosen);
+    });
+  }
+};
+} // namespace

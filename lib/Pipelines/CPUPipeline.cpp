@@ -1,0 +1,84 @@
+//===- CPUPipeline.cpp - fa3-cpu-pipeline -----------------------------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/Passes.h"
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
+#include "fa3/Pipelines/Pipelines.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
+                                         const CPUPipelineOptions &options) {
+  FA3SelectScheduleOptions schedule;
+  schedule.target = "cpu";
+  schedule.blockM = options.blockM;
+  schedule.blockN = options.blockN;
+  pm.addPass(createFA3SelectSchedule(schedule));
+  pm.addPass(createFA3Tile());
+  pm.addPass(createFA3FuseSoftmax());
+  pm.addPass(createConvertFA3ToLinalg());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void mlir::fa3::buildFA3CPUPipeline(OpPassManager &pm,
+                                    const CPUPipelineOptions &options) {
+  buildFA3ToLinalgPipeline(pm, options);
+
+  // Functions keep plain (identity-layout) memrefs at their boundary so that
+  // fa3-run and C callers see dense arrays.
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  // The softmax state carried by the key loop is rebuilt each step.
+  bufferize.allowReturnAllocsFromLoops = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  // Tiles are allocated per loop iteration; free them there too.
+  bufferization::buildBufferDeallocationPipeline(pm);
+
+  pm.addPass(createConvertLinalgToLoopsPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createCanonicalizerPass());
+
+  // bf16 <-> f32 conversions become integer code: not every host has them.
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertMathToLibmPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void mlir::fa3::registerFA3Pipelines() {
+  PassPipelineRegistration<CPUPipelineOptions>(
+      "fa3-cpu-pipeline",
+      "Lower fa3.attention to the LLVM dialect for the host CPU (schedule, "
+      "tile, online softmax, linalg, bufferize, loops, LLVM)",
+      buildFA3CPUPipeline);
+  PassPipelineRegistration<CPUPipelineOptions>(
+      "fa3-to-linalg-pipeline",
+      "Lower fa3.attention to linalg on tensors (the first half of "
+      "fa3-cpu-pipeline)",
+      buildFA3ToLinalgPipeline);
+}

@@ -1,0 +1,179 @@
+//===- fa3-run.cpp - Run a function of an fa3 MLIR file ----------------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// fa3-run FILE --function=NAME --device=cpu --input=@q.npy ... --output=@o.npy
+// compiles FILE's function, feeds it .npy inputs and writes its results as
+// .npy files, like IREE's iree-run-module.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/InitAllDialects.h"
+#include "fa3/JIT/CPUExecutable.h"
+#include "fa3/Runtime/HostTensor.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+
+using namespace fa3;
+using namespace fa3::runtime;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
+                                      cl::desc("<MLIR file>"));
+static cl::opt<std::string> functionName("function", cl::Required,
+                                         cl::desc("Function to run"));
+static cl::opt<std::string>
+    device("device", cl::init("cpu"),
+           cl::desc("Where to run: cpu (cuda comes with the Hopper backend)"));
+static cl::list<std::string>
+    inputs("input", cl::desc("@file.npy for each argument, in order"));
+static cl::list<std::string>
+    outputs("output", cl::desc("@file.npy for each result, in order"));
+static cl::opt<unsigned> benchmark(
+    "benchmark", cl::init(0),
+    cl::desc("Run N more times after a warm-up run and print the median"));
+static cl::opt<int64_t> blockM("block-m", cl::init(0),
+                               cl::desc("Override the query tile rows"));
+static cl::opt<int64_t> blockN("block-n", cl::init(0),
+                               cl::desc("Override the key tile rows"));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "fa3-run: error: " << message << "\n";
+  return 1;
+}
+
+static int fail(llvm::Error err) {
+  std::string message = llvm::toString(std::move(err));
+  return fail(message);
+}
+
+/// "@path" -> "path"; the '@' marks a file as iree-run-module does.
+static llvm::Expected<std::string> filePath(llvm::StringRef flag,
+                                            llvm::StringRef value) {
+  if (!value.starts_with("@") || value.size() == 1)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "--%s=%s: expected @FILE.npy",
+                                   flag.str().c_str(), value.str().c_str());
+  return value.drop_front().str();
+}
+
+/// Reads the .npy for argument `index` and converts it to the argument's
+/// element type: bf16 arguments take float32 files rounded to bf16.
+static llvm::Expected<HostTensor> readInput(unsigned index,
+                                            const TensorSignature &sig) {
+  auto path = filePath("input", inputs[index]);
+  if (!path)
+    return path.takeError();
+  auto tensor = readNpy(*path);
+  if (!tensor)
+    return tensor.takeError();
+  ElementType want = sig.elementType == ElementType::BF16 ? ElementType::F32
+                                                          : sig.elementType;
+  if (tensor->elementType != want)
+    return llvm::createStringError(
+        std::errc::invalid_argument,
+        "input #%u (%s, from '%s') needs a %s .npy file%s, got %s", index,
+        sig.describe().c_str(), path->c_str(),
+        want == ElementType::F32 ? "float32" : "float16",
+        sig.elementType == ElementType::BF16 ? " (rounded to bf16)" : "",
+        elementTypeName(tensor->elementType).str().c_str());
+  return convert(*tensor, sig.elementType);
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "fa3 function runner\n");
+
+  if (device != "cpu") {
+    if (device == "cuda")
+      return fail("--device=cuda: this build of fa3 has no CUDA backend yet; "
+                  "use --device=cpu");
+    return fail("--device=" + device + ": expected cpu or cuda");
+  }
+
+  mlir::DialectRegistry registry;
+  mlir::fa3::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(inputFile, sourceMgr,
+                                            mlir::ParserConfig(&context));
+  if (!module)
+    return fail("cannot parse '" + inputFile + "'");
+
+  CPUCompileOptions options;
+  options.blockM = blockM;
+  options.blockN = blockN;
+  auto start = std::chrono::steady_clock::now();
+  auto exe = CPUExecutable::compile(std::move(module), functionName, options);
+  if (!exe)
+    return fail(exe.takeError());
+  double compileMs = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+
+  const auto &args = (*exe)->getArguments();
+  const auto &results = (*exe)->getResults();
+  if (inputs.size() != args.size())
+    return fail("'" + functionName + "' takes " + llvm::Twine(args.size()) +
+                " inputs, got " + llvm::Twine(inputs.size()) + " --input flags");
+  if (outputs.size() != results.size())
+    return fail("'" + functionName + "' returns " +
+                llvm::Twine(results.size()) + " results, got " +
+                llvm::Twine(outputs.size()) + " --output flags");
+  std::vector<std::string> outputPaths;
+  for (const std::string &o : outputs) {
+    auto path = filePath("output", o);
+    if (!path)
+      return fail(path.takeError());
+    outputPaths.push_back(*path);
+  }
+
+  std::vector<HostTensor> hostInputs;
+  for (unsigned i = 0; i < args.size(); ++i) {
+    auto tensor = readInput(i, args[i]);
+    if (!tensor)
+      return fail(tensor.takeError());
+    hostInputs.push_back(std::move(*tensor));
+  }
+
+  auto result = (*exe)->run(hostInputs);
+  if (!result)
+    return fail(result.takeError());
+
+  if (benchmark > 0) {
+    std::vector<double> times;
+    for (unsigned i = 0; i < benchmark; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto again = (*exe)->run(hostInputs);
+      auto t1 = std::chrono::steady_clock::now();
+      if (!again)
+        return fail(again.takeError());
+      times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    llvm::outs() << "compile: " << llvm::format("%.1f", compileMs)
+                 << " ms\nmedian of " << benchmark << " runs: "
+                 << llvm::format("%.3f", times[times.size() / 2])
+                 << " ms (min " << llvm::format("%.3f", times.front())
+                 << ", max " << llvm::format("%.3f", times.back()) << ")\n";
+  }
+
+  for (size_t i = 0; i < result->size(); ++i)
+    if (llvm::Error err = writeNpy(outputPaths[i], (*result)[i]))
+      return fail(std::move(err));
+  return 0;
+}
