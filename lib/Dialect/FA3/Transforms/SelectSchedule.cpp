@@ -58,6 +58,13 @@ struct FA3SelectSchedulePass
           << "' (expected 'cpu' or 'sm_90a')";
       return signalPassFailure();
     }
+    if (target == "sm_90a" && blockM % 64 != 0) {
+      getOperation()->emitError()
+          << "fa3-select-schedule: on sm_90a block-m must be a multiple of 64 "
+             "(64 query rows per consumer warpgroup), got "
+          << static_cast<int64_t>(blockM);
+      return signalPassFailure();
+    }
     for (int64_t block : {blockM.getValue(), blockN.getValue()}) {
       if (block < 0 || block % 8 != 0) {
         getOperation()->emitError()
@@ -75,14 +82,18 @@ struct FA3SelectSchedulePass
           selectSchedule(op.getContext(), target, q.getDimSize(3),
                          q.getElementType(), op.getCausal());
       ScheduleAttr chosen = *schedule;
-      if (blockM > 0 || blockN > 0)
+      if (blockM > 0 || blockN > 0) {
+        int64_t rows = blockM > 0 ? blockM : chosen.getBlockM();
+        // On Hopper each consumer warpgroup owns 64 query rows.
+        int64_t consumers =
+            target == "sm_90a" ? rows / 64 : chosen.getConsumerWgs();
         chosen = ScheduleAttr::get(
-            op.getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
-            blockN > 0 ? blockN : chosen.getBlockN(), chosen.getStages(),
-            chosen.getConsumerWgs(), chosen.getProducerRegs(),
-            chosen.getConsumerRegs(), chosen.getPingpong(),
+            op.getContext(), rows, blockN > 0 ? blockN : chosen.getBlockN(),
+            chosen.getStages(), consumers, chosen.getProducerRegs(),
+            chosen.getConsumerRegs(), chosen.getPingpong() && consumers == 2,
             chosen.getIntraWgOverlap(), chosen.getPersistent(),
             chosen.getCluster());
+      }
       op.setScheduleAttr(chosen);
     });
   }

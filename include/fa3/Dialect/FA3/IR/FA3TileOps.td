@@ -18,8 +18,10 @@ include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/CommonTypeConstraints.td"
 
 def FA3_Tile2D : TypeConstraint<
-    And<[HasStaticShapePred, HasAnyRankOfPred<[2]>, IsTensorTypePred]>,
-    "statically shaped 2-D tensor", "::mlir::RankedTensorType">;
+    And<[HasStaticShapePred, HasAnyRankOfPred<[2]>, IsTensorTypePred,
+         SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",
+                     AnyTypeOf<[F16, BF16, F32]>.predicate>]>,
+    "statically shaped 2-D tensor of f16, bf16 or f32", "::mlir::RankedTensorType">;
 def FA3_Tile1D : TypeConstraint<
     And<[HasStaticShapePred, HasAnyRankOfPred<[1]>, IsTensorTypePred,
          SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",

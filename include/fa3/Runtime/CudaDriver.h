@@ -1,0 +1,334 @@
+//===- CudaDriver.h - Devices, memory, modules and launches -----*- C++ -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The CUDA side of the runtime. libcuda.so.1 is loaded with dlopen on first
+// use (FA3_LIBCUDA names another file), so fa3 builds and runs without CUDA
+// and only the calls below need a driver. Every failing driver call becomes
+// an llvm::Error naming the call, the kernel or object it was about, and the
+// driver's error name and string:
+//
+//   cuLaunchKernelEx(fa3_fwd_bf16_d128): CUDA_ERROR_INVALID_VALUE: invalid
+//   argument
+//
+// Handles are the driver's own (`CUstream_st *` is cuda.h's CUstream), so a
+// stream or device pointer from PyTorch passes straight through.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_RUNTIME_CUDADRIVER_H
+#define FA3_RUNTIME_CUDADRIVER_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+
+namespace fa3::runtime {
+
+/// A CUDA stream; nullptr is the legacy default stream.
+using CudaStream = CUstream_st *;
+/// A device address, as cuda.h's CUdeviceptr.
+using DevicePtr = unsigned long long;
+
+/// A grid, block or cluster shape.
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+/// A failed driver call. `result()` is the driver's CUresult, for callers that
+/// map some codes (CUDA_ERROR_OUT_OF_MEMORY = 2) to their own errors.
+class CudaDriverError : public llvm::ErrorInfo<CudaDriverError> {
+public:
+  static char ID;
+
+  CudaDriverError(int result, std::string message)
+      : result_(result), message_(std::move(message)) {}
+
+  int result() const { return result_; }
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+
+private:
+  int result_;
+  std::string message_;
+};
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+/// The file the driver is (or would be) loaded from: $FA3_LIBCUDA, else
+/// "libcuda.so.1".
+std::string cudaDriverPath();
+
+/// Loads the driver if needed; fails with "cannot load the CUDA driver
+/// (PATH): <dlerror>" when it cannot be loaded.
+llvm::Error loadCudaDriver();
+
+/// The driver's CUDA version, e.g. 12080 for 12.8; needs no device.
+llvm::Expected<int> cudaDriverVersion();
+
+/// Number of CUDA devices (initializes the driver).
+llvm::Expected<int> cudaDeviceCount();
+
+//===----------------------------------------------------------------------===//
+// Devices
+//===----------------------------------------------------------------------===//
+
+/// A device and the context fa3 works in on it: the calling thread's current
+/// context when it is on this device (PyTorch's), else the device's primary
+/// context, retained for the rest of the process as the CUDA runtime does, so
+/// that buffers and modules never outlive it. Cheap to copy.
+class CudaDevice {
+public:
+  /// Initializes the driver, picks the context and makes it current.
+  static llvm::Expected<CudaDevice> get(int ordinal = 0);
+
+  int ordinal() const { return ordinal_; }
+  llvm::StringRef name() const { return name_; }
+  int computeCapabilityMajor() const { return ccMajor_; }
+  int computeCapabilityMinor() const { return ccMinor_; }
+  /// "sm_90" for compute capability 9.0.
+  std::string smArch() const;
+  int multiprocessorCount() const { return smCount_; }
+  /// Dynamic + static shared memory a block may opt in to (227 KiB on H100).
+  int maxSharedMemoryPerBlockOptin() const { return smemOptin_; }
+  int maxSharedMemoryPerMultiprocessor() const { return smemPerSm_; }
+  int maxThreadsPerBlock() const { return maxThreadsPerBlock_; }
+  int l2CacheBytes() const { return l2Bytes_; }
+  size_t totalMemoryBytes() const { return totalMem_; }
+  bool supportsClusterLaunch() const { return clusterLaunch_; }
+  CUctx_st *context() const { return context_; }
+
+  /// Makes this device's context the calling thread's current one.
+  llvm::Error makeCurrent() const;
+  /// Waits for all work in the context (cuCtxSynchronize).
+  llvm::Error synchronize() const;
+
+private:
+  CudaDevice() = default;
+
+  int ordinal_ = 0;
+  int handle_ = 0;
+  CUctx_st *context_ = nullptr;
+  std::string name_;
+  int ccMajor_ = 0, ccMinor_ = 0;
+  int smCount_ = 0, smemOptin_ = 0, smemPerSm_ = 0, maxThreadsPerBlock_ = 0;
+  int l2Bytes_ = 0;
+  size_t totalMem_ = 0;
+  bool clusterLaunch_ = false;
+};
+
+/// Waits for all work queued on `stream`.
+llvm::Error synchronizeStream(CudaStream stream);
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+/// Device memory owned by cuMemAlloc/cuMemFree. Move-only.
+class DeviceBuffer {
+public:
+  /// Allocates `bytes` in `device`'s context; 0 bytes gives an empty buffer.
+  static llvm::Expected<DeviceBuffer> allocate(const CudaDevice &device,
+                                               size_t bytes);
+
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer();
+
+  DevicePtr ptr() const { return ptr_; }
+  size_t size() const { return size_; }
+
+  /// Synchronous copies of `bytes` at byte `offset` into the buffer.
+  llvm::Error copyFromHost(const void *src, size_t bytes, size_t offset = 0);
+  llvm::Error copyToHost(void *dst, size_t bytes, size_t offset = 0) const;
+  /// Sets every byte of the buffer to `value` (e.g. 0xff to poison outputs).
+  llvm::Error memset(uint8_t value);
+  /// Frees now and reports a failure the destructor would have to drop.
+  llvm::Error release();
+
+private:
+  llvm::Error checkRange(llvm::StringRef what, size_t bytes,
+                         size_t offset) const;
+
+  DevicePtr ptr_ = 0;
+  size_t size_ = 0;
+};
+
+//===----------------------------------------------------------------------===//
+// Modules and kernels
+//===----------------------------------------------------------------------===//
+
+/// Static resources of a compiled kernel, from cuFuncGetAttribute.
+struct KernelAttributes {
+  int numRegisters = 0;
+  int staticSharedBytes = 0;
+  int localBytes = 0;
+  int maxThreadsPerBlock = 0;
+};
+
+/// A kernel of a loaded CudaModule; valid while the module is.
+class CudaKernel {
+public:
+  llvm::StringRef name() const { return name_; }
+  CUfunc_st *function() const { return function_; }
+
+  /// Lets launches use up to `bytes` of dynamic shared memory; needed above
+  /// 48 KiB (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+  llvm::Error setMaxDynamicSharedMemory(unsigned bytes) const;
+  llvm::Expected<KernelAttributes> attributes() const;
+
+  /// Launches with cuLaunchKernelEx. `params` holds one pointer per kernel
+  /// parameter, to its value (a TensorMap for a __grid_constant__ CUtensorMap
+  /// parameter). A cluster other than 1x1x1 adds the cluster-dimension launch
+  /// attribute; the grid must be a multiple of it.
+  llvm::Error launch(Dim3 grid, Dim3 block, unsigned dynamicSharedBytes,
+                     CudaStream stream, llvm::ArrayRef<void *> params,
+                     Dim3 cluster = {}) const;
+
+private:
+  friend class CudaModule;
+  CudaKernel(CUfunc_st *function, std::string name)
+      : function_(function), name_(std::move(name)) {}
+
+  CUfunc_st *function_;
+  std::string name_;
+};
+
+/// A cubin, fatbin or PTX image loaded with cuModuleLoadDataEx. Move-only;
+/// unloaded on destruction.
+class CudaModule {
+public:
+  /// Loads `image` into `device`'s context. An ELF (cubin) or fatbin image
+  /// is loaded as is; anything else is taken as PTX text and JIT-compiled,
+  /// with the JIT's error log appended to the error on failure. `name`
+  /// names the module in errors.
+  static llvm::Expected<CudaModule> load(const CudaDevice &device,
+                                         llvm::StringRef image,
+                                         llvm::StringRef name);
+
+  CudaModule() = default;
+  CudaModule(CudaModule &&other) noexcept;
+  CudaModule &operator=(CudaModule &&other) noexcept;
+  CudaModule(const CudaModule &) = delete;
+  CudaModule &operator=(const CudaModule &) = delete;
+  ~CudaModule();
+
+  llvm::StringRef name() const { return name_; }
+  /// The JIT's informational log (PTX images only; may be empty).
+  llvm::StringRef jitLog() const { return jitLog_; }
+
+  /// Looks up a kernel by its mangled name.
+  llvm::Expected<CudaKernel> getFunction(llvm::StringRef kernelName) const;
+
+private:
+  CUmod_st *module_ = nullptr;
+  std::string name_;
+  std::string jitLog_;
+};
+
+//===----------------------------------------------------------------------===//
+// Tensor maps
+//===----------------------------------------------------------------------===//
+
+/// A TMA descriptor as cuda.h's CUtensorMap: 128 opaque bytes, aligned as
+/// cuTensorMapEncodeTiled requires. Passed by value to kernels.
+struct alignas(64) TensorMap {
+  uint64_t opaque[16];
+};
+static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
+
+enum class TensorMapDataType {
+  UInt8,
+  UInt16,
+  UInt32,
+  Int32,
+  UInt64,
+  Int64,
+  Float16,
+  Float32,
+  Float64,
+  BFloat16,
+  Float32Ftz,
+  TFloat32,
+  TFloat32Ftz,
+};
+enum class TensorMapInterleave { None, Bytes16, Bytes32 };
+enum class TensorMapSwizzle { None, Bytes32, Bytes64, Bytes128 };
+enum class TensorMapL2Promotion { None, Bytes64, Bytes128, Bytes256 };
+enum class TensorMapOOBFill { None, NaNRequestZeroFMA };
+
+/// Bytes of one element of `type`.
+size_t tensorMapElementSize(TensorMapDataType type);
+
+/// The arguments of cuTensorMapEncodeTiled. Dimensions run innermost
+/// (contiguous) first, as the driver takes them.
+struct TiledTensorMapDesc {
+  TensorMapDataType dataType = TensorMapDataType::Float16;
+  DevicePtr globalAddress = 0;
+  /// Elements along each of the 1..5 dimensions.
+  llvm::SmallVector<uint64_t, 5> globalDims;
+  /// Byte strides of dimensions 1..rank-1 (dimension 0 is contiguous).
+  llvm::SmallVector<uint64_t, 4> globalStrides;
+  /// Elements of the box one TMA copy moves, per dimension.
+  llvm::SmallVector<uint32_t, 5> boxDims;
+  /// Traversal strides per dimension; empty means all 1.
+  llvm::SmallVector<uint32_t, 5> elementStrides;
+  TensorMapInterleave interleave = TensorMapInterleave::None;
+  TensorMapSwizzle swizzle = TensorMapSwizzle::None;
+  TensorMapL2Promotion l2Promotion = TensorMapL2Promotion::None;
+  TensorMapOOBFill oobFill = TensorMapOOBFill::None;
+};
+
+/// Checks `desc` against cuTensorMapEncodeTiled's rules without a driver; the
+/// error names `what` (e.g. "Q") and the offending argument.
+llvm::Error validateTiledTensorMap(const TiledTensorMapDesc &desc,
+                                   llvm::StringRef what);
+
+/// Validates `desc`, then encodes it with cuTensorMapEncodeTiled.
+llvm::Expected<TensorMap> encodeTiledTensorMap(const TiledTensorMapDesc &desc,
+                                               llvm::StringRef what);
+
+//===----------------------------------------------------------------------===//
+// Events
+//===----------------------------------------------------------------------===//
+
+/// A timing event (cuEventCreate with default flags). Move-only.
+class CudaEvent {
+public:
+  static llvm::Expected<CudaEvent> create(const CudaDevice &device);
+
+  CudaEvent() = default;
+  CudaEvent(CudaEvent &&other) noexcept;
+  CudaEvent &operator=(CudaEvent &&other) noexcept;
+  CudaEvent(const CudaEvent &) = delete;
+  CudaEvent &operator=(const CudaEvent &) = delete;
+  ~CudaEvent();
+
+  llvm::Error record(CudaStream stream);
+  llvm::Error synchronize() const;
+  /// Milliseconds from `start` to this event; both must have completed
+  /// (synchronize this one first).
+  llvm::Expected<float> elapsedMillisecondsSince(const CudaEvent &start) const;
+
+private:
+  CUevent_st *event_ = nullptr;
+};
+
+} // namespace fa3::runtime
+
+#endif // FA3_RUNTIME_CUDADRIVER_H

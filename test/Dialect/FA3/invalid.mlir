@@ -1,0 +1,486 @@
+// RUN: fa3-opt %s -split-input-file -verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// fa3.attention: operand shapes
+//===----------------------------------------------------------------------===//
+
+func.func @query_rank(%q: tensor<2x128x64xf16>, %k: tensor<2x128x2x64xf16>, %v: tensor<2x128x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects query to have rank 4 [B, Sq, Hq, D], got rank 3}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x128x64xf16>, tensor<2x128x2x64xf16>, tensor<2x128x2x64xf16>) -> (tensor<2x128x2x64xf16>, tensor<2x2x128xf32>)
+  return
+}
+
+// -----
+
+func.func @key_rank(%q: tensor<2x128x2x64xf16>, %k: tensor<2x128x2x1x64xf16>, %v: tensor<2x128x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects key to have rank 4 [B, Sk, Hkv, D], got rank 5}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x128x2x64xf16>, tensor<2x128x2x1x64xf16>, tensor<2x128x2x64xf16>) -> (tensor<2x128x2x64xf16>, tensor<2x2x128xf32>)
+  return
+}
+
+// -----
+
+func.func @value_rank(%q: tensor<2x128x2x64xf16>, %k: tensor<2x128x2x64xf16>, %v: tensor<128x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects value to have rank 4 [B, Sk, Hkv, Dv], got rank 3}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x128x2x64xf16>, tensor<2x128x2x64xf16>, tensor<128x2x64xf16>) -> (tensor<2x128x2x64xf16>, tensor<2x2x128xf32>)
+  return
+}
+
+// -----
+
+func.func @unranked_query(%q: tensor<*xf16>, %k: tensor<2x128x2x64xf16>, %v: tensor<2x128x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects query to be a ranked tensor [B, Sq, Hq, D], got 'tensor<*xf16>'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<*xf16>, tensor<2x128x2x64xf16>, tensor<2x128x2x64xf16>) -> (tensor<2x128x2x64xf16>, tensor<2x2x128xf32>)
+  return
+}
+
+// -----
+
+func.func @batch_mismatch(%q: tensor<2x128x8x64xf16>, %k: tensor<3x128x2x64xf16>, %v: tensor<3x128x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op batch mismatch: query has 2, key has 3, value has 3}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x128x8x64xf16>, tensor<3x128x2x64xf16>, tensor<3x128x2x64xf16>) -> (tensor<2x128x8x64xf16>, tensor<2x8x128xf32>)
+  return
+}
+
+// -----
+
+func.func @kv_seq_mismatch(%q: tensor<2x?x8x64xf16>, %k: tensor<2x128x2x64xf16>, %v: tensor<2x96x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op key and value sequence lengths differ: 128 vs 96}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x128x2x64xf16>, tensor<2x96x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @head_dim_mismatch(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x128xf16>, %v: tensor<2x?x2x128xf16>) {
+  // expected-error @+1 {{'fa3.attention' op head dim mismatch: query has 64, key has 128}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x128xf16>, tensor<2x?x2x128xf16>) -> (tensor<2x?x8x128xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @gqa_not_divisible(%q: tensor<2x?x6x64xf16>, %k: tensor<2x?x4x64xf16>, %v: tensor<2x?x4x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op query heads (6) must be a positive multiple of key/value heads (4)}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x6x64xf16>, tensor<2x?x4x64xf16>, tensor<2x?x4x64xf16>) -> (tensor<2x?x6x64xf16>, tensor<2x6x?xf32>)
+  return
+}
+
+// -----
+
+func.func @kv_heads_mismatch(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x4x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op key has 2 heads but value has 4}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x4x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @head_dim_too_large(%q: tensor<1x?x1x512xf16>, %k: tensor<1x?x1x512xf16>, %v: tensor<1x?x1x512xf16>) {
+  // expected-error @+1 {{'fa3.attention' op query/key head dim must be a multiple of 8 in [8, 256], got 512}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x1x512xf16>, tensor<1x?x1x512xf16>, tensor<1x?x1x512xf16>) -> (tensor<1x?x1x512xf16>, tensor<1x1x?xf32>)
+  return
+}
+
+// -----
+
+func.func @head_dim_not_multiple_of_8(%q: tensor<1x?x1x60xf16>, %k: tensor<1x?x1x60xf16>, %v: tensor<1x?x1x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op query/key head dim must be a multiple of 8 in [8, 256], got 60}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x1x60xf16>, tensor<1x?x1x60xf16>, tensor<1x?x1x64xf16>) -> (tensor<1x?x1x64xf16>, tensor<1x1x?xf32>)
+  return
+}
+
+// -----
+
+func.func @value_head_dim(%q: tensor<1x?x1x64xf16>, %k: tensor<1x?x1x64xf16>, %v: tensor<1x?x1x12xf16>) {
+  // expected-error @+1 {{'fa3.attention' op value head dim must be a multiple of 8 in [8, 256], got 12}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x1x64xf16>, tensor<1x?x1x64xf16>, tensor<1x?x1x12xf16>) -> (tensor<1x?x1x12xf16>, tensor<1x1x?xf32>)
+  return
+}
+
+// -----
+
+func.func @dynamic_head_dim(%q: tensor<2x?x8x?xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects static head count and head dim in query, got shape [2, ?, 8, ?]}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x?xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @dynamic_kv_heads(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x?x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects static head count and head dim in key, got shape [2, ?, ?, 64]}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x?x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// fa3.attention: element types
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @dtype_mix(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects query, key and value to share one element type, got 'f16', 'bf16' and 'f16'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @dtype_i8(%q: tensor<2x?x8x64xi8>, %k: tensor<2x?x2x64xi8>, %v: tensor<2x?x2x64xi8>) {
+  // expected-error @+1 {{'fa3.attention' op expects element type f32, f16 or bf16, got 'i8'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xi8>, tensor<2x?x2x64xi8>, tensor<2x?x2x64xi8>) -> (tensor<2x?x8x64xi8>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @dtype_f64(%q: tensor<2x?x8x64xf64>, %k: tensor<2x?x2x64xf64>, %v: tensor<2x?x2x64xf64>) {
+  // expected-error @+1 {{'fa3.attention' op expects element type f32, f16 or bf16, got 'f64'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf64>, tensor<2x?x2x64xf64>, tensor<2x?x2x64xf64>) -> (tensor<2x?x8x64xf64>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @dtype_fp8_reserved(%q: tensor<2x?x8x64xf8E4M3FN>, %k: tensor<2x?x2x64xf8E4M3FN>, %v: tensor<2x?x2x64xf8E4M3FN>) {
+  // expected-error @+1 {{'fa3.attention' op f8E4M3FN inputs are reserved for the FP8 mode, which this version of fa3 does not implement yet}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN>) -> (tensor<2x?x8x64xf8E4M3FN>, tensor<2x8x?xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// fa3.attention: attributes
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @window_three_entries(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op window must have 2 entries (left, right), got 3}}
+  %o, %lse = fa3.attention %q, %k, %v {window = array<i64: 8, 0, 0>} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @window_below_minus_one(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op window bounds must be >= -1 (-1 = unbounded), got (-2, 0)}}
+  %o, %lse = fa3.attention %q, %k, %v {window = array<i64: -2, 0>} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @causal_window_right(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op a causal op sees no key to the right of the diagonal; window right bound must be -1 or 0, got 4}}
+  %o, %lse = fa3.attention %q, %k, %v {causal, window = array<i64: 128, 4>} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @negative_softcap(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op softcap must be non-negative and finite, got -3.000000e+01}}
+  %o, %lse = fa3.attention %q, %k, %v {softcap = -30.0 : f32} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @negative_scale(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op scale must be positive and finite, got -1.250000e-01}}
+  %o, %lse = fa3.attention %q, %k, %v {scale = -0.125 : f32} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @zero_scale(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op scale must be positive and finite, got 0.000000e+00}}
+  %o, %lse = fa3.attention %q, %k, %v {scale = 0.0 : f32} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @scale_not_f32(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op attribute 'scale' failed to satisfy constraint: 32-bit float attribute}}
+  %o, %lse = fa3.attention %q, %k, %v {scale = 0.125 : f16} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// fa3.attention: result types
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @lse_shape(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects lse of shape [2, 8, ?] and element type 'f32', got 'tensor<2x?x8xf32>'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x?x8xf32>)
+  return
+}
+
+// -----
+
+func.func @lse_element_type(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects lse of shape [2, 8, ?] and element type 'f32', got 'tensor<2x8x?xf16>'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf16>)
+  return
+}
+
+// -----
+
+func.func @output_shape(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects output of shape [2, ?, 8, 64] and element type 'f16', got 'tensor<2x?x2x64xf16>'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x2x64xf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @output_head_dim_is_dv(%q: tensor<1x?x1x64xbf16>, %k: tensor<1x?x1x64xbf16>, %v: tensor<1x?x1x32xbf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects output of shape [1, ?, 1, 32] and element type 'bf16', got 'tensor<1x?x1x64xbf16>'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x32xbf16>) -> (tensor<1x?x1x64xbf16>, tensor<1x1x?xf32>)
+  return
+}
+
+// -----
+
+func.func @output_element_type(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op expects output of shape [2, ?, 8, 64] and element type 'f16', got 'tensor<2x?x8x64xf32>'}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf32>, tensor<2x8x?xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// fa3.attention_grad
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @grad_key_shape(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_grad' op expects grad_key of shape [2, ?, 2, 64] and element type 'bf16', got 'tensor<2x?x8x64xbf16>'}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>)
+  return
+}
+
+// -----
+
+func.func @grad_output_shape(%do: tensor<2x?x2x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_grad' op expects grad_output of shape [2, ?, 8, 64] and element type 'bf16', got 'tensor<2x?x2x64xbf16>'}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse : (tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+  return
+}
+
+// -----
+
+func.func @grad_window(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_grad' op a causal op sees no key to the right of the diagonal; window right bound must be -1 or 0, got 1}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, window = array<i64: -1, 1>} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// #fa3.schedule
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// expected-error @+1 {{block_m and block_n must be multiples of 8, got 60 and 64}}
+func.func @schedule_block_m() attributes {s = #fa3.schedule<block_m = 60, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{block_m and block_n must be positive, got 64 and 0}}
+func.func @schedule_block_n_zero() attributes {s = #fa3.schedule<block_m = 64, block_n = 0, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{cluster must be 1 or 2, got 3}}
+func.func @schedule_cluster() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 3>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{pingpong needs at least 2 consumer warpgroups, got 1}}
+func.func @schedule_pingpong() attributes {s = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{producer_regs and consumer_regs must be 0 or a multiple of 8 in [24, 256], got 16 and 240}}
+func.func @schedule_regs() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 16, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{stages must be at least 1, got 0}}
+func.func @schedule_stages() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 0, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Tile level
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @load_tile_width(%q: tensor<2x?x8x64xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.load_tile' op tile has 32 columns but the tensor's head dim is 64}}
+  %t = fa3.load_tile %q[%i, %i, %i] : tensor<2x?x8x64xf16> -> tensor<128x32xf16>
+  return
+}
+
+// -----
+
+func.func @load_tile_element_type(%q: tensor<2x?x8x64xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.load_tile' op tile element type 'bf16' differs from the tensor's 'f16'}}
+  %t = fa3.load_tile %q[%i, %i, %i] : tensor<2x?x8x64xf16> -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @load_tile_dynamic(%q: tensor<2x?x8x64xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.load_tile' op result #0 must be statically shaped 2-D tensor of f16, bf16 or f32, but got 'tensor<?x64xf16>'}}
+  %t = fa3.load_tile %q[%i, %i, %i] : tensor<2x?x8x64xf16> -> tensor<?x64xf16>
+  return
+}
+
+// -----
+
+func.func @store_tile_width(%t: tensor<128x32xf16>, %o: tensor<2x?x8x64xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.store_tile' op tile has 32 columns but the tensor's head dim is 64}}
+  %o1 = fa3.store_tile %t into %o[%i, %i, %i] : tensor<128x32xf16> into tensor<2x?x8x64xf16>
+  return
+}
+
+// -----
+
+func.func @load_stats_type(%lse: tensor<2x8x?xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.load_stats' op expects an f32 statistics tensor, got 'tensor<2x8x?xf16>'}}
+  %l = fa3.load_stats %lse[%i, %i, %i] : tensor<2x8x?xf16> -> tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @block_m_vs_tile_rows(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.attention_block' op schedule block_m 128 differs from the query tile's 64 rows}}
+  %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16> -> tensor<64x64xf16>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @block_output_tile(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x32xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.attention_block' op expects an output tile of 64x32x'f16', got 'tensor<64x64xf16>'}}
+  %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x32xf16> -> tensor<64x64xf16>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @qk_inner_dim(%q: tensor<64x64xf16>, %k: tensor<32x128xf16>) {
+  // expected-error @+1 {{'fa3.qk' op query tile has 64 columns but key tile has 128}}
+  %s = fa3.qk %q, %k : tensor<64x64xf16>, tensor<32x128xf16> -> tensor<64x32xf32>
+  return
+}
+
+// -----
+
+func.func @qk_scores_shape(%q: tensor<64x64xf16>, %k: tensor<32x64xf16>) {
+  // expected-error @+1 {{'fa3.qk' op expects scores of 64x32, got 'tensor<64x64xf32>'}}
+  %s = fa3.qk %q, %k : tensor<64x64xf16>, tensor<32x64xf16> -> tensor<64x64xf32>
+  return
+}
+
+// -----
+
+func.func @qk_scores_f16(%q: tensor<64x64xf16>, %k: tensor<32x64xf16>) {
+  // expected-error @+1 {{'fa3.qk' op result #0 must be statically shaped 2-D tensor of f32, but got 'tensor<64x32xf16>'}}
+  %s = fa3.qk %q, %k : tensor<64x64xf16>, tensor<32x64xf16> -> tensor<64x32xf16>
+  return
+}
+
+// -----
+
+func.func @pv_inner_dim(%p: tensor<64x32xf32>, %v: tensor<64x64xf16>, %acc: tensor<64x64xf32>) {
+  // expected-error @+1 {{'fa3.pv' op probabilities have 32 columns but the value tile has 64 rows}}
+  %a = fa3.pv %p, %v, %acc : tensor<64x32xf32>, tensor<64x64xf16>, tensor<64x64xf32>
+  return
+}
+
+// -----
+
+func.func @pv_acc_shape(%p: tensor<64x32xf32>, %v: tensor<32x128xf16>, %acc: tensor<64x64xf32>) {
+  // expected-error @+1 {{'fa3.pv' op expects an accumulator of 64x128, got 'tensor<64x64xf32>'}}
+  %a = fa3.pv %p, %v, %acc : tensor<64x32xf32>, tensor<32x128xf16>, tensor<64x64xf32>
+  return
+}
+
+// -----
+
+func.func @softcap_zero(%s: tensor<64x64xf32>) {
+  // expected-error @+1 {{'fa3.softcap' op softcap must be positive and finite, got 0.000000e+00}}
+  %c = fa3.softcap %s {scale = 1.250000e-01 : f32, softcap = 0.0 : f32} : tensor<64x64xf32>
+  return
+}
+
+// -----
+
+func.func @mask_window(%s: tensor<64x64xf32>, %i: index) {
+  // expected-error @+1 {{'fa3.mask' op window must be (left, right) with bounds >= -1}}
+  %m = fa3.mask %s, %i, %i, %i, %i {window = array<i64: -5, 0>} : tensor<64x64xf32>
+  return
+}
+
+// -----
+
+func.func @online_softmax_rows(%s: tensor<64x64xf32>, %m: tensor<32xf32>, %l: tensor<32xf32>) {
+  // expected-error @+1 {{'fa3.online_softmax' op scores have 64 rows but the row statistics have 32}}
+  %p, %m1, %l1, %a = fa3.online_softmax %s, %m, %l {exp2_scale = 0.18 : f32} : tensor<64x64xf32>, tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @rescale_rows(%acc: tensor<64x64xf32>, %c: tensor<128xf32>) {
+  // expected-error @+1 {{'fa3.rescale' op accumulator has 64 rows but the correction has 128}}
+  %a = fa3.rescale %acc, %c : tensor<64x64xf32>, tensor<128xf32>
+  return
+}
+
+// -----
+
+func.func @finalize_shape(%acc: tensor<64x64xf32>, %m: tensor<64xf32>, %l: tensor<64xf32>) {
+  // expected-error @+1 {{'fa3.finalize' op output tile shape differs from the accumulator's: 'tensor<64x32xf16>' vs 'tensor<64x64xf32>'}}
+  %o, %lse = fa3.finalize %acc, %m, %l {scale = 1.0 : f32} : tensor<64x64xf32>, tensor<64xf32> -> tensor<64x32xf16>
+  return
+}
+
+// -----
+
+// Tiles hold f16, bf16 or f32: the lowerings have no other element type.
+func.func @qk_integer_tiles(%q: tensor<32x64xi8>, %k: tensor<16x64xi8>) -> tensor<32x16xf32> {
+  // expected-error @+1 {{'fa3.qk' op operand #0 must be statically shaped 2-D tensor of f16, bf16 or f32, but got 'tensor<32x64xi8>'}}
+  %s = fa3.qk %q, %k : tensor<32x64xi8>, tensor<16x64xi8> -> tensor<32x16xf32>
+  return %s : tensor<32x16xf32>
+}
+
+// -----
+
+func.func @finalize_f64_output(%acc: tensor<32x64xf32>, %m: tensor<32xf32>, %l: tensor<32xf32>) -> tensor<32x64xf64> {
+  // expected-error @+1 {{'fa3.finalize' op result #0 must be statically shaped 2-D tensor of f16, bf16 or f32, but got 'tensor<32x64xf64>'}}
+  %o, %lse = fa3.finalize %acc, %m, %l {scale = 1.0 : f32} : tensor<32x64xf32>, tensor<32xf32> -> tensor<32x64xf64>
+  return %o : tensor<32x64xf64>
+}

@@ -1,0 +1,77 @@
+// RUN: fa3-opt %s --fa3-select-schedule | FileCheck %s --check-prefix=CPU
+// RUN: fa3-opt %s --fa3-select-schedule=target=cpu | FileCheck %s --check-prefix=CPU
+// RUN: fa3-opt %s --fa3-select-schedule=target=sm_90a | FileCheck %s --check-prefix=SM90
+// RUN: fa3-opt %s --fa3-select-schedule="target=sm_90a block-m=64 block-n=32" | FileCheck %s --check-prefix=OVERRIDE
+// RUN: fa3-opt %s --fa3-select-schedule="block-n=128" | FileCheck %s --check-prefix=CPU-N128
+// RUN: not fa3-opt %s --fa3-select-schedule=target=sm_80 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: not fa3-opt %s --fa3-select-schedule=block-m=60 2>&1 | FileCheck %s --check-prefix=ERR-BLOCK
+// RUN: not fa3-opt %s --fa3-select-schedule="target=sm_90a block-m=96" 2>&1 | FileCheck %s --check-prefix=ERR-SM90
+
+// ERR: error: fa3-select-schedule: unknown target 'sm_80' (expected 'cpu' or 'sm_90a')
+// ERR-SM90: error: fa3-select-schedule: on sm_90a block-m must be a multiple of 64 (64 query rows per consumer warpgroup), got 96
+// ERR-BLOCK: error: fa3-select-schedule: block sizes must be non-negative multiples of 8, got 60
+
+// CPU-LABEL: func.func @d64
+// CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
+// SM90-LABEL: func.func @d64
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = true, persistent = false, cluster = 1>
+// OVERRIDE-LABEL: func.func @d64
+// OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 32, stages = 2, consumer_wgs = 1, producer_regs = 24, consumer_regs = 240, pingpong = false,
+// CPU-N128-LABEL: func.func @d64
+// CPU-N128: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 1,
+func.func @d64(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return %o, %lse : tensor<2x?x8x64xf16>, tensor<2x8x?xf32>
+}
+
+// CPU-LABEL: func.func @d128
+// CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
+// SM90-LABEL: func.func @d128
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
+// OVERRIDE-LABEL: func.func @d128
+// OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 32, stages = 2, consumer_wgs = 1, producer_regs = 24, consumer_regs = 240, pingpong = false,
+func.func @d128(%q: tensor<1x?x16x128xbf16>, %k: tensor<1x?x16x128xbf16>, %v: tensor<1x?x16x128xbf16>) -> (tensor<1x?x16x128xbf16>, tensor<1x16x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x16x128xbf16>, tensor<1x?x16x128xbf16>, tensor<1x?x16x128xbf16>) -> (tensor<1x?x16x128xbf16>, tensor<1x16x?xf32>)
+  return %o, %lse : tensor<1x?x16x128xbf16>, tensor<1x16x?xf32>
+}
+
+// CPU-LABEL: func.func @d256
+// CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
+// SM90-LABEL: func.func @d256
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
+func.func @d256(%q: tensor<1x?x4x256xf16>, %k: tensor<1x?x4x256xf16>, %v: tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x256xf16>, tensor<1x4x?xf32>
+}
+
+// Head dims between the table's rows take the next row up: d = 96 gets the
+// d <= 128 schedule.
+// SM90-LABEL: func.func @d96
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128,
+func.func @d96(%q: tensor<1x?x4x96xf16>, %k: tensor<1x?x4x96xf16>, %v: tensor<1x?x4x96xf16>) -> (tensor<1x?x4x96xf16>, tensor<1x4x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x4x96xf16>, tensor<1x?x4x96xf16>, tensor<1x?x4x96xf16>) -> (tensor<1x?x4x96xf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x96xf16>, tensor<1x4x?xf32>
+}
+
+// A schedule already in the IR (hand-written or autotuned) wins over the
+// cost model and over the block-m/block-n overrides.
+// CPU-LABEL: func.func @keep_existing
+// CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 32, block_n = 16, stages = 3, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>
+// SM90-LABEL: func.func @keep_existing
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 32, block_n = 16, stages = 3,
+// OVERRIDE-LABEL: func.func @keep_existing
+// OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 32, block_n = 16, stages = 3,
+func.func @keep_existing(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 32, block_n = 16, stages = 3, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+  return %o, %lse : tensor<2x?x8x64xf16>, tensor<2x8x?xf32>
+}
+
+// The pass schedules only the forward; the backward has no schedule yet.
+// CPU-LABEL: func.func @grad_untouched
+// CPU: fa3.attention_grad
+// CPU-NOT: schedule
+// CPU-SAME: : (
+func.func @grad_untouched(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+  return %dq, %dk, %dv : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>
+}
