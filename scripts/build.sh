@@ -9,4 +9,4 @@ if [ ! -f "$FA3_BUILD_DIR/build.ninja" ]; then
     -DPython3_EXECUTABLE="$FA3_PYTHON" \
     -DLLVM_ENABLE_ASSERTIONS=OFF >/dev/null
 fi
-ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run mlir-doc
+ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run fa3-cuda-info fa3-cache mlir-doc

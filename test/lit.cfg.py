@@ -54,14 +54,18 @@ tools = [
     ToolSubst("fa3-opt", unresolved="fatal"),
     # Built by tools/fa3-run; tests that need it say `REQUIRES: fa3-run`.
     ToolSubst("fa3-run", unresolved="ignore"),
+    # The runtime's tools; like fa3-run, their tests say `REQUIRES: <tool>`.
+    ToolSubst("fa3-cuda-info", unresolved="ignore"),
+    ToolSubst("fa3-cache", unresolved="ignore"),
     ToolSubst("split-file", unresolved="fatal"),
     ToolSubst("not", unresolved="fatal"),
     ToolSubst("count", unresolved="fatal"),
 ]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
-if shutil.which("fa3-run", path=config.fa3_tools_dir):
-    config.available_features.add("fa3-run")
+for tool in ("fa3-run", "fa3-cuda-info", "fa3-cache"):
+    if shutil.which(tool, path=config.fa3_tools_dir):
+        config.available_features.add(tool)
 
 # PTX assembly checks need ptxas; CMake records it as FA3_PTXAS.
 if config.fa3_ptxas and os.path.isfile(config.fa3_ptxas):

@@ -10,8 +10,13 @@
 
 #include "fa3/InitAllDialects.h"
 #include "fa3/JIT/CPUExecutable.h"
+#include "fa3/JIT/HopperCompiler.h"
+#include "fa3/Runtime/AttentionLauncher.h"
+#include "fa3/Runtime/CudaDriver.h"
 #include "fa3/Runtime/HostTensor.h"
+#include "fa3/Runtime/KernelCache.h"
 
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
@@ -36,7 +41,12 @@ static cl::opt<std::string> functionName("function", cl::Required,
                                          cl::desc("Function to run"));
 static cl::opt<std::string>
     device("device", cl::init("cpu"),
-           cl::desc("Where to run: cpu (cuda comes with the Hopper backend)"));
+           cl::desc("Where to run: cpu (MLIR's ExecutionEngine) or cuda (the "
+                    "Hopper kernel on GPU 0)"));
+static cl::opt<std::string> emit(
+    "emit", cl::init(""),
+    cl::desc("Compile only and print: ptx (the sm_90a kernel) or nvvm (the "
+             "kernel in the LLVM/NVVM dialect); needs no GPU"));
 static cl::list<std::string>
     inputs("input", cl::desc("@file.npy for each argument, in order"));
 static cl::list<std::string>
@@ -92,16 +102,145 @@ static llvm::Expected<HostTensor> readInput(unsigned index,
   return convert(*tensor, sig.elementType);
 }
 
+/// --emit=ptx|nvvm: compile for sm_90a and print.
+static int emitHopper(mlir::ModuleOp module) {
+  HopperCompileOptions options;
+  options.blockM = blockM;
+  options.blockN = blockN;
+  options.keepStages = emit == "nvvm";
+  auto kernel = compileHopperAttention(module, functionName, options);
+  if (!kernel)
+    return fail(kernel.takeError());
+  if (emit == "nvvm") {
+    for (auto &[name, ir] : kernel->stages)
+      if (name == "1-nvvm")
+        llvm::outs() << ir << "\n";
+    return 0;
+  }
+  llvm::outs() << llvm::StringRef(kernel->ptx).rtrim('\0');
+  return 0;
+}
+
+/// The compiled kernel for `module`'s function: from the kernel cache, or
+/// compiled and stored there (with each stage's IR when FA3_DUMP_IR=1).
+static llvm::Expected<HopperKernel> getHopperKernel(mlir::ModuleOp module,
+                                                    int driverVersion,
+                                                    bool &hit) {
+  auto func = module.lookupSymbol(functionName);
+  if (!func)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "no function '%s' in the module",
+                                   functionName.c_str());
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  func->print(os);
+  bool dumpIR = std::getenv("FA3_DUMP_IR") &&
+                llvm::StringRef(std::getenv("FA3_DUMP_IR")) == "1";
+  runtime::KernelCache &cache = runtime::KernelCache::getGlobal();
+  std::string key = runtime::KernelCache::computeKey(
+      {FA3_VERSION, "sm_90a", "cuda-driver-" + std::to_string(driverVersion),
+       text, "block-m=" + std::to_string(blockM),
+       "block-n=" + std::to_string(blockN)});
+  if (auto entry = cache.lookup(key)) {
+    auto info = runtime::AttentionKernelInfo::fromManifest(entry->manifest);
+    if (info) {
+      hit = true;
+      return HopperKernel{*info, entry->blob, {}};
+    }
+    llvm::consumeError(info.takeError());
+  }
+  hit = false;
+  HopperCompileOptions options;
+  options.blockM = blockM;
+  options.blockN = blockN;
+  options.keepStages = dumpIR;
+  auto kernel = compileHopperAttention(module, functionName, options);
+  if (!kernel)
+    return kernel.takeError();
+  if (llvm::Error err = cache.put(key, {kernel->ptx, kernel->info.toManifest()}))
+    llvm::errs() << "fa3-run: warning: kernel cache: "
+                 << llvm::toString(std::move(err)) << "\n";
+  if (dumpIR) {
+    for (auto &[name, ir] : kernel->stages)
+      llvm::consumeError(cache.putExtra(key, name + ".mlir", ir));
+    llvm::consumeError(cache.putExtra(key, "kernel.ptx", kernel->ptx));
+  }
+  return kernel;
+}
+
+/// --device=cuda: compile (or fetch) the kernel, launch it on GPU 0.
+static int runOnCuda(mlir::ModuleOp module) {
+  if (inputs.size() != 3 || outputs.size() != 2)
+    return fail("--device=cuda runs a function of one fa3.attention: give 3 "
+                "--input (q, k, v) and 2 --output (o, lse) flags, got " +
+                llvm::Twine(inputs.size()) + " and " +
+                llvm::Twine(outputs.size()));
+  auto driverVersion = runtime::cudaDriverVersion();
+  if (!driverVersion)
+    return fail(driverVersion.takeError());
+  auto start = std::chrono::steady_clock::now();
+  bool hit = false;
+  auto kernel = getHopperKernel(module, *driverVersion, hit);
+  if (!kernel)
+    return fail(kernel.takeError());
+  double compileMs = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  auto gpu = runtime::CudaDevice::get(0);
+  if (!gpu)
+    return fail(gpu.takeError());
+  if (gpu->getComputeCapabilityMajor() != 9)
+    return fail("--device=cuda needs a Hopper GPU (sm_90a); device 0 is " +
+                gpu->getName() + " (" + gpu->getSmArch() + ")");
+  auto cudaModule = runtime::CudaModule::load(*gpu, kernel->ptx,
+                                              kernel->info.name);
+  if (!cudaModule)
+    return fail(cudaModule.takeError());
+  auto function = cudaModule->getFunction(kernel->info.name);
+  if (!function)
+    return fail(function.takeError());
+
+  TensorSignature sig{kernel->info.bf16 ? ElementType::BF16 : ElementType::F16,
+                      {}};
+  std::vector<HostTensor> hostInputs;
+  for (unsigned i = 0; i < 3; ++i) {
+    auto tensor = readInput(i, sig);
+    if (!tensor)
+      return fail(tensor.takeError());
+    hostInputs.push_back(std::move(*tensor));
+  }
+  float medianMs = 0;
+  auto result = runtime::runAttentionForward(
+      *gpu, *function, kernel->info, hostInputs[0], hostInputs[1],
+      hostInputs[2], benchmark, &medianMs);
+  if (!result)
+    return fail(result.takeError());
+  if (benchmark > 0)
+    llvm::outs() << "kernel: " << kernel->info.name << " ("
+                 << (hit ? "cache hit" : "compiled") << " in "
+                 << llvm::format("%.1f", compileMs) << " ms)\nmedian of "
+                 << benchmark << " runs: " << llvm::format("%.4f", medianMs)
+                 << " ms (device events)\n";
+  for (unsigned i = 0; i < 2; ++i) {
+    auto path = filePath("output", outputs[i]);
+    if (!path)
+      return fail(path.takeError());
+    if (llvm::Error err = writeNpy(*path, (*result)[i]))
+      return fail(std::move(err));
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
   cl::ParseCommandLineOptions(argc, argv, "fa3 function runner\n");
 
-  if (device != "cpu") {
-    if (device == "cuda")
-      return fail("--device=cuda: this build of fa3 has no CUDA backend yet; "
-                  "use --device=cpu");
+  if (device != "cpu" && device != "cuda")
     return fail("--device=" + device + ": expected cpu or cuda");
-  }
+  if (!emit.empty() && emit != "ptx" && emit != "nvvm")
+    return fail("--emit=" + emit + ": expected ptx or nvvm");
 
   mlir::DialectRegistry registry;
   mlir::fa3::registerAllDialects(registry);
@@ -113,6 +252,11 @@ int main(int argc, char **argv) {
                                             mlir::ParserConfig(&context));
   if (!module)
     return fail("cannot parse '" + inputFile + "'");
+
+  if (!emit.empty())
+    return emitHopper(*module);
+  if (device == "cuda")
+    return runOnCuda(*module);
 
   CPUCompileOptions options;
   options.blockM = blockM;

@@ -7,7 +7,12 @@
 #ifndef FA3_CONVERSION_PASSES_H
 #define FA3_CONVERSION_PASSES_H
 
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
 #include "fa3/Conversion/FA3ToLinalg/FA3ToLinalg.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Pass/Pass.h"
 
 namespace mlir::fa3 {

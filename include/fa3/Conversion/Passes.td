@@ -40,4 +40,46 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
+  let summary = "Generate an sm_90a kernel for every scheduled fa3.attention";
+  let description = [{
+    For each `fa3.attention` with a `#fa3.schedule`, emits the forward kernel
+    of one query tile into `gpu.module @fa3_kernels` (targeting
+    `#nvvm.target<chip = "sm_90a", features = "+ptx86">`) and annotates the
+    op with `fa3.kernel` (the kernel symbol) and `fa3.launch` (threads,
+    dynamic shared memory, tile sizes). The host side stays at the tensor
+    level: the runtime encodes the TMA descriptors and launches the kernel
+    on a grid of ceildiv(Sq, block_m) x Hq x B.
+
+    The kernel realizes the tile level on Hopper: TMA loads of Q once and of
+    K/V on a `stages`-deep mbarrier ring (128-byte swizzled tiles), S = Q Kᵀ
+    with shared-memory wgmma, the online softmax on the accumulator fragment
+    (quad shuffles, `ex2.approx`, masking only on boundary blocks), O += P V
+    with register-A wgmma (P never leaves registers) and an epilogue storing
+    O and the LSE with ragged rows skipped. Each consumer warpgroup owns 64
+    query rows. Supported: f16/bf16, head dims 64/128/192/256 with Dv = D,
+    GQA, causal, windows, softcap, dynamic B/Sq/Sk.
+
+    ```mlir
+    %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : ...
+    // becomes
+    %o, %lse = fa3.attention %q, %k, %v {causal, fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d128_...,
+        fa3.launch = {block_m = 128, block_n = 128, shared_memory = 164929, threads = 256}, ...} : ...
+    gpu.module @fa3_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx86", O = 3>] {
+      llvm.func @fa3_fwd_bf16_d128_...(%tq: !llvm.ptr {llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}, ...)
+          attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} { ... }
+    }
+    ```
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+           "The GPU to generate for (only sm_90a)">,
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 #endif // FA3_CONVERSION_PASSES_TD

@@ -45,22 +45,22 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-/// A failed driver call. `result()` is the driver's CUresult, for callers that
-/// map some codes (CUDA_ERROR_OUT_OF_MEMORY = 2) to their own errors.
+/// A failed driver call. `getResult()` is the driver's CUresult, for callers
+/// that map some codes (CUDA_ERROR_OUT_OF_MEMORY = 2) to their own errors.
 class CudaDriverError : public llvm::ErrorInfo<CudaDriverError> {
 public:
   static char ID;
 
   CudaDriverError(int result, std::string message)
-      : result_(result), message_(std::move(message)) {}
+      : result(result), message(std::move(message)) {}
 
-  int result() const { return result_; }
+  int getResult() const { return result; }
   void log(llvm::raw_ostream &os) const override;
   std::error_code convertToErrorCode() const override;
 
 private:
-  int result_;
-  std::string message_;
+  int result;
+  std::string message;
 };
 
 //===----------------------------------------------------------------------===//
@@ -94,21 +94,21 @@ public:
   /// Initializes the driver, picks the context and makes it current.
   static llvm::Expected<CudaDevice> get(int ordinal = 0);
 
-  int ordinal() const { return ordinal_; }
-  llvm::StringRef name() const { return name_; }
-  int computeCapabilityMajor() const { return ccMajor_; }
-  int computeCapabilityMinor() const { return ccMinor_; }
+  int getOrdinal() const { return ordinal; }
+  llvm::StringRef getName() const { return name; }
+  int getComputeCapabilityMajor() const { return ccMajor; }
+  int getComputeCapabilityMinor() const { return ccMinor; }
   /// "sm_90" for compute capability 9.0.
-  std::string smArch() const;
-  int multiprocessorCount() const { return smCount_; }
+  std::string getSmArch() const;
+  int getMultiprocessorCount() const { return smCount; }
   /// Dynamic + static shared memory a block may opt in to (227 KiB on H100).
-  int maxSharedMemoryPerBlockOptin() const { return smemOptin_; }
-  int maxSharedMemoryPerMultiprocessor() const { return smemPerSm_; }
-  int maxThreadsPerBlock() const { return maxThreadsPerBlock_; }
-  int l2CacheBytes() const { return l2Bytes_; }
-  size_t totalMemoryBytes() const { return totalMem_; }
-  bool supportsClusterLaunch() const { return clusterLaunch_; }
-  CUctx_st *context() const { return context_; }
+  int getMaxSharedMemoryPerBlockOptin() const { return smemPerBlockOptin; }
+  int getMaxSharedMemoryPerMultiprocessor() const { return smemPerSm; }
+  int getMaxThreadsPerBlock() const { return maxThreadsPerBlock; }
+  int getL2CacheBytes() const { return l2CacheBytes; }
+  size_t getTotalMemoryBytes() const { return totalMemoryBytes; }
+  bool supportsClusterLaunch() const { return clusterLaunch; }
+  CUctx_st *getContext() const { return context; }
 
   /// Makes this device's context the calling thread's current one.
   llvm::Error makeCurrent() const;
@@ -118,15 +118,15 @@ public:
 private:
   CudaDevice() = default;
 
-  int ordinal_ = 0;
-  int handle_ = 0;
-  CUctx_st *context_ = nullptr;
-  std::string name_;
-  int ccMajor_ = 0, ccMinor_ = 0;
-  int smCount_ = 0, smemOptin_ = 0, smemPerSm_ = 0, maxThreadsPerBlock_ = 0;
-  int l2Bytes_ = 0;
-  size_t totalMem_ = 0;
-  bool clusterLaunch_ = false;
+  int ordinal = 0;
+  int handle = 0;
+  CUctx_st *context = nullptr;
+  std::string name;
+  int ccMajor = 0, ccMinor = 0;
+  int smCount = 0, smemPerBlockOptin = 0, smemPerSm = 0;
+  int maxThreadsPerBlock = 0, l2CacheBytes = 0;
+  size_t totalMemoryBytes = 0;
+  bool clusterLaunch = false;
 };
 
 /// Waits for all work queued on `stream`.
@@ -150,8 +150,8 @@ public:
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
   ~DeviceBuffer();
 
-  DevicePtr ptr() const { return ptr_; }
-  size_t size() const { return size_; }
+  DevicePtr ptr() const { return devicePtr; }
+  size_t size() const { return numBytes; }
 
   /// Synchronous copies of `bytes` at byte `offset` into the buffer.
   llvm::Error copyFromHost(const void *src, size_t bytes, size_t offset = 0);
@@ -165,8 +165,8 @@ private:
   llvm::Error checkRange(llvm::StringRef what, size_t bytes,
                          size_t offset) const;
 
-  DevicePtr ptr_ = 0;
-  size_t size_ = 0;
+  DevicePtr devicePtr = 0;
+  size_t numBytes = 0;
 };
 
 //===----------------------------------------------------------------------===//
@@ -184,13 +184,14 @@ struct KernelAttributes {
 /// A kernel of a loaded CudaModule; valid while the module is.
 class CudaKernel {
 public:
-  llvm::StringRef name() const { return name_; }
-  CUfunc_st *function() const { return function_; }
+  llvm::StringRef getName() const { return name; }
+  /// The driver's CUfunction.
+  CUfunc_st *getHandle() const { return function; }
 
   /// Lets launches use up to `bytes` of dynamic shared memory; needed above
   /// 48 KiB (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
   llvm::Error setMaxDynamicSharedMemory(unsigned bytes) const;
-  llvm::Expected<KernelAttributes> attributes() const;
+  llvm::Expected<KernelAttributes> getAttributes() const;
 
   /// Launches with cuLaunchKernelEx. `params` holds one pointer per kernel
   /// parameter, to its value (a TensorMap for a __grid_constant__ CUtensorMap
@@ -203,10 +204,10 @@ public:
 private:
   friend class CudaModule;
   CudaKernel(CUfunc_st *function, std::string name)
-      : function_(function), name_(std::move(name)) {}
+      : function(function), name(std::move(name)) {}
 
-  CUfunc_st *function_;
-  std::string name_;
+  CUfunc_st *function;
+  std::string name;
 };
 
 /// A cubin, fatbin or PTX image loaded with cuModuleLoadDataEx. Move-only;
@@ -217,9 +218,8 @@ public:
   /// is loaded as is; anything else is taken as PTX text and JIT-compiled,
   /// with the JIT's error log appended to the error on failure. `name`
   /// names the module in errors.
-  static llvm::Expected<CudaModule> load(const CudaDevice &device,
-                                         llvm::StringRef image,
-                                         llvm::StringRef name);
+  static llvm::Expected<CudaModule>
+  load(const CudaDevice &device, llvm::StringRef image, llvm::StringRef name);
 
   CudaModule() = default;
   CudaModule(CudaModule &&other) noexcept;
@@ -228,17 +228,17 @@ public:
   CudaModule &operator=(const CudaModule &) = delete;
   ~CudaModule();
 
-  llvm::StringRef name() const { return name_; }
+  llvm::StringRef getName() const { return name; }
   /// The JIT's informational log (PTX images only; may be empty).
-  llvm::StringRef jitLog() const { return jitLog_; }
+  llvm::StringRef getJitLog() const { return jitLog; }
 
   /// Looks up a kernel by its mangled name.
   llvm::Expected<CudaKernel> getFunction(llvm::StringRef kernelName) const;
 
 private:
-  CUmod_st *module_ = nullptr;
-  std::string name_;
-  std::string jitLog_;
+  CUmod_st *module = nullptr;
+  std::string name;
+  std::string jitLog;
 };
 
 //===----------------------------------------------------------------------===//
@@ -326,7 +326,7 @@ public:
   llvm::Expected<float> elapsedMillisecondsSince(const CudaEvent &start) const;
 
 private:
-  CUevent_st *event_ = nullptr;
+  CUevent_st *event = nullptr;
 };
 
 } // namespace fa3::runtime

@@ -1,0 +1,61 @@
+//===- AttentionLauncher.h - Launch fa3's Hopper attention kernels -*- C++ -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The host side of a compiled forward kernel, with no MLIR: device buffers,
+// the TMA descriptors of Q, K and V, the grid rule and the launch.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_RUNTIME_ATTENTIONLAUNCHER_H
+#define FA3_RUNTIME_ATTENTIONLAUNCHER_H
+
+#include "fa3/Runtime/CudaDriver.h"
+#include "fa3/Runtime/HostTensor.h"
+
+#include <map>
+#include <string>
+
+namespace fa3::runtime {
+
+/// What the compiler tells the runtime about one forward kernel (the
+/// `fa3.launch` metadata plus the spec it was built for).
+struct AttentionKernelInfo {
+  std::string name;
+  bool bf16 = true;
+  int64_t headDim = 0, numQHeads = 0, numKVHeads = 0;
+  int64_t blockM = 0, blockN = 0, threads = 0, sharedMemory = 0;
+
+  /// As key=value pairs for a KernelCache manifest, and back.
+  std::map<std::string, std::string> toManifest() const;
+  static llvm::Expected<AttentionKernelInfo>
+  fromManifest(const std::map<std::string, std::string> &manifest);
+};
+
+/// Device-resident Q, K, V ([B, S, H, D], contiguous) and outputs.
+struct AttentionDeviceArgs {
+  DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
+  int64_t batch = 0, seqQ = 0, seqK = 0;
+};
+
+/// Encodes the TMA descriptors and launches `kernel` on `stream`. Checks the
+/// shapes against `info` first; a launch with no rows (B or Sq = 0) does
+/// nothing.
+llvm::Error launchAttentionForward(const CudaKernel &kernel,
+                                   const AttentionKernelInfo &info,
+                                   const AttentionDeviceArgs &args,
+                                   CudaStream stream);
+
+/// The whole round trip for host tensors: upload, poison the outputs (NaN),
+/// launch, download O and LSE. With `benchmarkRuns` > 0, also times that many
+/// launches (after one warm-up) with device events and stores the median in
+/// milliseconds in `medianMs`.
+llvm::Expected<std::vector<HostTensor>>
+runAttentionForward(const CudaDevice &device, const CudaKernel &kernel,
+                    const AttentionKernelInfo &info, const HostTensor &q,
+                    const HostTensor &k, const HostTensor &v,
+                    unsigned benchmarkRuns = 0, float *medianMs = nullptr);
+
+} // namespace fa3::runtime
+
+#endif // FA3_RUNTIME_ATTENTIONLAUNCHER_H

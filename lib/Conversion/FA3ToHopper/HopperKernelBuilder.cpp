@@ -1,0 +1,638 @@
+//===- HopperKernelBuilder.cpp - The sm_90a forward attention kernel ---------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// Emits one CTA's work of the tile level (a query tile, its loop over key
+// blocks with the online softmax) as an LLVM/NVVM-dialect kernel:
+//
+//   * TMA (cp.async.bulk.tensor) loads of the Q tile once and of K and V
+//     tiles on a ring of `stages` buffers, each completing on an mbarrier
+//     with an expected byte count; tiles are 128-byte swizzled in shared
+//     memory, in atoms of 64 columns.
+//   * S = Q Kᵀ with wgmma, both operands read from shared memory through
+//     matrix descriptors (K-major).
+//   * The online softmax on the wgmma accumulator fragment: each thread
+//     holds two rows' worth of columns; row max and row sum reduce across the
+//     4 lanes of a quad with shfl.bfly; exp2 with scale·log2(e) folded.
+//   * O += P V with register-A wgmma: the f32 S fragment, converted to
+//     bf16/f16 pairs, is exactly the A-operand fragment of the next wgmma, so
+//     P never goes through shared memory. V is read MN-major (transposed).
+//   * An epilogue that normalizes O, forms the LSE and stores both, skipping
+//     rows past the end of the sequence.
+//
+// Every consumer warpgroup owns 64 query rows. Thread 0 issues the TMA loads;
+// after each key block all consumer threads arrive on the stage's "empty"
+// mbarrier and warp 0 waits for it before refilling that stage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+/// The number of bytes in one row of a 128-byte swizzle atom, and its
+/// element count for 16-bit types.
+static constexpr int64_t kAtomBytes = 128;
+static constexpr int64_t kAtomCols = 64;
+
+int64_t HopperAttentionSpec::sharedMemoryBytes() const {
+  int64_t tile = 2 * headDim; // bytes per row
+  int64_t barriers = 8 * (1 + 3 * stages);
+  return blockM * tile + 2 * stages * blockN * tile + barriers + 1024;
+}
+
+std::string HopperAttentionSpec::kernelName() const {
+  std::string name = "fa3_fwd_";
+  name += bf16 ? "bf16" : "f16";
+  name += "_d" + std::to_string(headDim);
+  name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
+  name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
+          std::to_string(stages);
+  if (causal)
+    name += "_causal";
+  // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".
+  auto bound = [](int64_t b) {
+    return b < 0 ? std::string("inf") : std::to_string(b);
+  };
+  if (windowLeft >= 0 || (!causal && windowRight >= 0))
+    name += "_w" + bound(windowLeft) + "_" + bound(windowRight);
+  if (softcap > 0)
+    name += "_cap";
+  // The scale is baked in; its bits keep kernels of different scales apart.
+  uint32_t bits;
+  std::memcpy(&bits, &scale, 4);
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "_s%08x", bits);
+  return name + hex;
+}
+
+namespace {
+
+/// Builds the kernel body. Index arithmetic is i32 (sequence lengths fit);
+/// global byte offsets are i64.
+class KernelBuilder {
+public:
+  KernelBuilder(OpBuilder &b, Location loc, const HopperAttentionSpec &spec)
+      : b(b), loc(loc), s(spec) {
+    MLIRContext *ctx = b.getContext();
+    i1 = b.getI1Type();
+    i32 = b.getI32Type();
+    i64 = b.getI64Type();
+    f32 = b.getF32Type();
+    elt = spec.bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+    smemPtr = LLVM::LLVMPointerType::get(ctx, 3);
+    globalPtr = LLVM::LLVMPointerType::get(ctx, 1);
+    genericPtr = LLVM::LLVMPointerType::get(ctx);
+  }
+
+  LLVM::LLVMFuncOp build(gpu::GPUModuleOp module);
+
+private:
+  // Scalars.
+  Value ci(int64_t v) { return arith::ConstantIntOp::create(b, loc, i32, v); }
+  Value cl(int64_t v) { return arith::ConstantIntOp::create(b, loc, i64, v); }
+  Value cf(float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value divu(Value x, Value y) { return arith::DivUIOp::create(b, loc, x, y); }
+  Value remu(Value x, Value y) { return arith::RemUIOp::create(b, loc, x, y); }
+  Value minsi(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value maxsi(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value fmax(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+  Value exp2(Value x) { return LLVM::Exp2Op::create(b, loc, f32, x); }
+  Value zext64(Value x) { return arith::ExtUIOp::create(b, loc, i64, x); }
+  Value sext64(Value x) { return arith::ExtSIOp::create(b, loc, i64, x); }
+
+  /// A one-result PTX snippet with f32 operands, e.g. tanh.approx.
+  Value ptxUnary(StringRef ptx, Value x) {
+    return LLVM::InlineAsmOp::create(
+               b, loc, f32, ValueRange{x}, b.getStringAttr(ptx),
+               b.getStringAttr("=f,f"), /*has_side_effects=*/UnitAttr(),
+               /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
+               LLVM::AsmDialectAttr(), ArrayAttr())
+        .getResult(0);
+  }
+
+  /// Shared memory: the tiles and barriers at byte offsets from `smem`.
+  Value smemAt(Value byteOffset) {
+    return LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), smem,
+                               ValueRange{byteOffset});
+  }
+  Value smemAddr(Value ptr) { // 32-bit shared-window address
+    return LLVM::PtrToIntOp::create(b, loc, i32, ptr);
+  }
+
+  /// The 64-bit wgmma matrix descriptor of a 128-byte-swizzled operand at
+  /// shared address `addr` (bits 0-13: addr >> 4; 16-29: leading byte offset
+  /// >> 4; 32-45: stride byte offset >> 4; 62-63: swizzle mode, 1 = 128B).
+  Value descriptor(Value addr, int64_t leadingBytes, int64_t strideBytes) {
+    Value lo = arith::ShRUIOp::create(b, loc, andi(addr, ci(0x3FFFF)), ci(4));
+    int64_t fixed = ((leadingBytes >> 4) & 0x3FFF) << 16;
+    fixed |= ((strideBytes >> 4) & 0x3FFF) << 32;
+    fixed |= int64_t(1) << 62;
+    return arith::OrIOp::create(b, loc, zext64(lo), cl(fixed));
+  }
+
+  void barrierInit(Value bar, int64_t count) {
+    NVVM::MBarrierInitOp::create(b, loc, bar, ci(count), Value());
+  }
+  void waitParity(Value bar, Value parity) {
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, ci(0x989680));
+  }
+  void expectTx(Value bar, int64_t bytes) {
+    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, ci(bytes),
+                                           NVVM::MemScopeKind::CTA,
+                                           /*relaxed=*/false, Value());
+  }
+  void tmaLoad(Value dst, Value map, ArrayRef<Value> coords, Value bar) {
+    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+        b, loc, dst, map, coords, bar, ValueRange(), Value(), Value(),
+        NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true,
+        NVVM::CTAGroupKindAttr(), Value());
+  }
+  Value shflXor(Value v, int64_t lane) {
+    return NVVM::ShflOp::create(b, loc, f32, ci(-1), v, ci(lane), ci(0x1f),
+                                NVVM::ShflKind::bfly, UnitAttr());
+  }
+  Value quadReduce(Value v, bool isMax) {
+    for (int64_t lane : {1, 2}) {
+      Value other = shflXor(v, lane);
+      v = isMax ? fmax(v, other) : fadd(v, other);
+    }
+    return v;
+  }
+
+  /// Packs two f32 into one register of two bf16/f16, `lo` in bits 0-15.
+  Value pack(Value lo, Value hi) {
+    auto v2f32 = VectorType::get({2}, f32);
+    Value v = LLVM::UndefOp::create(b, loc, v2f32);
+    v = LLVM::InsertElementOp::create(b, loc, v, lo, ci(0));
+    v = LLVM::InsertElementOp::create(b, loc, v, hi, ci(1));
+    Value t = LLVM::FPTruncOp::create(b, loc, VectorType::get({2}, elt), v);
+    return LLVM::BitcastOp::create(b, loc, i32, t);
+  }
+
+  SmallVector<Value> wgmmaSS(ArrayRef<Value> acc, Value descA, Value descB,
+                             bool accumulate);
+  SmallVector<Value> wgmmaRS(ArrayRef<Value> acc, ArrayRef<Value> a,
+                             Value descB);
+  void issueKV(Value stage, Value kBlock);
+
+  OpBuilder &b;
+  Location loc;
+  const HopperAttentionSpec &s;
+  Type i1, i32, i64, f32, elt;
+  LLVM::LLVMPointerType smemPtr, globalPtr, genericPtr;
+
+  // Kernel-wide values.
+  Value smem, tmaQ, tmaK, tmaV, batch, head, kvHead;
+  int64_t offQ = 0, offK = 0, offV = 0, offBar = 0;
+  Value barQ() { return smemAt(ci(offBar)); }
+  Value barFull(int64_t kind, Value stage) { // kind 0 = K, 1 = V, 2 = empty
+    return smemAt(
+        add(ci(offBar + 8 * (1 + kind * s.stages)), mul(stage, ci(8))));
+  }
+  int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
+};
+
+} // namespace
+
+/// `wgmma.mma_async` m64nNk16 with A and B from shared memory. The
+/// accumulator is tied in and out so that register allocation keeps it in
+/// place across the K loop.
+SmallVector<Value> KernelBuilder::wgmmaSS(ArrayRef<Value> acc, Value descA,
+                                          Value descB, bool accumulate) {
+  int64_t n = acc.size();
+  std::string t = s.bf16 ? "bf16" : "f16";
+  std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                    std::to_string(2 * n + 2) +
+                    ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                    std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
+  std::string constraints;
+  for (int64_t i = 0; i < n; ++i) {
+    ptx += (i ? ", $" : "$") + std::to_string(i);
+    constraints += "=f,";
+  }
+  ptx += "}, $" + std::to_string(2 * n) + ", $" + std::to_string(2 * n + 1) +
+         ", p, 1, 1, 0, 0;\n}\n";
+  for (int64_t i = 0; i < n; ++i)
+    constraints += std::to_string(i) + ",";
+  constraints += "l,l,r";
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  operands.append({descA, descB, ci(accumulate ? 1 : 0)});
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(n, f32));
+  auto op = LLVM::InlineAsmOp::create(
+      b, loc, structType, operands, b.getStringAttr(ptx),
+      b.getStringAttr(constraints), b.getUnitAttr(), UnitAttr(),
+      LLVM::TailCallKindAttr(), LLVM::AsmDialectAttr(), ArrayAttr());
+  SmallVector<Value> out;
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0), i));
+  return out;
+}
+
+/// `wgmma.mma_async` m64nNk16 with A in registers (4 x b32 of bf16/f16
+/// pairs) and B MN-major in shared memory (imm-trans-b = 1).
+SmallVector<Value> KernelBuilder::wgmmaRS(ArrayRef<Value> acc,
+                                          ArrayRef<Value> a, Value descB) {
+  int64_t n = acc.size();
+  std::string t = s.bf16 ? "bf16" : "f16";
+  int64_t first = 2 * n; // the A registers, then the descriptor, then scale-d
+  std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                    std::to_string(first + 5) +
+                    ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                    std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
+  std::string constraints;
+  for (int64_t i = 0; i < n; ++i) {
+    ptx += (i ? ", $" : "$") + std::to_string(i);
+    constraints += "=f,";
+  }
+  ptx += "}, {$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
+         ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
+         "}, $" + std::to_string(first + 4) + ", p, 1, 1, 1;\n}\n";
+  for (int64_t i = 0; i < n; ++i)
+    constraints += std::to_string(i) + ",";
+  constraints += "r,r,r,r,l,r";
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  operands.append(a.begin(), a.end());
+  operands.append({descB, ci(1)});
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(n, f32));
+  auto op = LLVM::InlineAsmOp::create(
+      b, loc, structType, operands, b.getStringAttr(ptx),
+      b.getStringAttr(constraints), b.getUnitAttr(), UnitAttr(),
+      LLVM::TailCallKindAttr(), LLVM::AsmDialectAttr(), ArrayAttr());
+  SmallVector<Value> out;
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0), i));
+  return out;
+}
+
+/// Thread 0: load key block `kBlock` of K and V into ring slot `stage`.
+void KernelBuilder::issueKV(Value stage, Value kBlock) {
+  Value row = mul(kBlock, ci(s.blockN));
+  int64_t bytes = tileBytes(s.blockN);
+  for (auto [kind, map, base] :
+       {std::tuple<int64_t, Value, int64_t>{0, tmaK, offK}, {1, tmaV, offV}}) {
+    Value bar = barFull(kind, stage);
+    expectTx(bar, bytes);
+    Value tile = add(ci(base), mul(stage, ci(bytes)));
+    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
+      Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
+      tmaLoad(dst, map, {ci(atom * kAtomCols), row, kvHead, batch}, bar);
+    }
+  }
+}
+
+LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
+  MLIRContext *ctx = b.getContext();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+
+  // extern __shared__ __align__(1024) char fa3_smem[];
+  StringRef smemName = "fa3_dynamic_smem";
+  if (!module.lookupSymbol(smemName))
+    LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                           /*isConstant=*/false, LLVM::Linkage::External,
+                           smemName, Attribute(), /*alignment=*/1024,
+                           /*addrSpace=*/3);
+
+  auto fnType = LLVM::LLVMFunctionType::get(
+      LLVM::LLVMVoidType::get(ctx),
+      {genericPtr, genericPtr, genericPtr, globalPtr, globalPtr, i32, i32});
+  auto fn = LLVM::LLVMFuncOp::create(b, loc, s.kernelName(), fnType);
+  fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
+              b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
+  // The tensor maps travel by value in parameter space (__grid_constant__),
+  // so TMA reads them without a trip through global memory.
+  auto mapType = LLVM::LLVMArrayType::get(i64, 16);
+  for (unsigned i = 0; i < 3; ++i) {
+    fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
+                  TypeAttr::get(mapType));
+    fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
+                  b.getI64IntegerAttr(64));
+    fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
+                  b.getUnitAttr());
+  }
+  for (unsigned i = 3; i < 5; ++i)
+    fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+
+  Block *entry = fn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  tmaQ = entry->getArgument(0);
+  tmaK = entry->getArgument(1);
+  tmaV = entry->getArgument(2);
+  Value outPtr = entry->getArgument(3), lsePtr = entry->getArgument(4);
+  Value seqQ = entry->getArgument(5), seqK = entry->getArgument(6);
+
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+  Value qBlock = NVVM::BlockIdXOp::create(b, loc, i32);
+  head = NVVM::BlockIdYOp::create(b, loc, i32);
+  batch = NVVM::BlockIdZOp::create(b, loc, i32);
+  kvHead = divu(head, ci(s.numQHeads / s.numKVHeads));
+  Value wg = divu(tid, ci(128));
+  Value warp = divu(remu(tid, ci(128)), ci(32));
+  Value lane = remu(tid, ci(32));
+
+  // Shared memory, aligned to the 1 KiB period of the 128-byte swizzle.
+  Value raw = LLVM::AddressOfOp::create(b, loc, smemPtr, smemName);
+  Value rawAddr = smemAddr(raw);
+  Value pad = sub(andi(add(rawAddr, ci(1023)), ci(~1023)), rawAddr);
+  smem = LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), raw,
+                             ValueRange{pad});
+  offQ = 0;
+  offK = tileBytes(s.blockM);
+  offV = offK + s.stages * tileBytes(s.blockN);
+  offBar = offV + s.stages * tileBytes(s.blockN);
+
+  Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
+  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+    barrierInit(barQ(), 1);
+    for (int64_t st = 0; st < s.stages; ++st) {
+      barrierInit(barFull(0, ci(st)), 1);
+      barrierInit(barFull(1, ci(st)), 1);
+      barrierInit(barFull(2, ci(st)), s.numThreads());
+    }
+    NVVM::FenceMbarrierInitOp::create(b, loc);
+    scf::YieldOp::create(b, loc);
+  });
+  NVVM::Barrier0Op::create(b, loc);
+
+  // The key blocks this query tile can see (as in fa3-fuse-softmax).
+  Value qStart = mul(qBlock, ci(s.blockM));
+  Value offset = sub(seqK, seqQ);
+  Value qLast = sub(minsi(add(qStart, ci(s.blockM)), seqQ), ci(1));
+  int64_t left = s.windowLeft, right = s.causal ? 0 : s.windowRight;
+  Value kLo = ci(0), kHi = seqK;
+  if (right >= 0)
+    kHi = minsi(seqK, add(add(qLast, offset), ci(right + 1)));
+  if (left >= 0)
+    kLo = maxsi(ci(0), sub(add(qStart, offset), ci(left)));
+  kHi = maxsi(kHi, ci(0));
+  Value blockLo = divu(kLo, ci(s.blockN));
+  Value blockHi = divu(add(kHi, ci(s.blockN - 1)), ci(s.blockN));
+  Value numBlocks = maxsi(sub(blockHi, blockLo), ci(0));
+
+  // Prologue: Q, then the first `stages` key blocks.
+  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+    expectTx(barQ(), tileBytes(s.blockM));
+    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
+      tmaLoad(smemAt(ci(offQ + atom * s.blockM * kAtomBytes)), tmaQ,
+              {ci(atom * kAtomCols), qStart, head, batch}, barQ());
+    for (int64_t st = 0; st < s.stages; ++st) {
+      Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
+      scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
+        issueKV(ci(st), add(blockLo, ci(st)));
+        scf::YieldOp::create(b, loc);
+      });
+    }
+    scf::YieldOp::create(b, loc);
+  });
+  waitParity(barQ(), ci(0));
+
+  // Fragment coordinates: this thread's two rows in the tile and the first
+  // of its column pairs in each 8-column block.
+  Value rowInTile = add(add(mul(wg, ci(64)), mul(warp, ci(16))),
+                        divu(lane, ci(4)));
+  Value rowAbs[2] = {add(qStart, rowInTile), add(qStart, add(rowInTile, ci(8)))};
+  Value colInBlock = mul(remu(lane, ci(4)), ci(2));
+
+  float c = s.scale * static_cast<float>(M_LOG2E);
+  float negInf = -std::numeric_limits<float>::infinity();
+  int64_t nS = s.blockN / 2, nO = s.headDim / 2;
+
+  SmallVector<Value> init = {cf(negInf), cf(negInf), cf(0), cf(0)};
+  for (int64_t i = 0; i < nO; ++i)
+    init.push_back(cf(0));
+
+  Value qTileAddr = add(smemAddr(smem), ci(offQ));
+  Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
+
+  auto loop = scf::ForOp::create(
+      b, loc, ci(0), numBlocks, ci(1), init,
+      [&](OpBuilder &, Location, Value it, ValueRange iters) {
+        Value stage = remu(it, ci(s.stages));
+        Value parity = andi(divu(it, ci(s.stages)), ci(1));
+        Value kBlock = add(blockLo, it);
+        Value kStart = mul(kBlock, ci(s.blockN));
+
+        // S = Q Kᵀ.
+        waitParity(barFull(0, stage), parity);
+        Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
+                              mul(stage, ci(tileBytes(s.blockN))));
+        SmallVector<Value> sAcc(nS, cf(0));
+        NVVM::WgmmaFenceAlignedOp::create(b, loc);
+        for (int64_t k = 0; k < s.headDim / 16; ++k) {
+          int64_t atom = k / 4, inAtom = (k % 4) * 32;
+          Value a = descriptor(
+              add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)), 16,
+              1024);
+          Value bd = descriptor(
+              add(kTileAddr, ci(atom * s.blockN * kAtomBytes + inAtom)), 16,
+              1024);
+          sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
+        }
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+
+        if (s.softcap > 0) {
+          Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
+          for (Value &v : sAcc)
+            v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+        }
+
+        // Mask only key blocks that cross the end of the keys, the diagonal
+        // or a window edge.
+        Value kEnd = add(kStart, ci(s.blockN));
+        Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
+        if (right >= 0)
+          needMask = ori(needMask,
+                         cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
+                             add(add(qStart, offset), ci(right))));
+        if (left >= 0)
+          needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
+                                       sub(add(qLast, offset), ci(left))));
+        auto masked = scf::IfOp::create(
+            b, loc, TypeRange(SmallVector<Type>(nS, f32)), needMask,
+            /*addElseBlock=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(masked.thenBlock());
+          SmallVector<Value> m;
+          for (int64_t r = 0; r < nS; ++r) {
+            Value row = rowAbs[(r % 4) / 2];
+            Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+            Value diag = add(row, offset);
+            Value hidden = cmp(arith::CmpIPredicate::sge, col, seqK);
+            if (right >= 0)
+              hidden = ori(hidden, cmp(arith::CmpIPredicate::sgt, col,
+                                       add(diag, ci(right))));
+            if (left >= 0)
+              hidden = ori(hidden, cmp(arith::CmpIPredicate::slt, col,
+                                       sub(diag, ci(left))));
+            m.push_back(select(hidden, cf(negInf), sAcc[r]));
+          }
+          scf::YieldOp::create(b, loc, m);
+          b.setInsertionPointToStart(masked.elseBlock());
+          scf::YieldOp::create(b, loc, sAcc);
+        }
+        SmallVector<Value> sv(masked.getResults());
+
+        // Online softmax on the fragment: rows 0 and 1 of this thread.
+        Value mNew[2], mScaled[2], alpha[2], lNew[2];
+        for (int64_t row = 0; row < 2; ++row) {
+          Value mx = iters[row];
+          for (int64_t r = 0; r < nS; ++r)
+            if ((r % 4) / 2 == row)
+              mx = fmax(mx, sv[r]);
+          mNew[row] = quadReduce(mx, /*isMax=*/true);
+          Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                              mNew[row], cf(negInf));
+          mScaled[row] = fmul(select(empty, cf(0), mNew[row]), cf(c));
+          alpha[row] = exp2(fsub(fmul(iters[row], cf(c)), mScaled[row]));
+        }
+        SmallVector<Value> p(nS);
+        Value rowSum[2] = {cf(0), cf(0)};
+        for (int64_t r = 0; r < nS; ++r) {
+          int64_t row = (r % 4) / 2;
+          p[r] = exp2(fsub(fmul(sv[r], cf(c)), mScaled[row]));
+          rowSum[row] = fadd(rowSum[row], p[r]);
+        }
+        for (int64_t row = 0; row < 2; ++row)
+          lNew[row] = fadd(fmul(iters[2 + row], alpha[row]), rowSum[row]);
+        SmallVector<Value> o(iters.begin() + 4, iters.end());
+        for (int64_t r = 0; r < nO; ++r)
+          o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+
+        // O += P V, P from registers.
+        waitParity(barFull(1, stage), parity);
+        Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
+                              mul(stage, ci(tileBytes(s.blockN))));
+        // The S accumulator, pairwise converted, is the A fragment of
+        // m64nDk16 (k-chunk k holds S registers 8k .. 8k+7). Registers
+        // written before the fence, as wgmma requires.
+        SmallVector<SmallVector<Value>> aFrags;
+        for (int64_t k = 0; k < s.blockN / 16; ++k) {
+          int64_t base = 8 * k;
+          aFrags.push_back({pack(p[base], p[base + 1]),
+                            pack(p[base + 2], p[base + 3]),
+                            pack(p[base + 4], p[base + 5]),
+                            pack(p[base + 6], p[base + 7])});
+        }
+        NVVM::WgmmaFenceAlignedOp::create(b, loc);
+        for (int64_t k = 0; k < s.blockN / 16; ++k) {
+          Value bd = descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
+                                s.blockN * kAtomBytes, 1024);
+          o = wgmmaRS(o, aFrags[k], bd);
+        }
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+
+        // Release the slot; warp 0 refills it once every thread is done.
+        NVVM::MBarrierArriveOp::create(b, loc, Type(), barFull(2, stage),
+                                       Value(), NVVM::MemScopeKind::CTA,
+                                       false);
+        Value next = add(it, ci(s.stages));
+        Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                            cmp(arith::CmpIPredicate::slt, next, numBlocks));
+        scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+          waitParity(barFull(2, stage), parity);
+          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+            issueKV(stage, add(blockLo, next));
+            scf::YieldOp::create(b, loc);
+          });
+          scf::YieldOp::create(b, loc);
+        });
+
+        SmallVector<Value> yields = {mNew[0], mNew[1], lNew[0], lNew[1]};
+        yields.append(o);
+        scf::YieldOp::create(b, loc, yields);
+      });
+
+  // Epilogue: O / l and LSE = scale * m + ln(l); rows with l = 0 saw no key.
+  SmallVector<Value> res(loop.getResults());
+  Value inv[2], lse[2];
+  for (int64_t row = 0; row < 2; ++row) {
+    Value l = quadReduce(res[2 + row], /*isMax=*/false);
+    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l,
+                                        cf(0));
+    inv[row] = select(empty, cf(0), arith::DivFOp::create(b, loc, cf(1), l));
+    Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
+                    cf(static_cast<float>(M_LN2)));
+    lse[row] = select(empty, cf(negInf), fadd(fmul(res[row], cf(s.scale)), ln));
+  }
+  for (int64_t row = 0; row < 2; ++row) {
+    Value inside = cmp(arith::CmpIPredicate::slt, rowAbs[row], seqQ);
+    scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+      // O[b, row, h, :] at ((b * Sq + row) * Hq + h) * D elements.
+      Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)),
+                                   sext64(rowAbs[row])),
+                               cl(s.numQHeads)),
+                           sext64(head));
+      Value rowBase = mul(rowIndex, cl(s.headDim * 2));
+      for (int64_t j = 0; j < s.headDim / 8; ++j) {
+        int64_t r = 4 * j + 2 * row;
+        Value packed = pack(fmul(res[4 + r], inv[row]),
+                            fmul(res[4 + r + 1], inv[row]));
+        Value byte = add(rowBase, zext64(mul(add(ci(j * 8), colInBlock),
+                                             ci(2))));
+        Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(),
+                                        outPtr, ValueRange{byte});
+        LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/4);
+      }
+      Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
+      scf::IfOp::create(b, loc, lane0, [&](OpBuilder &, Location) {
+        Value idx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
+                                sext64(head)),
+                            sext64(seqQ)),
+                        sext64(rowAbs[row]));
+        Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32, lsePtr,
+                                        ValueRange{idx});
+        LLVM::StoreOp::create(b, loc, lse[row], ptr, /*alignment=*/4);
+        scf::YieldOp::create(b, loc);
+      });
+      scf::YieldOp::create(b, loc);
+    });
+  }
+  LLVM::ReturnOp::create(b, loc, ValueRange());
+  return fn;
+}
+
+LLVM::LLVMFuncOp
+mlir::fa3::buildHopperAttentionKernel(OpBuilder &builder,
+                                      gpu::GPUModuleOp module,
+                                      const HopperAttentionSpec &spec) {
+  KernelBuilder kb(builder, module.getLoc(), spec);
+  return kb.build(module);
+}

@@ -1,0 +1,139 @@
+//===- HopperCompiler.cpp - Compile fa3 attention for sm_90a -----------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/JIT/HopperCompiler.h"
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Pass/PassManager.h"
+
+using namespace fa3;
+
+static llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(std::errc::invalid_argument,
+                                 message.str().c_str());
+}
+
+/// The function must be `return fa3.attention(arg0, arg1, arg2)`.
+static llvm::Expected<mlir::fa3::AttentionOp>
+findLaunchableAttention(mlir::func::FuncOp func) {
+  mlir::fa3::AttentionOp attention;
+  unsigned count = 0;
+  func.walk([&](mlir::fa3::AttentionOp op) {
+    attention = op;
+    ++count;
+  });
+  auto shapeError = [&] {
+    return error("'" + func.getSymName() +
+                 "' cannot run on CUDA: the runtime launches functions whose "
+                 "body is one fa3.attention on the three arguments, returning "
+                 "its (O, LSE)");
+  };
+  if (count != 1 || func.getNumArguments() != 3)
+    return shapeError();
+  for (unsigned i = 0; i < 3; ++i)
+    if (attention->getOperand(i) != func.getArgument(i))
+      return shapeError();
+  auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(
+      func.getBody().front().getTerminator());
+  if (!ret || ret.getNumOperands() != 2 ||
+      ret.getOperand(0) != attention.getOutput() ||
+      ret.getOperand(1) != attention.getLse())
+    return shapeError();
+  return attention;
+}
+
+static std::string print(mlir::Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->print(os);
+  return s;
+}
+
+llvm::Expected<HopperKernel>
+fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
+                            const HopperCompileOptions &options) {
+  mlir::OwningOpRef<mlir::ModuleOp> clone(module.clone());
+  auto func = clone->lookupSymbol<mlir::func::FuncOp>(function);
+  if (!func || func.isExternal())
+    return error("no function '" + function + "' with a body in the module");
+  auto attention = findLaunchableAttention(func);
+  if (!attention)
+    return attention.takeError();
+  // Only this function's kernel: drop every other function and kernel.
+  for (mlir::Operation &op :
+       llvm::make_early_inc_range(clone->getBody()->getOperations()))
+    if (&op != func.getOperation() &&
+        llvm::isa<mlir::func::FuncOp, mlir::gpu::GPUModuleOp,
+                  mlir::gpu::BinaryOp>(op))
+      op.erase();
+
+  mlir::MLIRContext *context = clone->getContext();
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(context, [&](mlir::Diagnostic &diag) {
+    llvm::raw_string_ostream os(diagnostics);
+    os << diag.getLocation() << ": " << diag << "\n";
+    return mlir::success();
+  });
+
+  HopperKernel kernel;
+  mlir::PassManager pm(context);
+  mlir::fa3::HopperPipelineOptions pipeline;
+  pipeline.blockM = options.blockM;
+  pipeline.blockN = options.blockN;
+  pipeline.format = "isa";
+  if (options.keepStages) {
+    kernel.stages.emplace_back("0-input", print(*clone));
+    // The kernel in the LLVM/NVVM dialect, before serialization.
+    mlir::OwningOpRef<mlir::ModuleOp> kernelIR(clone->clone());
+    mlir::PassManager kernelPm(context);
+    mlir::fa3::buildFA3HopperKernelPipeline(kernelPm, pipeline);
+    if (mlir::succeeded(kernelPm.run(*kernelIR)))
+      kernel.stages.emplace_back("1-nvvm", print(*kernelIR));
+  }
+  mlir::fa3::buildFA3HopperPipeline(pm, pipeline);
+  if (mlir::failed(pm.run(*clone)))
+    return error("fa3-hopper-pipeline failed on '" + function + "':\n" +
+                 diagnostics);
+
+  // The launch metadata left on the op by convert-fa3-to-hopper.
+  auto launch = (*attention)->getAttrOfType<mlir::DictionaryAttr>("fa3.launch");
+  auto symbol = (*attention)->getAttrOfType<mlir::SymbolRefAttr>("fa3.kernel");
+  if (!launch || !symbol)
+    return error("internal error: fa3.attention was not given a kernel");
+  auto getInt = [&](llvm::StringRef key) -> int64_t {
+    auto attr = launch.getAs<mlir::IntegerAttr>(key);
+    return attr ? attr.getInt() : 0;
+  };
+  auto q = llvm::cast<mlir::RankedTensorType>(attention->getQuery().getType());
+  auto k = llvm::cast<mlir::RankedTensorType>(attention->getKey().getType());
+  kernel.info.name = symbol.getLeafReference().str();
+  kernel.info.bf16 = q.getElementType().isBF16();
+  kernel.info.headDim = q.getDimSize(3);
+  kernel.info.numQHeads = q.getDimSize(2);
+  kernel.info.numKVHeads = k.getDimSize(2);
+  kernel.info.blockM = getInt("block_m");
+  kernel.info.blockN = getInt("block_n");
+  kernel.info.threads = getInt("threads");
+  kernel.info.sharedMemory = getInt("shared_memory");
+
+  auto binary = clone->lookupSymbol<mlir::gpu::BinaryOp>(
+      symbol.getRootReference());
+  if (!binary || binary.getObjects().empty())
+    return error("internal error: no gpu.binary for the kernels");
+  auto object = llvm::cast<mlir::gpu::ObjectAttr>(binary.getObjects()[0]);
+  kernel.ptx = object.getObject().getValue().str();
+  // The PTX the driver's JIT compiles must be NUL-terminated.
+  if (kernel.ptx.empty() || kernel.ptx.back() != '\0')
+    kernel.ptx.push_back('\0');
+  return kernel;
+}

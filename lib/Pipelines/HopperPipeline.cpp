@@ -1,0 +1,67 @@
+//===- HopperPipeline.cpp - fa3-hopper-pipeline ------------------------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/Passes.h"
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
+#include "fa3/Pipelines/Pipelines.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+void mlir::fa3::buildFA3HopperKernelPipeline(
+    OpPassManager &pm, const HopperPipelineOptions &options) {
+  FA3SelectScheduleOptions schedule;
+  schedule.target = "sm_90a";
+  schedule.blockM = options.blockM;
+  schedule.blockN = options.blockN;
+  pm.addPass(createFA3SelectSchedule(schedule));
+  ConvertFA3ToHopperOptions hopper;
+  hopper.chip = options.chip;
+  pm.addPass(createConvertFA3ToHopper(hopper));
+
+  // The kernels are built from arith, scf, llvm and nvvm ops.
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createSCFToControlFlowPass());
+  kernels.addPass(createConvertNVVMToLLVMPass());
+  kernels.addPass(createArithToLLVMConversionPass());
+  // convert-cf-to-llvm is anchored on builtin.module; the host side has no
+  // cf ops, so running it on the whole module only touches the kernels.
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  OpPassManager &cleanup = pm.nest<gpu::GPUModuleOp>();
+  cleanup.addPass(createCanonicalizerPass());
+  cleanup.addPass(createCSEPass());
+  cleanup.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void mlir::fa3::buildFA3HopperPipeline(OpPassManager &pm,
+                                       const HopperPipelineOptions &options) {
+  buildFA3HopperKernelPipeline(pm, options);
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = options.format;
+  if (!options.toolkitPath.empty())
+    binary.toolkitPath = options.toolkitPath;
+  pm.addPass(createGpuModuleToBinaryPass(binary));
+}
+
+void mlir::fa3::registerFA3HopperPipelines() {
+  PassPipelineRegistration<HopperPipelineOptions>(
+      "fa3-hopper-pipeline",
+      "Compile fa3.attention to sm_90a kernels (TMA + wgmma) and serialize "
+      "them: format=isa gives PTX, format=bin a cubin (needs ptxas)",
+      buildFA3HopperPipeline);
+  PassPipelineRegistration<HopperPipelineOptions>(
+      "fa3-hopper-kernel-pipeline",
+      "fa3-hopper-pipeline without the serialization: the kernels in the "
+      "LLVM/NVVM dialect",
+      buildFA3HopperKernelPipeline);
+}

@@ -1,0 +1,224 @@
+//===- AttentionLauncher.cpp - Launch fa3's Hopper attention kernels --------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Runtime/AttentionLauncher.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+
+using namespace fa3::runtime;
+
+static llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(std::errc::invalid_argument,
+                                 message.str().c_str());
+}
+
+std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
+  return {{"kernel", name},
+          {"dtype", bf16 ? "bf16" : "f16"},
+          {"head_dim", std::to_string(headDim)},
+          {"q_heads", std::to_string(numQHeads)},
+          {"kv_heads", std::to_string(numKVHeads)},
+          {"block_m", std::to_string(blockM)},
+          {"block_n", std::to_string(blockN)},
+          {"threads", std::to_string(threads)},
+          {"shared_memory", std::to_string(sharedMemory)}};
+}
+
+llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
+    const std::map<std::string, std::string> &manifest) {
+  AttentionKernelInfo info;
+  auto get = [&](const char *key) -> llvm::Expected<std::string> {
+    auto it = manifest.find(key);
+    if (it == manifest.end())
+      return error(llvm::Twine("kernel manifest lacks '") + key + "'");
+    return it->second;
+  };
+  auto getInt = [&](const char *key, int64_t &out) -> llvm::Error {
+    auto s = get(key);
+    if (!s)
+      return s.takeError();
+    if (llvm::StringRef(*s).getAsInteger(10, out))
+      return error(llvm::Twine("kernel manifest: '") + key +
+                   "' is not an integer: " + *s);
+    return llvm::Error::success();
+  };
+  auto name = get("kernel");
+  if (!name)
+    return name.takeError();
+  info.name = *name;
+  auto dtype = get("dtype");
+  if (!dtype)
+    return dtype.takeError();
+  info.bf16 = *dtype == "bf16";
+  for (auto [key, field] :
+       {std::pair<const char *, int64_t *>{"head_dim", &info.headDim},
+        {"q_heads", &info.numQHeads},
+        {"kv_heads", &info.numKVHeads},
+        {"block_m", &info.blockM},
+        {"block_n", &info.blockN},
+        {"threads", &info.threads},
+        {"shared_memory", &info.sharedMemory}})
+    if (llvm::Error err = getInt(key, *field))
+      return std::move(err);
+  return info;
+}
+
+/// The TMA descriptor of a contiguous [B, S, H, D] tensor, loading boxes of
+/// 64 head-dim elements (one 128-byte swizzle atom) by `rows` sequence rows.
+static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
+                                               int64_t batch, int64_t seq,
+                                               int64_t heads, int64_t dim,
+                                               int64_t rows,
+                                               llvm::StringRef what) {
+  TiledTensorMapDesc desc;
+  desc.dataType = bf16 ? TensorMapDataType::BFloat16 : TensorMapDataType::Float16;
+  desc.globalAddress = base;
+  // Zero-sized dims are not encodable; such tensors are never read (the
+  // kernel loads no key block when Sk = 0).
+  desc.globalDims = {uint64_t(dim), uint64_t(std::max<int64_t>(seq, 1)),
+                     uint64_t(heads), uint64_t(std::max<int64_t>(batch, 1))};
+  desc.globalStrides = {uint64_t(heads * dim * 2), uint64_t(dim * 2),
+                        uint64_t(std::max<int64_t>(seq, 1) * heads * dim * 2)};
+  desc.boxDims = {64, uint32_t(rows), 1, 1};
+  desc.swizzle = TensorMapSwizzle::Bytes128;
+  desc.l2Promotion = TensorMapL2Promotion::Bytes128;
+  desc.oobFill = TensorMapOOBFill::None; // zero fill past the end
+  return encodeTiledTensorMap(desc, what);
+}
+
+llvm::Error fa3::runtime::launchAttentionForward(
+    const CudaKernel &kernel, const AttentionKernelInfo &info,
+    const AttentionDeviceArgs &args, CudaStream stream) {
+  if (args.batch == 0 || args.seqQ == 0)
+    return llvm::Error::success();
+  if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
+    return error("sequence lengths must fit in 32 bits");
+  // A zero-length K/V has nothing to load; point its descriptor at Q, which
+  // exists and is never read through it.
+  DevicePtr k = args.seqK ? args.k : args.q, v = args.seqK ? args.v : args.q;
+  int64_t seqK = args.seqK ? args.seqK : args.seqQ;
+  int64_t kvHeads = args.seqK ? info.numKVHeads : info.numQHeads;
+  auto mapQ = bshdTensorMap(args.q, info.bf16, args.batch, args.seqQ,
+                            info.numQHeads, info.headDim, info.blockM, "Q");
+  if (!mapQ)
+    return mapQ.takeError();
+  auto mapK = bshdTensorMap(k, info.bf16, args.batch, seqK, kvHeads,
+                            info.headDim, info.blockN, "K");
+  if (!mapK)
+    return mapK.takeError();
+  auto mapV = bshdTensorMap(v, info.bf16, args.batch, seqK, kvHeads,
+                            info.headDim, info.blockN, "V");
+  if (!mapV)
+    return mapV.takeError();
+  if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
+    return err;
+
+  DevicePtr out = args.out, lse = args.lse;
+  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
+  void *params[] = {&*mapQ, &*mapK, &*mapV, &out, &lse, &seqQ32, &seqK32};
+  Dim3 grid{unsigned((args.seqQ + info.blockM - 1) / info.blockM),
+            unsigned(info.numQHeads), unsigned(args.batch)};
+  Dim3 block{unsigned(info.threads), 1, 1};
+  return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
+                       params);
+}
+
+llvm::Expected<std::vector<HostTensor>> fa3::runtime::runAttentionForward(
+    const CudaDevice &device, const CudaKernel &kernel,
+    const AttentionKernelInfo &info, const HostTensor &q, const HostTensor &k,
+    const HostTensor &v, unsigned benchmarkRuns, float *medianMs) {
+  ElementType elt = info.bf16 ? ElementType::BF16 : ElementType::F16;
+  for (auto [name, t] : {std::pair<const char *, const HostTensor *>{"q", &q},
+                         {"k", &k},
+                         {"v", &v}}) {
+    if (t->elementType != elt || t->shape.size() != 4)
+      return error(llvm::Twine("input ") + name + " must be a rank-4 " +
+                   elementTypeName(elt) + " tensor, got " + t->describe());
+  }
+  int64_t batch = q.shape[0], seqQ = q.shape[1], seqK = k.shape[1];
+  if (q.shape[2] != info.numQHeads || q.shape[3] != info.headDim ||
+      k.shape[0] != batch || v.shape[0] != batch || v.shape[1] != seqK ||
+      k.shape[2] != info.numKVHeads || v.shape[2] != info.numKVHeads ||
+      k.shape[3] != info.headDim || v.shape[3] != info.headDim)
+    return error("shapes q " + q.describe() + ", k " + k.describe() + ", v " +
+                 v.describe() + " do not match kernel " + info.name);
+
+  auto upload = [&](const HostTensor &t) -> llvm::Expected<DeviceBuffer> {
+    auto buffer = DeviceBuffer::allocate(device, std::max<size_t>(t.data.size(), 16));
+    if (!buffer)
+      return buffer.takeError();
+    if (!t.data.empty())
+      if (llvm::Error err = buffer->copyFromHost(t.data.data(), t.data.size()))
+        return std::move(err);
+    return std::move(*buffer);
+  };
+  auto dq = upload(q);
+  if (!dq)
+    return dq.takeError();
+  auto dk = upload(k);
+  if (!dk)
+    return dk.takeError();
+  auto dv = upload(v);
+  if (!dv)
+    return dv.takeError();
+  HostTensor o(elt, {batch, seqQ, info.numQHeads, info.headDim});
+  HostTensor lse(ElementType::F32, {batch, info.numQHeads, seqQ});
+  auto dout = DeviceBuffer::allocate(device, std::max<size_t>(o.data.size(), 16));
+  if (!dout)
+    return dout.takeError();
+  auto dlse = DeviceBuffer::allocate(device, std::max<size_t>(lse.data.size(), 16));
+  if (!dlse)
+    return dlse.takeError();
+  // Poison: all-ones bytes are NaN in bf16, f16 and f32, so an element the
+  // kernel does not write cannot pass as a result.
+  if (llvm::Error err = dout->memset(0xFF))
+    return std::move(err);
+  if (llvm::Error err = dlse->memset(0xFF))
+    return std::move(err);
+
+  AttentionDeviceArgs args{dq->ptr(), dk->ptr(), dv->ptr(), dout->ptr(),
+                           dlse->ptr(), batch, seqQ, seqK};
+  if (llvm::Error err = launchAttentionForward(kernel, info, args, nullptr))
+    return std::move(err);
+  if (llvm::Error err = device.synchronize())
+    return std::move(err);
+  if (!o.data.empty())
+    if (llvm::Error err = dout->copyToHost(o.data.data(), o.data.size()))
+      return std::move(err);
+  if (!lse.data.empty())
+    if (llvm::Error err = dlse->copyToHost(lse.data.data(), lse.data.size()))
+      return std::move(err);
+
+  if (benchmarkRuns > 0 && medianMs) {
+    std::vector<float> times;
+    for (unsigned i = 0; i <= benchmarkRuns; ++i) {
+      auto start = CudaEvent::create(device);
+      if (!start)
+        return start.takeError();
+      auto stop = CudaEvent::create(device);
+      if (!stop)
+        return stop.takeError();
+      if (llvm::Error err = start->record(nullptr))
+        return std::move(err);
+      if (llvm::Error err = launchAttentionForward(kernel, info, args, nullptr))
+        return std::move(err);
+      if (llvm::Error err = stop->record(nullptr))
+        return std::move(err);
+      if (llvm::Error err = stop->synchronize())
+        return std::move(err);
+      auto ms = stop->elapsedMillisecondsSince(*start);
+      if (!ms)
+        return ms.takeError();
+      if (i > 0) // the first run is the warm-up
+        times.push_back(*ms);
+    }
+    std::sort(times.begin(), times.end());
+    *medianMs = times[times.size() / 2];
+  }
+  return std::vector<HostTensor>{std::move(o), std::move(lse)};
+}

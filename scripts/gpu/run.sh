@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One GPU-machine run (see docs/GPU.md). The GPU machine has no LLVM: build
+# the static bundle here first (scripts/build-bundle.sh), carry .bundle with
+# the device tool, then run `bash scripts/gpu/run.sh [tests|bench|sass|all]`
+# there. Logs go to $OUT (or ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what="${1:-all}"
+out="${OUT:-$PWD/gpu-out}"
+mkdir -p "$out"
+bin=/tmp/fa3-bundle/bin
+mkdir -p "$bin"
+for f in .bundle/*.xz; do
+  xz -dc "$f" > "$bin/$(basename "$f" .xz)"
+  chmod +x "$bin/$(basename "$f" .xz)"
+done
+export FA3_RUN="$bin/fa3-run" PATH="$bin:/usr/local/cuda/bin:$PATH"
+export FA3_CACHE_DIR="${FA3_CACHE_DIR:-/tmp/fa3-cache}"
+PY=/opt/torch/.venv/bin/python
+[ -x "$PY" ] || PY=python3
+export PYTHONUNBUFFERED=1
+
+echo "== bundle $(cat .bundle/COMMIT 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+"$bin/fa3-cuda-info" | tee "$out/cuda-info.txt"
+status=0
+
+if [ "$what" = sass ] || [ "$what" = all ]; then
+  echo "== SASS of the kernels (ptxas + cuobjdump)"
+  for f in d64_full d128_causal d256_full; do
+    "$FA3_RUN" test/Pipeline/Hopper/Inputs/kernels.mlir --function=$f --emit=ptx > "/tmp/$f.ptx"
+    ptxas -arch=sm_90a -v "/tmp/$f.ptx" -o "/tmp/$f.cubin" 2>&1 | grep -E "C75|Used" | sed "s/^/$f: /"
+    cuobjdump -sass "/tmp/$f.cubin" > "/tmp/$f.sass"
+    echo "$f: HGMMA $(grep -c HGMMA "/tmp/$f.sass"), UTMALDG $(grep -c UTMALDG "/tmp/$f.sass"), WARPGROUP.ARRIVE $(grep -c 'WARPGROUP.ARRIVE' "/tmp/$f.sass"), WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' "/tmp/$f.sass")"
+  done 2>&1 | tee "$out/sass.txt"
+  cp /tmp/d128_causal.sass "$out/d128_causal.sass" 2>/dev/null || true
+fi
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  echo "== GPU tests"
+  "$PY" -m pytest -q -rA -p no:cacheprovider test/Integration/GPU 2>&1 | tee "$out/gpu-tests.txt" | grep -vE "^PASSED" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  echo "== benchmark"
+  "$PY" bench/bench_attention.py --out "$out" 2>&1 | tee "$out/bench.txt" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+exit $status

@@ -1,0 +1,44 @@
+// The sm_90a kernels' PTX has the Hopper machinery: TMA loads completing on
+// mbarriers, wgmma with both operands in shared memory for S = Q Kᵀ,
+// register-A wgmma (P in registers, V transposed) for O += P V, and ex2.
+// No GPU or ptxas needed; ptxas.mlir assembles the same PTX.
+
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_full --emit=ptx | FileCheck %s --check-prefixes=COMMON,D64
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D64
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d128_full --emit=ptx | FileCheck %s --check-prefixes=COMMON,D128
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d128_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D128
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_full --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
+
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_window --emit=ptx | FileCheck %s --check-prefix=WINDOW
+// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_winf_64_s{{[0-9a-f]+}}(
+// WINDOW: wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16
+
+// COMMON: .target sm_90a
+// COMMON: .extern .shared .align 1024 .b8 fa3_dynamic_smem[];
+// The three tensor maps arrive by value, 64-byte aligned (__grid_constant__).
+// COMMON: .visible .entry fa3_fwd_bf16_d
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_0[128],
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_1[128],
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_2[128],
+// COMMON: .maxntid
+// COMMON: mbarrier.init.shared.b64
+// COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
+// COMMON: mbarrier.try_wait.parity
+// S = Q Kᵀ: descriptors for A and B.
+// D64: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D256: wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){39}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// COMMON: wgmma.commit_group.sync.aligned
+// COMMON: wgmma.wait_group.sync.aligned 0
+// COMMON: shfl.sync.bfly.b32
+// COMMON: ex2.approx.f32
+// COMMON: cvt.rn.bf16x2.f32
+// O += P V: A from four 32-bit registers, B transposed (last immediate 1).
+// D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D256: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){127}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// COMMON: mbarrier.arrive.shared.b64
+// COMMON: lg2.approx.f32
+// COMMON: st.global.b32
+// COMMON: st.global.b32

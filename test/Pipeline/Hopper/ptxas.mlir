@@ -1,0 +1,21 @@
+// ptxas assembles every kernel of Inputs/kernels.mlir for sm_90a without
+// spilling. Needs CUDA's ptxas (lit feature `ptxas`); where CUDA is absent
+// the test is UNSUPPORTED, and ptx.mlir still checks the PTX text.
+// REQUIRES: ptxas
+
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_full --emit=ptx > %t.d64f.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.d64f.ptx -o %t.d64f.cubin 2>&1 | FileCheck %s
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_causal --emit=ptx > %t.d64c.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.d64c.ptx -o %t.d64c.cubin 2>&1 | FileCheck %s
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d128_full --emit=ptx > %t.d128f.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.d128f.ptx -o %t.d128f.cubin 2>&1 | FileCheck %s
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d128_causal --emit=ptx > %t.d128c.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.d128c.ptx -o %t.d128c.cubin 2>&1 | FileCheck %s
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_full --emit=ptx > %t.d256f.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.d256f.ptx -o %t.d256f.cubin 2>&1 | FileCheck %s
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_causal --emit=ptx > %t.d256c.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.d256c.ptx -o %t.d256c.cubin 2>&1 | FileCheck %s
+
+// CHECK-NOT: error
+// CHECK: Compiling entry function 'fa3_fwd_bf16_d
+// CHECK: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
