@@ -14,7 +14,7 @@ for f in .bundle/*.xz; do
   xz -dc "$f" > "$bin/$(basename "$f" .xz)"
   chmod +x "$bin/$(basename "$f" .xz)"
 done
-export FA3_RUN="$bin/fa3-run" PATH="$bin:/usr/local/cuda/bin:$PATH"
+export FA3_RUN="$bin/fa3-run" FA3_LIB="$bin/libfa3.so" PATH="$bin:/usr/local/cuda/bin:$PATH"
 export FA3_CACHE_DIR="${FA3_CACHE_DIR:-/tmp/fa3-cache}"
 PY=/opt/torch/.venv/bin/python
 [ -x "$PY" ] || PY=python3

@@ -11,10 +11,10 @@
 #include "fa3/InitAllDialects.h"
 #include "fa3/JIT/CPUExecutable.h"
 #include "fa3/JIT/HopperCompiler.h"
+#include "fa3/JIT/HopperKernelCache.h"
 #include "fa3/Runtime/AttentionLauncher.h"
 #include "fa3/Runtime/CudaDriver.h"
 #include "fa3/Runtime/HostTensor.h"
-#include "fa3/Runtime/KernelCache.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -121,53 +121,6 @@ static int emitHopper(mlir::ModuleOp module) {
   return 0;
 }
 
-/// The compiled kernel for `module`'s function: from the kernel cache, or
-/// compiled and stored there (with each stage's IR when FA3_DUMP_IR=1).
-static llvm::Expected<HopperKernel> getHopperKernel(mlir::ModuleOp module,
-                                                    int driverVersion,
-                                                    bool &hit) {
-  auto func = module.lookupSymbol(functionName);
-  if (!func)
-    return llvm::createStringError(std::errc::invalid_argument,
-                                   "no function '%s' in the module",
-                                   functionName.c_str());
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  func->print(os);
-  bool dumpIR = std::getenv("FA3_DUMP_IR") &&
-                llvm::StringRef(std::getenv("FA3_DUMP_IR")) == "1";
-  runtime::KernelCache &cache = runtime::KernelCache::getGlobal();
-  std::string key = runtime::KernelCache::computeKey(
-      {FA3_VERSION, "sm_90a", "cuda-driver-" + std::to_string(driverVersion),
-       text, "block-m=" + std::to_string(blockM),
-       "block-n=" + std::to_string(blockN)});
-  if (auto entry = cache.lookup(key)) {
-    auto info = runtime::AttentionKernelInfo::fromManifest(entry->manifest);
-    if (info) {
-      hit = true;
-      return HopperKernel{*info, entry->blob, {}};
-    }
-    llvm::consumeError(info.takeError());
-  }
-  hit = false;
-  HopperCompileOptions options;
-  options.blockM = blockM;
-  options.blockN = blockN;
-  options.keepStages = dumpIR;
-  auto kernel = compileHopperAttention(module, functionName, options);
-  if (!kernel)
-    return kernel.takeError();
-  if (llvm::Error err = cache.put(key, {kernel->ptx, kernel->info.toManifest()}))
-    llvm::errs() << "fa3-run: warning: kernel cache: "
-                 << llvm::toString(std::move(err)) << "\n";
-  if (dumpIR) {
-    for (auto &[name, ir] : kernel->stages)
-      llvm::consumeError(cache.putExtra(key, name + ".mlir", ir));
-    llvm::consumeError(cache.putExtra(key, "kernel.ptx", kernel->ptx));
-  }
-  return kernel;
-}
-
 /// --device=cuda: compile (or fetch) the kernel, launch it on GPU 0.
 static int runOnCuda(mlir::ModuleOp module) {
   if (inputs.size() != 3 || outputs.size() != 2)
@@ -180,7 +133,11 @@ static int runOnCuda(mlir::ModuleOp module) {
     return fail(driverVersion.takeError());
   auto start = std::chrono::steady_clock::now();
   bool hit = false;
-  auto kernel = getHopperKernel(module, *driverVersion, hit);
+  HopperCompileOptions options;
+  options.blockM = blockM;
+  options.blockN = blockN;
+  auto kernel = getOrCompileHopperAttention(module, functionName, options,
+                                            *driverVersion, hit);
   if (!kernel)
     return fail(kernel.takeError());
   double compileMs = std::chrono::duration<double, std::milli>(
