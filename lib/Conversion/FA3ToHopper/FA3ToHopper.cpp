@@ -60,6 +60,7 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   spec.blockM = schedule.getBlockM();
   spec.blockN = schedule.getBlockN();
   spec.stages = schedule.getStages();
+  spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   if (spec.blockM % 64 != 0 || spec.blockM > 256)
     return op.emitOpError() << "block_m must be 64, 128, 192 or 256 on "
                                "Hopper (64 rows per warpgroup), got "

@@ -61,6 +61,8 @@ std::string HopperAttentionSpec::kernelName() const {
   name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
   name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
           std::to_string(stages);
+  if (intraWarpgroupOverlap)
+    name += "_ov";
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".
@@ -439,149 +441,241 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value qTileAddr = add(smemAddr(smem), ci(offQ));
   Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
 
-  auto loop = scf::ForOp::create(
-      b, loc, ci(0), numBlocks, ci(1), init,
-      [&](OpBuilder &, Location, Value it, ValueRange iters) {
-        Value stage = remu(it, ci(s.stages));
-        Value parity = andi(divu(it, ci(s.stages)), ci(1));
-        Value kBlock = add(blockLo, it);
-        Value kStart = mul(kBlock, ci(s.blockN));
+  // The steps of one key block `it` (0-based from blockLo). Each issues its
+  // wgmmas and commits them; the caller decides when to wait, which is what
+  // the overlapped schedule changes.
+  auto slotOf = [&](Value it) {
+    return std::make_pair(remu(it, ci(s.stages)),
+                          andi(divu(it, ci(s.stages)), ci(1)));
+  };
 
-        // S = Q Kᵀ.
-        waitParity(barFull(0, stage), parity);
-        Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
-                              mul(stage, ci(tileBytes(s.blockN))));
-        SmallVector<Value> sAcc(nS, cf(0));
-        NVVM::WgmmaFenceAlignedOp::create(b, loc);
-        for (int64_t k = 0; k < s.headDim / 16; ++k) {
-          int64_t atom = k / 4, inAtom = (k % 4) * 32;
-          Value a = descriptor(
-              add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)), 16,
-              1024);
-          Value bd = descriptor(
-              add(kTileAddr, ci(atom * s.blockN * kAtomBytes + inAtom)), 16,
-              1024);
-          sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
-        }
-        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  // S = Q Kᵀ for block `it`.
+  auto issueQK = [&](Value it) {
+    auto [stage, parity] = slotOf(it);
+    waitParity(barFull(0, stage), parity);
+    Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
+                          mul(stage, ci(tileBytes(s.blockN))));
+    SmallVector<Value> sAcc(nS, cf(0));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    for (int64_t k = 0; k < s.headDim / 16; ++k) {
+      int64_t atom = k / 4, inAtom = (k % 4) * 32;
+      Value a = descriptor(
+          add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)), 16, 1024);
+      Value bd = descriptor(
+          add(kTileAddr, ci(atom * s.blockN * kAtomBytes + inAtom)), 16, 1024);
+      sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    return sAcc;
+  };
 
-        if (s.softcap > 0) {
-          Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
-          for (Value &v : sAcc)
-            v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
-        }
-
-        // Mask only key blocks that cross the end of the keys, the diagonal
-        // or a window edge.
-        Value kEnd = add(kStart, ci(s.blockN));
-        Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
+  // Softcap, mask (boundary blocks only) and the online-softmax update of
+  // the running max and sum; returns P and the correction factors.
+  struct SoftmaxStep {
+    SmallVector<Value> p;
+    Value m[2], l[2], alpha[2];
+  };
+  auto softmax = [&](SmallVector<Value> sAcc, Value it, const Value *mOld,
+                     const Value *lOld) {
+    Value kStart = mul(add(blockLo, it), ci(s.blockN));
+    if (s.softcap > 0) {
+      Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
+      for (Value &v : sAcc)
+        v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+    }
+    // Mask only key blocks that cross the end of the keys, the diagonal or
+    // a window edge.
+    Value kEnd = add(kStart, ci(s.blockN));
+    Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
+    if (right >= 0)
+      needMask = ori(needMask, cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
+                                   add(add(qStart, offset), ci(right))));
+    if (left >= 0)
+      needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
+                                   sub(add(qLast, offset), ci(left))));
+    auto masked = scf::IfOp::create(b, loc, TypeRange(SmallVector<Type>(nS, f32)),
+                                    needMask, /*addElseBlock=*/true);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(masked.thenBlock());
+      SmallVector<Value> m;
+      for (int64_t r = 0; r < nS; ++r) {
+        Value row = rowAbs[(r % 4) / 2];
+        Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+        Value diag = add(row, offset);
+        Value hidden = cmp(arith::CmpIPredicate::sge, col, seqK);
         if (right >= 0)
-          needMask = ori(needMask,
-                         cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
-                             add(add(qStart, offset), ci(right))));
+          hidden = ori(hidden, cmp(arith::CmpIPredicate::sgt, col,
+                                   add(diag, ci(right))));
         if (left >= 0)
-          needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
-                                       sub(add(qLast, offset), ci(left))));
-        auto masked = scf::IfOp::create(
-            b, loc, TypeRange(SmallVector<Type>(nS, f32)), needMask,
-            /*addElseBlock=*/true);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(masked.thenBlock());
-          SmallVector<Value> m;
-          for (int64_t r = 0; r < nS; ++r) {
-            Value row = rowAbs[(r % 4) / 2];
-            Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-            Value diag = add(row, offset);
-            Value hidden = cmp(arith::CmpIPredicate::sge, col, seqK);
-            if (right >= 0)
-              hidden = ori(hidden, cmp(arith::CmpIPredicate::sgt, col,
-                                       add(diag, ci(right))));
-            if (left >= 0)
-              hidden = ori(hidden, cmp(arith::CmpIPredicate::slt, col,
-                                       sub(diag, ci(left))));
-            m.push_back(select(hidden, cf(negInf), sAcc[r]));
-          }
-          scf::YieldOp::create(b, loc, m);
-          b.setInsertionPointToStart(masked.elseBlock());
-          scf::YieldOp::create(b, loc, sAcc);
-        }
-        SmallVector<Value> sv(masked.getResults());
+          hidden = ori(hidden,
+                       cmp(arith::CmpIPredicate::slt, col, sub(diag, ci(left))));
+        m.push_back(select(hidden, cf(negInf), sAcc[r]));
+      }
+      scf::YieldOp::create(b, loc, m);
+      b.setInsertionPointToStart(masked.elseBlock());
+      scf::YieldOp::create(b, loc, sAcc);
+    }
+    SmallVector<Value> sv(masked.getResults());
 
-        // Online softmax on the fragment: rows 0 and 1 of this thread.
-        Value mNew[2], mScaled[2], alpha[2], lNew[2];
-        for (int64_t row = 0; row < 2; ++row) {
-          Value mx = iters[row];
-          for (int64_t r = 0; r < nS; ++r)
-            if ((r % 4) / 2 == row)
-              mx = fmax(mx, sv[r]);
-          mNew[row] = quadReduce(mx, /*isMax=*/true);
-          Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                              mNew[row], cf(negInf));
-          mScaled[row] = fmul(select(empty, cf(0), mNew[row]), cf(c));
-          alpha[row] = exp2(fsub(fmul(iters[row], cf(c)), mScaled[row]));
-        }
-        SmallVector<Value> p(nS);
-        Value rowSum[2] = {cf(0), cf(0)};
-        for (int64_t r = 0; r < nS; ++r) {
-          int64_t row = (r % 4) / 2;
-          p[r] = exp2(fsub(fmul(sv[r], cf(c)), mScaled[row]));
-          rowSum[row] = fadd(rowSum[row], p[r]);
-        }
-        for (int64_t row = 0; row < 2; ++row)
-          lNew[row] = fadd(fmul(iters[2 + row], alpha[row]), rowSum[row]);
-        SmallVector<Value> o(iters.begin() + 4, iters.end());
-        for (int64_t r = 0; r < nO; ++r)
-          o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+    // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
+    // quad. The sum stays per thread until the epilogue.
+    SoftmaxStep step;
+    Value mScaled[2];
+    for (int64_t row = 0; row < 2; ++row) {
+      Value mx = mOld[row];
+      for (int64_t r = 0; r < nS; ++r)
+        if ((r % 4) / 2 == row)
+          mx = fmax(mx, sv[r]);
+      step.m[row] = quadReduce(mx, /*isMax=*/true);
+      Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                          step.m[row], cf(negInf));
+      mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cf(c));
+      step.alpha[row] = exp2(fsub(fmul(mOld[row], cf(c)), mScaled[row]));
+    }
+    step.p.resize(nS);
+    Value rowSum[2] = {cf(0), cf(0)};
+    for (int64_t r = 0; r < nS; ++r) {
+      int64_t row = (r % 4) / 2;
+      step.p[r] = exp2(fsub(fmul(sv[r], cf(c)), mScaled[row]));
+      rowSum[row] = fadd(rowSum[row], step.p[r]);
+    }
+    for (int64_t row = 0; row < 2; ++row)
+      step.l[row] = fadd(fmul(lOld[row], step.alpha[row]), rowSum[row]);
+    return step;
+  };
 
-        // O += P V, P from registers.
-        waitParity(barFull(1, stage), parity);
-        Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
-                              mul(stage, ci(tileBytes(s.blockN))));
-        // The S accumulator, pairwise converted, is the A fragment of
-        // m64nDk16 (k-chunk k holds S registers 8k .. 8k+7). Registers
-        // written before the fence, as wgmma requires.
-        SmallVector<SmallVector<Value>> aFrags;
-        for (int64_t k = 0; k < s.blockN / 16; ++k) {
-          int64_t base = 8 * k;
-          aFrags.push_back({pack(p[base], p[base + 1]),
-                            pack(p[base + 2], p[base + 3]),
-                            pack(p[base + 4], p[base + 5]),
-                            pack(p[base + 6], p[base + 7])});
-        }
-        NVVM::WgmmaFenceAlignedOp::create(b, loc);
-        for (int64_t k = 0; k < s.blockN / 16; ++k) {
-          Value bd = descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
-                                s.blockN * kAtomBytes, 1024);
-          o = wgmmaRS(o, aFrags[k], bd);
-        }
-        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  // O += P V for block `it`, P from registers.
+  auto issuePV = [&](ArrayRef<Value> p, SmallVector<Value> o, Value it) {
+    auto [stage, parity] = slotOf(it);
+    // The S accumulator, pairwise converted, is the A fragment of m64nDk16
+    // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
+    // the fence, as wgmma requires.
+    SmallVector<SmallVector<Value>> aFrags;
+    for (int64_t k = 0; k < s.blockN / 16; ++k) {
+      int64_t base = 8 * k;
+      aFrags.push_back({pack(p[base], p[base + 1]),
+                        pack(p[base + 2], p[base + 3]),
+                        pack(p[base + 4], p[base + 5]),
+                        pack(p[base + 6], p[base + 7])});
+    }
+    waitParity(barFull(1, stage), parity);
+    Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
+                          mul(stage, ci(tileBytes(s.blockN))));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    for (int64_t k = 0; k < s.blockN / 16; ++k) {
+      Value bd = descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
+                            s.blockN * kAtomBytes, 1024);
+      o = wgmmaRS(o, aFrags[k], bd);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    return o;
+  };
 
-        // Release the slot; warp 0 refills it once every thread is done.
-        NVVM::MBarrierArriveOp::create(b, loc, Type(), barFull(2, stage),
-                                       Value(), NVVM::MemScopeKind::CTA,
-                                       false);
-        Value next = add(it, ci(s.stages));
-        Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                            cmp(arith::CmpIPredicate::slt, next, numBlocks));
-        scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-          waitParity(barFull(2, stage), parity);
-          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-            issueKV(stage, add(blockLo, next));
-            scf::YieldOp::create(b, loc);
-          });
-          scf::YieldOp::create(b, loc);
-        });
-
-        SmallVector<Value> yields = {mNew[0], mNew[1], lNew[0], lNew[1]};
-        yields.append(o);
-        scf::YieldOp::create(b, loc, yields);
+  // After block `it`'s wgmmas completed: release its ring slot; warp 0
+  // refills it once every thread is done.
+  auto release = [&](Value it) {
+    auto [stage, parity] = slotOf(it);
+    NVVM::MBarrierArriveOp::create(b, loc, Type(), barFull(2, stage), Value(),
+                                   NVVM::MemScopeKind::CTA, false);
+    Value next = add(it, ci(s.stages));
+    Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                        cmp(arith::CmpIPredicate::slt, next, numBlocks));
+    scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+      waitParity(barFull(2, stage), parity);
+      scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+        issueKV(stage, add(blockLo, next));
+        scf::YieldOp::create(b, loc);
       });
+      scf::YieldOp::create(b, loc);
+    });
+  };
+  auto waitGroups = [&](int64_t pending) {
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending);
+  };
+  auto rescale = [&](SmallVector<Value> &o, const Value *alpha) {
+    for (int64_t r = 0; r < nO; ++r)
+      o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+  };
+
+  SmallVector<Value> results;
+  if (!s.intraWarpgroupOverlap) {
+    // One block at a time: QKᵀ, wait, softmax, PV, wait.
+    auto loop = scf::ForOp::create(
+        b, loc, ci(0), numBlocks, ci(1), init,
+        [&](OpBuilder &, Location, Value it, ValueRange iters) {
+          SmallVector<Value> sAcc = issueQK(it);
+          waitGroups(0);
+          Value mOld[2] = {iters[0], iters[1]}, lOld[2] = {iters[2], iters[3]};
+          SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
+          SmallVector<Value> o(iters.begin() + 4, iters.end());
+          rescale(o, step.alpha);
+          o = issuePV(step.p, o, it);
+          waitGroups(0);
+          release(it);
+          SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
+                                       step.l[1]};
+          yields.append(o);
+          scf::YieldOp::create(b, loc, yields);
+        });
+    results.assign(loop.getResults().begin(), loop.getResults().end());
+  } else {
+    // Intra-warpgroup overlap (FA3): block i+1's QKᵀ and block i's PV are in
+    // flight together, and block i+1's softmax runs while PV computes. The
+    // first QKᵀ+softmax is peeled before the loop and the last PV after it,
+    // so no wgmma sits under a branch.
+    Value any = cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0));
+    auto guarded = scf::IfOp::create(
+        b, loc, TypeRange(SmallVector<Type>(init.size(), f32)), any,
+        /*addElseBlock=*/true);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(guarded.thenBlock());
+      SmallVector<Value> s0 = issueQK(ci(0));
+      waitGroups(0);
+      Value m0[2] = {cf(negInf), cf(negInf)}, l0[2] = {cf(0), cf(0)};
+      SoftmaxStep first = softmax(s0, ci(0), m0, l0);
+      SmallVector<Value> loopInit(first.p);
+      loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
+      loopInit.append(init.begin() + 4, init.end());
+      auto loop = scf::ForOp::create(
+          b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
+          [&](OpBuilder &, Location, Value it, ValueRange iters) {
+            SmallVector<Value> p(iters.begin(), iters.begin() + nS);
+            Value mOld[2] = {iters[nS], iters[nS + 1]};
+            Value lOld[2] = {iters[nS + 2], iters[nS + 3]};
+            SmallVector<Value> o(iters.begin() + nS + 4, iters.end());
+            Value itNext = add(it, ci(1));
+            SmallVector<Value> sNext = issueQK(itNext);
+            o = issuePV(p, o, it);
+            waitGroups(1); // QKᵀ of block it+1 done, PV of block it in flight
+            SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
+            waitGroups(0); // PV done: O readable, the slot free
+            release(it);
+            rescale(o, step.alpha);
+            SmallVector<Value> yields(step.p);
+            yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
+            yields.append(o);
+            scf::YieldOp::create(b, loc, yields);
+          });
+      SmallVector<Value> res(loop.getResults());
+      SmallVector<Value> p(res.begin(), res.begin() + nS);
+      SmallVector<Value> o(res.begin() + nS + 4, res.end());
+      Value last = sub(numBlocks, ci(1));
+      o = issuePV(p, o, last);
+      waitGroups(0);
+      release(last);
+      SmallVector<Value> yields(res.begin() + nS, res.begin() + nS + 4);
+      yields.append(o);
+      scf::YieldOp::create(b, loc, yields);
+      b.setInsertionPointToStart(guarded.elseBlock());
+      scf::YieldOp::create(b, loc, init);
+    }
+    results.assign(guarded.getResults().begin(), guarded.getResults().end());
+  }
 
   // Epilogue: O / l and LSE = scale * m + ln(l); rows with l = 0 saw no key.
-  SmallVector<Value> res(loop.getResults());
+  SmallVector<Value> &res = results;
   Value inv[2], lse[2];
   for (int64_t row = 0; row < 2; ++row) {
     Value l = quadReduce(res[2 + row], /*isMax=*/false);

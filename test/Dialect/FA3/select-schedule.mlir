@@ -14,7 +14,7 @@
 // CPU-LABEL: func.func @d64
 // CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
 // SM90-LABEL: func.func @d64
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = true, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
 // OVERRIDE-LABEL: func.func @d64
 // OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 32, stages = 2, consumer_wgs = 1, producer_regs = 24, consumer_regs = 240, pingpong = false,
 // CPU-N128-LABEL: func.func @d64
@@ -27,7 +27,7 @@ func.func @d64(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x
 // CPU-LABEL: func.func @d128
 // CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
 // SM90-LABEL: func.func @d128
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>
 // OVERRIDE-LABEL: func.func @d128
 // OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 32, stages = 2, consumer_wgs = 1, producer_regs = 24, consumer_regs = 240, pingpong = false,
 func.func @d128(%q: tensor<1x?x16x128xbf16>, %k: tensor<1x?x16x128xbf16>, %v: tensor<1x?x16x128xbf16>) -> (tensor<1x?x16x128xbf16>, tensor<1x16x?xf32>) {
@@ -38,7 +38,7 @@ func.func @d128(%q: tensor<1x?x16x128xbf16>, %k: tensor<1x?x16x128xbf16>, %v: te
 // CPU-LABEL: func.func @d256
 // CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
 // SM90-LABEL: func.func @d256
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>
 func.func @d256(%q: tensor<1x?x4x256xf16>, %k: tensor<1x?x4x256xf16>, %v: tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x256xf16>, tensor<1x4x?xf32>

@@ -32,6 +32,10 @@ struct HopperAttentionSpec {
   float scale = 1.0f;
   float softcap = 0.0f;
   int64_t blockM = 128, blockN = 128, stages = 2;
+  /// Issue block i+1's QKᵀ before block i's PV and overlap its softmax
+  /// with that PV (the schedule's `intra_wg_overlap`); needs registers for
+  /// two S tiles.
+  bool intraWarpgroupOverlap = false;
 
   /// Reads the spec of a scheduled fa3.attention; emits a diagnostic naming
   /// what the Hopper backend does not support and fails otherwise.

@@ -29,8 +29,12 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     | ≤ 128 | 128 × 128 | 2 | causal and non-causal alike |
     | ≤ 256 | 128 × 80 | 2 | the O accumulator leaves room for 80 columns of S |
 
-    All use 2 TMA stages, a 24/240 producer/consumer register split,
-    pingpong and intra-warpgroup overlap, and no cluster.
+    All use 2 TMA stages, a 24/240 producer/consumer register split, pingpong
+    when there are two consumer warpgroups, and no cluster. Intra-warpgroup
+    overlap (block i+1's QKᵀ in flight during block i's softmax and PV) is
+    off: without a producer warpgroup it measured 10-25% slower on the H200
+    (docs/Performance.md); a schedule written in the IR can still turn it on
+    (for d <= 128: d256 has no registers for a second S tile).
 
     The CPU (`target=cpu`) uses 64 × 64 tiles: the working set of one tile
     step (Q, K, V tiles, S and the accumulator, at most ~200 KiB for d = 256
