@@ -203,6 +203,9 @@ private:
     return LLVM::BitcastOp::create(b, loc, i32, t);
   }
 
+  SmallVector<Value> wgmma(ArrayRef<Value> acc, ArrayRef<Value> operands,
+                           StringRef constraints, StringRef operandsPtx,
+                           int64_t scaleD);
   SmallVector<Value> wgmmaSS(ArrayRef<Value> acc, Value descA, Value descB,
                              bool accumulate);
   SmallVector<Value> wgmmaRS(ArrayRef<Value> acc, ArrayRef<Value> a,
@@ -228,34 +231,38 @@ private:
 
 } // namespace
 
-/// `wgmma.mma_async` m64nNk16 with A and B from shared memory. The
-/// accumulator is tied in and out so that register allocation keeps it in
-/// place across the K loop.
-SmallVector<Value> KernelBuilder::wgmmaSS(ArrayRef<Value> acc, Value descA,
-                                          Value descB, bool accumulate) {
+/// One `wgmma.mma_async` m64nNk16 as inline PTX: the N/2 f32 accumulators
+/// are outputs $0.. tied to the first N/2 inputs (so register allocation keeps
+/// them in place across the K loop), followed by `operands` with
+/// `constraints`; `operandsPtx` names those operands in the instruction and
+/// `scaleD` is the operand number of the scale-d flag.
+SmallVector<Value> KernelBuilder::wgmma(ArrayRef<Value> acc,
+                                        ArrayRef<Value> operands,
+                                        StringRef constraints,
+                                        StringRef operandsPtx,
+                                        int64_t scaleD) {
   int64_t n = acc.size();
   std::string t = s.bf16 ? "bf16" : "f16";
   std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                    std::to_string(2 * n + 2) +
+                    std::to_string(scaleD) +
                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
                     std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
-  std::string constraints;
+  std::string allConstraints;
   for (int64_t i = 0; i < n; ++i) {
     ptx += (i ? ", $" : "$") + std::to_string(i);
-    constraints += "=f,";
+    allConstraints += "=f,";
   }
-  ptx += "}, $" + std::to_string(2 * n) + ", $" + std::to_string(2 * n + 1) +
-         ", p, 1, 1, 0, 0;\n}\n";
+  ptx += "}, " + operandsPtx.str() + ";\n}\n";
   for (int64_t i = 0; i < n; ++i)
-    constraints += std::to_string(i) + ",";
-  constraints += "l,l,r";
-  SmallVector<Value> operands(acc.begin(), acc.end());
-  operands.append({descA, descB, ci(accumulate ? 1 : 0)});
+    allConstraints += std::to_string(i) + ",";
+  allConstraints += constraints.str();
+  SmallVector<Value> allOperands(acc.begin(), acc.end());
+  allOperands.append(operands.begin(), operands.end());
   auto structType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(n, f32));
   auto op = LLVM::InlineAsmOp::create(
-      b, loc, structType, operands, b.getStringAttr(ptx),
-      b.getStringAttr(constraints), b.getUnitAttr(), UnitAttr(),
+      b, loc, structType, allOperands, b.getStringAttr(ptx),
+      b.getStringAttr(allConstraints), b.getUnitAttr(), UnitAttr(),
       LLVM::TailCallKindAttr(), LLVM::AsmDialectAttr(), ArrayAttr());
   SmallVector<Value> out;
   for (int64_t i = 0; i < n; ++i)
@@ -263,41 +270,28 @@ SmallVector<Value> KernelBuilder::wgmmaSS(ArrayRef<Value> acc, Value descA,
   return out;
 }
 
-/// `wgmma.mma_async` m64nNk16 with A in registers (4 x b32 of bf16/f16
-/// pairs) and B MN-major in shared memory (imm-trans-b = 1).
+/// A and B from shared memory (K-major both): S = Q Kᵀ.
+SmallVector<Value> KernelBuilder::wgmmaSS(ArrayRef<Value> acc, Value descA,
+                                          Value descB, bool accumulate) {
+  int64_t first = 2 * acc.size(); // descA, descB, scale-d
+  std::string operandsPtx = "$" + std::to_string(first) + ", $" +
+                            std::to_string(first + 1) + ", p, 1, 1, 0, 0";
+  return wgmma(acc, {descA, descB, ci(accumulate ? 1 : 0)}, "l,l,r",
+               operandsPtx, first + 2);
+}
+
+/// A in registers (4 x b32 of bf16/f16 pairs), B MN-major in shared memory
+/// (imm-trans-b = 1): O += P V.
 SmallVector<Value> KernelBuilder::wgmmaRS(ArrayRef<Value> acc,
                                           ArrayRef<Value> a, Value descB) {
-  int64_t n = acc.size();
-  std::string t = s.bf16 ? "bf16" : "f16";
-  int64_t first = 2 * n; // the A registers, then the descriptor, then scale-d
-  std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                    std::to_string(first + 5) +
-                    ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                    std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
-  std::string constraints;
-  for (int64_t i = 0; i < n; ++i) {
-    ptx += (i ? ", $" : "$") + std::to_string(i);
-    constraints += "=f,";
-  }
-  ptx += "}, {$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
-         ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
-         "}, $" + std::to_string(first + 4) + ", p, 1, 1, 1;\n}\n";
-  for (int64_t i = 0; i < n; ++i)
-    constraints += std::to_string(i) + ",";
-  constraints += "r,r,r,r,l,r";
-  SmallVector<Value> operands(acc.begin(), acc.end());
-  operands.append(a.begin(), a.end());
+  int64_t first = 2 * acc.size(); // the A registers, descB, scale-d
+  std::string operandsPtx =
+      "{$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
+      ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
+      "}, $" + std::to_string(first + 4) + ", p, 1, 1, 1";
+  SmallVector<Value> operands(a.begin(), a.end());
   operands.append({descB, ci(1)});
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), SmallVector<Type>(n, f32));
-  auto op = LLVM::InlineAsmOp::create(
-      b, loc, structType, operands, b.getStringAttr(ptx),
-      b.getStringAttr(constraints), b.getUnitAttr(), UnitAttr(),
-      LLVM::TailCallKindAttr(), LLVM::AsmDialectAttr(), ArrayAttr());
-  SmallVector<Value> out;
-  for (int64_t i = 0; i < n; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0), i));
-  return out;
+  return wgmma(acc, operands, "r,r,r,r,l,r", operandsPtx, first + 5);
 }
 
 /// Thread 0: load key block `kBlock` of K and V into ring slot `stage`.
