@@ -12,13 +12,8 @@ Writes DIR/bench.json, DIR/bench.md (the table) and DIR/bench.png.
 import argparse
 import datetime
 import json
-import os
 import pathlib
-import re
-import subprocess
-import tempfile
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -54,25 +49,6 @@ def mlir_for(h, d, causal, schedule=None):
             f"  return %o, %lse : {t}, {lt}\n}}\n")
 
 
-def time_fa3_process(fa3_run, q, k, v, h, d, causal, runs):
-    """fa3-run --benchmark in a child process (kept for cross-checking the
-    in-process numbers; not used in the table)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = pathlib.Path(tmp)
-        (tmp / "attn.mlir").write_text(mlir_for(h, d, causal))
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            np.save(tmp / f"{name}.npy", x.float().cpu().numpy())
-        cmd = [fa3_run, str(tmp / "attn.mlir"), "--function=attn", "--device=cuda",
-               f"--input=@{tmp / 'q.npy'}", f"--input=@{tmp / 'k.npy'}", f"--input=@{tmp / 'v.npy'}",
-               f"--output=@{tmp / 'o.npy'}", f"--output=@{tmp / 'lse.npy'}", f"--benchmark={runs}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            return None, proc.stderr.strip()[-300:]
-        m = re.search(r"median of \d+ runs: ([0-9.]+) ms", proc.stdout)
-        o = torch.from_numpy(np.load(tmp / "o.npy")).to(q.device)
-        return float(m.group(1)), o
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -81,7 +57,6 @@ def main():
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    fa3_run = os.environ.get("FA3_RUN", str(ROOT / "build" / "bin" / "fa3-run"))
     dev = "cuda"
     seqlens = [512, 1024, 2048, 4096, 8192, 16384]
     dims = [64, 128, 256]

@@ -24,6 +24,19 @@ def run(cmd, **kw):
     return subprocess.run([str(c) for c in cmd], check=True, text=True, capture_output=True, **kw)
 
 
+def run_example(device, runs):
+    """fa3-run on the example with q, k, v; returns (O, LSE)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            np.save(tmp / f"{name}.npy", x)
+        out = run([fa3_run, example, "--function=attention", f"--device={device}",
+                   f"--input=@{tmp/'q.npy'}", f"--input=@{tmp/'k.npy'}", f"--input=@{tmp/'v.npy'}",
+                   f"--output=@{tmp/'o.npy'}", f"--output=@{tmp/'lse.npy'}", f"--benchmark={runs}"]).stdout
+        print("   ", out.strip().replace("\n", "\n    "))
+        return np.load(tmp / "o.npy"), np.load(tmp / "lse.npy")
+
+
 print("== 1. The tile level: fa3-opt --fa3-select-schedule --fa3-tile --fa3-fuse-softmax")
 tiled = run([fa3_opt, example, "--fa3-select-schedule", "--fa3-tile", "--fa3-fuse-softmax"]).stdout
 for op in ("fa3.load_tile", "fa3.qk", "fa3.mask", "fa3.online_softmax", "fa3.pv", "fa3.finalize", "fa3.store_tile"):
@@ -41,15 +54,7 @@ b, s = 2, 300
 q = rng.standard_normal((b, s, 8, 64)).astype(np.float16)
 k = rng.standard_normal((b, s, 2, 64)).astype(np.float16)
 v = rng.standard_normal((b, s, 2, 64)).astype(np.float16)
-with tempfile.TemporaryDirectory() as tmp:
-    tmp = pathlib.Path(tmp)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        np.save(tmp / f"{name}.npy", x)
-    out = run([fa3_run, example, "--function=attention", "--device=cpu",
-               f"--input=@{tmp/'q.npy'}", f"--input=@{tmp/'k.npy'}", f"--input=@{tmp/'v.npy'}",
-               f"--output=@{tmp/'o.npy'}", f"--output=@{tmp/'lse.npy'}", "--benchmark=3"]).stdout
-    print("   ", out.strip().replace("\n", "\n    "))
-    o, lse = np.load(tmp / "o.npy"), np.load(tmp / "lse.npy")
+o, lse = run_example("cpu", runs=3)
 ref_o, ref_lse = reference.attention(q, k, v, causal=True)
 o_err = np.abs(o.astype(np.float64) - ref_o).max()
 lse_err = np.abs(lse - ref_lse).max()
@@ -73,16 +78,9 @@ print("\n== 5. On the GPU: fa3-run --device=cuda")
 if subprocess.run([str(build / "bin" / "fa3-cuda-info")], capture_output=True).returncode != 0:
     print("    no CUDA driver/GPU on this machine: skipped (docs/GPU.md runs it on the H200)")
 else:
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = pathlib.Path(tmp)
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            np.save(tmp / f"{name}.npy", x)
-        out = run([fa3_run, example, "--function=attention", "--device=cuda",
-                   f"--input=@{tmp/'q.npy'}", f"--input=@{tmp/'k.npy'}", f"--input=@{tmp/'v.npy'}",
-                   f"--output=@{tmp/'o.npy'}", f"--output=@{tmp/'lse.npy'}", "--benchmark=10"]).stdout
-        print("   ", out.strip().replace("\n", "\n    "))
-        gpu_err = np.abs(np.load(tmp / "o.npy").astype(np.float64) - ref_o).max()
-        print(f"    max |O - reference| on the GPU = {gpu_err:.2e}")
-        ok = ok and gpu_err < 5e-3
+    gpu_o, _ = run_example("cuda", runs=10)
+    gpu_err = np.abs(gpu_o.astype(np.float64) - ref_o).max()
+    print(f"    max |O - reference| on the GPU = {gpu_err:.2e}")
+    ok = ok and gpu_err < 5e-3
 print("demo:", "OK" if ok else "FAILED")
 sys.exit(0 if ok else 1)

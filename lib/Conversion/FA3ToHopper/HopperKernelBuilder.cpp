@@ -389,7 +389,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value qStart = mul(qBlock, ci(s.blockM));
   Value offset = sub(seqK, seqQ);
   Value qLast = sub(minsi(add(qStart, ci(s.blockM)), seqQ), ci(1));
-  int64_t left = s.windowLeft, right = s.causal ? 0 : s.windowRight;
+  // The spec holds the resolved window (causal already folded into right).
+  int64_t left = s.windowLeft, right = s.windowRight;
   Value kLo = ci(0), kHi = seqK;
   if (right >= 0)
     kHi = minsi(seqK, add(add(qLast, offset), ci(right + 1)));

@@ -290,13 +290,8 @@ struct MaskLowering : OpConversionPattern<MaskOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
-    int64_t left = -1, right = -1;
-    if (auto window = op.getWindow()) {
-      left = (*window)[0];
-      right = (*window)[1];
-    }
-    if (op.getCausal())
-      right = 0;
+    int64_t left, right;
+    std::tie(left, right) = resolveWindow(op.getCausal(), op.getWindow());
     Value offset =
         arith::SubIOp::create(rewriter, loc, op.getKLen(), op.getQLen());
     auto id = map(ctx, 2, {0, 1});

@@ -196,16 +196,21 @@ static float effectiveScale(OpTy op) {
   return 1.0f / std::sqrt(static_cast<float>(q.getDimSize(3)));
 }
 
-template <typename OpTy>
-static std::pair<int64_t, int64_t> windowBounds(OpTy op) {
+std::pair<int64_t, int64_t>
+mlir::fa3::resolveWindow(bool causal, std::optional<ArrayRef<int64_t>> window) {
   int64_t left = -1, right = -1;
-  if (auto window = op.getWindow()) {
+  if (window) {
     left = (*window)[0];
     right = (*window)[1];
   }
-  if (op.getCausal())
+  if (causal)
     right = 0;
   return {left, right};
+}
+
+template <typename OpTy>
+static std::pair<int64_t, int64_t> windowBounds(OpTy op) {
+  return resolveWindow(op.getCausal(), op.getWindow());
 }
 
 float AttentionOp::getEffectiveScale() { return effectiveScale(*this); }

@@ -62,14 +62,8 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
   auto vType = cast<RankedTensorType>(op.getValue().getType());
   int64_t headDimV = vType.getDimSize(3);
   float scale = op.getScale().convertToFloat();
-  auto [left, right] = [&]() -> std::pair<int64_t, int64_t> {
-    int64_t l = -1, r = -1;
-    if (auto window = op.getWindow()) {
-      l = (*window)[0];
-      r = (*window)[1];
-    }
-    return {l, op.getCausal() ? 0 : r};
-  }();
+  int64_t left, right;
+    std::tie(left, right) = resolveWindow(op.getCausal(), op.getWindow());
 
   Value qStart = op.getQStart(), seqQ = op.getQLen();
   Value seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 1);

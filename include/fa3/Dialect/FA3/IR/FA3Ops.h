@@ -17,4 +17,12 @@
 #define GET_OP_CLASSES
 #include "fa3/Dialect/FA3/IR/FA3.h.inc"
 
+namespace mlir::fa3 {
+/// The (left, right) key window of a query row, relative to its diagonal,
+/// from an op's `causal` and `window` attributes: -1 is unbounded, and
+/// causal makes right = 0. Every lowering reads masks through this.
+std::pair<int64_t, int64_t>
+resolveWindow(bool causal, std::optional<ArrayRef<int64_t>> window);
+} // namespace mlir::fa3
+
 #endif // FA3_DIALECT_FA3_IR_FA3OPS_H
