@@ -57,3 +57,64 @@ def attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0):
     o = np.einsum("bhqk,bkhd->bqhd", p, vv)
     lse = np.where(has_key[..., 0], np.log(np.where(has_key, l, 1.0))[..., 0] + m_safe[..., 0], -np.inf)
     return o, lse
+
+
+def attention_grad(q, k, v, do, causal=False, scale=None, window=(-1, -1), softcap=0.0):
+    """Returns (dq, dk, dv) in float64: the gradient of `attention`'s output o
+    with upstream gradient do (the gradient of sum(o * do) with respect to
+    q, k and v), shaped like q, k and v.
+
+    Written independently of `attention`: query heads are grouped as
+    [B, Sq, Hkv, G, D] (G = Hq / Hkv) instead of repeating k and v, so that
+    the sums over a group's query heads fall out of the einsums. With
+    z = scale * q k^T, s = softcap * tanh(z / softcap) (s = z without softcap)
+    and P the softmax of s over the visible keys:
+
+        dV    = P^T dO
+        dP    = dO V^T
+        Delta = rowsum(dO * O)           (= rowsum(P * dP))
+        dS    = P * (dP - Delta)         (the softmax Jacobian applied to dP)
+        dZ    = dS * (1 - (s / softcap)^2)   (tanh'; the factor is 1 without softcap)
+        dQ    = scale * dZ K
+        dK    = scale * dZ^T Q
+
+    Masked entries have P = 0 and contribute nothing; rows that see no key
+    have a constant o = 0 and get dq = 0; keys that no query sees get
+    dk = dv = 0. With Sk = 0, dk and dv are empty and dq is 0.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    do = np.asarray(do, dtype=np.float64)
+    b, sq, hq, d = q.shape
+    sk, hkv, dv_dim = k.shape[1], k.shape[2], v.shape[3]
+    if hq % hkv:
+        raise ValueError(f"query heads {hq} not a multiple of kv heads {hkv}")
+    if do.shape != (b, sq, hq, dv_dim):
+        raise ValueError(f"do of shape {do.shape}, expected {(b, sq, hq, dv_dim)}")
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    g = hq // hkv
+    qg = q.reshape(b, sq, hkv, g, d)
+    dog = do.reshape(b, sq, hkv, g, dv_dim)
+
+    z = scale * np.einsum("bqhgd,bkhd->bhgqk", qg, k)  # [B, Hkv, G, Sq, Sk]
+    s = softcap * np.tanh(z / softcap) if softcap > 0 else z
+    mask = visible(sq, sk, causal, window)  # broadcasts over [B, Hkv, G]
+    has_key = mask.any(axis=-1)[:, None]  # [Sq, 1]
+    s_vis = np.where(mask, s, -np.inf)
+    m = s_vis.max(axis=-1, keepdims=True, initial=-np.inf)
+    e = np.exp(s_vis - np.where(has_key, m, 0.0))  # masked: exp(-inf) = 0
+    l = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(has_key, l, 1.0)  # rows without a key: all 0
+
+    o = np.einsum("bhgqk,bkhd->bqhgd", p, v)
+    dv = np.einsum("bhgqk,bqhgd->bkhd", p, dog)
+    dp = np.einsum("bqhgd,bkhd->bhgqk", dog, v)
+    delta = np.einsum("bqhgd,bqhgd->bhgq", dog, o)[..., None]
+    ds = p * (dp - delta)
+    if softcap > 0:
+        ds = ds * (1.0 - (s / softcap) ** 2)
+    dq = scale * np.einsum("bhgqk,bkhd->bqhgd", ds, k).reshape(b, sq, hq, d)
+    dk = scale * np.einsum("bhgqk,bqhgd->bkhd", ds, qg)
+    return dq, dk, dv

@@ -10,6 +10,7 @@
 
 #include "mlir/Transforms/DialectConversion.h"
 
+#include <cmath>
 #include <limits>
 
 namespace mlir::fa3 {
@@ -488,6 +489,165 @@ struct FinalizeLowering : OpConversionPattern<FinalizeOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Backward steps
+//===----------------------------------------------------------------------===//
+
+struct RowDotLowering : OpConversionPattern<RowDotOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RowDotOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    AffineMap ij = map(ctx, 2, {0, 1}), i = map(ctx, 2, {0});
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getLhs(), op.getRhs()},
+        zeros(rewriter, loc, op.getType()), {ij, ij, i}, {kPar, kRed},
+        [](OpBuilder &b, Location loc, ValueRange args) {
+          Value prod = arith::MulFOp::create(b, loc, toF32(b, loc, args[0]),
+                                             toF32(b, loc, args[1]));
+          linalg::YieldOp::create(
+              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct RecomputeProbsLowering : OpConversionPattern<RecomputeProbsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RecomputeProbsOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    float c = op.getExp2Scale().convertToFloat();
+    AffineMap ij = map(ctx, 2, {0, 1}), i = map(ctx, 2, {0});
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getScores(), op.getLse()},
+        emptyLike(rewriter, loc, op.getType()), {ij, i, ij}, {kPar, kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          // A row with LSE = -inf saw no key: its probabilities are 0, not
+          // exp2(x + inf).
+          Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                              args[1], negInf(b, loc));
+          Value x = arith::SubFOp::create(
+              b, loc, arith::MulFOp::create(b, loc, args[0], f32Cst(b, loc, c)),
+              arith::MulFOp::create(b, loc, args[1],
+                                    f32Cst(b, loc, float(M_LOG2E))));
+          Value p = math::Exp2Op::create(b, loc, x);
+          linalg::YieldOp::create(
+              b, loc,
+              ValueRange{arith::SelectOp::create(b, loc, empty,
+                                                 f32Cst(b, loc, 0.0f), p)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct SoftmaxGradLowering : OpConversionPattern<SoftmaxGradOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SoftmaxGradOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    AffineMap ij = map(ctx, 2, {0, 1}), i = map(ctx, 2, {0});
+    auto result = generic(
+        rewriter, loc, op.getType(),
+        {op.getProbs(), op.getGradProbs(), op.getDelta()},
+        emptyLike(rewriter, loc, op.getType()), {ij, ij, i, ij}, {kPar, kPar},
+        [](OpBuilder &b, Location loc, ValueRange args) {
+          Value diff = arith::SubFOp::create(b, loc, args[1], args[2]);
+          linalg::YieldOp::create(
+              b, loc, ValueRange{arith::MulFOp::create(b, loc, args[0], diff)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct SoftcapGradLowering : OpConversionPattern<SoftcapGradOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SoftcapGradOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    float k = op.getScale().convertToFloat() / op.getSoftcap().convertToFloat();
+    AffineMap ij = map(ctx, 2, {0, 1});
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getGrad(), op.getCapped()},
+        emptyLike(rewriter, loc, op.getType()), {ij, ij, ij}, {kPar, kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          // tanh = capped · scale / softcap; d tanh = 1 - tanh².
+          Value t = arith::MulFOp::create(b, loc, args[1], f32Cst(b, loc, k));
+          Value d = arith::SubFOp::create(b, loc, f32Cst(b, loc, 1.0f),
+                                          arith::MulFOp::create(b, loc, t, t));
+          linalg::YieldOp::create(
+              b, loc, ValueRange{arith::MulFOp::create(b, loc, args[0], d)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct MmaTNLowering : OpConversionPattern<MmaTNOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(MmaTNOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    Type rhsElt = cast<RankedTensorType>(op.getRhs().getType()).getElementType();
+    // (i, j, k): acc[i, j] += round(lhs[k, i]) * rhs[k, j].
+    auto result = generic(
+        rewriter, loc, op.getType(), {op.getLhs(), op.getRhs()}, op.getAcc(),
+        {map(ctx, 3, {2, 0}), map(ctx, 3, {2, 1}), map(ctx, 3, {0, 1})},
+        {kPar, kPar, kRed},
+        [rhsElt](OpBuilder &b, Location loc, ValueRange args) {
+          Value a = args[0];
+          if (!rhsElt.isF32())
+            a = arith::ExtFOp::create(
+                b, loc, b.getF32Type(),
+                arith::TruncFOp::create(b, loc, rhsElt, a).getResult());
+          Value prod = arith::MulFOp::create(b, loc, a, toF32(b, loc, args[1]));
+          linalg::YieldOp::create(
+              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+struct ScaleCastLowering : OpConversionPattern<ScaleCastOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(ScaleCastOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    float scale = op.getScale().convertToFloat();
+    Type outElt = cast<RankedTensorType>(op.getType()).getElementType();
+    AffineMap ij = map(ctx, 2, {0, 1});
+    auto result = generic(
+        rewriter, loc, op.getType(), op.getAcc(),
+        emptyLike(rewriter, loc, op.getType()), {ij, ij}, {kPar, kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value v = args[0];
+          if (scale != 1.0f)
+            v = arith::MulFOp::create(b, loc, v, f32Cst(b, loc, scale));
+          if (!outElt.isF32())
+            v = arith::TruncFOp::create(b, loc, outElt, v);
+          linalg::YieldOp::create(b, loc, ValueRange{v});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
 struct ConvertFA3ToLinalgPass
     : public fa3::impl::ConvertFA3ToLinalgBase<ConvertFA3ToLinalgPass> {
   using Base::Base;
@@ -511,5 +671,7 @@ void mlir::fa3::populateFA3ToLinalgConversionPatterns(
   patterns.add<LoadTileLowering, StoreTileLowering, LoadStatsLowering,
                StoreStatsLowering, QKLowering, PVLowering, SoftcapLowering,
                MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
-               FinalizeLowering>(patterns.getContext());
+               FinalizeLowering, RowDotLowering, RecomputeProbsLowering,
+               SoftmaxGradLowering, SoftcapGradLowering, MmaTNLowering,
+               ScaleCastLowering>(patterns.getContext());
 }

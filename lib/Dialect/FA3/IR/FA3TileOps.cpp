@@ -179,3 +179,65 @@ LogicalResult FinalizeOp::verify() {
                          << " rows but the row statistics have " << n;
   return verifyPositive(*this, "scale", getScale().convertToFloat());
 }
+
+//===----------------------------------------------------------------------===//
+// Backward steps
+//===----------------------------------------------------------------------===//
+
+/// The row statistics `stats` must have one entry per row of `tile`.
+static LogicalResult verifyRowStats(Operation *op, Value tile, Value stats,
+                                    StringRef what) {
+  int64_t n = cast<RankedTensorType>(stats.getType()).getDimSize(0);
+  if (n != rows(tile))
+    return op->emitOpError() << "tile has " << rows(tile) << " rows but "
+                             << what << " has " << n << " entries";
+  return success();
+}
+
+LogicalResult RowDotOp::verify() {
+  auto lhs = cast<RankedTensorType>(getLhs().getType());
+  auto rhs = cast<RankedTensorType>(getRhs().getType());
+  if (lhs != rhs)
+    return emitOpError() << "expects two tiles of one type, got " << lhs
+                         << " and " << rhs;
+  return verifyRowStats(*this, getLhs(), getResult(), "the result");
+}
+
+LogicalResult RecomputeProbsOp::verify() {
+  if (failed(verifyRowStats(*this, getScores(), getLse(), "the lse")))
+    return failure();
+  return verifyPositive(*this, "exp2_scale", getExp2Scale().convertToFloat());
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  return verifyRowStats(*this, getProbs(), getDelta(), "delta");
+}
+
+LogicalResult SoftcapGradOp::verify() {
+  if (failed(verifyPositive(*this, "scale", getScale().convertToFloat())))
+    return failure();
+  return verifyPositive(*this, "softcap", getSoftcap().convertToFloat());
+}
+
+LogicalResult MmaTNOp::verify() {
+  if (rows(getLhs()) != rows(getRhs()))
+    return emitOpError() << "lhs has " << rows(getLhs())
+                         << " rows but rhs has " << rows(getRhs())
+                         << " (the contracted dimension)";
+  if (rows(getAcc()) != cols(getLhs()) || cols(getAcc()) != cols(getRhs()))
+    return emitOpError() << "expects an accumulator of " << cols(getLhs())
+                         << "x" << cols(getRhs()) << ", got "
+                         << getAcc().getType();
+  return success();
+}
+
+LogicalResult ScaleCastOp::verify() {
+  auto acc = cast<RankedTensorType>(getAcc().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (acc.getShape() != out.getShape())
+    return emitOpError() << "result shape differs from the accumulator's: "
+                         << out << " vs " << acc;
+  if (!std::isfinite(getScale().convertToFloat()))
+    return emitOpError() << "scale must be finite";
+  return success();
+}

@@ -6,6 +6,8 @@
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
+#include "IndexMath.h"
+
 #include "mlir/IR/PatternMatch.h"
 
 #include <cmath>
@@ -21,28 +23,7 @@ namespace mlir::fa3 {
 using namespace mlir;
 using namespace mlir::fa3;
 
-namespace {
-/// Index arithmetic on signed values: the causal offset Sk - Sq and window
-/// bounds can be negative.
-struct IndexMath {
-  OpBuilder &b;
-  Location loc;
-
-  Value cst(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
-  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
-  Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
-  Value max(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
-  Value gt(Value x, Value y) {
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, x, y);
-  }
-  Value lt(Value x, Value y) {
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
-  }
-  Value orI(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
-};
-} // namespace
+using mlir::fa3::detail::IndexMath;
 
 static Value splat(OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
                    float value) {
@@ -63,7 +44,7 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
   int64_t headDimV = vType.getDimSize(3);
   float scale = op.getScale().convertToFloat();
   int64_t left, right;
-    std::tie(left, right) = resolveWindow(op.getCausal(), op.getWindow());
+  std::tie(left, right) = resolveWindow(op.getCausal(), op.getWindow());
 
   Value qStart = op.getQStart(), seqQ = op.getQLen();
   Value seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 1);
@@ -113,15 +94,8 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
 
         // Only blocks that cross the end of the keys, the diagonal or a
         // window edge pay for the mask.
-        Value kEnd = m.add(kStart, m.cst(blockN));
-        Value needsMask = m.gt(kEnd, seqK);
-        if (right >= 0)
-          needsMask = m.orI(
-              needsMask, m.gt(m.sub(kEnd, m.cst(1)),
-                              m.add(m.add(qStart, off), m.cst(right))));
-        if (left >= 0)
-          needsMask = m.orI(needsMask,
-                            m.lt(kStart, m.sub(m.add(qLast, off), m.cst(left))));
+        Value needsMask = m.blockNeedsMask(qStart, qLast, kStart, blockN,
+                                           seqK, off, left, right);
         auto masked = scf::IfOp::create(
             b, loc, needsMask,
             [&](OpBuilder &b, Location loc) {

@@ -49,6 +49,25 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
                            /*cluster=*/1);
 }
 
+FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
+                                                      StringRef target,
+                                                      int64_t headDim) {
+  if (target == "cpu")
+    return selectSchedule(context, target, headDim, Type(), false);
+  if (target != "sm_90a")
+    return failure();
+  // Two consumer warpgroups, each owning 64 key rows' dK and dV (64 x D f32
+  // each) plus the 64 x 64 f32 tiles Sᵀ and dPᵀ: 192 registers a thread at
+  // D = 128. At D = 256 the two warpgroups split the head dim of one 64-row
+  // key block instead (block_n = 64).
+  int64_t blockN = headDim <= 128 ? 128 : 64;
+  return ScheduleAttr::get(context, /*block_m=*/64, blockN, /*stages=*/2,
+                           /*consumer_wgs=*/2, /*producer_regs=*/0,
+                           /*consumer_regs=*/0, /*pingpong=*/false,
+                           /*intra_wg_overlap=*/false, /*persistent=*/false,
+                           /*cluster=*/1);
+}
+
 namespace {
 struct FA3SelectSchedulePass
     : public fa3::impl::FA3SelectScheduleBase<FA3SelectSchedulePass> {
@@ -77,27 +96,42 @@ struct FA3SelectSchedulePass
         return signalPassFailure();
       }
     }
-    getOperation()->walk([&](AttentionOp op) {
-      if (op.getSchedule())
-        return;
-      auto q = cast<RankedTensorType>(op.getQuery().getType());
-      FailureOr<ScheduleAttr> schedule =
-          selectSchedule(op.getContext(), target, q.getDimSize(3),
-                         q.getElementType(), op.getCausal());
-      ScheduleAttr chosen = *schedule;
-      if (blockM > 0 || blockN > 0) {
-        int64_t rows = blockM > 0 ? blockM : chosen.getBlockM();
-        // On Hopper each consumer warpgroup owns 64 query rows.
-        int64_t consumers =
-            target == "sm_90a" ? rows / 64 : chosen.getConsumerWgs();
-        chosen = ScheduleAttr::get(
-            op.getContext(), rows, blockN > 0 ? blockN : chosen.getBlockN(),
-            chosen.getStages(), consumers, chosen.getProducerRegs(),
-            chosen.getConsumerRegs(), chosen.getPingpong() && consumers == 2,
-            chosen.getIntraWgOverlap(), chosen.getPersistent(),
-            chosen.getCluster());
+    auto applyOverrides = [&](ScheduleAttr chosen) {
+      if (blockM <= 0 && blockN <= 0)
+        return chosen;
+      int64_t rows = blockM > 0 ? blockM : chosen.getBlockM();
+      // On Hopper each consumer warpgroup of the forward owns 64 query rows.
+      int64_t consumers = chosen.getConsumerWgs();
+      return ScheduleAttr::get(
+          chosen.getContext(), rows, blockN > 0 ? blockN : chosen.getBlockN(),
+          chosen.getStages(), consumers, chosen.getProducerRegs(),
+          chosen.getConsumerRegs(), chosen.getPingpong() && consumers == 2,
+          chosen.getIntraWgOverlap(), chosen.getPersistent(),
+          chosen.getCluster());
+    };
+    getOperation()->walk([&](Operation *op) {
+      if (auto attention = dyn_cast<AttentionOp>(op)) {
+        if (attention.getSchedule())
+          return;
+        auto q = cast<RankedTensorType>(attention.getQuery().getType());
+        ScheduleAttr chosen =
+            *selectSchedule(op->getContext(), target, q.getDimSize(3),
+                            q.getElementType(), attention.getCausal());
+        if (target == "sm_90a" && blockM > 0)
+          chosen = ScheduleAttr::get(
+              op->getContext(), chosen.getBlockM(), chosen.getBlockN(),
+              chosen.getStages(), blockM / 64, chosen.getProducerRegs(),
+              chosen.getConsumerRegs(), chosen.getPingpong(),
+              chosen.getIntraWgOverlap(), chosen.getPersistent(),
+              chosen.getCluster());
+        attention.setScheduleAttr(applyOverrides(chosen));
+      } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+        if (grad.getSchedule())
+          return;
+        auto q = cast<RankedTensorType>(grad.getQuery().getType());
+        grad.setScheduleAttr(applyOverrides(
+            *selectGradSchedule(op->getContext(), target, q.getDimSize(3))));
       }
-      op.setScheduleAttr(chosen);
     });
   }
 };

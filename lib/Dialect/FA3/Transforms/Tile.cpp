@@ -6,6 +6,8 @@
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
+#include "TileGrad.h"
+
 #include "mlir/IR/PatternMatch.h"
 
 #define DEBUG_TYPE "fa3-tile"
@@ -116,18 +118,19 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
   void runOnOperation() override {
     IRRewriter rewriter(&getContext());
     SmallVector<AttentionOp> ops;
+    SmallVector<AttentionGradOp> gradOps;
     bool failedAny = false;
     getOperation()->walk([&](Operation *op) {
       if (auto attention = dyn_cast<AttentionOp>(op))
         ops.push_back(attention);
-      else if (isa<AttentionGradOp>(op)) {
-        op->emitOpError() << "has no lowering in this version of fa3 (the "
-                             "backward pass is not implemented yet)";
-        failedAny = true;
-      }
+      else if (auto grad = dyn_cast<AttentionGradOp>(op))
+        gradOps.push_back(grad);
     });
     for (AttentionOp op : ops)
       if (failed(tileAttention(op, rewriter)))
+        failedAny = true;
+    for (AttentionGradOp op : gradOps)
+      if (failed(tileAttentionGrad(op, rewriter)))
         failedAny = true;
     if (failedAny)
       signalPassFailure();

@@ -92,6 +92,9 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
     `key` and `value`. With GQA, `grad_key`/`grad_value` sum over the query
     heads that share a key/value head.
 
+    `fa3-tile` lowers it (for the CPU) to FlashAttention-2's backward over
+    tiles; `convert-fa3-to-hopper` emits sm_90a kernels for it.
+
     ```mlir
     %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal}
         : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>,

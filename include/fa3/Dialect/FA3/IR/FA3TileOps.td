@@ -313,4 +313,125 @@ def FA3_FinalizeOp : FA3_TileOp<"finalize",
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Backward steps
+//===----------------------------------------------------------------------===//
+
+def FA3_RowDotOp : FA3_TileOp<"row_dot"> {
+  let summary = "Row-wise dot product of two tiles, in f32";
+  let description = [{
+    `result[i] = Σ_d lhs[i, d] · rhs[i, d]` accumulated in f32. The backward's
+    preprocessing forms `Δ = rowsum(dO ∘ O)` with it, the term the softmax
+    gradient subtracts from `dP`.
+
+    ```mlir
+    %delta = fa3.row_dot %dot, %ot : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_Tile2D:$lhs, FA3_Tile2D:$rhs);
+  let results = (outs FA3_Tile1D:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def FA3_RecomputeProbsOp : FA3_TileOp<"recompute_probs",
+    [AllTypesMatch<["scores", "probs"]>]> {
+  let summary = "Softmax probabilities of a score tile from the forward's LSE";
+  let description = [{
+    `probs[i, j] = exp2(exp2_scale · scores[i, j] - log2(e) · lse[i])`, i.e.
+    `exp(scale · s - lse)` with `exp2_scale = scale · log2(e)`: the
+    probabilities of the forward, recomputed from its natural-log LSE
+    instead of stored. A row with `lse = -inf` (it saw no key) gives 0, and a
+    masked score (-inf) gives 0.
+
+    ```mlir
+    %p = fa3.recompute_probs %s, %lse {exp2_scale = 0.180336878 : f32} : tensor<64x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$scores, FA3_Tile1D:$lse,
+                       F32Attr:$exp2_scale);
+  let results = (outs FA3_F32Tile2D:$probs);
+  let assemblyFormat = [{
+    $scores `,` $lse attr-dict `:` type($scores) `,` type($lse)
+  }];
+}
+
+def FA3_SoftmaxGradOp : FA3_TileOp<"softmax_grad",
+    [AllTypesMatch<["probs", "grad_probs", "result"]>]> {
+  let summary = "Gradient of the scaled scores through the softmax";
+  let description = [{
+    `result[i, j] = probs[i, j] · (grad_probs[i, j] - delta[i])` with
+    `grad_probs = dO Vᵀ` and `delta = rowsum(dO ∘ O)`: the gradient with
+    respect to the scaled scores `scale · s`. The scale itself is applied
+    once, when dQ and dK leave their f32 accumulators (`fa3.scale_cast`).
+
+    ```mlir
+    %ds = fa3.softmax_grad %p, %dp, %delta : tensor<64x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$probs, FA3_F32Tile2D:$grad_probs,
+                       FA3_Tile1D:$delta);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = [{
+    $probs `,` $grad_probs `,` $delta attr-dict `:` type($probs) `,` type($delta)
+  }];
+}
+
+def FA3_SoftcapGradOp : FA3_TileOp<"softcap_grad",
+    [AllTypesMatch<["grad", "capped", "result"]>]> {
+  let summary = "Chain a score gradient through fa3.softcap";
+  let description = [{
+    With `capped = fa3.softcap(s)`, i.e. `(softcap / scale) · tanh(t)` for
+    `t = s · scale / softcap`, the derivative is `1 - tanh(t)²`:
+    `result = grad · (1 - (capped · scale / softcap)²)`.
+
+    ```mlir
+    %ds1 = fa3.softcap_grad %ds, %c {scale = 1.250000e-01 : f32, softcap = 3.000000e+01 : f32} : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$grad, FA3_F32Tile2D:$capped,
+                       F32Attr:$scale, F32Attr:$softcap);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = "$grad `,` $capped attr-dict `:` type($grad)";
+}
+
+def FA3_MmaTNOp : FA3_TileOp<"mma_tn", [AllTypesMatch<["acc", "result"]>]> {
+  let summary = "Accumulate lhsᵀ · rhs, rounding lhs like a wgmma A operand";
+  let description = [{
+    `result[i, j] = acc[i, j] + Σ_k round(lhs[k, i]) · rhs[k, j]`, where
+    `round` converts the f32 `lhs` to the element type of `rhs` first. The
+    backward accumulates `dV += Pᵀ dO` and `dK += dSᵀ Q` with it: on Hopper
+    the key-block rows own the accumulators and `Pᵀ`/`dSᵀ` are register-A
+    operands.
+
+    ```mlir
+    %dv1 = fa3.mma_tn %p, %dot, %dv0 : tensor<64x64xf32>, tensor<64x64xf16>, tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$lhs, FA3_Tile2D:$rhs,
+                       FA3_F32Tile2D:$acc);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $acc attr-dict `:` type($lhs) `,` type($rhs) `,`
+    type($acc)
+  }];
+}
+
+def FA3_ScaleCastOp : FA3_TileOp<"scale_cast"> {
+  let summary = "Scale an f32 accumulator and round it to a storage type";
+  let description = [{
+    `result[i, j] = round(scale · acc[i, j])` in the result's element type:
+    how dQ, dK (scale = the softmax scale) and dV (scale = 1) leave their f32
+    accumulators.
+
+    ```mlir
+    %dk = fa3.scale_cast %acc {scale = 1.250000e-01 : f32} : tensor<64x64xf32> -> tensor<64x64xbf16>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$acc, F32Attr:$scale);
+  let results = (outs FA3_Tile2D:$result);
+  let assemblyFormat = "$acc attr-dict `:` type($acc) `->` type($result)";
+}
+
 #endif // FA3_DIALECT_FA3_IR_FA3TILEOPS_TD

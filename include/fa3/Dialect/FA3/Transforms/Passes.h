@@ -25,6 +25,11 @@ FailureOr<ScheduleAttr> selectSchedule(MLIRContext *context, StringRef target,
                                        int64_t headDim, Type elementType,
                                        bool causal);
 
+/// The schedule of an fa3.attention_grad: `block_n` key rows own a CTA's dK
+/// and dV accumulators and `block_m` query rows are one step of its loop.
+FailureOr<ScheduleAttr> selectGradSchedule(MLIRContext *context,
+                                           StringRef target, int64_t headDim);
+
 #define GEN_PASS_REGISTRATION
 #include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
 

@@ -63,7 +63,7 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
 }
 
 def FA3Tile : Pass<"fa3-tile"> {
-  let summary = "Split fa3.attention into a loop over query tiles";
+  let summary = "Split fa3.attention and fa3.attention_grad into tile loops";
   let description = [{
     Rewrites each scheduled `fa3.attention` into loops over batch, query
     head and blocks of `block_m` query rows. Each iteration loads its query
@@ -83,6 +83,25 @@ def FA3Tile : Pass<"fa3-tile"> {
         %o1 = fa3.store_tile %ot into %o[%b, %q0, %h] : ...
         %l1 = fa3.store_stats %lt into %l[%b, %h, %q0] : ...
     ```
+
+    Each `fa3.attention_grad` becomes FlashAttention-2's backward in three
+    loop nests, with O(N) extra memory (an f32 `Δ [B, Hq, Sq]` and an f32 dQ
+    accumulator `[B, Sq, Hq, D]`):
+
+    1. per query tile: `Δ = rowsum(dO ∘ O)` (`fa3.row_dot`) and a zeroed dQ
+       accumulator tile;
+    2. per key tile of `block_n` rows (batch, key/value head, key block): the
+       dK and dV accumulators live across a loop over the query heads of the
+       GQA group and the query blocks that can see the key tile (causal and
+       window bounds skip the others; boundary blocks are masked as in the
+       forward). Each step recomputes `P` from `S = Q Kᵀ` and the forward's
+       LSE (`fa3.recompute_probs`), then `dV += Pᵀ dO` (`fa3.mma_tn`),
+       `dP = dO Vᵀ` (`fa3.qk`), `dS = P ∘ (dP − Δ)` (`fa3.softmax_grad`,
+       `fa3.softcap_grad` with a softcap), `dK += dSᵀ Q` and
+       `dQ_acc += dS K` (`fa3.pv`), the last read and written back to the
+       accumulator tensor. dK (times the scale) and dV are converted and
+       stored once per key tile, so the GQA sum needs no atomics;
+    3. per query tile: `dQ = scale · dQ_acc` (`fa3.scale_cast`).
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::scf::SCFDialect",
