@@ -1,13 +1,27 @@
-"""fa3's forward attention beside PyTorch SDPA (cuDNN and FLASH backends) on
-the FA3-paper shapes: 16k tokens (batch = 16384 // seqlen), hidden 2048
-(heads = 2048 // headdim), bf16, causal and not. FLOPs: 4·B·H·S²·D, halved
-when causal. Timings are medians of device-event timed runs after warm-up:
-all three in this process through triton.testing.do_bench: fa3 through its
-C API (python/fa3/capi.py over libfa3.so, launching on torch's current
-stream), the peers through torch.
+"""fa3's attention forward and backward beside PyTorch SDPA (cuDNN and FLASH
+backends) on the FA3-paper shapes: 16k tokens (batch = 16384 // seqlen),
+hidden 2048 (heads = 2048 // headdim), bf16, causal and not. FLOPs: forward
+4·B·H·S²·D, backward 2.5 × that, halved when causal. Timings are medians of
+device-event timed runs after warm-up, all in this process through
+triton.testing.do_bench (its L2 flush between runs): fa3 through its C API
+(python/fa3/capi.py over libfa3.so, launching on torch's current stream), the
+peers through torch.
 
-Usage: python bench/bench_attention.py [--out DIR] [--quick]
-Writes DIR/bench.json, DIR/bench.md (the table) and DIR/bench.png.
+Backward timing, measuring only the backward and subtracting nothing:
+* fa3: one GradKernel.launch (every kernel of fa3_launch_attention_grad,
+  its preprocessing and dQ conversion included) with preallocated dQ, dK,
+  dV and workspace; O and LSE come from fa3's forward, run once before.
+* cuDNN / FLASH: one SDPA forward under sdpa_kernel([backend]) with
+  requires_grad inputs, run once; each timed call is
+  torch.autograd.grad(out, (q, k, v), dO, retain_graph=True): the backend's
+  backward kernels (its dO·O preprocessing and dQ conversion included) and
+  autograd's host dispatch, no forward (as shared/bench/peers.py does).
+The backward rows' sanity columns: fa3's dQ, dK, dV against the peer's
+(cuDNN's, else FLASH's) on the same inputs, max abs difference.
+
+Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only]
+Writes DIR/bench.json (rows with direction "fwd" or "bwd"), DIR/bench.md
+(one table per direction) and DIR/bench.png.
 """
 import argparse
 import datetime
@@ -30,6 +44,10 @@ def flops(b, h, s, d, causal):
     return 4.0 * b * h * s * s * d / (2 if causal else 1)
 
 
+def grad_flops(b, h, s, d, causal):
+    return 2.5 * flops(b, h, s, d, causal)
+
+
 def schedule_without_overlap(d):
     """The cost model's sm_90a schedule for head dim d with intra-warpgroup
     overlap off (the A/B column)."""
@@ -49,78 +67,159 @@ def mlir_for(h, d, causal, schedule=None):
             f"  return %o, %lse : {t}, {lt}\n}}\n")
 
 
+def mlir_grad_for(h, d, causal):
+    t = f"tensor<?x?x{h}x{d}xbf16>"
+    lt = f"tensor<?x{h}x?xf32>"
+    a = " {causal}" if causal else ""
+    return (f"func.func @attn_grad(%do: {t}, %q: {t}, %k: {t}, %v: {t}, %o: {t}, %lse: {lt}) -> ({t}, {t}, {t}) {{\n"
+            f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{a}"
+            f" : ({t}, {t}, {t}, {t}, {t}, {lt}) -> ({t}, {t}, {t})\n"
+            f"  return %dq, %dk, %dv : {t}, {t}, {t}\n}}\n")
+
+
+def bench_forward(d, causal, s, dev="cuda"):
+    b, h = 16384 // s, 2048 // d
+    torch.manual_seed(0)
+    q = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
+    f = flops(b, h, s, d, causal)
+    row = {"direction": "fwd", "d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal}
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    ref = None
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            def fn():
+                with sdpa_kernel([backend]):
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            row[name] = f / ms / 1e9
+            if ref is None:
+                ref = fn().transpose(1, 2).float()
+        except Exception as e:  # noqa: BLE001
+            row[name] = None
+            row[name + "_error"] = repr(e)[:200]
+    try:
+        kernel = capi.Kernel(mlir_for(h, d, causal), "attn")
+        o = torch.empty_like(q)
+        lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+        ms = do_bench(lambda: kernel.launch(q, k, v, o, lse), warmup=25, rep=100, return_mode="median")
+        row["fa3_kernel"] = kernel.name
+    except capi.Fa3Error as e:
+        ms, o = None, str(e)
+    if ms is None:
+        row["fa3"] = None
+        row["fa3_error"] = o[:300]
+    else:
+        row["fa3"] = f / ms / 1e9
+        # Sanity: the timed kernel's output agrees with cuDNN/FLASH.
+        if ref is not None:
+            row["max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
+    if d <= 128:
+        # A/B in the same process: the same kernel without the
+        # intra-warpgroup overlap.
+        try:
+            plain = capi.Kernel(mlir_for(h, d, causal, schedule_without_overlap(d)), "attn")
+            o2 = torch.empty_like(q)
+            lse2 = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+            ms2 = do_bench(lambda: plain.launch(q, k, v, o2, lse2), warmup=25, rep=100,
+                           return_mode="median")
+            row["fa3_no_overlap"] = f / ms2 / 1e9
+        except capi.Fa3Error as e:
+            row["fa3_no_overlap_error"] = str(e)[:300]
+    if row.get("cudnn") and row.get("fa3"):
+        row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
+    return row
+
+
+_GRAD_KERNELS = {}
+
+
+def _grad_kernels(h, d, causal):
+    """fa3's forward (for O and LSE) and backward kernels of one shape class,
+    compiled once per process."""
+    key = (h, d, causal)
+    if key not in _GRAD_KERNELS:
+        _GRAD_KERNELS[key] = (capi.Kernel(mlir_for(h, d, causal), "attn"),
+                              capi.GradKernel(mlir_grad_for(h, d, causal), "attn_grad"))
+    return _GRAD_KERNELS[key]
+
+
+def bench_backward(d, causal, s, dev="cuda"):
+    b, h = 16384 // s, 2048 // d
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
+    f = grad_flops(b, h, s, d, causal)
+    row = {"direction": "bwd", "d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal}
+    ref = None
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+            with sdpa_kernel([backend]):
+                out = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves), is_causal=causal)
+            grad_out = do.transpose(1, 2)
+
+            def fn():
+                return torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+            ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            row[name] = f / ms / 1e9
+            if ref is None:
+                ref = [g.float() for g in fn()]
+            del out, leaves
+        except Exception as e:  # noqa: BLE001
+            row[name] = None
+            row[name + "_error"] = repr(e)[:200]
+    try:
+        fwd, bwd = _grad_kernels(h, d, causal)
+        o = torch.empty_like(q)
+        lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+        fwd.launch(q, k, v, o, lse)
+        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+        ws = torch.empty(max(bwd.workspace_bytes(b, s, s), 1), device=dev, dtype=torch.uint8)
+        row["workspace_bytes"] = bwd.workspace_bytes(b, s, s)
+        ms = do_bench(lambda: bwd.launch(do, q, k, v, o, lse, dq, dk, dv, workspace=ws), warmup=25, rep=100,
+                      return_mode="median")
+        row["fa3_kernel"] = bwd.name
+        row["fa3"] = f / ms / 1e9
+        # Sanity: the timed launch's gradients agree with cuDNN's/FLASH's.
+        if ref is not None:
+            for name, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref):
+                row[f"{name}_max_abs_diff_vs_sdpa"] = (x.float() - r).abs().max().item()
+                row[f"{name}_max_abs_sdpa"] = r.abs().max().item()
+    except capi.Fa3Error as e:
+        row["fa3"] = None
+        row["fa3_error"] = str(e)[:300]
+    if row.get("cudnn") and row.get("fa3"):
+        row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int, default=30)
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--fwd-only", action="store_true", help="the forward only")
+    only.add_argument("--bwd-only", action="store_true", help="the backward only")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    dev = "cuda"
     seqlens = [512, 1024, 2048, 4096, 8192, 16384]
     dims = [64, 128, 256]
     if args.quick:
         seqlens, dims = [2048, 8192], [128]
+    directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
-    for d in dims:
-        for causal in (False, True):
-            for s in seqlens:
-                b, h = 16384 // s, 2048 // d
-                torch.manual_seed(0)
-                q = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
-                k = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
-                v = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
-                f = flops(b, h, s, d, causal)
-                row = {"d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal}
-                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-                ref = None
-                for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-                    try:
-                        def fn():
-                            with sdpa_kernel([backend]):
-                                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                        ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                        row[name] = f / ms / 1e9
-                        if ref is None:
-                            ref = fn().transpose(1, 2).float()
-                    except Exception as e:  # noqa: BLE001
-                        row[name] = None
-                        row[name + "_error"] = repr(e)[:200]
-                try:
-                    kernel = capi.Kernel(mlir_for(h, d, causal), "attn")
-                    o = torch.empty_like(q)
-                    lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-                    ms = do_bench(lambda: kernel.launch(q, k, v, o, lse), warmup=25, rep=100, return_mode="median")
-                    row["fa3_kernel"] = kernel.name
-                except capi.Fa3Error as e:
-                    ms, o = None, str(e)
-                if ms is None:
-                    row["fa3"] = None
-                    row["fa3_error"] = o[:300]
-                else:
-                    row["fa3"] = f / ms / 1e9
-                    # Sanity: the timed kernel's output agrees with cuDNN/FLASH.
-                    if ref is not None:
-                        row["max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
-                if d <= 128:
-                    # A/B in the same process: the same kernel without the
-                    # intra-warpgroup overlap.
-                    try:
-                        plain = capi.Kernel(mlir_for(h, d, causal, schedule_without_overlap(d)), "attn")
-                        o2 = torch.empty_like(q)
-                        lse2 = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-                        ms2 = do_bench(lambda: plain.launch(q, k, v, o2, lse2), warmup=25, rep=100,
-                                       return_mode="median")
-                        row["fa3_no_overlap"] = f / ms2 / 1e9
-                    except capi.Fa3Error as e:
-                        row["fa3_no_overlap_error"] = str(e)[:300]
-                if row.get("cudnn") and row.get("fa3"):
-                    row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                del q, k, v, qt, kt, vt, ref
-                torch.cuda.empty_cache()
+    for direction in directions:
+        bench = bench_forward if direction == "fwd" else bench_backward
+        for d in dims:
+            for causal in (False, True):
+                for s in seqlens:
+                    row = bench(d, causal, s)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    torch.cuda.empty_cache()
 
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -132,14 +231,33 @@ def main():
 
     def fmt(x):
         return f"{x:.0f}" if isinstance(x, float) else "n/a"
-    lines = [f"bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
-             "| d | causal | seqlen | fa3 | fa3 no-overlap | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
-        diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else r.get("fa3_error", "n/a")[:60]
-        lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('fa3_no_overlap'))} | {fmt(r.get('cudnn'))} | "
-                     f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+    lines = []
+    fwd_rows = [r for r in rows if r["direction"] == "fwd"]
+    bwd_rows = [r for r in rows if r["direction"] == "bwd"]
+    if fwd_rows:
+        lines += [f"bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
+                  "| d | causal | seqlen | fa3 | fa3 no-overlap | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in fwd_rows:
+            ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
+            diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else r.get("fa3_error", "n/a")[:60]
+            lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('fa3_no_overlap'))} | {fmt(r.get('cudnn'))} | "
+                         f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+    if bwd_rows:
+        if lines:
+            lines.append("")
+        lines += [f"bf16 backward (2.5 × forward FLOPs), TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, "
+                  f"torch {meta['torch']}", "",
+                  "| d | causal | seqlen | fa3 | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA dQ / dK / dV |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in bwd_rows:
+            ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
+            if "dq_max_abs_diff_vs_sdpa" in r:
+                diff = " / ".join(f"{r[n + '_max_abs_diff_vs_sdpa']:.2e}" for n in ("dq", "dk", "dv"))
+            else:
+                diff = r.get("fa3_error", "n/a")[:60]
+            lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
+                         f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -147,19 +265,23 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(2, len(dims), figsize=(5 * len(dims), 8), squeeze=False)
+        panels = [(direction, causal) for direction in directions for causal in (False, True)]
+        fig, axes = plt.subplots(len(panels), len(dims), figsize=(max(5 * len(dims), 8), 4 * len(panels)),
+                                 squeeze=False)
         for j, d in enumerate(dims):
-            for i, causal in enumerate((False, True)):
+            for i, (direction, causal) in enumerate(panels):
                 ax = axes[i][j]
-                sel = [r for r in rows if r["d"] == d and r["causal"] == causal]
+                sel = [r for r in rows if r["direction"] == direction and r["d"] == d and r["causal"] == causal]
                 xs = [str(r["seqlen"]) for r in sel]
                 for name in ("fa3", "cudnn", "flash"):
                     ax.plot(xs, [r.get(name) or 0 for r in sel], marker="o", label=name)
-                ax.set_title(f"d={d}, {'causal' if causal else 'non-causal'}")
+                ax.set_title(f"{'forward' if direction == 'fwd' else 'backward'}, d={d}, "
+                             f"{'causal' if causal else 'non-causal'}")
                 ax.set_xlabel("seqlen")
                 ax.set_ylabel("TFLOP/s")
                 ax.legend()
-        fig.suptitle(f"bf16 attention forward on {meta['gpu']} ({meta['date']})")
+        what = " and ".join({"fwd": "forward", "bwd": "backward"}[x] for x in directions)
+        fig.suptitle(f"bf16 attention {what} on {meta['gpu']} ({meta['date']})")
         fig.tight_layout()
         fig.savefig(out / "bench.png", dpi=80)
     except Exception as e:  # noqa: BLE001

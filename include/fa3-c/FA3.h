@@ -41,12 +41,89 @@ int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q, uint64_t k,
                          int64_t seq_q, int64_t seq_k, void *stream,
                          char **error);
 
-/** The kernel's name and PTX (owned by the kernel). */
+/** Compiles `function` of `mlir_source`, a function whose body is one
+ *  fa3.attention_grad on its six arguments (dO, Q, K, V, O, LSE) returning
+ *  (dQ, dK, dV), into the backward's kernels; otherwise as
+ *  fa3_compile_attention. */
+fa3_kernel *fa3_compile_attention_grad(const char *mlir_source,
+                                       const char *function, int64_t block_m,
+                                       int64_t block_n, int *cache_hit,
+                                       char **error);
+
+/** Bytes of device workspace one backward launch of these sizes needs (the
+ *  f32 dQ accumulator and per-row statistics); -1 for a forward kernel or a
+ *  negative size. The launch initializes the workspace itself. */
+int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
+                                          int64_t batch, int64_t seq_q,
+                                          int64_t seq_k);
+
+/** Launches the backward on `stream`: grad_out, q, out: [B, Sq, Hq, D];
+ *  k, v: [B, Sk, Hkv, D], all contiguous in the kernel's element type; lse:
+ *  [B, Hq, Sq] f32 (the forward's); grad_q/k/v shaped like q/k/v;
+ *  workspace: fa3_attention_grad_workspace_size bytes, 256-byte aligned.
+ *  Returns 0, or non-zero with `*error` set. Asynchronous. */
+int fa3_launch_attention_grad(const fa3_kernel *kernel, uint64_t grad_out,
+                              uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+                              uint64_t lse, uint64_t grad_q, uint64_t grad_k,
+                              uint64_t grad_v, uint64_t workspace,
+                              int64_t batch, int64_t seq_q, int64_t seq_k,
+                              void *stream, char **error);
+
+/** The kernel's name (for a backward, its main kernel's) and PTX (owned by
+ *  the kernel). */
 const char *fa3_kernel_name(const fa3_kernel *kernel);
 const char *fa3_kernel_ptx(const fa3_kernel *kernel);
 
+/** Compile time of the last compile of this kernel in milliseconds (0 on a
+ *  cache hit's load), for reports. */
+double fa3_kernel_compile_ms(const fa3_kernel *kernel);
+
+/** Compiles `function` (one fa3.attention or fa3.attention_grad) to sm_90a
+ *  PTX through the kernel cache without needing a GPU or a CUDA driver; the
+ *  kernel can be inspected (name, PTX) but not launched. */
+fa3_kernel *fa3_compile_ptx(const char *mlir_source, const char *function,
+                            int64_t block_m, int64_t block_n, int *cache_hit,
+                            char **error);
+
 void fa3_destroy_kernel(fa3_kernel *kernel);
 void fa3_free_string(char *string);
+
+/*===----------------------------------------------------------------------===*
+ * The CPU JIT: any fa3 function through fa3-cpu-pipeline and MLIR's
+ * ExecutionEngine, on host buffers.
+ *===----------------------------------------------------------------------===*/
+
+enum { FA3_DTYPE_F32 = 0, FA3_DTYPE_F16 = 1, FA3_DTYPE_BF16 = 2 };
+#define FA3_MAX_RANK 8
+
+/** A dense row-major host tensor. Inputs: `data` is the caller's. Outputs
+ *  of fa3_cpu_run: `data` is allocated by fa3; free it with
+ *  fa3_free_tensor_data. */
+typedef struct fa3_tensor {
+  int dtype;
+  int rank;
+  int64_t shape[FA3_MAX_RANK];
+  void *data;
+} fa3_tensor;
+
+typedef struct fa3_cpu_function fa3_cpu_function;
+
+/** Compiles `function` of `mlir_source` for the host CPU. NULL and `*error`
+ *  on failure. */
+fa3_cpu_function *fa3_cpu_compile(const char *mlir_source,
+                                  const char *function, int64_t block_m,
+                                  int64_t block_n, char **error);
+int fa3_cpu_num_inputs(const fa3_cpu_function *fn);
+int fa3_cpu_num_results(const fa3_cpu_function *fn);
+/** Milliseconds fa3_cpu_compile took (parse, pipeline, LLVM JIT). */
+double fa3_cpu_compile_ms(const fa3_cpu_function *fn);
+/** Runs the function; checks dtypes and shapes against its signature (the
+ *  error names the input) and fills `outputs`. 0 on success. */
+int fa3_cpu_run(const fa3_cpu_function *fn, const fa3_tensor *inputs,
+                int num_inputs, fa3_tensor *outputs, int num_outputs,
+                char **error);
+void fa3_free_tensor_data(fa3_tensor *tensor);
+void fa3_cpu_destroy(fa3_cpu_function *fn);
 
 #ifdef __cplusplus
 }

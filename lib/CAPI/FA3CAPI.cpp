@@ -16,7 +16,9 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <memory>
 
@@ -25,7 +27,10 @@ using namespace fa3;
 struct fa3_kernel {
   HopperKernel kernel;
   runtime::CudaModule module;
+  /// The forward's kernel, or the backward's three.
   std::unique_ptr<runtime::CudaKernel> function;
+  std::unique_ptr<runtime::AttentionGradKernels> gradKernels;
+  double compileMs = 0;
 };
 
 static void setError(char **error, const std::string &message) {
@@ -41,19 +46,27 @@ static void setError(char **error, llvm::Error err) {
 
 extern "C" const char *fa3_version(void) { return FA3_VERSION; }
 
-extern "C" fa3_kernel *fa3_compile_attention(const char *mlirSource,
-                                             const char *function,
-                                             int64_t blockM, int64_t blockN,
-                                             int *cacheHit, char **error) {
+/// Compiles (or fetches) the kernel(s) of `function` and loads them on
+/// device 0; `backward` says which kind of function `api` accepts.
+static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
+                                 bool load, const char *mlirSource,
+                                 const char *function, int64_t blockM,
+                                 int64_t blockN, int *cacheHit, char **error) {
+  auto start = std::chrono::steady_clock::now();
   if (!mlirSource || !function) {
-    setError(error, "fa3_compile_attention: mlir_source and function must "
-                    "not be NULL");
+    setError(error, std::string(api) +
+                        ": mlir_source and function must not be NULL");
     return nullptr;
   }
+  // Without a driver (PTX only), the cache key records driver 0.
   auto driverVersion = runtime::cudaDriverVersion();
   if (!driverVersion) {
-    setError(error, driverVersion.takeError());
-    return nullptr;
+    if (load) {
+      setError(error, driverVersion.takeError());
+      return nullptr;
+    }
+    llvm::consumeError(driverVersion.takeError());
+    driverVersion = 0;
   }
   mlir::DialectRegistry registry;
   mlir::fa3::registerAllDialects(registry);
@@ -67,7 +80,7 @@ extern "C" fa3_kernel *fa3_compile_attention(const char *mlirSource,
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(mlirSource, &context);
   if (!module) {
-    setError(error, "fa3_compile_attention: cannot parse the MLIR source:\n" +
+    setError(error, std::string(api) + ": cannot parse the MLIR source:\n" +
                         diagnostics);
     return nullptr;
   }
@@ -81,8 +94,25 @@ extern "C" fa3_kernel *fa3_compile_attention(const char *mlirSource,
     setError(error, kernel.takeError());
     return nullptr;
   }
+  if (backward && kernel->info.backward != *backward) {
+    setError(error, std::string(api) + ": '" + function + "' is " +
+                        (*backward ? "a forward (fa3.attention) function; "
+                                    "compile it with fa3_compile_attention"
+                                  : "a backward (fa3.attention_grad) "
+                                    "function; compile it with "
+                                    "fa3_compile_attention_grad"));
+    return nullptr;
+  }
   if (cacheHit)
     *cacheHit = hit;
+  auto result = std::make_unique<fa3_kernel>();
+  if (!load) {
+    result->kernel = std::move(*kernel);
+    result->compileMs = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+    return result.release();
+  }
   auto device = runtime::CudaDevice::get(0);
   if (!device) {
     setError(error, device.takeError());
@@ -101,24 +131,74 @@ extern "C" fa3_kernel *fa3_compile_attention(const char *mlirSource,
     setError(error, cudaModule.takeError());
     return nullptr;
   }
-  auto cudaFunction = cudaModule->getFunction(kernel->info.name);
-  if (!cudaFunction) {
-    setError(error, cudaFunction.takeError());
-    return nullptr;
+  if (kernel->info.backward) {
+    auto kernels = runtime::getAttentionGradKernels(*cudaModule, kernel->info);
+    if (!kernels) {
+      setError(error, kernels.takeError());
+      return nullptr;
+    }
+    result->gradKernels =
+        std::make_unique<runtime::AttentionGradKernels>(std::move(*kernels));
+  } else {
+    auto cudaFunction = cudaModule->getFunction(kernel->info.name);
+    if (!cudaFunction) {
+      setError(error, cudaFunction.takeError());
+      return nullptr;
+    }
+    result->function =
+        std::make_unique<runtime::CudaKernel>(std::move(*cudaFunction));
   }
-  auto *result = new fa3_kernel{std::move(*kernel), std::move(*cudaModule),
-                                nullptr};
-  result->function =
-      std::make_unique<runtime::CudaKernel>(std::move(*cudaFunction));
-  return result;
+  result->kernel = std::move(*kernel);
+  result->module = std::move(*cudaModule);
+  result->compileMs = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  return result.release();
+}
+
+extern "C" fa3_kernel *fa3_compile_attention(const char *mlirSource,
+                                             const char *function,
+                                             int64_t blockM, int64_t blockN,
+                                             int *cacheHit, char **error) {
+  return compileKernel("fa3_compile_attention", /*backward=*/false,
+                       /*load=*/true, mlirSource, function, blockM, blockN,
+                       cacheHit, error);
+}
+
+extern "C" fa3_kernel *fa3_compile_attention_grad(const char *mlirSource,
+                                                  const char *function,
+                                                  int64_t blockM,
+                                                  int64_t blockN, int *cacheHit,
+                                                  char **error) {
+  return compileKernel("fa3_compile_attention_grad", /*backward=*/true,
+                       /*load=*/true, mlirSource, function, blockM, blockN,
+                       cacheHit, error);
+}
+
+extern "C" fa3_kernel *fa3_compile_ptx(const char *mlirSource,
+                                       const char *function, int64_t blockM,
+                                       int64_t blockN, int *cacheHit,
+                                       char **error) {
+  return compileKernel("fa3_compile_ptx", std::nullopt, /*load=*/false,
+                       mlirSource, function, blockM, blockN, cacheHit, error);
+}
+
+extern "C" double fa3_kernel_compile_ms(const fa3_kernel *kernel) {
+  return kernel ? kernel->compileMs : 0;
 }
 
 extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                                     uint64_t k, uint64_t v, uint64_t out,
                                     uint64_t lse, int64_t batch, int64_t seqQ,
                                     int64_t seqK, void *stream, char **error) {
-  if (!kernel) {
-    setError(error, "fa3_launch_attention: kernel is NULL");
+  if (!kernel || !kernel->function) {
+    setError(error, kernel ? (kernel->kernel.info.backward
+                                  ? "fa3_launch_attention: the kernel is a "
+                                    "backward; launch it with "
+                                    "fa3_launch_attention_grad"
+                                  : "fa3_launch_attention: the kernel was "
+                                    "compiled to PTX only (fa3_compile_ptx)")
+                           : "fa3_launch_attention: kernel is NULL");
     return 1;
   }
   if (batch < 0 || seqQ < 0 || seqK < 0) {
@@ -128,6 +208,59 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
   runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
   if (llvm::Error err = runtime::launchAttentionForward(
           *kernel->function, kernel->kernel.info, args,
+          static_cast<runtime::CudaStream>(stream))) {
+    setError(error, std::move(err));
+    return 1;
+  }
+  return 0;
+}
+
+extern "C" int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
+                                                     int64_t batch,
+                                                     int64_t seqQ,
+                                                     int64_t seqK) {
+  if (!kernel || !kernel->gradKernels || batch < 0 || seqQ < 0 || seqK < 0)
+    return -1;
+  return runtime::attentionGradWorkspaceBytes(kernel->kernel.info, batch, seqQ,
+                                              seqK);
+}
+
+extern "C" int fa3_launch_attention_grad(
+    const fa3_kernel *kernel, uint64_t gradOut, uint64_t q, uint64_t k,
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t gradQ, uint64_t gradK,
+    uint64_t gradV, uint64_t workspace, int64_t batch, int64_t seqQ,
+    int64_t seqK, void *stream, char **error) {
+  if (!kernel || !kernel->gradKernels) {
+    setError(error, kernel ? (kernel->kernel.info.backward
+                                  ? "fa3_launch_attention_grad: the kernel was "
+                                    "compiled to PTX only (fa3_compile_ptx)"
+                                  : "fa3_launch_attention_grad: the kernel is "
+                                    "a forward; launch it with "
+                                    "fa3_launch_attention")
+                           : "fa3_launch_attention_grad: kernel is NULL");
+    return 1;
+  }
+  if (batch < 0 || seqQ < 0 || seqK < 0) {
+    setError(error,
+             "fa3_launch_attention_grad: negative batch or sequence length");
+    return 1;
+  }
+  runtime::AttentionGradDeviceArgs args;
+  args.gradOut = gradOut;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.out = out;
+  args.lse = lse;
+  args.gradQ = gradQ;
+  args.gradK = gradK;
+  args.gradV = gradV;
+  args.workspace = workspace;
+  args.batch = batch;
+  args.seqQ = seqQ;
+  args.seqK = seqK;
+  if (llvm::Error err = runtime::launchAttentionBackward(
+          *kernel->gradKernels, kernel->kernel.info, args,
           static_cast<runtime::CudaStream>(stream))) {
     setError(error, std::move(err));
     return 1;

@@ -23,31 +23,34 @@ static llvm::Error error(const llvm::Twine &message) {
                                  message.str().c_str());
 }
 
-/// The function must be `return fa3.attention(arg0, arg1, arg2)`.
-static llvm::Expected<mlir::fa3::AttentionOp>
+/// The function must be `return fa3.attention(arg0, arg1, arg2)` or
+/// `return fa3.attention_grad(arg0, ..., arg5)`: one op on the arguments in
+/// order, returning all its results.
+static llvm::Expected<mlir::Operation *>
 findLaunchableAttention(mlir::func::FuncOp func) {
-  mlir::fa3::AttentionOp attention;
+  mlir::Operation *attention = nullptr;
   unsigned count = 0;
-  func.walk([&](mlir::fa3::AttentionOp op) {
-    attention = op;
-    ++count;
+  func.walk([&](mlir::Operation *op) {
+    if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp>(op)) {
+      attention = op;
+      ++count;
+    }
   });
   auto shapeError = [&] {
     return error("'" + func.getSymName() +
-                 "' cannot run on CUDA: the runtime launches functions whose "
-                 "body is one fa3.attention on the three arguments, returning "
-                 "its (O, LSE)");
+                 "' cannot be compiled as one kernel: it must be one "
+                 "fa3.attention on its 3 arguments returning (O, LSE), or one "
+                 "fa3.attention_grad on its 6 arguments returning (dQ, dK, "
+                 "dV)");
   };
-  if (count != 1 || func.getNumArguments() != 3)
+  if (count != 1 || func.getNumArguments() != attention->getNumOperands())
     return shapeError();
-  for (unsigned i = 0; i < 3; ++i)
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (attention->getOperand(i) != func.getArgument(i))
       return shapeError();
   auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(
       func.getBody().front().getTerminator());
-  if (!ret || ret.getNumOperands() != 2 ||
-      ret.getOperand(0) != attention.getOutput() ||
-      ret.getOperand(1) != attention.getLse())
+  if (!ret || !llvm::equal(ret.getOperands(), attention->getResults()))
     return shapeError();
   return attention;
 }
@@ -109,13 +112,19 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
   auto launch = (*attention)->getAttrOfType<mlir::DictionaryAttr>("fa3.launch");
   auto symbol = (*attention)->getAttrOfType<mlir::SymbolRefAttr>("fa3.kernel");
   if (!launch || !symbol)
-    return error("internal error: fa3.attention was not given a kernel");
+    return error("internal error: " + (*attention)->getName().getStringRef() +
+                 " was not given a kernel");
   auto getInt = [&](llvm::StringRef key) -> int64_t {
     auto attr = launch.getAs<mlir::IntegerAttr>(key);
     return attr ? attr.getInt() : 0;
   };
-  auto q = llvm::cast<mlir::RankedTensorType>(attention->getQuery().getType());
-  auto k = llvm::cast<mlir::RankedTensorType>(attention->getKey().getType());
+  bool backward = llvm::isa<mlir::fa3::AttentionGradOp>(*attention);
+  // Q and K are operands 0 and 1 of the forward, 1 and 2 of the backward.
+  auto q = llvm::cast<mlir::RankedTensorType>(
+      (*attention)->getOperand(backward ? 1 : 0).getType());
+  auto k = llvm::cast<mlir::RankedTensorType>(
+      (*attention)->getOperand(backward ? 2 : 1).getType());
+  kernel.info.backward = backward;
   kernel.info.name = symbol.getLeafReference().str();
   kernel.info.bf16 = q.getElementType().isBF16();
   kernel.info.headDim = q.getDimSize(3);

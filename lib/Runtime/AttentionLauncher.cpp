@@ -19,6 +19,7 @@ static llvm::Error error(const llvm::Twine &message) {
 
 std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
   return {{"kernel", name},
+          {"direction", backward ? "bwd" : "fwd"},
           {"dtype", bf16 ? "bf16" : "f16"},
           {"head_dim", std::to_string(headDim)},
           {"q_heads", std::to_string(numQHeads)},
@@ -51,6 +52,12 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
   if (!name)
     return name.takeError();
   info.name = *name;
+  auto direction = get("direction");
+  if (!direction)
+    return direction.takeError();
+  if (*direction != "fwd" && *direction != "bwd")
+    return error("kernel manifest: unknown direction '" + *direction + "'");
+  info.backward = *direction == "bwd";
   auto dtype = get("dtype");
   if (!dtype)
     return dtype.takeError();
@@ -94,6 +101,8 @@ static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
 llvm::Error fa3::runtime::launchAttentionForward(
     const CudaKernel &kernel, const AttentionKernelInfo &info,
     const AttentionDeviceArgs &args, CudaStream stream) {
+  if (info.backward)
+    return error("kernel " + info.name + " is a backward kernel, not a forward");
   if (args.batch == 0 || args.seqQ == 0)
     return llvm::Error::success();
   if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
@@ -126,6 +135,118 @@ llvm::Error fa3::runtime::launchAttentionForward(
   Dim3 block{unsigned(info.threads), 1, 1};
   return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
                        params);
+}
+
+llvm::Expected<AttentionGradKernels>
+fa3::runtime::getAttentionGradKernels(const CudaModule &module,
+                                      const AttentionKernelInfo &info) {
+  if (!info.backward)
+    return error("kernel " + info.name + " is a forward kernel, not a backward");
+  auto pre = module.getFunction(info.name + "_pre");
+  if (!pre)
+    return pre.takeError();
+  auto main = module.getFunction(info.name);
+  if (!main)
+    return main.takeError();
+  auto post = module.getFunction(info.name + "_post");
+  if (!post)
+    return post.takeError();
+  return AttentionGradKernels{*pre, *main, *post};
+}
+
+/// Query rows padded to whole backward steps, so that the per-step LSE and
+/// Δ rows are 16-byte aligned bulk copies.
+static int64_t paddedSeqQ(const AttentionKernelInfo &info, int64_t seqQ) {
+  return (seqQ + info.blockM - 1) / info.blockM * info.blockM;
+}
+
+static int64_t alignUp(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+int64_t fa3::runtime::attentionGradWorkspaceBytes(
+    const AttentionKernelInfo &info, int64_t batch, int64_t seqQ,
+    int64_t seqK) {
+  (void)seqK;
+  int64_t acc = alignUp(batch * seqQ * info.numQHeads * info.headDim * 4, 256);
+  int64_t rows = batch * info.numQHeads * paddedSeqQ(info, seqQ) * 4;
+  return acc + 2 * rows;
+}
+
+llvm::Error fa3::runtime::launchAttentionBackward(
+    const AttentionGradKernels &kernels, const AttentionKernelInfo &info,
+    const AttentionGradDeviceArgs &args, CudaStream stream) {
+  if (!info.backward)
+    return error("kernel " + info.name + " is not a backward kernel");
+  if (args.batch == 0)
+    return llvm::Error::success();
+  if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
+    return error("sequence lengths must fit in 32 bits");
+  if (args.workspace % 256 != 0)
+    return error("the backward workspace must be 256-byte aligned");
+  int64_t seqPad = paddedSeqQ(info, args.seqQ);
+  DevicePtr acc = args.workspace;
+  DevicePtr lse2 = acc + alignUp(args.batch * args.seqQ * info.numQHeads *
+                                     info.headDim * 4,
+                                 256);
+  DevicePtr delta = lse2 + args.batch * info.numQHeads * seqPad * 4;
+  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
+
+  if (args.seqQ > 0) {
+    DevicePtr dO = args.gradOut, o = args.out, lse = args.lse;
+    void *params[] = {&dO, &o, &lse, &acc, &lse2, &delta, &seqQ32};
+    Dim3 grid{unsigned(seqPad / 4), unsigned(info.numQHeads),
+              unsigned(args.batch)};
+    if (llvm::Error err =
+            kernels.preprocess.launch(grid, Dim3{128, 1, 1}, 0, stream, params))
+      return err;
+  }
+  if (args.seqK > 0) {
+    // As in the forward, a zero-length Q has nothing to load: its
+    // descriptors point at K and are never read.
+    bool noRows = args.seqQ == 0;
+    int64_t seqQ = noRows ? args.seqK : args.seqQ;
+    int64_t qHeads = noRows ? info.numKVHeads : info.numQHeads;
+    DevicePtr q = noRows ? args.k : args.q, dO = noRows ? args.k : args.gradOut;
+    auto mapQ = bshdTensorMap(q, info.bf16, args.batch, seqQ, qHeads,
+                              info.headDim, info.blockM, "Q");
+    if (!mapQ)
+      return mapQ.takeError();
+    auto mapK = bshdTensorMap(args.k, info.bf16, args.batch, args.seqK,
+                              info.numKVHeads, info.headDim, info.blockN, "K");
+    if (!mapK)
+      return mapK.takeError();
+    auto mapV = bshdTensorMap(args.v, info.bf16, args.batch, args.seqK,
+                              info.numKVHeads, info.headDim, info.blockN, "V");
+    if (!mapV)
+      return mapV.takeError();
+    auto mapDO = bshdTensorMap(dO, info.bf16, args.batch, seqQ, qHeads,
+                               info.headDim, info.blockM, "dO");
+    if (!mapDO)
+      return mapDO.takeError();
+    if (llvm::Error err =
+            kernels.main.setMaxDynamicSharedMemory(info.sharedMemory))
+      return err;
+    DevicePtr dk = args.gradK, dv = args.gradV;
+    void *params[] = {&*mapQ, &*mapK, &*mapV,  &*mapDO,  &lse2,  &delta,
+                      &acc,   &dk,    &dv,     &seqQ32, &seqK32};
+    Dim3 grid{unsigned((args.seqK + info.blockN - 1) / info.blockN),
+              unsigned(info.numKVHeads), unsigned(args.batch)};
+    if (llvm::Error err =
+            kernels.main.launch(grid, Dim3{unsigned(info.threads), 1, 1},
+                                unsigned(info.sharedMemory), stream, params))
+      return err;
+  }
+  if (args.seqQ > 0) {
+    int64_t pairs = args.batch * args.seqQ * info.numQHeads * info.headDim / 2;
+    DevicePtr dq = args.gradQ;
+    void *params[] = {&acc, &dq, &pairs};
+    Dim3 grid{unsigned((pairs + 255) / 256), 1, 1};
+    if (llvm::Error err =
+            kernels.postprocess.launch(grid, Dim3{256, 1, 1}, 0, stream, params))
+      return err;
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::vector<HostTensor>> fa3::runtime::runAttentionForward(

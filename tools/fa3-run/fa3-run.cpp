@@ -12,6 +12,7 @@
 #include "fa3/JIT/CPUExecutable.h"
 #include "fa3/JIT/HopperCompiler.h"
 #include "fa3/JIT/HopperKernelCache.h"
+#include "fa3/JIT/HopperProgram.h"
 #include "fa3/Runtime/AttentionLauncher.h"
 #include "fa3/Runtime/CudaDriver.h"
 #include "fa3/Runtime/HostTensor.h"
@@ -121,64 +122,59 @@ static int emitHopper(mlir::ModuleOp module) {
   return 0;
 }
 
-/// --device=cuda: compile (or fetch) the kernel, launch it on GPU 0.
+/// --device=cuda: compile (or fetch) the kernels of every fa3 op of the
+/// function and run them in order on GPU 0.
 static int runOnCuda(mlir::ModuleOp module) {
-  if (inputs.size() != 3 || outputs.size() != 2)
-    return fail("--device=cuda runs a function of one fa3.attention: give 3 "
-                "--input (q, k, v) and 2 --output (o, lse) flags, got " +
-                llvm::Twine(inputs.size()) + " and " +
-                llvm::Twine(outputs.size()));
   auto driverVersion = runtime::cudaDriverVersion();
   if (!driverVersion)
     return fail(driverVersion.takeError());
   auto start = std::chrono::steady_clock::now();
-  bool hit = false;
   HopperCompileOptions options;
   options.blockM = blockM;
   options.blockN = blockN;
-  auto kernel = getOrCompileHopperAttention(module, functionName, options,
-                                            *driverVersion, hit);
-  if (!kernel)
-    return fail(kernel.takeError());
+  auto program =
+      HopperProgram::compile(module, functionName, options, *driverVersion);
+  if (!program)
+    return fail(program.takeError());
   double compileMs = std::chrono::duration<double, std::milli>(
                          std::chrono::steady_clock::now() - start)
                          .count();
+  const auto &argTypes = program->getArgumentTypes();
+  if (inputs.size() != argTypes.size())
+    return fail("'" + functionName + "' takes " + llvm::Twine(argTypes.size()) +
+                " inputs, got " + llvm::Twine(inputs.size()) + " --input flags");
+  if (outputs.size() != program->getNumResults())
+    return fail("'" + functionName + "' returns " +
+                llvm::Twine(program->getNumResults()) + " results, got " +
+                llvm::Twine(outputs.size()) + " --output flags");
   auto gpu = runtime::CudaDevice::get(0);
   if (!gpu)
     return fail(gpu.takeError());
   if (gpu->getComputeCapabilityMajor() != 9)
     return fail("--device=cuda needs a Hopper GPU (sm_90a); device 0 is " +
                 gpu->getName() + " (" + gpu->getSmArch() + ")");
-  auto cudaModule = runtime::CudaModule::load(*gpu, kernel->ptx,
-                                              kernel->info.name);
-  if (!cudaModule)
-    return fail(cudaModule.takeError());
-  auto function = cudaModule->getFunction(kernel->info.name);
-  if (!function)
-    return fail(function.takeError());
 
-  TensorSignature sig{kernel->info.bf16 ? ElementType::BF16 : ElementType::F16,
-                      {}};
   std::vector<HostTensor> hostInputs;
-  for (unsigned i = 0; i < 3; ++i) {
-    auto tensor = readInput(i, sig);
+  for (unsigned i = 0; i < argTypes.size(); ++i) {
+    auto tensor = readInput(i, TensorSignature{argTypes[i], {}});
     if (!tensor)
       return fail(tensor.takeError());
     hostInputs.push_back(std::move(*tensor));
   }
   float medianMs = 0;
-  auto result = runtime::runAttentionForward(
-      *gpu, *function, kernel->info, hostInputs[0], hostInputs[1],
-      hostInputs[2], benchmark, &medianMs);
+  auto result = program->run(*gpu, hostInputs, benchmark, &medianMs);
   if (!result)
     return fail(result.takeError());
-  if (benchmark > 0)
-    llvm::outs() << "kernel: " << kernel->info.name << " ("
-                 << (hit ? "cache hit" : "compiled") << " in "
-                 << llvm::format("%.1f", compileMs) << " ms)\nmedian of "
-                 << benchmark << " runs: " << llvm::format("%.4f", medianMs)
+  if (benchmark > 0) {
+    for (const auto &step : program->getSteps())
+      llvm::outs() << "kernel: " << step.kernel.info.name << " ("
+                   << (step.cacheHit ? "cache hit" : "compiled") << ")\n";
+    llvm::outs() << "compile: " << llvm::format("%.1f", compileMs)
+                 << " ms\nmedian of " << benchmark
+                 << " runs: " << llvm::format("%.4f", medianMs)
                  << " ms (device events)\n";
-  for (unsigned i = 0; i < 2; ++i) {
+  }
+  for (unsigned i = 0; i < result->size(); ++i) {
     auto path = filePath("output", outputs[i]);
     if (!path)
       return fail(path.takeError());

@@ -41,7 +41,7 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
 }
 
 def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
-  let summary = "Generate an sm_90a kernel for every scheduled fa3.attention";
+  let summary = "Generate sm_90a kernels for every scheduled fa3.attention and fa3.attention_grad";
   let description = [{
     For each `fa3.attention` with a `#fa3.schedule`, emits the forward kernel
     of one query tile into `gpu.module @fa3_kernels` (targeting
@@ -59,6 +59,20 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     O and the LSE with ragged rows skipped. Each consumer warpgroup owns 64
     query rows. Supported: f16/bf16, head dims 64/128/192/256 with Dv = D,
     GQA, causal, windows, softcap, dynamic B/Sq/Sk.
+
+    Each `fa3.attention_grad` becomes three kernels named after its spec:
+    `<name>_pre` (one warp per query row: Δ = rowsum(dO ∘ O), the LSE in
+    base 2, a zeroed f32 dQ accumulator row), `<name>` (one CTA per key
+    block of `block_n` rows, two warpgroups: K/V loaded once, Q/dO tiles of
+    `block_m` = 64 rows and their LSE/Δ on an mbarrier ring over every query
+    head of the GQA group and every visible query block; Sᵀ = K Qᵀ and
+    dPᵀ = V dOᵀ as shared-memory wgmma, dV += Pᵀ dO and dK += dSᵀ Q as
+    register-A wgmma, dSᵀ through swizzled shared memory into dQ = dS K with
+    both operands MN-major, added to the accumulator with
+    `red.global.add.v2.f32`) and `<name>_post` (dQ = scale · accumulator).
+    The runtime launches them in order with a workspace it sizes
+    (`attentionGradWorkspaceBytes`). Supported: f16/bf16, head dims 64, 128
+    and 256, the same masks, GQA and dynamic shapes as the forward.
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : ...

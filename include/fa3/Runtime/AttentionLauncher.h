@@ -21,7 +21,10 @@ namespace fa3::runtime {
 /// What the compiler tells the runtime about one forward kernel (the
 /// `fa3.launch` metadata plus the spec it was built for).
 struct AttentionKernelInfo {
+  /// The forward's kernel, or the main backward kernel (its `_pre` and
+  /// `_post` companions are named after it).
   std::string name;
+  bool backward = false;
   bool bf16 = true;
   int64_t headDim = 0, numQHeads = 0, numKVHeads = 0;
   int64_t blockM = 0, blockN = 0, threads = 0, sharedMemory = 0;
@@ -45,6 +48,37 @@ llvm::Error launchAttentionForward(const CudaKernel &kernel,
                                    const AttentionKernelInfo &info,
                                    const AttentionDeviceArgs &args,
                                    CudaStream stream);
+
+/// Device-resident operands of a backward launch ([B, S, H, D] contiguous
+/// tensors, LSE [B, Hq, Sq] f32) and a workspace of
+/// attentionGradWorkspaceBytes() bytes, 256-byte aligned. The launch
+/// initializes the workspace itself.
+struct AttentionGradDeviceArgs {
+  DevicePtr gradOut = 0, q = 0, k = 0, v = 0, out = 0, lse = 0;
+  DevicePtr gradQ = 0, gradK = 0, gradV = 0, workspace = 0;
+  int64_t batch = 0, seqQ = 0, seqK = 0;
+};
+
+/// The three kernels of a compiled backward.
+struct AttentionGradKernels {
+  CudaKernel preprocess, main, postprocess;
+};
+
+/// Loads the backward's three kernels from `module`.
+llvm::Expected<AttentionGradKernels>
+getAttentionGradKernels(const CudaModule &module,
+                        const AttentionKernelInfo &info);
+
+/// Bytes of workspace a backward launch needs: the f32 dQ accumulator
+/// [B, Sq, Hq, D], then LSE·log2(e) and Δ, f32 [B, Hq, roundup(Sq, 64)].
+int64_t attentionGradWorkspaceBytes(const AttentionKernelInfo &info,
+                                    int64_t batch, int64_t seqQ, int64_t seqK);
+
+/// Launches the backward (preprocessing, main, postprocessing) on `stream`.
+llvm::Error launchAttentionBackward(const AttentionGradKernels &kernels,
+                                    const AttentionKernelInfo &info,
+                                    const AttentionGradDeviceArgs &args,
+                                    CudaStream stream);
 
 /// The whole round trip for host tensors: upload, poison the outputs (NaN),
 /// launch, download O and LSE. With `benchmarkRuns` > 0, also times that many

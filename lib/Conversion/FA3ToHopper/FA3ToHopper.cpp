@@ -77,6 +77,63 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   return spec;
 }
 
+FailureOr<HopperAttentionGradSpec>
+HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
+  auto q = cast<RankedTensorType>(op.getQuery().getType());
+  auto k = cast<RankedTensorType>(op.getKey().getType());
+  auto v = cast<RankedTensorType>(op.getValue().getType());
+  HopperAttentionGradSpec spec;
+  Type elt = q.getElementType();
+  if (!elt.isBF16() && !elt.isF16())
+    return op.emitOpError() << "the Hopper backend supports f16 and bf16 "
+                               "(f32 runs with fa3-cpu-pipeline), got "
+                            << elt;
+  spec.bf16 = elt.isBF16();
+  spec.headDim = q.getDimSize(3);
+  if (v.getDimSize(3) != spec.headDim)
+    return op.emitOpError() << "the Hopper backward needs the value head dim "
+                               "to equal the query head dim, got "
+                            << v.getDimSize(3) << " vs " << spec.headDim;
+  if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
+    return op.emitOpError()
+           << "the Hopper backward supports head dims 64, 128 and 256 (the "
+              "CPU pipeline takes any), got "
+           << spec.headDim;
+  spec.numQHeads = q.getDimSize(2);
+  spec.numKVHeads = k.getDimSize(2);
+  spec.causal = op.getCausal();
+  std::tie(spec.windowLeft, spec.windowRight) = op.getWindowBounds();
+  spec.scale = op.getEffectiveScale();
+  spec.softcap = op.getEffectiveSoftcap();
+  ScheduleAttr schedule = op.getScheduleAttr();
+  if (!schedule)
+    return op.emitOpError()
+           << "has no #fa3.schedule; run fa3-select-schedule{target=sm_90a}";
+  spec.blockM = schedule.getBlockM();
+  spec.blockN = schedule.getBlockN();
+  spec.stages = schedule.getStages();
+  if (spec.blockM != 64)
+    return op.emitOpError() << "the Hopper backward steps over 64 query rows "
+                               "(one wgmma N of the Sᵀ tile); block_m must be "
+                               "64, got "
+                            << spec.blockM;
+  if (spec.blockN != 64 && spec.blockN != 128)
+    return op.emitOpError() << "the Hopper backward's block_n (key rows per "
+                               "CTA) must be 64 or 128, got "
+                            << spec.blockN;
+  if (spec.blockN == 64 && spec.headDim < 128)
+    return op.emitOpError() << "block_n = 64 splits the head dim across the "
+                               "two warpgroups and needs D >= 128, got "
+                            << spec.headDim;
+  if (spec.stages < 1 || spec.stages > 4)
+    return op.emitOpError() << "stages must be 1 to 4, got " << spec.stages;
+  if (spec.sharedMemoryBytes() > kMaxSharedMemory)
+    return op.emitOpError()
+           << "the backward schedule needs " << spec.sharedMemoryBytes()
+           << " bytes of shared memory, more than the 232448 a Hopper CTA has";
+  return spec;
+}
+
 namespace {
 struct ConvertFA3ToHopperPass
     : public fa3::impl::ConvertFA3ToHopperBase<ConvertFA3ToHopperPass> {
@@ -88,12 +145,7 @@ struct ConvertFA3ToHopperPass
     OpBuilder builder(ctx);
     gpu::GPUModuleOp kernels;
     bool failedAny = false;
-    module.walk([&](AttentionOp op) {
-      FailureOr<HopperAttentionSpec> spec = HopperAttentionSpec::fromOp(op);
-      if (failed(spec)) {
-        failedAny = true;
-        return;
-      }
+    auto getKernels = [&] {
       if (!kernels) {
         builder.setInsertionPointToEnd(module.getBody());
         auto target = NVVM::NVVMTargetAttr::get(
@@ -104,27 +156,57 @@ struct ConvertFA3ToHopperPass
         module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                         builder.getUnitAttr());
       }
-      std::string name = spec->kernelName();
-      if (!kernels.lookupSymbol(name))
-        buildHopperAttentionKernel(builder, kernels, *spec);
-      // The host side stays at L0; the runtime launches the kernel with
-      // this metadata (grid: ceildiv(Sq, block_m) x Hq x B).
+      return kernels;
+    };
+    // The host side stays at L0; the runtime launches the kernels with this
+    // metadata.
+    auto annotate = [&](Operation *op, StringRef name, int64_t threads,
+                        int64_t sharedMemory, int64_t blockM, int64_t blockN) {
       op->setAttr("fa3.kernel",
                   SymbolRefAttr::get(kernels.getSymNameAttr(),
                                      {FlatSymbolRefAttr::get(ctx, name)}));
       op->setAttr("fa3.launch",
                   builder.getDictionaryAttr({
-                      builder.getNamedAttr(
-                          "threads",
-                          builder.getI64IntegerAttr(spec->numThreads())),
+                      builder.getNamedAttr("threads",
+                                           builder.getI64IntegerAttr(threads)),
                       builder.getNamedAttr(
                           "shared_memory",
-                          builder.getI64IntegerAttr(spec->sharedMemoryBytes())),
-                      builder.getNamedAttr(
-                          "block_m", builder.getI64IntegerAttr(spec->blockM)),
-                      builder.getNamedAttr(
-                          "block_n", builder.getI64IntegerAttr(spec->blockN)),
+                          builder.getI64IntegerAttr(sharedMemory)),
+                      builder.getNamedAttr("block_m",
+                                           builder.getI64IntegerAttr(blockM)),
+                      builder.getNamedAttr("block_n",
+                                           builder.getI64IntegerAttr(blockN)),
                   }));
+    };
+    module.walk([&](Operation *op) {
+      if (auto attention = dyn_cast<AttentionOp>(op)) {
+        FailureOr<HopperAttentionSpec> spec =
+            HopperAttentionSpec::fromOp(attention);
+        if (failed(spec)) {
+          failedAny = true;
+          return;
+        }
+        std::string name = spec->kernelName();
+        if (!getKernels().lookupSymbol(name))
+          buildHopperAttentionKernel(builder, kernels, *spec);
+        // Grid: ceildiv(Sq, block_m) x Hq x B.
+        annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
+                 spec->blockM, spec->blockN);
+      } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+        FailureOr<HopperAttentionGradSpec> spec =
+            HopperAttentionGradSpec::fromOp(grad);
+        if (failed(spec)) {
+          failedAny = true;
+          return;
+        }
+        std::string name = spec->kernelName();
+        if (!getKernels().lookupSymbol(name))
+          buildHopperAttentionGradKernels(builder, kernels, *spec);
+        // Main grid: ceildiv(Sk, block_n) x Hkv x B; the _pre and _post
+        // kernels are named after it.
+        annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
+                 spec->blockM, spec->blockN);
+      }
     });
     if (failedAny)
       signalPassFailure();

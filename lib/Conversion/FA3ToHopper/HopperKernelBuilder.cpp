@@ -28,12 +28,7 @@
 
 #include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
 
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/IR/Builders.h"
+#include "HopperCodegen.h"
 
 #include <cmath>
 #include <cstdio>
@@ -42,11 +37,7 @@
 
 using namespace mlir;
 using namespace mlir::fa3;
-
-/// The number of bytes in one row of a 128-byte swizzle atom, and its
-/// element count for 16-bit types.
-static constexpr int64_t kAtomBytes = 128;
-static constexpr int64_t kAtomCols = 64;
+using namespace mlir::fa3::detail;
 
 int64_t HopperAttentionSpec::sharedMemoryBytes() const {
   int64_t tile = 2 * headDim; // bytes per row
@@ -83,143 +74,21 @@ std::string HopperAttentionSpec::kernelName() const {
 
 namespace {
 
-/// Builds the kernel body. Index arithmetic is i32 (sequence lengths fit);
-/// global byte offsets are i64.
-class KernelBuilder {
+/// Builds the forward kernel body.
+class KernelBuilder : public HopperCodegen {
 public:
   KernelBuilder(OpBuilder &b, Location loc, const HopperAttentionSpec &spec)
-      : b(b), loc(loc), s(spec) {
-    MLIRContext *ctx = b.getContext();
-    i1 = b.getI1Type();
-    i32 = b.getI32Type();
-    i64 = b.getI64Type();
-    f32 = b.getF32Type();
-    elt = spec.bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
-    smemPtr = LLVM::LLVMPointerType::get(ctx, 3);
-    globalPtr = LLVM::LLVMPointerType::get(ctx, 1);
-    genericPtr = LLVM::LLVMPointerType::get(ctx);
-  }
+      : HopperCodegen(b, loc, spec.bf16), s(spec) {}
 
   LLVM::LLVMFuncOp build(gpu::GPUModuleOp module);
 
 private:
-  // Scalars.
-  Value ci(int64_t v) { return arith::ConstantIntOp::create(b, loc, i32, v); }
-  Value cl(int64_t v) { return arith::ConstantIntOp::create(b, loc, i64, v); }
-  Value cf(float v) {
-    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-  }
-  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
-  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
-  Value divu(Value x, Value y) { return arith::DivUIOp::create(b, loc, x, y); }
-  Value remu(Value x, Value y) { return arith::RemUIOp::create(b, loc, x, y); }
-  Value minsi(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
-  Value maxsi(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
-  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
-  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
-  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
-    return arith::CmpIOp::create(b, loc, p, x, y);
-  }
-  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
-  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
-  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
-  Value fmax(Value x, Value y) {
-    return arith::MaximumFOp::create(b, loc, x, y);
-  }
-  Value select(Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, loc, c, x, y);
-  }
-  Value exp2(Value x) { return LLVM::Exp2Op::create(b, loc, f32, x); }
-  Value zext64(Value x) { return arith::ExtUIOp::create(b, loc, i64, x); }
-  Value sext64(Value x) { return arith::ExtSIOp::create(b, loc, i64, x); }
-
-  /// A one-result PTX snippet with f32 operands, e.g. tanh.approx.
-  Value ptxUnary(StringRef ptx, Value x) {
-    return LLVM::InlineAsmOp::create(
-               b, loc, f32, ValueRange{x}, b.getStringAttr(ptx),
-               b.getStringAttr("=f,f"), /*has_side_effects=*/UnitAttr(),
-               /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
-               LLVM::AsmDialectAttr(), ArrayAttr())
-        .getResult(0);
-  }
-
-  /// Shared memory: the tiles and barriers at byte offsets from `smem`.
-  Value smemAt(Value byteOffset) {
-    return LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), smem,
-                               ValueRange{byteOffset});
-  }
-  Value smemAddr(Value ptr) { // 32-bit shared-window address
-    return LLVM::PtrToIntOp::create(b, loc, i32, ptr);
-  }
-
-  /// The 64-bit wgmma matrix descriptor of a 128-byte-swizzled operand at
-  /// shared address `addr` (bits 0-13: addr >> 4; 16-29: leading byte offset
-  /// >> 4; 32-45: stride byte offset >> 4; 62-63: swizzle mode, 1 = 128B).
-  Value descriptor(Value addr, int64_t leadingBytes, int64_t strideBytes) {
-    Value lo = arith::ShRUIOp::create(b, loc, andi(addr, ci(0x3FFFF)), ci(4));
-    int64_t fixed = ((leadingBytes >> 4) & 0x3FFF) << 16;
-    fixed |= ((strideBytes >> 4) & 0x3FFF) << 32;
-    fixed |= int64_t(1) << 62;
-    return arith::OrIOp::create(b, loc, zext64(lo), cl(fixed));
-  }
-
-  void barrierInit(Value bar, int64_t count) {
-    NVVM::MBarrierInitOp::create(b, loc, bar, ci(count), Value());
-  }
-  void waitParity(Value bar, Value parity) {
-    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, ci(0x989680));
-  }
-  void expectTx(Value bar, int64_t bytes) {
-    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, ci(bytes),
-                                           NVVM::MemScopeKind::CTA,
-                                           /*relaxed=*/false, Value());
-  }
-  void tmaLoad(Value dst, Value map, ArrayRef<Value> coords, Value bar) {
-    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-        b, loc, dst, map, coords, bar, ValueRange(), Value(), Value(),
-        NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true,
-        NVVM::CTAGroupKindAttr(), Value());
-  }
-  Value shflXor(Value v, int64_t lane) {
-    return NVVM::ShflOp::create(b, loc, f32, ci(-1), v, ci(lane), ci(0x1f),
-                                NVVM::ShflKind::bfly, UnitAttr());
-  }
-  Value quadReduce(Value v, bool isMax) {
-    for (int64_t lane : {1, 2}) {
-      Value other = shflXor(v, lane);
-      v = isMax ? fmax(v, other) : fadd(v, other);
-    }
-    return v;
-  }
-
-  /// Packs two f32 into one register of two bf16/f16, `lo` in bits 0-15.
-  Value pack(Value lo, Value hi) {
-    auto v2f32 = VectorType::get({2}, f32);
-    Value v = LLVM::UndefOp::create(b, loc, v2f32);
-    v = LLVM::InsertElementOp::create(b, loc, v, lo, ci(0));
-    v = LLVM::InsertElementOp::create(b, loc, v, hi, ci(1));
-    Value t = LLVM::FPTruncOp::create(b, loc, VectorType::get({2}, elt), v);
-    return LLVM::BitcastOp::create(b, loc, i32, t);
-  }
-
-  SmallVector<Value> wgmma(ArrayRef<Value> acc, ArrayRef<Value> operands,
-                           StringRef constraints, StringRef operandsPtx,
-                           int64_t scaleD);
-  SmallVector<Value> wgmmaSS(ArrayRef<Value> acc, Value descA, Value descB,
-                             bool accumulate);
-  SmallVector<Value> wgmmaRS(ArrayRef<Value> acc, ArrayRef<Value> a,
-                             Value descB);
   void issueKV(Value stage, Value kBlock);
 
-  OpBuilder &b;
-  Location loc;
   const HopperAttentionSpec &s;
-  Type i1, i32, i64, f32, elt;
-  LLVM::LLVMPointerType smemPtr, globalPtr, genericPtr;
 
   // Kernel-wide values.
-  Value smem, tmaQ, tmaK, tmaV, batch, head, kvHead;
+  Value tmaQ, tmaK, tmaV, batch, head, kvHead;
   int64_t offQ = 0, offK = 0, offV = 0, offBar = 0;
   Value barQ() { return smemAt(ci(offBar)); }
   Value barFull(int64_t kind, Value stage) { // kind 0 = K, 1 = V, 2 = empty
@@ -230,69 +99,6 @@ private:
 };
 
 } // namespace
-
-/// One `wgmma.mma_async` m64nNk16 as inline PTX: the N/2 f32 accumulators
-/// are outputs $0.. tied to the first N/2 inputs (so register allocation keeps
-/// them in place across the K loop), followed by `operands` with
-/// `constraints`; `operandsPtx` names those operands in the instruction and
-/// `scaleD` is the operand number of the scale-d flag.
-SmallVector<Value> KernelBuilder::wgmma(ArrayRef<Value> acc,
-                                        ArrayRef<Value> operands,
-                                        StringRef constraints,
-                                        StringRef operandsPtx,
-                                        int64_t scaleD) {
-  int64_t n = acc.size();
-  std::string t = s.bf16 ? "bf16" : "f16";
-  std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                    std::to_string(scaleD) +
-                    ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                    std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
-  std::string allConstraints;
-  for (int64_t i = 0; i < n; ++i) {
-    ptx += (i ? ", $" : "$") + std::to_string(i);
-    allConstraints += "=f,";
-  }
-  ptx += "}, " + operandsPtx.str() + ";\n}\n";
-  for (int64_t i = 0; i < n; ++i)
-    allConstraints += std::to_string(i) + ",";
-  allConstraints += constraints.str();
-  SmallVector<Value> allOperands(acc.begin(), acc.end());
-  allOperands.append(operands.begin(), operands.end());
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), SmallVector<Type>(n, f32));
-  auto op = LLVM::InlineAsmOp::create(
-      b, loc, structType, allOperands, b.getStringAttr(ptx),
-      b.getStringAttr(allConstraints), b.getUnitAttr(), UnitAttr(),
-      LLVM::TailCallKindAttr(), LLVM::AsmDialectAttr(), ArrayAttr());
-  SmallVector<Value> out;
-  for (int64_t i = 0; i < n; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0), i));
-  return out;
-}
-
-/// A and B from shared memory (K-major both): S = Q Kᵀ.
-SmallVector<Value> KernelBuilder::wgmmaSS(ArrayRef<Value> acc, Value descA,
-                                          Value descB, bool accumulate) {
-  int64_t first = 2 * acc.size(); // descA, descB, scale-d
-  std::string operandsPtx = "$" + std::to_string(first) + ", $" +
-                            std::to_string(first + 1) + ", p, 1, 1, 0, 0";
-  return wgmma(acc, {descA, descB, ci(accumulate ? 1 : 0)}, "l,l,r",
-               operandsPtx, first + 2);
-}
-
-/// A in registers (4 x b32 of bf16/f16 pairs), B MN-major in shared memory
-/// (imm-trans-b = 1): O += P V.
-SmallVector<Value> KernelBuilder::wgmmaRS(ArrayRef<Value> acc,
-                                          ArrayRef<Value> a, Value descB) {
-  int64_t first = 2 * acc.size(); // the A registers, descB, scale-d
-  std::string operandsPtx =
-      "{$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
-      ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
-      "}, $" + std::to_string(first + 4) + ", p, 1, 1, 1";
-  SmallVector<Value> operands(a.begin(), a.end());
-  operands.append({descB, ci(1)});
-  return wgmma(acc, operands, "r,r,r,r,l,r", operandsPtx, first + 5);
-}
 
 /// Thread 0: load key block `kBlock` of K and V into ring slot `stage`.
 void KernelBuilder::issueKV(Value stage, Value kBlock) {
@@ -315,13 +121,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(module.getBody());
 
-  // extern __shared__ __align__(1024) char fa3_smem[];
-  StringRef smemName = "fa3_dynamic_smem";
-  if (!module.lookupSymbol(smemName))
-    LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
-                           /*isConstant=*/false, LLVM::Linkage::External,
-                           smemName, Attribute(), /*alignment=*/1024,
-                           /*addrSpace=*/3);
+  declareDynamicSmem(module);
 
   auto fnType = LLVM::LLVMFunctionType::get(
       LLVM::LLVMVoidType::get(ctx),
@@ -361,12 +161,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value warp = divu(remu(tid, ci(128)), ci(32));
   Value lane = remu(tid, ci(32));
 
-  // Shared memory, aligned to the 1 KiB period of the 128-byte swizzle.
-  Value raw = LLVM::AddressOfOp::create(b, loc, smemPtr, smemName);
-  Value rawAddr = smemAddr(raw);
-  Value pad = sub(andi(add(rawAddr, ci(1023)), ci(~1023)), rawAddr);
-  smem = LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), raw,
-                             ValueRange{pad});
+  setAlignedDynamicSmem();
   offQ = 0;
   offK = tileBytes(s.blockM);
   offV = offK + s.stages * tileBytes(s.blockN);
@@ -547,13 +342,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
     // the fence, as wgmma requires.
     SmallVector<SmallVector<Value>> aFrags;
-    for (int64_t k = 0; k < s.blockN / 16; ++k) {
-      int64_t base = 8 * k;
-      aFrags.push_back({pack(p[base], p[base + 1]),
-                        pack(p[base + 2], p[base + 3]),
-                        pack(p[base + 4], p[base + 5]),
-                        pack(p[base + 6], p[base + 7])});
-    }
+    for (int64_t k = 0; k < s.blockN / 16; ++k)
+      aFrags.push_back(packAFragment(p, k));
     waitParity(barFull(1, stage), parity);
     Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
                           mul(stage, ci(tileBytes(s.blockN))));
@@ -571,8 +361,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   // refills it once every thread is done.
   auto release = [&](Value it) {
     auto [stage, parity] = slotOf(it);
-    NVVM::MBarrierArriveOp::create(b, loc, Type(), barFull(2, stage), Value(),
-                                   NVVM::MemScopeKind::CTA, false);
+    arrive(barFull(2, stage));
     Value next = add(it, ci(s.stages));
     Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
                         cmp(arith::CmpIPredicate::slt, next, numBlocks));

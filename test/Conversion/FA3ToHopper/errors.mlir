@@ -30,3 +30,20 @@ func.func @too_much_smem(%q: tensor<1x?x4x256xbf16>, %k: tensor<1x?x4x256xbf16>,
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 112, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} : (tensor<1x?x4x256xbf16>, tensor<1x?x4x256xbf16>, tensor<1x?x4x256xbf16>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>
 }
+
+// -----
+
+// The backward has its own limits, also named.
+func.func @grad_d192(%do: tensor<1x?x4x192xbf16>, %q: tensor<1x?x4x192xbf16>, %k: tensor<1x?x4x192xbf16>, %v: tensor<1x?x4x192xbf16>, %o: tensor<1x?x4x192xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>) {
+  // expected-error @+1 {{the Hopper backward supports head dims 64, 128 and 256 (the CPU pipeline takes any), got 192}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse : (tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>)
+  return %dq, %dk, %dv : tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x4x192xbf16>
+}
+
+// -----
+
+func.func @grad_block_m(%do: tensor<1x?x4x64xbf16>, %q: tensor<1x?x4x64xbf16>, %k: tensor<1x?x4x64xbf16>, %v: tensor<1x?x4x64xbf16>, %o: tensor<1x?x4x64xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>) {
+  // expected-error @+1 {{the Hopper backward steps over 64 query rows (one wgmma N of the Sᵀ tile); block_m must be 64, got 128}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>)
+  return %dq, %dk, %dv : tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>
+}

@@ -20,6 +20,7 @@ class GPUModuleOp;
 
 namespace fa3 {
 class AttentionOp;
+class AttentionGradOp;
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -58,6 +59,56 @@ struct HopperAttentionSpec {
 LLVM::LLVMFuncOp buildHopperAttentionKernel(OpBuilder &builder,
                                             gpu::GPUModuleOp module,
                                             const HopperAttentionSpec &spec);
+
+/// Everything the Hopper backward kernels are specialized on.
+///
+/// The backward runs as three kernels: `<name>_pre` (per query row: Δ =
+/// rowsum(dO ∘ O), the LSE in base 2 and a zeroed f32 dQ accumulator),
+/// `<name>` (per key block of `blockN` rows: dK and dV in registers, dQ
+/// partials reduced into the accumulator) and `<name>_post` (dQ = scale ·
+/// accumulator in the storage type).
+struct HopperAttentionGradSpec {
+  bool bf16 = true;
+  int64_t headDim = 128;
+  int64_t numQHeads = 1, numKVHeads = 1;
+  bool causal = false;
+  int64_t windowLeft = -1, windowRight = -1;
+  float scale = 1.0f;
+  float softcap = 0.0f;
+  /// Query rows per step (64: one wgmma N of the Sᵀ tile) and key rows per
+  /// CTA (64 per warpgroup, or 64 shared by both warpgroups, which then
+  /// split the head dim of dK and dV).
+  int64_t blockM = 64, blockN = 128, stages = 2;
+
+  static FailureOr<HopperAttentionGradSpec> fromOp(AttentionGradOp op);
+
+  std::string kernelName() const;
+  std::string preprocessKernelName() const { return kernelName() + "_pre"; }
+  std::string postprocessKernelName() const { return kernelName() + "_post"; }
+  static constexpr int64_t kNumWarpgroups = 2;
+  int64_t numThreads() const { return kNumWarpgroups * 128; }
+  /// Key-row slabs of 64: 2 when each warpgroup owns its own rows.
+  int64_t keySlabs() const { return blockN / 64; }
+  /// Head-dim columns of dK/dV each warpgroup accumulates.
+  int64_t sliceWidth() const { return headDim * keySlabs() / kNumWarpgroups; }
+  int64_t sharedMemoryBytes() const;
+  /// Threads of the pre- and postprocessing kernels; the preprocessing
+  /// handles one query row per warp.
+  static constexpr int64_t kPreThreads = 128, kPostThreads = 256;
+};
+
+/// Emits the three backward kernels of `spec` into `module`. Parameters:
+///  * pre: dO, O (storage type), LSE (f32 [B, Hq, Sq]), dQ accumulator (f32
+///    [B, Sq, Hq, D]), LSE·log2(e) and Δ (f32 [B, Hq, roundup(Sq, blockM)]),
+///    Sq (i32). Grid (roundup(Sq, blockM) / 4, Hq, B).
+///  * main: the CUtensorMaps of Q, K, V and dO (by value), LSE·log2(e), Δ,
+///    the dQ accumulator, dK, dV, Sq, Sk (i32). Grid (ceildiv(Sk, blockN),
+///    Hkv, B), numThreads(), sharedMemoryBytes().
+///  * post: the dQ accumulator, dQ, the number of element pairs (i64). Grid
+///    ceildiv(pairs, kPostThreads).
+void buildHopperAttentionGradKernels(OpBuilder &builder,
+                                     gpu::GPUModuleOp module,
+                                     const HopperAttentionGradSpec &spec);
 
 } // namespace fa3
 } // namespace mlir

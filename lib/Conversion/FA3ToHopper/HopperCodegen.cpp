@@ -1,0 +1,157 @@
+//===- HopperCodegen.cpp - LLVM/NVVM building blocks for sm_90a --------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperCodegen.h"
+
+using namespace mlir;
+using namespace mlir::fa3::detail;
+
+HopperCodegen::HopperCodegen(OpBuilder &b, Location loc, bool bf16)
+    : b(b), loc(loc), bf16(bf16) {
+  MLIRContext *ctx = b.getContext();
+  i1 = b.getI1Type();
+  i32 = b.getI32Type();
+  i64 = b.getI64Type();
+  f32 = b.getF32Type();
+  elt = bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+  smemPtr = LLVM::LLVMPointerType::get(ctx, 3);
+  globalPtr = LLVM::LLVMPointerType::get(ctx, 1);
+  genericPtr = LLVM::LLVMPointerType::get(ctx);
+}
+
+static LLVM::InlineAsmOp inlineAsm(OpBuilder &b, Location loc, Type result,
+                                   ValueRange operands, StringRef ptx,
+                                   StringRef constraints) {
+  return LLVM::InlineAsmOp::create(
+      b, loc, result, operands, b.getStringAttr(ptx),
+      b.getStringAttr(constraints), /*has_side_effects=*/b.getUnitAttr(),
+      /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
+      LLVM::AsmDialectAttr(), ArrayAttr());
+}
+
+Value HopperCodegen::ptxUnary(StringRef ptx, Value x) {
+  return LLVM::InlineAsmOp::create(
+             b, loc, f32, ValueRange{x}, b.getStringAttr(ptx),
+             b.getStringAttr("=f,f"), /*has_side_effects=*/UnitAttr(),
+             /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
+             LLVM::AsmDialectAttr(), ArrayAttr())
+      .getResult(0);
+}
+
+void HopperCodegen::ptxVoid(StringRef ptx, StringRef constraints,
+                            ValueRange operands) {
+  inlineAsm(b, loc, Type(), operands, ptx, constraints);
+}
+
+void HopperCodegen::declareDynamicSmem(gpu::GPUModuleOp module) {
+  if (module.lookupSymbol(kDynamicSmemName))
+    return;
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  // extern __shared__ __align__(1024) char fa3_dynamic_smem[];
+  LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                         /*isConstant=*/false, LLVM::Linkage::External,
+                         kDynamicSmemName, Attribute(), /*alignment=*/1024,
+                         /*addrSpace=*/3);
+}
+
+void HopperCodegen::setAlignedDynamicSmem() {
+  Value raw = LLVM::AddressOfOp::create(b, loc, smemPtr, kDynamicSmemName);
+  Value rawAddr = smemAddr(raw);
+  Value pad = sub(andi(add(rawAddr, ci(1023)), ci(~1023)), rawAddr);
+  smem = LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), raw,
+                             ValueRange{pad});
+}
+
+Value HopperCodegen::descriptor(Value addr, int64_t leadingBytes,
+                                int64_t strideBytes) {
+  Value lo = arith::ShRUIOp::create(b, loc, andi(addr, ci(0x3FFFF)), ci(4));
+  int64_t fixed = ((leadingBytes >> 4) & 0x3FFF) << 16;
+  fixed |= ((strideBytes >> 4) & 0x3FFF) << 32;
+  fixed |= int64_t(1) << 62;
+  return arith::OrIOp::create(b, loc, zext64(lo), cl(fixed));
+}
+
+void HopperCodegen::bulkLoad(Value dst, Value src, int64_t bytes, Value bar) {
+  ptxVoid("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+          "[$0], [$1], $2, [$3];",
+          "r,l,r,r", {smemAddr(dst), src, ci(bytes), smemAddr(bar)});
+}
+
+void HopperCodegen::namedBarrier(int64_t id, int64_t threads) {
+  ptxVoid("bar.sync $0, $1;", "r,r", {ci(id), ci(threads)});
+}
+
+void HopperCodegen::fenceProxyAsyncShared() {
+  ptxVoid("fence.proxy.async.shared::cta;", "", {});
+}
+
+void HopperCodegen::reduceAddPair(Value ptr, Value x, Value y) {
+  ptxVoid("red.global.add.v2.f32 [$0], {$1, $2};", "l,f,f", {ptr, x, y});
+}
+
+Value HopperCodegen::pack(Value lo, Value hi) {
+  auto v2f32 = VectorType::get({2}, f32);
+  Value v = LLVM::UndefOp::create(b, loc, v2f32);
+  v = LLVM::InsertElementOp::create(b, loc, v, lo, ci(0));
+  v = LLVM::InsertElementOp::create(b, loc, v, hi, ci(1));
+  Value t = LLVM::FPTruncOp::create(b, loc, VectorType::get({2}, elt), v);
+  return LLVM::BitcastOp::create(b, loc, i32, t);
+}
+
+SmallVector<Value> HopperCodegen::wgmma(ArrayRef<Value> acc,
+                                        ArrayRef<Value> operands,
+                                        StringRef constraints,
+                                        StringRef operandsPtx,
+                                        int64_t scaleD) {
+  int64_t n = acc.size();
+  std::string t = bf16 ? "bf16" : "f16";
+  std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                    std::to_string(scaleD) +
+                    ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                    std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
+  std::string allConstraints;
+  for (int64_t i = 0; i < n; ++i) {
+    ptx += (i ? ", $" : "$") + std::to_string(i);
+    allConstraints += "=f,";
+  }
+  ptx += "}, " + operandsPtx.str() + ";\n}\n";
+  for (int64_t i = 0; i < n; ++i)
+    allConstraints += std::to_string(i) + ",";
+  allConstraints += constraints.str();
+  SmallVector<Value> allOperands(acc.begin(), acc.end());
+  allOperands.append(operands.begin(), operands.end());
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(n, f32));
+  auto op = inlineAsm(b, loc, structType, allOperands, ptx, allConstraints);
+  SmallVector<Value> out;
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0), i));
+  return out;
+}
+
+SmallVector<Value> HopperCodegen::wgmmaSS(ArrayRef<Value> acc, Value descA,
+                                          Value descB, bool accumulate,
+                                          bool transA, bool transB) {
+  int64_t first = 2 * acc.size(); // descA, descB, scale-d
+  std::string operandsPtx = "$" + std::to_string(first) + ", $" +
+                            std::to_string(first + 1) + ", p, 1, 1, " +
+                            (transA ? "1" : "0") + ", " + (transB ? "1" : "0");
+  return wgmma(acc, {descA, descB, ci(accumulate ? 1 : 0)}, "l,l,r",
+               operandsPtx, first + 2);
+}
+
+SmallVector<Value> HopperCodegen::wgmmaRS(ArrayRef<Value> acc,
+                                          ArrayRef<Value> a, Value descB) {
+  int64_t first = 2 * acc.size(); // the A registers, descB, scale-d
+  std::string operandsPtx =
+      "{$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
+      ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
+      "}, $" + std::to_string(first + 4) + ", p, 1, 1, 1";
+  SmallVector<Value> operands(a.begin(), a.end());
+  operands.append({descB, ci(1)});
+  return wgmma(acc, operands, "r,r,r,r,l,r", operandsPtx, first + 5);
+}

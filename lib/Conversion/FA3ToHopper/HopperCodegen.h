@@ -1,0 +1,179 @@
+//===- HopperCodegen.h - LLVM/NVVM building blocks for sm_90a ---*- C++ -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// What the forward and backward kernel builders share: scalar arithmetic,
+// shared-memory addressing, mbarriers, TMA, wgmma matrix descriptors and the
+// inline-PTX wgmma forms, register packing and quad reductions. Index math is
+// i32 (sequence lengths fit); global byte offsets are i64.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_LIB_CONVERSION_FA3TOHOPPER_HOPPERCODEGEN_H
+#define FA3_LIB_CONVERSION_FA3TOHOPPER_HOPPERCODEGEN_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::fa3::detail {
+
+/// The number of bytes in one row of a 128-byte swizzle atom, and its
+/// element count for 16-bit types.
+inline constexpr int64_t kAtomBytes = 128;
+inline constexpr int64_t kAtomCols = 64;
+
+/// The name of the dynamic shared memory symbol of fa3's kernels.
+inline constexpr llvm::StringLiteral kDynamicSmemName = "fa3_dynamic_smem";
+
+class HopperCodegen {
+public:
+  HopperCodegen(OpBuilder &b, Location loc, bool bf16);
+
+protected:
+  // Scalars.
+  Value ci(int64_t v) { return arith::ConstantIntOp::create(b, loc, i32, v); }
+  Value cl(int64_t v) { return arith::ConstantIntOp::create(b, loc, i64, v); }
+  Value cf(float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value divu(Value x, Value y) { return arith::DivUIOp::create(b, loc, x, y); }
+  Value remu(Value x, Value y) { return arith::RemUIOp::create(b, loc, x, y); }
+  Value minsi(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value maxsi(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value xori(Value x, Value y) { return arith::XOrIOp::create(b, loc, x, y); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value fmax(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+  Value exp2(Value x) { return LLVM::Exp2Op::create(b, loc, f32, x); }
+  Value zext64(Value x) { return arith::ExtUIOp::create(b, loc, i64, x); }
+  Value sext64(Value x) { return arith::ExtSIOp::create(b, loc, i64, x); }
+
+  /// A one-result PTX snippet with f32 operands, e.g. tanh.approx.
+  Value ptxUnary(StringRef ptx, Value x);
+  /// A PTX statement with operands and no results.
+  void ptxVoid(StringRef ptx, StringRef constraints, ValueRange operands);
+
+  /// Declares the dynamic shared memory symbol at the end of `module` once.
+  void declareDynamicSmem(gpu::GPUModuleOp module);
+  /// Sets `smem` to the 1 KiB-aligned base of the dynamic shared memory (the
+  /// 128-byte swizzle repeats every 1 KiB); emitted at the insertion point.
+  void setAlignedDynamicSmem();
+  /// Shared memory: the tiles and barriers at byte offsets from `smem`.
+  Value smemAt(Value byteOffset) {
+    return LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), smem,
+                               ValueRange{byteOffset});
+  }
+  Value smemAddr(Value ptr) { // 32-bit shared-window address
+    return LLVM::PtrToIntOp::create(b, loc, i32, ptr);
+  }
+  /// `base` + `byteOffset` for a global pointer.
+  Value globalAt(Value base, Value byteOffset) {
+    return LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(), base,
+                               ValueRange{byteOffset});
+  }
+
+  /// The 64-bit wgmma matrix descriptor of a 128-byte-swizzled operand at
+  /// shared address `addr` (bits 0-13: addr >> 4; 16-29: leading byte offset
+  /// >> 4; 32-45: stride byte offset >> 4; 62-63: swizzle mode, 1 = 128B).
+  Value descriptor(Value addr, int64_t leadingBytes, int64_t strideBytes);
+
+  void barrierInit(Value bar, int64_t count) {
+    NVVM::MBarrierInitOp::create(b, loc, bar, ci(count), Value());
+  }
+  void waitParity(Value bar, Value parity) {
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, ci(0x989680));
+  }
+  void expectTx(Value bar, int64_t bytes) {
+    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, ci(bytes),
+                                           NVVM::MemScopeKind::CTA,
+                                           /*relaxed=*/false, Value());
+  }
+  void arrive(Value bar) {
+    NVVM::MBarrierArriveOp::create(b, loc, Type(), bar, Value(),
+                                   NVVM::MemScopeKind::CTA, false);
+  }
+  void tmaLoad(Value dst, Value map, ArrayRef<Value> coords, Value bar) {
+    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+        b, loc, dst, map, coords, bar, ValueRange(), Value(), Value(),
+        NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true,
+        NVVM::CTAGroupKindAttr(), Value());
+  }
+  /// A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
+  /// aligned) from global `src` to shared `dst`, completing on `bar`.
+  void bulkLoad(Value dst, Value src, int64_t bytes, Value bar);
+  /// bar.sync on named barrier `id` with `threads` threads.
+  void namedBarrier(int64_t id, int64_t threads);
+  /// Orders this thread's generic-proxy shared-memory writes before later
+  /// async-proxy reads (wgmma operands).
+  void fenceProxyAsyncShared();
+  /// red.global.add.v2.f32: two adjacent f32 atomically added at `ptr`.
+  void reduceAddPair(Value ptr, Value x, Value y);
+
+  Value shflXor(Value v, int64_t lane) {
+    return NVVM::ShflOp::create(b, loc, f32, ci(-1), v, ci(lane), ci(0x1f),
+                                NVVM::ShflKind::bfly, UnitAttr());
+  }
+  Value quadReduce(Value v, bool isMax) {
+    for (int64_t lane : {1, 2}) {
+      Value other = shflXor(v, lane);
+      v = isMax ? fmax(v, other) : fadd(v, other);
+    }
+    return v;
+  }
+  /// Packs two f32 into one register of two bf16/f16, `lo` in bits 0-15.
+  Value pack(Value lo, Value hi);
+
+  /// One `wgmma.mma_async` m64nNk16 as inline PTX: the N/2 f32 accumulators
+  /// are outputs $0.. tied to the first N/2 inputs (so register allocation
+  /// keeps them in place across the K loop), followed by `operands` with
+  /// `constraints`; `operandsPtx` names those operands in the instruction and
+  /// `scaleD` is the operand number of the scale-d flag.
+  SmallVector<Value> wgmma(ArrayRef<Value> acc, ArrayRef<Value> operands,
+                           StringRef constraints, StringRef operandsPtx,
+                           int64_t scaleD);
+  /// A and B from shared memory; `transA`/`transB` read them MN-major.
+  SmallVector<Value> wgmmaSS(ArrayRef<Value> acc, Value descA, Value descB,
+                             bool accumulate, bool transA = false,
+                             bool transB = false);
+  /// A in registers (4 x b32 of bf16/f16 pairs), B MN-major in shared memory
+  /// (imm-trans-b = 1).
+  SmallVector<Value> wgmmaRS(ArrayRef<Value> acc, ArrayRef<Value> a,
+                             Value descB);
+  /// The A fragment of k-chunk `k` of a register-A wgmma made from an m64
+  /// f32 accumulator fragment: registers 8k .. 8k+7, pairwise packed.
+  SmallVector<Value> packAFragment(ArrayRef<Value> acc, int64_t k) {
+    int64_t base = 8 * k;
+    return {pack(acc[base], acc[base + 1]), pack(acc[base + 2], acc[base + 3]),
+            pack(acc[base + 4], acc[base + 5]),
+            pack(acc[base + 6], acc[base + 7])};
+  }
+
+  OpBuilder &b;
+  Location loc;
+  bool bf16;
+  Type i1, i32, i64, f32, elt;
+  LLVM::LLVMPointerType smemPtr, globalPtr, genericPtr;
+  Value smem;
+};
+
+} // namespace mlir::fa3::detail
+
+#endif // FA3_LIB_CONVERSION_FA3TOHOPPER_HOPPERCODEGEN_H

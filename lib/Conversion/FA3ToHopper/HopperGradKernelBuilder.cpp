@@ -1,0 +1,653 @@
+//===- HopperGradKernelBuilder.cpp - The sm_90a backward attention kernels ---===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The backward as three kernels (see HopperAttentionGradSpec):
+//
+//   * `_pre`, one warp per query row: Δ = rowsum(dO ∘ O), LSE·log2(e) (+inf
+//     for rows that saw no key and for the padding rows up to a whole query
+//     block, so their probabilities come out 0), and the row of the f32 dQ
+//     accumulator zeroed.
+//   * the main kernel, one CTA per key block of `blockN` rows and two
+//     consumer warpgroups. K and V are loaded once by TMA; Q and dO tiles of
+//     64 rows (plus their LSE and Δ, 1-D bulk copies) stream through a ring
+//     of `stages` buffers over every query head of the GQA group and every
+//     query block that can see the key block. Per step, each warpgroup
+//     computes for its 64 key rows
+//       Sᵀ = K Qᵀ and dPᵀ = V dOᵀ            (wgmma, both operands in smem)
+//       Pᵀ = exp2(c·Sᵀ − LSE₂),  dSᵀ = Pᵀ ∘ (dPᵀ − Δ)   (registers)
+//       dV += Pᵀ dO and dK += dSᵀ Q          (register-A wgmma, dO/Q MN-major)
+//     then writes dSᵀ to shared memory (128-byte swizzled, 64 query columns
+//     per row: exactly the MN-major layout of the A operand dS), and after a
+//     CTA barrier computes its share of dQ = dS K (A and B MN-major) and adds
+//     it to the f32 accumulator with red.global.add.v2.f32.
+//   * `_post`: dQ = scale · accumulator, rounded to the storage type.
+//
+// dK/dV accumulate in registers across the whole GQA group, so they need no
+// atomics; memory beyond the tensors is O(N) (the accumulator, Δ, LSE₂).
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
+
+#include "HopperCodegen.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::fa3;
+using namespace mlir::fa3::detail;
+
+int64_t HopperAttentionGradSpec::sharedMemoryBytes() const {
+  int64_t row = 2 * headDim; // bytes per row of a tile
+  int64_t kv = 2 * blockN * row;
+  int64_t ring = stages * (2 * blockM * row + 2 * 4 * blockM);
+  int64_t ds = blockN * blockM * 2;
+  int64_t barriers = 8 * (1 + 2 * stages);
+  return kv + ring + ds + barriers + 1024;
+}
+
+std::string HopperAttentionGradSpec::kernelName() const {
+  std::string name = "fa3_bwd_";
+  name += bf16 ? "bf16" : "f16";
+  name += "_d" + std::to_string(headDim);
+  name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
+  name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
+          std::to_string(stages);
+  if (causal)
+    name += "_causal";
+  auto bound = [](int64_t b) {
+    return b < 0 ? std::string("inf") : std::to_string(b);
+  };
+  if (windowLeft >= 0 || (!causal && windowRight >= 0))
+    name += "_w" + bound(windowLeft) + "_" + bound(windowRight);
+  if (softcap > 0) {
+    uint32_t capBits;
+    std::memcpy(&capBits, &softcap, 4);
+    char capHex[16];
+    std::snprintf(capHex, sizeof(capHex), "_cap%08x", capBits);
+    name += capHex;
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &scale, 4);
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "_s%08x", bits);
+  return name + hex;
+}
+
+namespace {
+
+class GradKernelBuilder : public HopperCodegen {
+public:
+  GradKernelBuilder(OpBuilder &b, Location loc,
+                    const HopperAttentionGradSpec &spec)
+      : HopperCodegen(b, loc, spec.bf16), s(spec) {}
+
+  void buildPreprocess(gpu::GPUModuleOp module);
+  void buildMain(gpu::GPUModuleOp module);
+  void buildPostprocess(gpu::GPUModuleOp module);
+
+private:
+  LLVM::LLVMFuncOp createKernel(gpu::GPUModuleOp module, StringRef name,
+                                ArrayRef<Type> params, int64_t threads);
+  /// Two packed 16-bit values at `ptr` widened to f32.
+  std::pair<Value, Value> loadPair(Value ptr);
+  Value warpSum(Value v) {
+    for (int64_t lane : {16, 8, 4, 2, 1})
+      v = fadd(v, shflXor(v, lane));
+    return v;
+  }
+  Value storeF32(Value ptr, Value v) {
+    LLVM::StoreOp::create(b, loc, v, ptr, /*alignment=*/4);
+    return v;
+  }
+  Value elemPtr(Value base, Type type, Value index) {
+    return LLVM::GEPOp::create(b, loc, globalPtr, type, base,
+                               ValueRange{index});
+  }
+
+  const HopperAttentionGradSpec &s;
+};
+
+} // namespace
+
+LLVM::LLVMFuncOp GradKernelBuilder::createKernel(gpu::GPUModuleOp module,
+                                                 StringRef name,
+                                                 ArrayRef<Type> params,
+                                                 int64_t threads) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  auto fnType = LLVM::LLVMFunctionType::get(
+      LLVM::LLVMVoidType::get(b.getContext()), params);
+  auto fn = LLVM::LLVMFuncOp::create(b, loc, name, fnType);
+  fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
+              b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+  fn.addEntryBlock(b);
+  return fn;
+}
+
+std::pair<Value, Value> GradKernelBuilder::loadPair(Value ptr) {
+  Value packed = LLVM::LoadOp::create(b, loc, VectorType::get({2}, elt), ptr,
+                                      /*alignment=*/4);
+  Value wide = LLVM::FPExtOp::create(b, loc, VectorType::get({2}, f32), packed);
+  return {LLVM::ExtractElementOp::create(b, loc, wide, ci(0)),
+          LLVM::ExtractElementOp::create(b, loc, wide, ci(1))};
+}
+
+//===----------------------------------------------------------------------===//
+// Preprocessing: Δ, LSE₂ and the zeroed accumulator
+//===----------------------------------------------------------------------===//
+
+void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
+  auto fn = createKernel(module, s.preprocessKernelName(),
+                         {globalPtr, globalPtr, globalPtr, globalPtr, globalPtr,
+                          globalPtr, i32},
+                         HopperAttentionGradSpec::kPreThreads);
+  OpBuilder::InsertionGuard guard(b);
+  Block *entry = &fn.getBody().front();
+  b.setInsertionPointToStart(entry);
+  Value dOPtr = entry->getArgument(0), oPtr = entry->getArgument(1);
+  Value lsePtr = entry->getArgument(2), accPtr = entry->getArgument(3);
+  Value lse2Ptr = entry->getArgument(4), deltaPtr = entry->getArgument(5);
+  Value seqQ = entry->getArgument(6);
+
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+  Value warp = divu(tid, ci(32)), lane = remu(tid, ci(32));
+  Value row = add(mul(NVVM::BlockIdXOp::create(b, loc, i32),
+                      ci(HopperAttentionGradSpec::kPreThreads / 32)),
+                  warp);
+  Value head = NVVM::BlockIdYOp::create(b, loc, i32);
+  Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
+  Value seqPad = mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)),
+                     ci(s.blockM));
+  Value inside = cmp(arith::CmpIPredicate::slt, row, seqQ);
+  float inf = std::numeric_limits<float>::infinity();
+
+  // Rows past Sq (up to the padded length) get Δ = 0 and LSE₂ = +inf.
+  auto rowValues = scf::IfOp::create(b, loc, TypeRange{f32, f32}, inside,
+                                     /*addElseBlock=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(rowValues.thenBlock());
+    // Element (b, row, h, 0) of a [B, Sq, Hq, D] tensor.
+    Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(row)),
+                             cl(s.numQHeads)),
+                         sext64(head));
+    Value rowElem = mul(rowIndex, cl(s.headDim));
+    Value dot = cf(0);
+    for (int64_t t = 0; t < s.headDim / 64; ++t) {
+      Value col = add(mul(lane, ci(2)), ci(64 * t));
+      Value idx = add(rowElem, zext64(col));
+      auto [d0, d1] = loadPair(elemPtr(dOPtr, elt, idx));
+      auto [o0, o1] = loadPair(elemPtr(oPtr, elt, idx));
+      dot = fadd(dot, fadd(fmul(d0, o0), fmul(d1, o1)));
+    }
+    for (int64_t t = 0; t < s.headDim / 32; ++t) {
+      Value idx = add(rowElem, zext64(add(lane, ci(32 * t))));
+      storeF32(elemPtr(accPtr, f32, idx), cf(0));
+    }
+    Value lseIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
+                               sext64(head)),
+                           sext64(seqQ)),
+                       sext64(row));
+    Value lse = LLVM::LoadOp::create(b, loc, f32, elemPtr(lsePtr, f32, lseIdx),
+                                     /*alignment=*/4);
+    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, lse,
+                                        cf(-inf));
+    Value lse2 = select(empty, cf(inf), fmul(lse, cf(float(M_LOG2E))));
+    scf::YieldOp::create(b, loc, ValueRange{warpSum(dot), lse2});
+    b.setInsertionPointToStart(rowValues.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{cf(0), cf(inf)});
+  }
+  Value inPad = cmp(arith::CmpIPredicate::slt, row, seqPad);
+  Value lane0 = cmp(arith::CmpIPredicate::eq, lane, ci(0));
+  scf::IfOp::create(b, loc, andi(inPad, lane0), [&](OpBuilder &, Location) {
+    Value idx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                        sext64(seqPad)),
+                    sext64(row));
+    storeF32(elemPtr(deltaPtr, f32, idx), rowValues.getResult(0));
+    storeF32(elemPtr(lse2Ptr, f32, idx), rowValues.getResult(1));
+    scf::YieldOp::create(b, loc);
+  });
+  LLVM::ReturnOp::create(b, loc, ValueRange());
+}
+
+//===----------------------------------------------------------------------===//
+// Postprocessing: dQ = scale · accumulator
+//===----------------------------------------------------------------------===//
+
+void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
+  auto fn = createKernel(module, s.postprocessKernelName(),
+                         {globalPtr, globalPtr, i64},
+                         HopperAttentionGradSpec::kPostThreads);
+  OpBuilder::InsertionGuard guard(b);
+  Block *entry = &fn.getBody().front();
+  b.setInsertionPointToStart(entry);
+  Value accPtr = entry->getArgument(0), dqPtr = entry->getArgument(1);
+  Value pairs = entry->getArgument(2);
+  Value pair = add(mul(zext64(NVVM::BlockIdXOp::create(b, loc, i32)),
+                       cl(HopperAttentionGradSpec::kPostThreads)),
+                   zext64(NVVM::ThreadIdXOp::create(b, loc, i32)));
+  Value inside = cmp(arith::CmpIPredicate::slt, pair, pairs);
+  scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+    Value v = LLVM::LoadOp::create(
+        b, loc, VectorType::get({2}, f32),
+        elemPtr(accPtr, i64, pair), /*alignment=*/8);
+    Value x = LLVM::ExtractElementOp::create(b, loc, v, ci(0));
+    Value y = LLVM::ExtractElementOp::create(b, loc, v, ci(1));
+    Value packed = pack(fmul(x, cf(s.scale)), fmul(y, cf(s.scale)));
+    LLVM::StoreOp::create(b, loc, packed, elemPtr(dqPtr, i32, pair),
+                          /*alignment=*/4);
+    scf::YieldOp::create(b, loc);
+  });
+  LLVM::ReturnOp::create(b, loc, ValueRange());
+}
+
+//===----------------------------------------------------------------------===//
+// The main kernel
+//===----------------------------------------------------------------------===//
+
+void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
+  declareDynamicSmem(module);
+  auto fn = createKernel(module, s.kernelName(),
+                         {genericPtr, genericPtr, genericPtr, genericPtr,
+                          globalPtr, globalPtr, globalPtr, globalPtr, globalPtr,
+                          i32, i32},
+                         s.numThreads());
+  auto mapType = LLVM::LLVMArrayType::get(i64, 16);
+  for (unsigned i = 0; i < 4; ++i) {
+    fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
+                  TypeAttr::get(mapType));
+    fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
+                  b.getI64IntegerAttr(64));
+    fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
+                  b.getUnitAttr());
+  }
+  OpBuilder::InsertionGuard guard(b);
+  Block *entry = &fn.getBody().front();
+  b.setInsertionPointToStart(entry);
+  Value tmaQ = entry->getArgument(0), tmaK = entry->getArgument(1);
+  Value tmaV = entry->getArgument(2), tmaDO = entry->getArgument(3);
+  Value lse2Ptr = entry->getArgument(4), deltaPtr = entry->getArgument(5);
+  Value accPtr = entry->getArgument(6), dkPtr = entry->getArgument(7);
+  Value dvPtr = entry->getArgument(8);
+  Value seqQ = entry->getArgument(9), seqK = entry->getArgument(10);
+
+  const int64_t d = s.headDim, bm = s.blockM, bn = s.blockN;
+  const int64_t group = s.numQHeads / s.numKVHeads;
+  const int64_t sliceW = s.sliceWidth();
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+  Value kBlock = NVVM::BlockIdXOp::create(b, loc, i32);
+  Value kvHead = NVVM::BlockIdYOp::create(b, loc, i32);
+  Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
+  Value wg = divu(tid, ci(128));
+  Value warp = divu(remu(tid, ci(128)), ci(32));
+  Value lane = remu(tid, ci(32));
+  // Which 64 key rows this warpgroup owns and which head-dim slice of dK/dV.
+  Value slab = s.keySlabs() == 2 ? wg : ci(0);
+  Value slice = s.keySlabs() == 2 ? ci(0) : wg;
+
+  setAlignedDynamicSmem();
+  const int64_t tile = 2 * d; // bytes per row
+  const int64_t offK = 0, offV = bn * tile, offQ = 2 * bn * tile;
+  const int64_t offDO = offQ + s.stages * bm * tile;
+  const int64_t offDS = offDO + s.stages * bm * tile;
+  const int64_t offStats = offDS + bn * bm * 2;
+  const int64_t offBar = offStats + s.stages * 8 * bm;
+  auto barKV = [&] { return smemAt(ci(offBar)); };
+  auto barFull = [&](Value st) {
+    return smemAt(add(ci(offBar + 8), mul(st, ci(8))));
+  };
+  auto barEmpty = [&](Value st) {
+    return smemAt(add(ci(offBar + 8 * (1 + s.stages)), mul(st, ci(8))));
+  };
+
+  Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
+  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+    barrierInit(barKV(), 1);
+    for (int64_t st = 0; st < s.stages; ++st) {
+      barrierInit(barFull(ci(st)), 1);
+      barrierInit(barEmpty(ci(st)), s.numThreads());
+    }
+    NVVM::FenceMbarrierInitOp::create(b, loc);
+    scf::YieldOp::create(b, loc);
+  });
+  NVVM::Barrier0Op::create(b, loc);
+
+  // The query rows that see some key of this block (as in fa3-tile).
+  int64_t left = s.windowLeft, right = s.windowRight;
+  Value kStart = mul(kBlock, ci(bn));
+  Value offset = sub(seqK, seqQ);
+  Value kLast = sub(minsi(add(kStart, ci(bn)), seqK), ci(1));
+  Value rowLo = ci(0), rowHi = seqQ;
+  if (right >= 0)
+    rowLo = maxsi(rowLo, sub(sub(kStart, offset), ci(right)));
+  if (left >= 0)
+    rowHi = minsi(rowHi, add(sub(kLast, offset), ci(left + 1)));
+  rowHi = maxsi(rowHi, rowLo);
+  Value qbLo = divu(rowLo, ci(bm));
+  Value qbHi = divu(add(rowHi, ci(bm - 1)), ci(bm));
+  Value perHead = sub(qbHi, qbLo);
+  Value numIters = mul(perHead, ci(group));
+  Value seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
+
+  // Step `it` walks query block qbLo + it % perHead of query head
+  // kvHead * group + it / perHead.
+  auto stepOf = [&](Value it) {
+    Value g = divu(it, perHead);
+    Value qStart = mul(add(qbLo, remu(it, perHead)), ci(bm));
+    Value head = add(mul(kvHead, ci(group)), g);
+    return std::make_pair(head, qStart);
+  };
+  auto issueStep = [&](Value stage, Value it) {
+    auto [head, qStart] = stepOf(it);
+    Value bar = barFull(stage);
+    expectTx(bar, 2 * bm * tile + 8 * bm);
+    for (auto [map, base] : {std::pair<Value, int64_t>{tmaQ, offQ},
+                             {tmaDO, offDO}}) {
+      Value tileOff = add(ci(base), mul(stage, ci(bm * tile)));
+      for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
+        tmaLoad(smemAt(add(tileOff, ci(atom * bm * kAtomBytes))), map,
+                {ci(atom * kAtomCols), qStart, head, batch}, bar);
+    }
+    // LSE₂ and Δ of the block: 4·bm bytes each, 16-byte aligned because
+    // rows are padded to whole blocks.
+    Value statIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
+                                sext64(head)),
+                            sext64(seqPad)),
+                        sext64(qStart));
+    Value statsOff = add(ci(offStats), mul(stage, ci(8 * bm)));
+    bulkLoad(smemAt(statsOff), elemPtr(lse2Ptr, f32, statIdx), 4 * bm, bar);
+    bulkLoad(smemAt(add(statsOff, ci(4 * bm))),
+             elemPtr(deltaPtr, f32, statIdx), 4 * bm, bar);
+  };
+
+  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+    expectTx(barKV(), 2 * bn * tile);
+    for (auto [map, base] : {std::pair<Value, int64_t>{tmaK, offK},
+                             {tmaV, offV}})
+      for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
+        tmaLoad(smemAt(ci(base + atom * bn * kAtomBytes)), map,
+                {ci(atom * kAtomCols), kStart, kvHead, batch}, barKV());
+    for (int64_t st = 0; st < s.stages; ++st) {
+      Value has = cmp(arith::CmpIPredicate::slt, ci(st), numIters);
+      scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
+        issueStep(ci(st), ci(st));
+        scf::YieldOp::create(b, loc);
+      });
+    }
+    scf::YieldOp::create(b, loc);
+  });
+  waitParity(barKV(), ci(0));
+
+  // Fragment coordinates of an m64 accumulator: this thread's two rows and
+  // the first column of its pair in every 8-column block.
+  Value rowInSlab = add(mul(warp, ci(16)), divu(lane, ci(4)));
+  Value colInBlock = mul(remu(lane, ci(4)), ci(2));
+  Value keyRow[2] = {add(add(kStart, mul(slab, ci(64))), rowInSlab),
+                     add(add(add(kStart, mul(slab, ci(64))), rowInSlab), ci(8))};
+
+  float c = s.scale * static_cast<float>(M_LOG2E);
+  float negInf = -std::numeric_limits<float>::infinity();
+  const int64_t nS = bm / 2, nAcc = sliceW / 2;
+  Value base = smemAddr(smem);
+  Value kSlabAddr = add(add(base, ci(offK)), mul(slab, ci(64 * kAtomBytes)));
+  Value vSlabAddr = add(add(base, ci(offV)), mul(slab, ci(64 * kAtomBytes)));
+  Value dsAddr = add(base, ci(offDS));
+  // dQ's share of this warpgroup: columns [n0, n0 + nWidth) over key rows
+  // [k0, k0 + kRows). With D >= 128 the warpgroups split the columns and
+  // read every key row's dS; at D = 64 each reads only its own rows.
+  bool splitColumns = d / HopperAttentionGradSpec::kNumWarpgroups >= 64;
+  int64_t nWidth = splitColumns ? d / HopperAttentionGradSpec::kNumWarpgroups
+                                : d;
+  int64_t kRows = splitColumns ? bn : 64;
+  Value n0 = splitColumns ? mul(wg, ci(nWidth)) : ci(0);
+  Value k0 = splitColumns ? ci(0) : mul(slab, ci(64));
+
+  SmallVector<Value> init(2 * nAcc, cf(0));
+  auto loop = scf::ForOp::create(
+      b, loc, ci(0), numIters, ci(1), init,
+      [&](OpBuilder &, Location, Value it, ValueRange iters) {
+        SmallVector<Value> dK(iters.begin(), iters.begin() + nAcc);
+        SmallVector<Value> dV(iters.begin() + nAcc, iters.end());
+        Value stage = remu(it, ci(s.stages));
+        Value parity = andi(divu(it, ci(s.stages)), ci(1));
+        auto [head, qStart] = stepOf(it);
+        waitParity(barFull(stage), parity);
+        Value qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
+        Value doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
+
+        // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, K-major operands.
+        // The first wgmma of each chain ignores its accumulator (scale-d =
+        // 0): undefined inputs need no register moves between wgmmas.
+        Value undef = LLVM::UndefOp::create(b, loc, f32);
+        SmallVector<Value> sAcc(nS, undef), dpAcc(nS, undef);
+        NVVM::WgmmaFenceAlignedOp::create(b, loc);
+        for (int64_t k = 0; k < d / 16; ++k) {
+          int64_t atom = k / 4, inAtom = (k % 4) * 32;
+          Value a = descriptor(add(kSlabAddr, ci(atom * bn * kAtomBytes + inAtom)),
+                               16, 1024);
+          Value bq = descriptor(add(qAddr, ci(atom * bm * kAtomBytes + inAtom)),
+                                16, 1024);
+          sAcc = wgmmaSS(sAcc, a, bq, k > 0);
+        }
+        // A second fence: dPᵀ's fresh accumulator registers are written
+        // after the first one.
+        NVVM::WgmmaFenceAlignedOp::create(b, loc);
+        for (int64_t k = 0; k < d / 16; ++k) {
+          int64_t atom = k / 4, inAtom = (k % 4) * 32;
+          Value a = descriptor(add(vSlabAddr, ci(atom * bn * kAtomBytes + inAtom)),
+                               16, 1024);
+          Value bo = descriptor(add(doAddr, ci(atom * bm * kAtomBytes + inAtom)),
+                                16, 1024);
+          dpAcc = wgmmaSS(dpAcc, a, bo, k > 0);
+        }
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+
+        // LSE₂ and Δ of this thread's query columns, from shared memory.
+        Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
+        auto statPair = [&](int64_t byteOffset, int64_t j) {
+          Value p = LLVM::GEPOp::create(
+              b, loc, smemPtr, b.getI8Type(), statsPtr,
+              ValueRange{add(ci(byteOffset + j * 32), mul(colInBlock, ci(4)))});
+          Value v = LLVM::LoadOp::create(b, loc, VectorType::get({2}, f32), p,
+                                         /*alignment=*/8);
+          return std::make_pair(LLVM::ExtractElementOp::create(b, loc, v, ci(0)),
+                                LLVM::ExtractElementOp::create(b, loc, v, ci(1)));
+        };
+
+        if (s.softcap > 0) {
+          Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
+          for (Value &v : sAcc)
+            v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+        }
+        SmallVector<Value> capped = sAcc;
+        // Mask only blocks that cross the end of the keys, the diagonal or a
+        // window edge (the same test as the forward's).
+        Value qLast = sub(minsi(add(qStart, ci(bm)), seqQ), ci(1));
+        Value kEnd = add(kStart, ci(bn));
+        Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
+        if (right >= 0)
+          needMask = ori(needMask, cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
+                                       add(add(qStart, offset), ci(right))));
+        if (left >= 0)
+          needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
+                                       sub(add(qLast, offset), ci(left))));
+        auto masked = scf::IfOp::create(
+            b, loc, TypeRange(SmallVector<Type>(nS, f32)), needMask,
+            /*addElseBlock=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(masked.thenBlock());
+          SmallVector<Value> m;
+          for (int64_t r = 0; r < nS; ++r) {
+            Value key = keyRow[(r % 4) / 2];
+            Value query = add(add(qStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+            Value diag = add(query, offset);
+            Value hidden = cmp(arith::CmpIPredicate::sge, key, seqK);
+            if (right >= 0)
+              hidden = ori(hidden, cmp(arith::CmpIPredicate::sgt, key,
+                                       add(diag, ci(right))));
+            if (left >= 0)
+              hidden = ori(hidden, cmp(arith::CmpIPredicate::slt, key,
+                                       sub(diag, ci(left))));
+            m.push_back(select(hidden, cf(negInf), sAcc[r]));
+          }
+          scf::YieldOp::create(b, loc, m);
+          b.setInsertionPointToStart(masked.elseBlock());
+          scf::YieldOp::create(b, loc, sAcc);
+        }
+
+        // Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − Δ), with softcap's derivative.
+        SmallVector<Value> p(nS), ds(nS);
+        for (int64_t j = 0; j < bm / 8; ++j) {
+          auto [lse0, lse1] = statPair(0, j);
+          auto [delta0, delta1] = statPair(4 * bm, j);
+          for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
+            Value lse2 = r % 2 ? lse1 : lse0;
+            Value delta = r % 2 ? delta1 : delta0;
+            p[r] = exp2(fsub(fmul(masked.getResult(r), cf(c)), lse2));
+            ds[r] = fmul(p[r], fsub(dpAcc[r], delta));
+            if (s.softcap > 0) {
+              Value t = fmul(capped[r], cf(s.scale / s.softcap));
+              ds[r] = fmul(ds[r], fsub(cf(1), fmul(t, t)));
+            }
+          }
+        }
+        SmallVector<SmallVector<Value>> pFrag, dsFrag;
+        for (int64_t k = 0; k < bm / 16; ++k) {
+          pFrag.push_back(packAFragment(p, k));
+          dsFrag.push_back(packAFragment(ds, k));
+        }
+
+        // dV += Pᵀ dO and dK += dSᵀ Q over this warpgroup's head-dim slice,
+        // dO and Q read MN-major.
+        Value sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
+        NVVM::WgmmaFenceAlignedOp::create(b, loc);
+        for (int64_t k = 0; k < bm / 16; ++k) {
+          Value bd = descriptor(add(add(doAddr, sliceOff), ci(k * 16 * kAtomBytes)),
+                                bm * kAtomBytes, 1024);
+          dV = wgmmaRS(dV, pFrag[k], bd);
+        }
+        for (int64_t k = 0; k < bm / 16; ++k) {
+          Value bd = descriptor(add(add(qAddr, sliceOff), ci(k * 16 * kAtomBytes)),
+                                bm * kAtomBytes, 1024);
+          dK = wgmmaRS(dK, dsFrag[k], bd);
+        }
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+
+        // dSᵀ to shared memory: row = key, 64 query columns = one 128-byte
+        // swizzled row. Every warpgroup has finished reading the previous
+        // step's dS (it waited for its dQ wgmma) once past the barrier.
+        namedBarrier(1, s.numThreads());
+        // With one shared slab both warpgroups hold the same dSᵀ.
+        Value writer = cmp(arith::CmpIPredicate::eq, slice, ci(0));
+        scf::IfOp::create(b, loc, writer, [&](OpBuilder &, Location) {
+          for (int64_t k = 0; k < bm / 16; ++k)
+            for (int64_t i = 0; i < 4; ++i) {
+              int64_t j = 2 * k + i / 2, half = i % 2;
+              Value row = add(add(mul(slab, ci(64)), rowInSlab), ci(8 * half));
+              Value chunk = xori(ci(j), remu(row, ci(8)));
+              Value byte = add(add(mul(row, ci(kAtomBytes)), mul(chunk, ci(16))),
+                               mul(remu(lane, ci(4)), ci(4)));
+              LLVM::StoreOp::create(b, loc, dsFrag[k][i],
+                                    smemAt(add(ci(offDS), byte)),
+                                    /*alignment=*/4);
+            }
+          scf::YieldOp::create(b, loc);
+        });
+        fenceProxyAsyncShared();
+        namedBarrier(1, s.numThreads());
+
+        // dQ += dS K for this warpgroup's share, 64 columns at a time; dS
+        // and K are both read MN-major.
+        for (int64_t chunk = 0; chunk < nWidth / 64; ++chunk) {
+          Value col0 = add(n0, ci(chunk * 64));
+          SmallVector<Value> qAcc(32, LLVM::UndefOp::create(b, loc, f32));
+          Value kColAddr = add(add(base, ci(offK)),
+                               mul(divu(col0, ci(kAtomCols)), ci(bn * kAtomBytes)));
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          for (int64_t k = 0; k < kRows / 16; ++k) {
+            Value rowOff = mul(add(k0, ci(16 * k)), ci(kAtomBytes));
+            Value a = descriptor(add(dsAddr, rowOff), bn * kAtomBytes, 1024);
+            Value bk = descriptor(add(kColAddr, rowOff), bn * kAtomBytes, 1024);
+            qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+          for (int64_t half = 0; half < 2; ++half) {
+            Value query = add(add(qStart, rowInSlab), ci(8 * half));
+            Value inside = cmp(arith::CmpIPredicate::slt, query, seqQ);
+            scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+              Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)),
+                                           sext64(query)),
+                                       cl(s.numQHeads)),
+                                   sext64(head));
+              Value rowElem = mul(rowIndex, cl(d));
+              for (int64_t j = 0; j < 8; ++j) {
+                int64_t r = 4 * j + 2 * half;
+                Value col = add(add(col0, ci(8 * j)), colInBlock);
+                Value ptr = elemPtr(accPtr, f32, add(rowElem, zext64(col)));
+                reduceAddPair(ptr, qAcc[r], qAcc[r + 1]);
+              }
+              scf::YieldOp::create(b, loc);
+            });
+          }
+        }
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+
+        // Release the ring slot; warp 0 refills it once every thread is done.
+        arrive(barEmpty(stage));
+        Value next = add(it, ci(s.stages));
+        Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                            cmp(arith::CmpIPredicate::slt, next, numIters));
+        scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+          waitParity(barEmpty(stage), parity);
+          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+            issueStep(stage, next);
+            scf::YieldOp::create(b, loc);
+          });
+          scf::YieldOp::create(b, loc);
+        });
+        SmallVector<Value> yields(dK);
+        yields.append(dV);
+        scf::YieldOp::create(b, loc, yields);
+      });
+
+  // Epilogue: dK = scale · acc and dV, rows past Sk skipped.
+  SmallVector<Value> res(loop.getResults());
+  for (int64_t half = 0; half < 2; ++half) {
+    Value key = keyRow[half];
+    Value inside = cmp(arith::CmpIPredicate::slt, key, seqK);
+    scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+      Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqK)), sext64(key)),
+                               cl(s.numKVHeads)),
+                           sext64(kvHead));
+      Value rowElem = add(mul(rowIndex, cl(d)), zext64(mul(slice, ci(sliceW))));
+      for (int64_t j = 0; j < sliceW / 8; ++j) {
+        int64_t r = 4 * j + 2 * half;
+        Value idx = add(rowElem, zext64(add(ci(8 * j), colInBlock)));
+        Value dk = pack(fmul(res[r], cf(s.scale)), fmul(res[r + 1], cf(s.scale)));
+        Value dv = pack(res[nAcc + r], res[nAcc + r + 1]);
+        LLVM::StoreOp::create(b, loc, dk, elemPtr(dkPtr, elt, idx), 4);
+        LLVM::StoreOp::create(b, loc, dv, elemPtr(dvPtr, elt, idx), 4);
+      }
+      scf::YieldOp::create(b, loc);
+    });
+  }
+  LLVM::ReturnOp::create(b, loc, ValueRange());
+}
+
+void mlir::fa3::buildHopperAttentionGradKernels(
+    OpBuilder &builder, gpu::GPUModuleOp module,
+    const HopperAttentionGradSpec &spec) {
+  GradKernelBuilder kb(builder, module.getLoc(), spec);
+  kb.buildPreprocess(module);
+  kb.buildMain(module);
+  kb.buildPostprocess(module);
+}

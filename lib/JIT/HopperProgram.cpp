@@ -1,0 +1,331 @@
+//===- HopperProgram.cpp - Run fa3 functions on a Hopper GPU -----------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/JIT/HopperProgram.h"
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/JIT/HopperKernelCache.h"
+#include "fa3/Runtime/AttentionLauncher.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+
+using namespace fa3;
+using namespace fa3::runtime;
+
+static llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(std::errc::invalid_argument,
+                                 message.str().c_str());
+}
+
+static llvm::Expected<ElementType> elementTypeOf(mlir::Type type,
+                                                 const llvm::Twine &what) {
+  auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(type);
+  if (tensor) {
+    mlir::Type elt = tensor.getElementType();
+    if (elt.isBF16())
+      return ElementType::BF16;
+    if (elt.isF16())
+      return ElementType::F16;
+    if (elt.isF32())
+      return ElementType::F32;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  type.print(os);
+  return error(what + " has type " + s +
+               "; CUDA runs take tensors of bf16, f16 (and f32 LSE)");
+}
+
+/// A module holding `@fa3_step`: `op` alone on block arguments, returning
+/// its results. It is what the kernel cache keys on.
+static mlir::OwningOpRef<mlir::ModuleOp> isolate(mlir::Operation *op) {
+  mlir::OpBuilder b(op->getContext());
+  mlir::Location loc = op->getLoc();
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  auto type = b.getFunctionType(op->getOperandTypes(), op->getResultTypes());
+  auto func = mlir::func::FuncOp::create(b, loc, "fa3_step", type);
+  mlir::Block *entry = func.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  mlir::IRMapping mapping;
+  mapping.map(op->getOperands(), entry->getArguments());
+  mlir::Operation *clone = b.clone(*op, mapping);
+  mlir::func::ReturnOp::create(b, loc, clone->getResults());
+  return module;
+}
+
+llvm::Expected<HopperProgram>
+HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
+                       const HopperCompileOptions &options, int driverVersion) {
+  auto func = module.lookupSymbol<mlir::func::FuncOp>(function);
+  if (!func || func.isExternal())
+    return error("no function '" + function + "' with a body in the module");
+  if (!func.getBody().hasOneBlock())
+    return error("'" + function + "' must be a single block to run on CUDA");
+
+  HopperProgram program;
+  llvm::DenseMap<mlir::Value, unsigned> numbers;
+  for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
+    auto type = elementTypeOf(arg.getType(), "argument #" + llvm::Twine(i));
+    if (!type)
+      return type.takeError();
+    program.argumentTypes.push_back(*type);
+    numbers[arg] = i;
+  }
+  unsigned next = func.getNumArguments();
+  for (mlir::Operation &op : func.getBody().front()) {
+    if (auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(op)) {
+      for (mlir::Value v : ret.getOperands())
+        program.returns.push_back(numbers.lookup(v));
+      continue;
+    }
+    if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp>(op)) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      op.getLoc().print(os);
+      return error("'" + function + "' cannot run on CUDA: '" +
+                   op.getName().getStringRef() + "' at " + s +
+                   " is not fa3.attention or fa3.attention_grad (the CUDA "
+                   "runtime runs sequences of those; the CPU runs anything)");
+    }
+    Step step;
+    for (mlir::Value v : op.getOperands())
+      step.operands.push_back(numbers.lookup(v));
+    for (mlir::Value v : op.getResults()) {
+      numbers[v] = next;
+      step.results.push_back(next++);
+    }
+    mlir::OwningOpRef<mlir::ModuleOp> isolated = isolate(&op);
+    auto kernel = getOrCompileHopperAttention(*isolated, "fa3_step", options,
+                                              driverVersion, step.cacheHit);
+    if (!kernel)
+      return kernel.takeError();
+    step.kernel = std::move(*kernel);
+    program.steps.push_back(std::move(step));
+  }
+  return program;
+}
+
+namespace {
+/// A tensor on the device.
+struct DeviceValue {
+  DeviceBuffer buffer;
+  ElementType type = ElementType::F32;
+  std::vector<int64_t> shape;
+
+  int64_t bytes() const {
+    int64_t n = elementSize(type);
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+};
+} // namespace
+
+static llvm::Expected<DeviceValue> allocate(const CudaDevice &device,
+                                            ElementType type,
+                                            std::vector<int64_t> shape) {
+  DeviceValue value{DeviceBuffer(), type, std::move(shape)};
+  auto buffer =
+      DeviceBuffer::allocate(device, std::max<int64_t>(value.bytes(), 16));
+  if (!buffer)
+    return buffer.takeError();
+  value.buffer = std::move(*buffer);
+  // Poison: all-ones bytes are NaN in bf16, f16 and f32.
+  if (llvm::Error err = value.buffer.memset(0xFF))
+    return std::move(err);
+  return value;
+}
+
+llvm::Expected<std::vector<HostTensor>>
+HopperProgram::run(const CudaDevice &device,
+                   const std::vector<HostTensor> &inputs,
+                   unsigned benchmarkRuns, float *medianMs) const {
+  if (inputs.size() != argumentTypes.size())
+    return error("expected " + llvm::Twine(argumentTypes.size()) +
+                 " inputs, got " + llvm::Twine(inputs.size()));
+  std::vector<std::optional<DeviceValue>> values;
+  for (auto [i, t] : llvm::enumerate(inputs)) {
+    if (t.elementType != argumentTypes[i])
+      return error("input #" + llvm::Twine(i) + " must be " +
+                   elementTypeName(argumentTypes[i]) + ", got " + t.describe());
+    auto buffer =
+        DeviceBuffer::allocate(device, std::max<size_t>(t.data.size(), 16));
+    if (!buffer)
+      return buffer.takeError();
+    if (!t.data.empty())
+      if (llvm::Error err = buffer->copyFromHost(t.data.data(), t.data.size()))
+        return std::move(err);
+    values.push_back(DeviceValue{std::move(*buffer), t.elementType, t.shape});
+  }
+
+  // Load every step's kernels and allocate its results and workspace.
+  std::vector<CudaModule> modules;
+  std::vector<std::function<llvm::Error()>> launches;
+  std::vector<DeviceBuffer> workspaces;
+  workspaces.reserve(steps.size());
+  modules.reserve(steps.size());
+  for (const Step &step : steps) {
+    const AttentionKernelInfo &info = step.kernel.info;
+    auto module = CudaModule::load(device, step.kernel.ptx, info.name);
+    if (!module)
+      return module.takeError();
+    modules.push_back(std::move(*module));
+    auto operand = [&](unsigned i) -> const DeviceValue & {
+      return *values[step.operands[i]];
+    };
+    ElementType elt = info.bf16 ? ElementType::BF16 : ElementType::F16;
+    auto checkBSHD = [&](unsigned i, const char *name, int64_t heads,
+                         ElementType type) -> llvm::Error {
+      const DeviceValue &v = operand(i);
+      if (v.type != type || v.shape.size() != 4 || v.shape[2] != heads ||
+          v.shape[3] != info.headDim)
+        return error(llvm::Twine(name) + " of " + info.name + " must be [B, S, " +
+                     llvm::Twine(heads) + ", " + llvm::Twine(info.headDim) +
+                     "] " + elementTypeName(type));
+      return llvm::Error::success();
+    };
+    if (!info.backward) {
+      for (auto [i, name, heads] :
+           {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},
+            {1, "k", info.numKVHeads},
+            {2, "v", info.numKVHeads}})
+        if (llvm::Error err = checkBSHD(i, name, heads, elt))
+          return std::move(err);
+      const auto &q = operand(0).shape;
+      int64_t batch = q[0], seqQ = q[1], seqK = operand(1).shape[1];
+      auto out = allocate(device, elt, q);
+      if (!out)
+        return out.takeError();
+      auto lse = allocate(device, ElementType::F32,
+                          {batch, info.numQHeads, seqQ});
+      if (!lse)
+        return lse.takeError();
+      values.resize(std::max<size_t>(values.size(), step.results[1] + 1));
+      values[step.results[0]] = std::move(*out);
+      values[step.results[1]] = std::move(*lse);
+      auto function = modules.back().getFunction(info.name);
+      if (!function)
+        return function.takeError();
+      AttentionDeviceArgs args{operand(0).buffer.ptr(),
+                               operand(1).buffer.ptr(),
+                               operand(2).buffer.ptr(),
+                               values[step.results[0]]->buffer.ptr(),
+                               values[step.results[1]]->buffer.ptr(),
+                               batch, seqQ, seqK};
+      launches.push_back([kernel = *function, &info, args]() {
+        return launchAttentionForward(kernel, info, args, nullptr);
+      });
+      continue;
+    }
+    for (auto [i, name, heads] :
+         {std::tuple<unsigned, const char *, int64_t>{0, "grad_output",
+                                                      info.numQHeads},
+          {1, "q", info.numQHeads},
+          {2, "k", info.numKVHeads},
+          {3, "v", info.numKVHeads},
+          {4, "out", info.numQHeads}})
+      if (llvm::Error err = checkBSHD(i, name, heads, elt))
+        return std::move(err);
+    const auto &q = operand(1).shape, &k = operand(2).shape;
+    int64_t batch = q[0], seqQ = q[1], seqK = k[1];
+    std::vector<int64_t> lseShape = {batch, info.numQHeads, seqQ};
+    if (operand(5).type != ElementType::F32 || operand(5).shape != lseShape)
+      return error("lse of " + info.name + " must be [B, Hq, Sq] f32");
+    std::vector<std::optional<DeviceValue>> grads;
+    for (unsigned i = 1; i <= 3; ++i) {
+      auto g = allocate(device, elt, operand(i).shape);
+      if (!g)
+        return g.takeError();
+      grads.push_back(std::move(*g));
+    }
+    values.resize(std::max<size_t>(values.size(), step.results[2] + 1));
+    for (unsigned i = 0; i < 3; ++i)
+      values[step.results[i]] = std::move(*grads[i]);
+    auto workspace = DeviceBuffer::allocate(
+        device, std::max<int64_t>(
+                    attentionGradWorkspaceBytes(info, batch, seqQ, seqK), 256));
+    if (!workspace)
+      return workspace.takeError();
+    workspaces.push_back(std::move(*workspace));
+    auto kernels = getAttentionGradKernels(modules.back(), info);
+    if (!kernels)
+      return kernels.takeError();
+    AttentionGradDeviceArgs args;
+    args.gradOut = operand(0).buffer.ptr();
+    args.q = operand(1).buffer.ptr();
+    args.k = operand(2).buffer.ptr();
+    args.v = operand(3).buffer.ptr();
+    args.out = operand(4).buffer.ptr();
+    args.lse = operand(5).buffer.ptr();
+    args.gradQ = values[step.results[0]]->buffer.ptr();
+    args.gradK = values[step.results[1]]->buffer.ptr();
+    args.gradV = values[step.results[2]]->buffer.ptr();
+    args.workspace = workspaces.back().ptr();
+    args.batch = batch;
+    args.seqQ = seqQ;
+    args.seqK = seqK;
+    launches.push_back([kernels = *kernels, &info, args]() {
+      return launchAttentionBackward(kernels, info, args, nullptr);
+    });
+  }
+
+  auto launchAll = [&]() -> llvm::Error {
+    for (auto &launch : launches)
+      if (llvm::Error err = launch())
+        return err;
+    return llvm::Error::success();
+  };
+  if (llvm::Error err = launchAll())
+    return std::move(err);
+  if (llvm::Error err = device.synchronize())
+    return std::move(err);
+
+  std::vector<HostTensor> results;
+  for (unsigned id : returns) {
+    const DeviceValue &v = *values[id];
+    HostTensor t(v.type, v.shape);
+    if (!t.data.empty())
+      if (llvm::Error err = v.buffer.copyToHost(t.data.data(), t.data.size()))
+        return std::move(err);
+    results.push_back(std::move(t));
+  }
+
+  if (benchmarkRuns > 0 && medianMs) {
+    std::vector<float> times;
+    for (unsigned i = 0; i <= benchmarkRuns; ++i) {
+      auto start = CudaEvent::create(device);
+      if (!start)
+        return start.takeError();
+      auto stop = CudaEvent::create(device);
+      if (!stop)
+        return stop.takeError();
+      if (llvm::Error err = start->record(nullptr))
+        return std::move(err);
+      if (llvm::Error err = launchAll())
+        return std::move(err);
+      if (llvm::Error err = stop->record(nullptr))
+        return std::move(err);
+      if (llvm::Error err = stop->synchronize())
+        return std::move(err);
+      auto ms = stop->elapsedMillisecondsSince(*start);
+      if (!ms)
+        return ms.takeError();
+      if (i > 0) // the first run is the warm-up
+        times.push_back(*ms);
+    }
+    std::sort(times.begin(), times.end());
+    *medianMs = times[times.size() / 2];
+  }
+  return results;
+}

@@ -1,0 +1,251 @@
+//===- fa3_module.cpp - The fa3._fa3 Python extension -------------------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// pybind11 bindings over fa3's C API (include/fa3-c/FA3.h, libfa3): the CPU
+// JIT on numpy buffers and the CUDA JIT on device pointers. The module links
+// only the C API, so it builds in seconds against a prebuilt libfa3 (the
+// GPU machine's Python and pybind11 with the bundle's library). Python-level
+// argument checking, torch integration and caching live in python/fa3.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3-c/FA3.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+/// A failure reported by fa3 (compile errors, CUDA driver errors): raised in
+/// Python as fa3._fa3.Error, a RuntimeError.
+struct Fa3Exception : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Takes ownership of a C API error string and throws it.
+[[noreturn]] void raise(char *error, const char *fallback) {
+  std::string message = error ? error : fallback;
+  fa3_free_string(error);
+  throw Fa3Exception(message);
+}
+
+/// numpy dtype <-> fa3 dtype. bf16 arrives as ml_dtypes.bfloat16, which numpy
+/// sees as a 2-byte void-kind dtype named "bfloat16".
+int dtypeOf(const py::dtype &dtype) {
+  if (dtype.is(py::dtype::of<float>()))
+    return FA3_DTYPE_F32;
+  std::string name = py::str(dtype.attr("name"));
+  if (name == "float16")
+    return FA3_DTYPE_F16;
+  if (name == "bfloat16")
+    return FA3_DTYPE_BF16;
+  if (name == "float32")
+    return FA3_DTYPE_F32;
+  throw py::type_error("fa3 CPU tensors must be float32, float16 or bfloat16, "
+                       "got " + name);
+}
+
+py::dtype numpyDtype(int dtype) {
+  switch (dtype) {
+  case FA3_DTYPE_F16:
+    return py::dtype("float16");
+  case FA3_DTYPE_BF16:
+    return py::dtype::from_args(
+        py::module_::import("ml_dtypes").attr("bfloat16"));
+  default:
+    return py::dtype::of<float>();
+  }
+}
+
+class CpuFunction {
+public:
+  CpuFunction(const std::string &mlir, const std::string &function,
+              int64_t blockM, int64_t blockN) {
+    char *error = nullptr;
+    fn = fa3_cpu_compile(mlir.c_str(), function.c_str(), blockM, blockN,
+                         &error);
+    if (!fn)
+      raise(error, "fa3_cpu_compile failed");
+  }
+  ~CpuFunction() { fa3_cpu_destroy(fn); }
+  CpuFunction(const CpuFunction &) = delete;
+  CpuFunction &operator=(const CpuFunction &) = delete;
+
+  double compileMs() const { return fa3_cpu_compile_ms(fn); }
+  int numInputs() const { return fa3_cpu_num_inputs(fn); }
+  int numResults() const { return fa3_cpu_num_results(fn); }
+
+  /// Runs on C-contiguous arrays; returns new arrays.
+  py::list run(const std::vector<py::array> &arrays) const {
+    std::vector<fa3_tensor> inputs(arrays.size());
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      const py::array &a = arrays[i];
+      if (!(a.flags() & py::array::c_style))
+        throw py::value_error("input #" + std::to_string(i) +
+                              " must be C-contiguous");
+      if (a.ndim() > FA3_MAX_RANK)
+        throw py::value_error("input #" + std::to_string(i) +
+                              " has too many dimensions");
+      fa3_tensor &t = inputs[i];
+      t.dtype = dtypeOf(a.dtype());
+      t.rank = int(a.ndim());
+      for (int d = 0; d < t.rank; ++d)
+        t.shape[d] = a.shape(d);
+      t.data = const_cast<void *>(a.data());
+    }
+    std::vector<fa3_tensor> outputs(numResults());
+    char *error = nullptr;
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = fa3_cpu_run(fn, inputs.data(), int(inputs.size()), outputs.data(),
+                       int(outputs.size()), &error);
+    }
+    if (rc != 0)
+      raise(error, "fa3_cpu_run failed");
+    py::list results;
+    for (fa3_tensor &t : outputs) {
+      std::vector<py::ssize_t> shape(t.shape, t.shape + t.rank);
+      py::array out(numpyDtype(t.dtype), shape);
+      std::memcpy(out.mutable_data(), t.data, out.nbytes());
+      fa3_free_tensor_data(&t);
+      results.append(out);
+    }
+    return results;
+  }
+
+private:
+  fa3_cpu_function *fn = nullptr;
+};
+
+/// A compiled Hopper kernel: a forward, a backward, or PTX only.
+class CudaKernel {
+public:
+  enum class Kind { Forward, Backward, PtxOnly };
+
+  CudaKernel(const std::string &mlir, const std::string &function, Kind kind,
+             int64_t blockM, int64_t blockN)
+      : kind(kind) {
+    char *error = nullptr;
+    int hit = 0;
+    {
+      py::gil_scoped_release release;
+      switch (kind) {
+      case Kind::Forward:
+        kernel = fa3_compile_attention(mlir.c_str(), function.c_str(), blockM,
+                                       blockN, &hit, &error);
+        break;
+      case Kind::Backward:
+        kernel = fa3_compile_attention_grad(mlir.c_str(), function.c_str(),
+                                            blockM, blockN, &hit, &error);
+        break;
+      case Kind::PtxOnly:
+        kernel = fa3_compile_ptx(mlir.c_str(), function.c_str(), blockM,
+                                 blockN, &hit, &error);
+        break;
+      }
+    }
+    if (!kernel)
+      raise(error, "fa3: compiling the kernel failed");
+    cacheHit = hit != 0;
+  }
+  ~CudaKernel() { fa3_destroy_kernel(kernel); }
+  CudaKernel(const CudaKernel &) = delete;
+  CudaKernel &operator=(const CudaKernel &) = delete;
+
+  std::string name() const { return fa3_kernel_name(kernel); }
+  std::string ptx() const { return fa3_kernel_ptx(kernel); }
+  double compileMs() const { return fa3_kernel_compile_ms(kernel); }
+
+  void launch(uint64_t q, uint64_t k, uint64_t v, uint64_t out, uint64_t lse,
+              int64_t batch, int64_t seqQ, int64_t seqK, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention(kernel, q, k, v, out, lse, batch, seqQ, seqK,
+                             reinterpret_cast<void *>(stream), &error) != 0)
+      raise(error, "fa3_launch_attention failed");
+  }
+
+  int64_t workspaceBytes(int64_t batch, int64_t seqQ, int64_t seqK) const {
+    int64_t bytes =
+        fa3_attention_grad_workspace_size(kernel, batch, seqQ, seqK);
+    if (bytes < 0)
+      throw Fa3Exception("workspace_bytes: not a backward kernel, or a "
+                         "negative size");
+    return bytes;
+  }
+
+  void launchGrad(uint64_t gradOut, uint64_t q, uint64_t k, uint64_t v,
+                  uint64_t out, uint64_t lse, uint64_t gradQ, uint64_t gradK,
+                  uint64_t gradV, uint64_t workspace, int64_t batch,
+                  int64_t seqQ, int64_t seqK, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_grad(kernel, gradOut, q, k, v, out, lse, gradQ,
+                                  gradK, gradV, workspace, batch, seqQ, seqK,
+                                  reinterpret_cast<void *>(stream),
+                                  &error) != 0)
+      raise(error, "fa3_launch_attention_grad failed");
+  }
+
+  Kind kind;
+  bool cacheHit = false;
+
+private:
+  fa3_kernel *kernel = nullptr;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_fa3, m) {
+  m.doc() = "fa3's compiler and runtime (through libfa3's C API)";
+  py::register_exception<Fa3Exception>(m, "Error", PyExc_RuntimeError);
+  m.def("version", [] { return std::string(fa3_version()); });
+
+  py::class_<CpuFunction>(m, "CpuFunction",
+                          "An fa3 function compiled for the host CPU")
+      .def(py::init<const std::string &, const std::string &, int64_t,
+                    int64_t>(),
+           py::arg("mlir"), py::arg("function"), py::arg("block_m") = 0,
+           py::arg("block_n") = 0)
+      .def_property_readonly("compile_ms", &CpuFunction::compileMs)
+      .def_property_readonly("num_inputs", &CpuFunction::numInputs)
+      .def_property_readonly("num_results", &CpuFunction::numResults)
+      .def("run", &CpuFunction::run, py::arg("inputs"),
+           "Runs on C-contiguous numpy arrays; returns new arrays");
+
+  py::class_<CudaKernel> kernel(m, "CudaKernel",
+                                "A compiled sm_90a attention kernel");
+  py::enum_<CudaKernel::Kind>(kernel, "Kind")
+      .value("FORWARD", CudaKernel::Kind::Forward)
+      .value("BACKWARD", CudaKernel::Kind::Backward)
+      .value("PTX_ONLY", CudaKernel::Kind::PtxOnly);
+  kernel
+      .def(py::init<const std::string &, const std::string &, CudaKernel::Kind,
+                    int64_t, int64_t>(),
+           py::arg("mlir"), py::arg("function"), py::arg("kind"),
+           py::arg("block_m") = 0, py::arg("block_n") = 0)
+      .def_readonly("kind", &CudaKernel::kind)
+      .def_readonly("cache_hit", &CudaKernel::cacheHit)
+      .def_property_readonly("name", &CudaKernel::name)
+      .def_property_readonly("ptx", &CudaKernel::ptx)
+      .def_property_readonly("compile_ms", &CudaKernel::compileMs)
+      .def("launch", &CudaKernel::launch, py::arg("q"), py::arg("k"),
+           py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("batch"),
+           py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"))
+      .def("workspace_bytes", &CudaKernel::workspaceBytes, py::arg("batch"),
+           py::arg("seq_q"), py::arg("seq_k"))
+      .def("launch_grad", &CudaKernel::launchGrad, py::arg("grad_out"),
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
+           py::arg("lse"), py::arg("grad_q"), py::arg("grad_k"),
+           py::arg("grad_v"), py::arg("workspace"), py::arg("batch"),
+           py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"));
+}

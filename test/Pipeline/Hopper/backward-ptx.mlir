@@ -1,0 +1,36 @@
+// The backward's three sm_90a kernels (Inputs/backward.mlir): the
+// preprocessing (Δ, LSE₂, zeroed dQ accumulator), the main kernel and the
+// dQ conversion. No GPU or ptxas needed; backward-ptxas.mlir assembles them.
+
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefixes=COMMON,D128
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d64_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D64
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
+
+// COMMON: .target sm_90a
+// COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m64n{{64|128}}s2{{.*}}_pre(
+// COMMON: shfl.sync.bfly.b32
+// The main kernel: four tensor maps by value (Q, K, V, dO).
+// COMMON: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_s{{[0-9a-f]+}}(
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_0[128],
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_1[128],
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_2[128],
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_3[128],
+// K and V once, then Q/dO tiles and their LSE₂/Δ rows (1-D bulk copies).
+// COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
+// COMMON: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
+// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: m64n64 (64 query columns), both K-major.
+// COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// COMMON: ex2.approx.f32
+// dV += Pᵀ dO and dK += dSᵀ Q: register-A wgmma, B transposed.
+// D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// dSᵀ goes through shared memory between two CTA barriers, then dQ = dS K
+// with A and B both MN-major, reduced into the f32 accumulator.
+// COMMON: bar.sync
+// COMMON: fence.proxy.async.shared::cta;
+// COMMON: bar.sync
+// COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 1, 1;
+// COMMON: red.global.add.v2.f32
+// COMMON: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
+// COMMON: cvt.rn.{{b?f16}}x2.f32
