@@ -9,4 +9,13 @@ if [ ! -f "$FA3_BUILD_DIR/build.ninja" ]; then
     -DPython3_EXECUTABLE="$FA3_PYTHON" \
     -DLLVM_ENABLE_ASSERTIONS=OFF >/dev/null
 fi
-ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run fa3-cuda-info fa3-cache mlir-doc
+ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run fa3-cuda-info fa3-cache mlir-doc FA3CAPI
+
+# The Python extension fa3._fa3 (python/src), in place next to the package,
+# linked against the C API library just built. Skipped when up to date.
+ext="$(ls "$FA3_ROOT"/python/fa3/_fa3*.so 2>/dev/null | head -1 || true)"
+if [ -z "$ext" ] || [ "$FA3_ROOT/python/src/fa3_module.cpp" -nt "$ext" ] || \
+   [ "$FA3_ROOT/include/fa3-c/FA3.h" -nt "$ext" ]; then
+  (cd "$FA3_ROOT/python" && FA3_LIBRARY="$FA3_BUILD_DIR/lib/libFA3CAPI.so" \
+     "$FA3_PYTHON" setup.py -q build_ext --inplace >/dev/null)
+fi

@@ -104,7 +104,15 @@ def run_train_step(device):
 print("\n== 5. Forward + backward: fa3-run on train_step.mlir (CPU), Sq=200, Sk=250")
 ok = ok and run_train_step("cpu") < 0.1
 
-print("\n== 6. On the GPU: fa3-run --device=cuda")
+print("\n== 6. From Python: import fa3; fa3.attention(q, k, v, causal=True) on numpy arrays")
+import fa3  # noqa: E402 (python/ is on sys.path; scripts/build.sh built fa3._fa3)
+
+py_o = fa3.attention(q, k, v, causal=True)
+py_err = np.abs(py_o.astype(np.float64) - ref_o).max()
+print(f"    max |O - reference| = {py_err:.2e}; first compile {fa3.cache_info()['compile_ms'][0]:.0f} ms")
+ok = ok and py_err < 5e-3
+
+print("\n== 7. On the GPU: fa3-run --device=cuda")
 if subprocess.run([str(build / "bin" / "fa3-cuda-info")], capture_output=True).returncode != 0:
     print("    no CUDA driver/GPU on this machine: skipped (docs/GPU.md runs it on the H200)")
 else:

@@ -17,8 +17,9 @@ echo "== lit: $FA3_BUILD_DIR/test"
 /usr/lib/llvm-22/bin/lit -v "$FA3_BUILD_DIR/test" 2>&1 | tee "$log/lit.txt"
 lit_rc=${PIPESTATUS[0]}
 
-echo "== pytest: test/Integration/CPU"
-"$FA3_PYTHON" -m pytest -q -p no:cacheprovider "$FA3_ROOT/test/Integration/CPU" 2>&1 | tee "$log/pytest.txt"
+echo "== pytest: test/Integration/CPU test/Python"
+"$FA3_PYTHON" -m pytest -q -p no:cacheprovider "$FA3_ROOT/test/Integration/CPU" "$FA3_ROOT/test/Python" \
+  2>&1 | tee "$log/pytest.txt"
 py_rc=${PIPESTATUS[0]}
 
 # One closing line over both runners.

@@ -2,7 +2,8 @@
 # One GPU-machine run (see docs/GPU.md). The GPU machine has no LLVM: build
 # the static bundle here first (scripts/build-bundle.sh), carry .bundle with
 # the device tool, then run `bash scripts/gpu/run.sh [tests|bench|sass|all]`
-# there. Logs go to $OUT (or ./gpu-out).
+# there (`none` only unpacks the bundle and builds the Python extension).
+# Logs go to $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -21,6 +22,17 @@ PY=/opt/torch/.venv/bin/python
 export PYTHONUNBUFFERED=1
 
 echo "== bundle $(cat .bundle/COMMIT 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+
+# fa3._fa3 against the bundle's libfa3.so with this machine's Python and
+# pybind11 (seconds): setuptools when the venv has it, else one g++ call.
+rm -f python/fa3/_fa3*.so
+if ! (cd python && FA3_LIBRARY="$bin/libfa3.so" "$PY" setup.py -q build_ext --inplace >"$out/python-build.txt" 2>&1); then
+  suffix=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+  g++ -O2 -shared -fPIC -std=c++17 -fvisibility=hidden $("$PY" -m pybind11 --includes) -Iinclude \
+    python/src/fa3_module.cpp -o "python/fa3/_fa3$suffix" -L"$bin" -l:libfa3.so -Wl,-rpath,"$bin" \
+    >>"$out/python-build.txt" 2>&1 || { echo "building fa3._fa3 failed:"; tail -20 "$out/python-build.txt"; }
+fi
+ls python/fa3/_fa3*.so >/dev/null 2>&1 && echo "fa3._fa3 built: $(ls python/fa3/_fa3*.so)"
 "$bin/fa3-cuda-info" | tee "$out/cuda-info.txt"
 status=0
 

@@ -1,0 +1,37 @@
+"""fa3: attention compiled by fa3's MLIR compiler, from Python.
+
+    import fa3
+    out = fa3.attention(q, k, v, causal=True)   # torch CUDA tensors or numpy arrays
+    out.sum().backward()                        # torch: the backward runs fa3.attention_grad
+
+`fa3.attention` follows FlashAttention's `flash_attn_func` layout
+(batch, seqlen, heads, headdim). `fa3.compile` returns the compiled kernel
+for inspection (MLIR, PTX) and explicit launches. Compiled kernels are
+cached in memory per process and, for CUDA, on disk (`FA3_CACHE_DIR`).
+Compile and CUDA failures raise RuntimeError (`fa3.Error`); bad arguments
+raise ValueError/TypeError naming the argument.
+
+Submodules that need no compiled extension: `fa3.reference` (float64
+NumPy reference) and `fa3.capi` (a ctypes binding of libfa3).
+"""
+
+from . import _jit
+from .api import Kernel, attention, compile
+
+__version__ = "0.1.0"
+
+
+def cache_info():
+    """Statistics of the in-process JIT cache (see fa3._jit.cache_info)."""
+    return _jit.cache_info()
+
+
+def __getattr__(name):
+    # fa3.Error is the extension's exception type; resolve it lazily so that
+    # `import fa3` works before the extension is built.
+    if name == "Error":
+        return _jit._module().Error
+    raise AttributeError(f"module 'fa3' has no attribute {name!r}")
+
+
+__all__ = ["attention", "compile", "Kernel", "cache_info", "Error"]

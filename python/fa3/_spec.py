@@ -1,0 +1,130 @@
+"""What one compiled attention is specialized on, checked arguments, and the
+MLIR functions fa3 compiles for it.
+
+Batch and sequence lengths stay dynamic in the MLIR (`?`), so one compiled
+function serves every (B, Sq, Sk); head counts, head dims, dtype, masks,
+scale and softcap are compiled in.
+"""
+
+import dataclasses
+import math
+
+# Storage types by name as fa3's MLIR spells them.
+MLIR_TYPES = ("f32", "f16", "bf16")
+# Head dims the Hopper kernels take (forward and backward); the CPU takes any
+# multiple of 8 up to 256.
+CUDA_HEAD_DIMS = (64, 128, 256)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """One attention specialization. `window` is (left, right), -1 meaning
+    unbounded; `scale` is resolved (never None)."""
+
+    dtype: str  # "f32", "f16" or "bf16"
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    causal: bool = False
+    scale: float = 1.0
+    window: tuple = (-1, -1)
+    softcap: float = 0.0
+
+    def _attrs(self):
+        attrs = []
+        if self.causal:
+            attrs.append("causal")
+        attrs.append(f"scale = {float(self.scale)!r} : f32")
+        if self.window != (-1, -1):
+            attrs.append(f"window = array<i64: {self.window[0]}, {self.window[1]}>")
+        if self.softcap:
+            attrs.append(f"softcap = {float(self.softcap)!r} : f32")
+        return " {" + ", ".join(attrs) + "}"
+
+    def _types(self):
+        e = self.dtype
+        q = f"tensor<?x?x{self.num_heads}x{self.head_dim}x{e}>"
+        k = f"tensor<?x?x{self.num_kv_heads}x{self.head_dim}x{e}>"
+        v = f"tensor<?x?x{self.num_kv_heads}x{self.head_dim_v}x{e}>"
+        o = f"tensor<?x?x{self.num_heads}x{self.head_dim_v}x{e}>"
+        lse = f"tensor<?x{self.num_heads}x?xf32>"
+        return q, k, v, o, lse
+
+    def forward_mlir(self):
+        """`@attention(q, k, v) -> (o, lse)`."""
+        q, k, v, o, lse = self._types()
+        return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> ({o}, {lse}) {{\n"
+                f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs()} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
+                f"  return %o, %lse : {o}, {lse}\n}}\n")
+
+    def backward_mlir(self):
+        """`@attention_grad(do, q, k, v, o, lse) -> (dq, dk, dv)`."""
+        q, k, v, o, lse = self._types()
+        return (f"func.func @attention_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse})"
+                f" -> ({q}, {k}, {v}) {{\n"
+                f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{self._attrs()}"
+                f" : ({o}, {q}, {k}, {v}, {o}, {lse}) -> ({q}, {k}, {v})\n"
+                f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
+
+
+def check_options(causal, softmax_scale, window_size, softcap, head_dim):
+    """Validates the keyword options; returns (causal, scale, window, softcap)
+    resolved. Raises TypeError/ValueError naming the argument."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if softmax_scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    else:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+        scale = float(softmax_scale)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = window_size
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size entries must be >= -1 (-1: unbounded), got {tuple(window_size)}")
+    if causal and right > 0:
+        raise ValueError(f"window_size right bound must be -1 or 0 with causal=True, got {right}")
+    if causal:
+        right = -1  # causal already bounds the right side
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
+    softcap = float(softcap)
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be >= 0 and finite (0: off), got {softcap}")
+    return causal, scale, (left, right), softcap
+
+
+def check_shapes(q_shape, k_shape, v_shape, cuda):
+    """Validates [B, S, H, D] shapes; returns (Hq, Hkv, D, Dv)."""
+    for name, shape, layout in (("q", q_shape, "(batch, seqlen_q, num_heads, head_dim)"),
+                                ("k", k_shape, "(batch, seqlen_k, num_kv_heads, head_dim)"),
+                                ("v", v_shape, "(batch, seqlen_k, num_kv_heads, head_dim_v)")):
+        if len(shape) != 4:
+            raise ValueError(f"{name} must have 4 dims {layout}, got shape {tuple(shape)}")
+    if not (q_shape[0] == k_shape[0] == v_shape[0]):
+        raise ValueError(f"batch sizes differ: q has {q_shape[0]}, k has {k_shape[0]}, v has {v_shape[0]}")
+    if k_shape[1] != v_shape[1]:
+        raise ValueError(f"k and v sequence lengths differ: {k_shape[1]} vs {v_shape[1]}")
+    hq, hkv = q_shape[2], k_shape[2]
+    if v_shape[2] != hkv:
+        raise ValueError(f"k has {hkv} heads but v has {v_shape[2]}")
+    if hkv == 0 or hq % hkv != 0:
+        raise ValueError(f"q's {hq} heads must be a positive multiple of k/v's {hkv} heads (GQA)")
+    d, dv = q_shape[3], v_shape[3]
+    if k_shape[3] != d:
+        raise ValueError(f"head dims differ: q has {d}, k has {k_shape[3]}")
+    for name, dim in (("q/k", d), ("v", dv)):
+        if dim <= 0 or dim > 256 or dim % 8:
+            raise ValueError(f"{name} head dim must be a multiple of 8 in [8, 256], got {dim}")
+    if cuda:
+        if d not in CUDA_HEAD_DIMS:
+            raise ValueError(f"head_dim must be one of {CUDA_HEAD_DIMS} on CUDA, got {d} "
+                             "(numpy arrays on the CPU take any multiple of 8 up to 256)")
+        if dv != d:
+            raise ValueError(f"v's head dim must equal q's on CUDA, got {dv} vs {d}")
+    return hq, hkv, d, dv

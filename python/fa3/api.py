@@ -1,0 +1,208 @@
+"""fa3's Python API: `attention` for numpy arrays (the CPU pipeline) and
+torch CUDA tensors (the Hopper kernels, differentiable), and `compile` for
+the compiled kernels themselves."""
+
+import sys
+
+import numpy as np
+
+from . import _jit
+from ._spec import MLIR_TYPES, AttentionSpec, check_options, check_shapes
+
+
+def _is_torch(x):
+    torch = sys.modules.get("torch")  # a torch tensor implies torch is imported
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _numpy_dtype_name(a):
+    name = a.dtype.name
+    return {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(name)
+
+
+def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+              return_lse=False):
+    """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
+
+    q: (batch, seqlen_q, num_heads, head_dim); k: (batch, seqlen_k,
+    num_kv_heads, head_dim); v: (batch, seqlen_k, num_kv_heads, head_dim_v).
+    GQA/MQA when num_heads is a multiple of num_kv_heads. `causal` aligns the
+    diagonal to the bottom-right corner when seqlen_q != seqlen_k;
+    `window_size=(left, right)` limits each query to keys within `left`
+    before and `right` after its diagonal (-1: unbounded); `softcap > 0`
+    applies `softcap * tanh(s / softcap)` to the scaled scores;
+    `softmax_scale` defaults to 1/sqrt(head_dim).
+
+    * torch CUDA tensors (bf16/f16, on cuda:0): the sm_90a kernels on the
+      current stream; differentiable (the backward runs fa3.attention_grad)
+      and traceable by torch.compile (the op is `torch.ops.fa3.attention_fwd`).
+    * numpy arrays (float32, float16 or ml_dtypes.bfloat16): the CPU pipeline;
+      returns numpy arrays.
+
+    The last dim of every input must be contiguous; other strides are
+    accepted and the input is copied to a dense layout first (one read and
+    one write of it). Returns `out` (batch, seqlen_q, num_heads, head_dim_v)
+    or `(out, lse)` with the natural-log LSE (batch, num_heads, seqlen_q),
+    float32, -inf for rows that see no key; the LSE carries no gradient.
+    """
+    names = ("q", "k", "v")
+    tensors = (q, k, v)
+    kinds = ["torch" if _is_torch(t) else "numpy" if isinstance(t, np.ndarray) else None for t in tensors]
+    for name, t, kind in zip(names, tensors, kinds):
+        if kind is None:
+            raise TypeError(f"{name} must be a torch.Tensor (CUDA) or a numpy.ndarray (CPU), "
+                            f"got {type(t).__name__}")
+    if len(set(kinds)) != 1:
+        raise TypeError("q, k and v must all be torch tensors or all numpy arrays, got "
+                        + ", ".join(f"{n}: {k_}" for n, k_ in zip(names, kinds)))
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    cuda = kinds[0] == "torch"
+    hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=cuda)
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    if cuda:
+        return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse)
+    return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse)
+
+
+def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse):
+    import torch
+
+    from ._torch import DTYPES
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; fa3 runs torch tensors on CUDA "
+                             "(use numpy arrays for the CPU pipeline)")
+        if t.device.index not in (None, 0) and t.device != torch.device("cuda", 0):
+            raise ValueError(f"{name} is on {t.device}; fa3 runs on cuda:0 only")
+        if t.dtype not in DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    out, lse = torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap)
+    return (out, lse) if return_lse else out
+
+
+def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse):
+    dtype = _numpy_dtype_name(q)
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if _numpy_dtype_name(a) is None:
+            raise TypeError(f"{name} has dtype {a.dtype}; fa3 on the CPU takes float32, float16 or "
+                            "ml_dtypes.bfloat16")
+        if a.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {a.dtype} but q has {q.dtype}; they must match")
+        if a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
+            raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), "
+                             f"got strides {a.strides}")
+    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
+                         causal=causal, scale=scale, window=window, softcap=softcap)
+    fn = _jit.get(spec, "cpu", "fwd")
+    out, lse = fn.run([np.ascontiguousarray(a) for a in (q, k, v)])
+    return (out, lse) if return_lse else out
+
+
+class Kernel:
+    """A compiled attention (see `compile`). `mlir` is the function compiled;
+    on CUDA, `name` and `ptx` are the kernel's; `cache_hit` says whether it
+    came from the on-disk cache and `compile_ms` how long getting it took."""
+
+    def __init__(self, spec, device, backward, block_m, block_n):
+        self.spec = spec
+        self.device = device
+        self.backward = backward
+        self.mlir = spec.backward_mlir() if backward else spec.forward_mlir()
+        self._impl = _jit.get(spec, device, "bwd" if backward else "fwd", block_m, block_n)
+
+    @property
+    def compile_ms(self):
+        return self._impl.compile_ms
+
+    @property
+    def name(self):
+        return getattr(self._impl, "name", "attention_grad" if self.backward else "attention")
+
+    @property
+    def ptx(self):
+        if self.device == "cpu":
+            raise ValueError("a CPU kernel has no PTX; compile with device='cuda' or device='ptx'")
+        return self._impl.ptx
+
+    @property
+    def cache_hit(self):
+        return getattr(self._impl, "cache_hit", False)
+
+    def __call__(self, *tensors):
+        """Forward: (q, k, v) -> (out, lse). Backward: (grad_out, q, k, v,
+        out, lse) -> (dq, dk, dv). numpy arrays on the CPU, contiguous torch
+        tensors on CUDA (launched on the current stream)."""
+        want = 6 if self.backward else 3
+        if len(tensors) != want:
+            raise TypeError(f"this kernel takes {want} tensors, got {len(tensors)}")
+        if self.device == "ptx":
+            raise ValueError("a kernel compiled with device='ptx' cannot run; compile with device='cuda'")
+        if self.device == "cpu":
+            if not all(isinstance(t, np.ndarray) for t in tensors):
+                raise TypeError("a CPU kernel takes numpy arrays")
+            return tuple(self._impl.run([np.ascontiguousarray(t) for t in tensors]))
+        import torch
+
+        names = ("grad_out", "q", "k", "v", "out", "lse") if self.backward else ("q", "k", "v")
+        for name, t in zip(names, tensors):
+            if not _is_torch(t) or t.device.type != "cuda" or not t.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous torch tensor on CUDA")
+        stream = torch.cuda.current_stream(tensors[0].device).cuda_stream
+        if not self.backward:
+            q, k, v = tensors
+            b, sq, hq, _ = q.shape
+            out = torch.empty((b, sq, hq, v.shape[3]), dtype=q.dtype, device=q.device)
+            lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+            self._impl.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                              b, sq, k.shape[1], stream)
+            return out, lse
+        grad_out, q, k, v, out, lse = tensors
+        b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        workspace = torch.empty(max(self._impl.workspace_bytes(b, sq, sk), 256), dtype=torch.uint8,
+                                device=q.device)
+        self._impl.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                               lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                               workspace.data_ptr(), b, sq, sk, stream)
+        return dq, dk, dv
+
+
+def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, causal=False,
+            softmax_scale=None, window_size=(-1, -1), softcap=0.0, device="cuda", backward=False,
+            block_m=0, block_n=0):
+    """Compiles one attention specialization and returns a `Kernel`.
+
+    `dtype`: "bf16", "f16" or "f32" (or the torch/numpy dtype). `device`:
+    "cuda" (load on the GPU), "ptx" (sm_90a PTX only: needs no GPU) or "cpu".
+    `backward=True` compiles fa3.attention_grad instead of the forward.
+    `block_m`/`block_n` override the cost model's tiles (0: keep them).
+    Batch and sequence lengths stay dynamic."""
+    name = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "half": "f16"}.get(
+        str(dtype).replace("torch.", ""), str(dtype))
+    if name not in MLIR_TYPES:
+        raise TypeError(f"dtype must be one of bf16, f16, f32 (or the torch/numpy dtype), got {dtype!r}")
+    if device not in ("cuda", "ptx", "cpu"):
+        raise ValueError(f"device must be 'cuda', 'ptx' or 'cpu', got {device!r}")
+    if device != "cpu" and name == "f32":
+        raise TypeError("dtype f32 runs on the CPU only; CUDA kernels take bf16 or f16")
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    for arg, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                       ("head_dim_v", head_dim_v), ("block_m", block_m), ("block_n", block_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TypeError(f"{arg} must be a non-negative int, got {value!r}")
+    check_shapes((1, 1, num_heads, head_dim), (1, 1, num_kv_heads, head_dim), (1, 1, num_kv_heads, head_dim_v),
+                 cuda=device != "cpu")
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, head_dim)
+    spec = AttentionSpec(dtype=name, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                         head_dim_v=head_dim_v, causal=causal, scale=scale, window=window, softcap=softcap)
+    return Kernel(spec, device, backward, block_m, block_n)
