@@ -194,6 +194,52 @@ def bench_backward(d, causal, s, dev="cuda"):
     return row
 
 
+def bench_fp8(d, causal, s, dev="cuda"):
+    """fa3's FP8 forward (e4m3 in, per-(batch, kv-head) descales, bf16 out;
+    the timed launch includes the V' layout kernel) beside fa3's bf16
+    forward on the same shape, both through fa3._fa3 with preallocated
+    buffers."""
+    from fa3 import _jit  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
+    from fa3._spec import AttentionSpec  # noqa: PLC0415
+
+    b, h = 16384 // s, 2048 // d
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    f = flops(b, h, s, d, causal)
+    row = {"direction": "fwd-fp8", "d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal}
+    stream = torch.cuda.current_stream().cuda_stream
+    scale = 1.0 / d ** 0.5
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+    bf16 = _jit.get(AttentionSpec("bf16", h, h, d, d, causal, scale), "cuda", "fwd")
+    ms = do_bench(lambda: bf16.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                                      b, s, s, stream), warmup=25, rep=100, return_mode="median")
+    row["fa3_bf16"] = f / ms / 1e9
+    ref = out.float().clone()
+    descale = torch.full((b, h), 1.0 / 64, device=dev)
+    q8, k8, v8 = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v))
+    fp8 = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda", "fwd")
+    ws = torch.empty(max(fp8.forward_workspace_bytes(b, s, s), 256), device=dev, dtype=torch.uint8)
+    ms = do_bench(lambda: fp8.launch_fp8(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(),
+                                         lse.data_ptr(), descale.data_ptr(), descale.data_ptr(),
+                                         descale.data_ptr(), ws.data_ptr(), b, s, s, stream),
+                  warmup=25, rep=100, return_mode="median")
+    row["fa3_fp8"] = f / ms / 1e9
+    row["fp8_over_bf16"] = row["fa3_fp8"] / row["fa3_bf16"]
+    row["fp8_vs_bf16_rmse"] = (out.float() - ref).pow(2).mean().sqrt().item()
+    return row
+
+
+def fp8_gemm_tflops(n=8192, dev="cuda"):
+    """The device's e4m3 GEMM rate (torch._scaled_mm, n^3), for scale."""
+    a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
+    bt = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=dev)
+    ms = do_bench(lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                  warmup=25, rep=100, return_mode="median")
+    return 2.0 * n ** 3 / ms / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -202,6 +248,7 @@ def main():
     only = ap.add_mutually_exclusive_group()
     only.add_argument("--fwd-only", action="store_true", help="the forward only")
     only.add_argument("--bwd-only", action="store_true", help="the backward only")
+    only.add_argument("--fp8", action="store_true", help="the FP8 forward beside the bf16 forward only")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -211,6 +258,18 @@ def main():
         seqlens, dims = [2048, 8192], [128]
     directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
+    if args.fp8:
+        row = {"direction": "fp8-gemm", "tflops": fp8_gemm_tflops()}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        for d in (128, 256):
+            for causal in (False, True):
+                for s in ([8192] if args.quick else [1024, 4096, 8192, 16384]):
+                    row = bench_fp8(d, causal, s)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    torch.cuda.empty_cache()
+        directions = []
     for direction in directions:
         bench = bench_forward if direction == "fwd" else bench_backward
         for d in dims:
@@ -258,10 +317,22 @@ def main():
                 diff = r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
                          f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+    fp8_rows = [r for r in rows if r["direction"] == "fwd-fp8"]
+    if fp8_rows:
+        gemm = next((r["tflops"] for r in rows if r["direction"] == "fp8-gemm"), None)
+        lines += [f"FP8 (e4m3) forward beside fa3's bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, "
+                  f"fa3 {meta['commit'][:12]}; e4m3 GEMM (torch._scaled_mm 8192^3) in this run: {fmt(gemm)}", "",
+                  "| d | causal | seqlen | fa3 FP8 | fa3 bf16 | FP8 / bf16 | RMSE FP8 vs bf16 output |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in fp8_rows:
+            lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r['fa3_fp8'])} | {fmt(r['fa3_bf16'])} | "
+                         f"{r['fp8_over_bf16']:.2f} | {r['fp8_vs_bf16_rmse']:.2e} |")
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
     try:
+        if not directions:
+            raise RuntimeError("nothing to plot")
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

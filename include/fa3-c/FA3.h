@@ -41,6 +41,21 @@ int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q, uint64_t k,
                          int64_t seq_q, int64_t seq_k, void *stream,
                          char **error);
 
+/** FP8 forwards (e4m3 q, k, v): bytes of device workspace a launch needs
+ *  (the transposed V'); 0 for other forwards, -1 for a backward. */
+int64_t fa3_attention_workspace_size(const fa3_kernel *kernel, int64_t batch,
+                                     int64_t seq_q, int64_t seq_k);
+
+/** Launches an FP8 forward: q, k, v contiguous e4m3 [B, S, H, D]; out bf16
+ *  [B, Sq, Hq, D]; lse f32 [B, Hq, Sq]; q/k/v_descale f32 [B, Hkv];
+ *  workspace of fa3_attention_workspace_size bytes, 256-byte aligned. */
+int fa3_launch_attention_fp8(const fa3_kernel *kernel, uint64_t q, uint64_t k,
+                             uint64_t v, uint64_t out, uint64_t lse,
+                             uint64_t q_descale, uint64_t k_descale,
+                             uint64_t v_descale, uint64_t workspace,
+                             int64_t batch, int64_t seq_q, int64_t seq_k,
+                             void *stream, char **error);
+
 /** Compiles `function` of `mlir_source`, a function whose body is one
  *  fa3.attention_grad on its six arguments (dO, Q, K, V, O, LSE) returning
  *  (dQ, dK, dV), into the backward's kernels; otherwise as

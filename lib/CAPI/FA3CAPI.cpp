@@ -30,6 +30,8 @@ struct fa3_kernel {
   /// The forward's kernel, or the backward's three.
   std::unique_ptr<runtime::CudaKernel> function;
   std::unique_ptr<runtime::AttentionGradKernels> gradKernels;
+  /// FP8 forwards: the V' layout kernel.
+  std::unique_ptr<runtime::CudaKernel> valueTranspose;
   double compileMs = 0;
 };
 
@@ -147,6 +149,15 @@ static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
     }
     result->function =
         std::make_unique<runtime::CudaKernel>(std::move(*cudaFunction));
+    if (kernel->info.fp8) {
+      auto transpose = cudaModule->getFunction(kernel->info.name + "_vt");
+      if (!transpose) {
+        setError(error, transpose.takeError());
+        return nullptr;
+      }
+      result->valueTranspose =
+          std::make_unique<runtime::CudaKernel>(std::move(*transpose));
+    }
   }
   result->kernel = std::move(*kernel);
   result->module = std::move(*cudaModule);
@@ -205,10 +216,53 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
     setError(error, "fa3_launch_attention: negative batch or sequence length");
     return 1;
   }
+  if (kernel->kernel.info.fp8) {
+    setError(error, "fa3_launch_attention: the kernel is an FP8 forward; "
+                    "launch it with fa3_launch_attention_fp8");
+    return 1;
+  }
   runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
   if (llvm::Error err = runtime::launchAttentionForward(
           *kernel->function, kernel->kernel.info, args,
           static_cast<runtime::CudaStream>(stream))) {
+    setError(error, std::move(err));
+    return 1;
+  }
+  return 0;
+}
+
+extern "C" int64_t fa3_attention_workspace_size(const fa3_kernel *kernel,
+                                                int64_t batch, int64_t seqQ,
+                                                int64_t seqK) {
+  if (!kernel || kernel->kernel.info.backward || batch < 0 || seqQ < 0 ||
+      seqK < 0)
+    return -1;
+  return runtime::attentionForwardWorkspaceBytes(kernel->kernel.info, batch,
+                                                 seqK);
+}
+
+extern "C" int fa3_launch_attention_fp8(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+    uint64_t lse, uint64_t qDescale, uint64_t kDescale, uint64_t vDescale,
+    uint64_t workspace, int64_t batch, int64_t seqQ, int64_t seqK,
+    void *stream, char **error) {
+  if (!kernel || !kernel->valueTranspose) {
+    setError(error, kernel ? "fa3_launch_attention_fp8: not a loaded FP8 "
+                             "forward kernel"
+                           : "fa3_launch_attention_fp8: kernel is NULL");
+    return 1;
+  }
+  if (batch < 0 || seqQ < 0 || seqK < 0) {
+    setError(error,
+             "fa3_launch_attention_fp8: negative batch or sequence length");
+    return 1;
+  }
+  runtime::AttentionDeviceArgs args{q,        k,        v,        out,
+                                    lse,      batch,    seqQ,     seqK,
+                                    qDescale, kDescale, vDescale, workspace};
+  if (llvm::Error err = runtime::launchAttentionForwardFP8(
+          *kernel->valueTranspose, *kernel->function, kernel->kernel.info,
+          args, static_cast<runtime::CudaStream>(stream))) {
     setError(error, std::move(err));
     return 1;
   }

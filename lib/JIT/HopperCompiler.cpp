@@ -126,7 +126,8 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
       (*attention)->getOperand(backward ? 2 : 1).getType());
   kernel.info.backward = backward;
   kernel.info.name = symbol.getLeafReference().str();
-  kernel.info.bf16 = q.getElementType().isBF16();
+  kernel.info.fp8 = llvm::isa<mlir::Float8E4M3FNType>(q.getElementType());
+  kernel.info.bf16 = q.getElementType().isBF16() || kernel.info.fp8;
   kernel.info.headDim = q.getDimSize(3);
   kernel.info.numQHeads = q.getDimSize(2);
   kernel.info.numKVHeads = k.getDimSize(2);

@@ -195,6 +195,12 @@ HopperProgram::run(const CudaDevice &device,
                      "] " + elementTypeName(type));
       return llvm::Error::success();
     };
+    if (info.fp8)
+      return error("'" + info.name +
+                   "' is an FP8 forward: run it through the C API "
+                   "(fa3_launch_attention_fp8) or Python (fa3.attention on "
+                   "torch.float8_e4m3fn tensors); fa3-run reads no e4m3 "
+                   ".npy inputs");
     if (!info.backward) {
       for (auto [i, name, heads] :
            {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},

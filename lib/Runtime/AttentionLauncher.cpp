@@ -20,7 +20,7 @@ static llvm::Error error(const llvm::Twine &message) {
 std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
   return {{"kernel", name},
           {"direction", backward ? "bwd" : "fwd"},
-          {"dtype", bf16 ? "bf16" : "f16"},
+          {"dtype", fp8 ? "e4m3" : bf16 ? "bf16" : "f16"},
           {"head_dim", std::to_string(headDim)},
           {"q_heads", std::to_string(numQHeads)},
           {"kv_heads", std::to_string(numKVHeads)},
@@ -61,7 +61,8 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
   auto dtype = get("dtype");
   if (!dtype)
     return dtype.takeError();
-  info.bf16 = *dtype == "bf16";
+  info.fp8 = *dtype == "e4m3";
+  info.bf16 = *dtype == "bf16" || info.fp8;
   for (auto [key, field] :
        {std::pair<const char *, int64_t *>{"head_dim", &info.headDim},
         {"q_heads", &info.numQHeads},
@@ -76,22 +77,28 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
 }
 
 /// The TMA descriptor of a contiguous [B, S, H, D] tensor, loading boxes of
-/// 64 head-dim elements (one 128-byte swizzle atom) by `rows` sequence rows.
+/// one 128-byte swizzle atom of head-dim elements (64 16-bit or 128 e4m3
+/// values) by `rows` sequence rows. e4m3 is described as UINT8: TMA only
+/// moves bytes.
 static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
                                                int64_t batch, int64_t seq,
                                                int64_t heads, int64_t dim,
                                                int64_t rows,
-                                               llvm::StringRef what) {
+                                               llvm::StringRef what,
+                                               bool fp8 = false) {
   TiledTensorMapDesc desc;
-  desc.dataType = bf16 ? TensorMapDataType::BFloat16 : TensorMapDataType::Float16;
+  desc.dataType = fp8    ? TensorMapDataType::UInt8
+                  : bf16 ? TensorMapDataType::BFloat16
+                         : TensorMapDataType::Float16;
+  uint64_t eb = fp8 ? 1 : 2;
   desc.globalAddress = base;
   // Zero-sized dims are not encodable; such tensors are never read (the
   // kernel loads no key block when Sk = 0).
   desc.globalDims = {uint64_t(dim), uint64_t(std::max<int64_t>(seq, 1)),
                      uint64_t(heads), uint64_t(std::max<int64_t>(batch, 1))};
-  desc.globalStrides = {uint64_t(heads * dim * 2), uint64_t(dim * 2),
-                        uint64_t(std::max<int64_t>(seq, 1) * heads * dim * 2)};
-  desc.boxDims = {64, uint32_t(rows), 1, 1};
+  desc.globalStrides = {uint64_t(heads * dim) * eb, uint64_t(dim) * eb,
+                        uint64_t(std::max<int64_t>(seq, 1) * heads * dim) * eb};
+  desc.boxDims = {uint32_t(128 / eb), uint32_t(rows), 1, 1};
   desc.swizzle = TensorMapSwizzle::Bytes128;
   desc.l2Promotion = TensorMapL2Promotion::Bytes128;
   desc.oobFill = TensorMapOOBFill::None; // zero fill past the end
@@ -103,6 +110,9 @@ llvm::Error fa3::runtime::launchAttentionForward(
     const AttentionDeviceArgs &args, CudaStream stream) {
   if (info.backward)
     return error("kernel " + info.name + " is a backward kernel, not a forward");
+  if (info.fp8)
+    return error("kernel " + info.name +
+                 " is an FP8 kernel: launch it with launchAttentionForwardFP8");
   if (args.batch == 0 || args.seqQ == 0)
     return llvm::Error::success();
   if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
@@ -135,6 +145,85 @@ llvm::Error fa3::runtime::launchAttentionForward(
   Dim3 block{unsigned(info.threads), 1, 1};
   return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
                        params);
+}
+
+/// Keys of V' padded to whole key blocks.
+static int64_t paddedSeqK(const AttentionKernelInfo &info, int64_t seqK) {
+  return (seqK + info.blockN - 1) / info.blockN * info.blockN;
+}
+
+int64_t fa3::runtime::attentionForwardWorkspaceBytes(
+    const AttentionKernelInfo &info, int64_t batch, int64_t seqK) {
+  if (!info.fp8)
+    return 0;
+  return batch * info.numKVHeads * info.headDim * paddedSeqK(info, seqK);
+}
+
+llvm::Error fa3::runtime::launchAttentionForwardFP8(
+    const CudaKernel &valueTranspose, const CudaKernel &kernel,
+    const AttentionKernelInfo &info, const AttentionDeviceArgs &args,
+    CudaStream stream) {
+  if (!info.fp8 || info.backward)
+    return error("kernel " + info.name + " is not an FP8 forward kernel");
+  if (args.batch == 0 || args.seqQ == 0)
+    return llvm::Error::success();
+  if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
+    return error("sequence lengths must fit in 32 bits");
+  if (!args.qDescale || !args.kDescale || !args.vDescale)
+    return error("FP8 attention needs q, k and v descale buffers");
+  if (args.workspace % 256 != 0)
+    return error("the FP8 workspace must be 256-byte aligned");
+  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
+  int64_t seqPad = paddedSeqK(info, args.seqK);
+  int32_t seqPad32 = int32_t(seqPad);
+  DevicePtr v = args.v, vt = args.workspace;
+  if (args.seqK > 0) {
+    void *params[] = {&v, &vt, &seqK32, &seqPad32};
+    Dim3 grid{unsigned(seqPad), unsigned(info.numKVHeads),
+              unsigned(args.batch)};
+    if (llvm::Error err = valueTranspose.launch(
+            grid, Dim3{unsigned(info.headDim), 1, 1}, 0, stream, params))
+      return err;
+  }
+  bool noKeys = args.seqK == 0;
+  DevicePtr k = noKeys ? args.q : args.k;
+  int64_t seqK = noKeys ? args.seqQ : args.seqK;
+  int64_t kvHeads = noKeys ? info.numQHeads : info.numKVHeads;
+  auto mapQ = bshdTensorMap(args.q, true, args.batch, args.seqQ,
+                            info.numQHeads, info.headDim, info.blockM, "Q",
+                            /*fp8=*/true);
+  if (!mapQ)
+    return mapQ.takeError();
+  auto mapK = bshdTensorMap(k, true, args.batch, seqK, kvHeads, info.headDim,
+                            info.blockN, "K", /*fp8=*/true);
+  if (!mapK)
+    return mapK.takeError();
+  // V' [B, Hkv, D, Skpad]: boxes of 128 keys (one atom) by all D rows.
+  TiledTensorMapDesc desc;
+  desc.dataType = TensorMapDataType::UInt8;
+  desc.globalAddress = noKeys ? args.q : vt;
+  uint64_t pad = uint64_t(std::max<int64_t>(seqPad, 128));
+  desc.globalDims = {pad, uint64_t(info.headDim), uint64_t(info.numKVHeads),
+                     uint64_t(args.batch)};
+  desc.globalStrides = {pad, pad * info.headDim,
+                        pad * info.headDim * info.numKVHeads};
+  desc.boxDims = {128, uint32_t(info.headDim), 1, 1};
+  desc.swizzle = TensorMapSwizzle::Bytes128;
+  desc.l2Promotion = TensorMapL2Promotion::Bytes128;
+  desc.oobFill = TensorMapOOBFill::None;
+  auto mapV = encodeTiledTensorMap(desc, "V'");
+  if (!mapV)
+    return mapV.takeError();
+  if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
+    return err;
+  DevicePtr out = args.out, lse = args.lse, qd = args.qDescale,
+            kd = args.kDescale, vd = args.vDescale;
+  void *params[] = {&*mapQ, &*mapK, &*mapV, &out,   &lse,
+                    &qd,    &kd,    &vd,    &seqQ32, &seqK32};
+  Dim3 grid{unsigned((args.seqQ + info.blockM - 1) / info.blockM),
+            unsigned(info.numQHeads), unsigned(args.batch)};
+  return kernel.launch(grid, Dim3{unsigned(info.threads), 1, 1},
+                       unsigned(info.sharedMemory), stream, params);
 }
 
 llvm::Expected<AttentionGradKernels>

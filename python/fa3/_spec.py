@@ -9,8 +9,10 @@ scale and softcap are compiled in.
 import dataclasses
 import math
 
-# Storage types by name as fa3's MLIR spells them.
-MLIR_TYPES = ("f32", "f16", "bf16")
+# Storage types by name as fa3's MLIR spells them (f8E4M3FN: FP8 forward on
+# Hopper, with descales, bf16 output).
+MLIR_TYPES = ("f32", "f16", "bf16", "f8E4M3FN")
+FP8_HEAD_DIMS = (128, 256)
 # Head dims the Hopper kernels take (forward and backward); the CPU takes any
 # multiple of 8 up to 256.
 CUDA_HEAD_DIMS = (64, 128, 256)
@@ -21,7 +23,7 @@ class AttentionSpec:
     """One attention specialization. `window` is (left, right), -1 meaning
     unbounded; `scale` is resolved (never None)."""
 
-    dtype: str  # "f32", "f16" or "bf16"
+    dtype: str  # "f32", "f16", "bf16" or "f8E4M3FN"
     num_heads: int
     num_kv_heads: int
     head_dim: int
@@ -42,18 +44,30 @@ class AttentionSpec:
             attrs.append(f"softcap = {float(self.softcap)!r} : f32")
         return " {" + ", ".join(attrs) + "}"
 
+    @property
+    def fp8(self):
+        return self.dtype == "f8E4M3FN"
+
     def _types(self):
         e = self.dtype
         q = f"tensor<?x?x{self.num_heads}x{self.head_dim}x{e}>"
         k = f"tensor<?x?x{self.num_kv_heads}x{self.head_dim}x{e}>"
         v = f"tensor<?x?x{self.num_kv_heads}x{self.head_dim_v}x{e}>"
-        o = f"tensor<?x?x{self.num_heads}x{self.head_dim_v}x{e}>"
+        o = f"tensor<?x?x{self.num_heads}x{self.head_dim_v}x{'bf16' if self.fp8 else e}>"
         lse = f"tensor<?x{self.num_heads}x?xf32>"
         return q, k, v, o, lse
 
     def forward_mlir(self):
-        """`@attention(q, k, v) -> (o, lse)`."""
+        """`@attention(q, k, v) -> (o, lse)`; FP8: `@attention(q, k, v,
+        q_descale, k_descale, v_descale)`."""
         q, k, v, o, lse = self._types()
+        if self.fp8:
+            d = f"tensor<?x{self.num_kv_heads}xf32>"
+            return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}, %qd: {d}, %kd: {d}, %vd: {d})"
+                    f" -> ({o}, {lse}) {{\n"
+                    f"  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd{self._attrs()}"
+                    f" : ({q}, {k}, {v}, {d}, {d}, {d}) -> ({o}, {lse})\n"
+                    f"  return %o, %lse : {o}, {lse}\n}}\n")
         return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> ({o}, {lse}) {{\n"
                 f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs()} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")

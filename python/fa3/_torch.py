@@ -12,10 +12,11 @@ from . import _jit
 from ._spec import AttentionSpec
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+FP8 = torch.float8_e4m3fn
 
 
 def _spec(q, k, v, causal, scale, window_left, window_right, softcap):
-    return AttentionSpec(dtype=DTYPES[q.dtype], num_heads=q.shape[2], num_kv_heads=k.shape[2],
+    return AttentionSpec(dtype="f8E4M3FN" if q.dtype == FP8 else DTYPES[q.dtype], num_heads=q.shape[2], num_kv_heads=k.shape[2],
                          head_dim=q.shape[3], head_dim_v=v.shape[3], causal=causal, scale=scale,
                          window=(window_left, window_right), softcap=softcap)
 
@@ -83,3 +84,31 @@ def _backward(ctx, grad_out, grad_lse):
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("fa3::attention_fp8_fwd", mutates_args=())
+def attention_fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor,
+                      k_descale: torch.Tensor, v_descale: torch.Tensor, causal: bool, scale: float,
+                      window_left: int, window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP8 forward (no autograd: e4m3 tensors carry no gradient). The
+    launch first writes V' (V transposed, keys permuted) into a workspace."""
+    kernel = _jit.get(_spec(q, k, v, causal, scale, window_left, window_right, softcap), "cuda", "fwd")
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    q_descale, k_descale, v_descale = (d.contiguous().float() for d in (q_descale, k_descale, v_descale))
+    b, sq, hq, _ = q.shape
+    sk = k.shape[1]
+    out = torch.empty((b, sq, hq, v.shape[3]), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+    workspace = torch.empty(max(kernel.forward_workspace_bytes(b, sq, sk), 256), dtype=torch.uint8, device=q.device)
+    kernel.launch_fp8(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                      q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(), workspace.data_ptr(),
+                      b, sq, sk, _stream(q))
+    return out, lse
+
+
+@attention_fp8_fwd.register_fake
+def _attention_fp8_fwd_fake(q, k, v, q_descale, k_descale, v_descale, causal, scale, window_left, window_right,
+                            softcap):
+    b, sq, hq, _ = q.shape
+    return (q.new_empty((b, sq, hq, v.shape[3]), dtype=torch.bfloat16),
+            q.new_empty((b, hq, sq), dtype=torch.float32))

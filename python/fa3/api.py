@@ -21,7 +21,7 @@ def _numpy_dtype_name(a):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-              return_lse=False):
+              return_lse=False, q_descale=None, k_descale=None, v_descale=None):
     """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
 
     q: (batch, seqlen_q, num_heads, head_dim); k: (batch, seqlen_k,
@@ -36,6 +36,10 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     * torch CUDA tensors (bf16/f16, on cuda:0): the sm_90a kernels on the
       current stream; differentiable (the backward runs fa3.attention_grad)
       and traceable by torch.compile (the op is `torch.ops.fa3.attention_fwd`).
+    * torch CUDA tensors of torch.float8_e4m3fn with `q_descale`,
+      `k_descale`, `v_descale` (float32, (batch, num_kv_heads)): the FP8
+      kernels (head dims 128 and 256); the attention of `q * q_descale`,
+      `k * k_descale`, `v * v_descale`; bf16 output; forward only.
     * numpy arrays (float32, float16 or ml_dtypes.bfloat16): the CPU pipeline;
       returns numpy arrays.
 
@@ -60,6 +64,12 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     cuda = kinds[0] == "torch"
     hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=cuda)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    descales = (q_descale, k_descale, v_descale)
+    if cuda and str(q.dtype) == "torch.float8_e4m3fn":
+        return _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, return_lse)
+    for name, x in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if x is not None:
+            raise ValueError(f"{name} is only for FP8 inputs (torch.float8_e4m3fn q, k, v)")
     if cuda:
         return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse)
     return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse)
@@ -86,6 +96,33 @@ def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     out, lse = torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap)
+    return (out, lse) if return_lse else out
+
+
+def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, return_lse):
+    import torch
+
+    from ._spec import FP8_HEAD_DIMS
+    from ._torch import FP8
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device != torch.device("cuda", 0) and t.device != torch.device("cuda"):
+            raise ValueError(f"{name} is on {t.device}; fa3 runs on cuda:0 only")
+        if t.dtype != FP8:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has torch.float8_e4m3fn; they must match")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+    if d not in FP8_HEAD_DIMS or v.shape[3] != d:
+        raise ValueError(f"FP8 head_dim must be one of {FP8_HEAD_DIMS} with v's equal to q's, got {d} and {v.shape[3]}")
+    for name, x in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if x is None:
+            raise ValueError(f"FP8 inputs need {name} (float32, shape (batch, num_kv_heads))")
+        if not _is_torch(x) or x.device.type != "cuda" or x.dtype != torch.float32:
+            raise TypeError(f"{name} must be a float32 CUDA tensor, got "
+                            f"{getattr(x, 'dtype', type(x).__name__)} on {getattr(x, 'device', '?')}")
+        if tuple(x.shape) != (q.shape[0], hkv):
+            raise ValueError(f"{name} must have shape (batch, num_kv_heads) = {(q.shape[0], hkv)}, got {tuple(x.shape)}")
+    out, lse = torch.ops.fa3.attention_fp8_fwd(q, k, v, *descales, causal, scale, window[0], window[1], softcap)
     return (out, lse) if return_lse else out
 
 

@@ -175,6 +175,28 @@ public:
       raise(error, "fa3_launch_attention failed");
   }
 
+  /// FP8 forwards: e4m3 q/k/v, f32 descales [B, Hkv], V' workspace.
+  void launchFP8(uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+                 uint64_t lse, uint64_t qDescale, uint64_t kDescale,
+                 uint64_t vDescale, uint64_t workspace, int64_t batch,
+                 int64_t seqQ, int64_t seqK, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_fp8(kernel, q, k, v, out, lse, qDescale, kDescale,
+                                 vDescale, workspace, batch, seqQ, seqK,
+                                 reinterpret_cast<void *>(stream),
+                                 &error) != 0)
+      raise(error, "fa3_launch_attention_fp8 failed");
+  }
+
+  int64_t forwardWorkspaceBytes(int64_t batch, int64_t seqQ,
+                                int64_t seqK) const {
+    int64_t bytes = fa3_attention_workspace_size(kernel, batch, seqQ, seqK);
+    if (bytes < 0)
+      throw Fa3Exception("forward_workspace_bytes: not a forward kernel, or "
+                         "a negative size");
+    return bytes;
+  }
+
   int64_t workspaceBytes(int64_t batch, int64_t seqQ, int64_t seqK) const {
     int64_t bytes =
         fa3_attention_grad_workspace_size(kernel, batch, seqQ, seqK);
@@ -241,6 +263,13 @@ PYBIND11_MODULE(_fa3, m) {
       .def("launch", &CudaKernel::launch, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"))
+      .def("launch_fp8", &CudaKernel::launchFP8, py::arg("q"), py::arg("k"),
+           py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("q_descale"),
+           py::arg("k_descale"), py::arg("v_descale"), py::arg("workspace"),
+           py::arg("batch"), py::arg("seq_q"), py::arg("seq_k"),
+           py::arg("stream"))
+      .def("forward_workspace_bytes", &CudaKernel::forwardWorkspaceBytes,
+           py::arg("batch"), py::arg("seq_q"), py::arg("seq_k"))
       .def("workspace_bytes", &CudaKernel::workspaceBytes, py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"))
       .def("launch_grad", &CudaKernel::launchGrad, py::arg("grad_out"),

@@ -71,7 +71,15 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     both operands MN-major, added to the accumulator with
     `red.global.add.v2.f32`) and `<name>_post` (dQ = scale · accumulator).
     The runtime launches them in order with a workspace it sizes
-    (`attentionGradWorkspaceBytes`). Supported: f16/bf16, head dims 64, 128
+    (`attentionGradWorkspaceBytes`).
+
+    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) gets the same
+    forward kernel with e4m3 wgmma (k32, both operands K-major) for both
+    GEMMs, q/k descales folded into the softmax scale, P·2⁸ packed to e4m3 in
+    registers, v_descale/2⁸ in the epilogue and bf16 output, plus a layout
+    kernel `<name>_vt` writing V' (V transposed to keys-innermost, keys
+    permuted within groups of 32 to match the register fragments) into a
+    workspace; head dims 128 and 256, block_n 128. Supported: f16/bf16, head dims 64, 128
     and 256, the same masks, GQA and dynamic shapes as the forward.
 
     ```mlir

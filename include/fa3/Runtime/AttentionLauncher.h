@@ -25,7 +25,9 @@ struct AttentionKernelInfo {
   /// `_post` companions are named after it).
   std::string name;
   bool backward = false;
-  bool bf16 = true;
+  bool bf16 = true; ///< the 16-bit type (FP8: of the output, bf16)
+  bool fp8 = false; ///< e4m3 inputs with descales
+
   int64_t headDim = 0, numQHeads = 0, numKVHeads = 0;
   int64_t blockM = 0, blockN = 0, threads = 0, sharedMemory = 0;
 
@@ -35,11 +37,27 @@ struct AttentionKernelInfo {
   fromManifest(const std::map<std::string, std::string> &manifest);
 };
 
-/// Device-resident Q, K, V ([B, S, H, D], contiguous) and outputs.
+/// Device-resident Q, K, V ([B, S, H, D], contiguous) and outputs. FP8
+/// kernels also take the descales ([B, Hkv] f32) and a workspace of
+/// attentionForwardWorkspaceBytes() bytes (256-byte aligned) for V'.
 struct AttentionDeviceArgs {
   DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
+  DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
 };
+
+/// Workspace bytes of a forward launch: 0, or for FP8 the transposed V'
+/// [B, Hkv, D, roundup(Sk, block_n)] in e4m3.
+int64_t attentionForwardWorkspaceBytes(const AttentionKernelInfo &info,
+                                       int64_t batch, int64_t seqK);
+
+/// FP8: launches the V' layout kernel (`<name>_vt`) and then the attention
+/// kernel on `stream`.
+llvm::Error launchAttentionForwardFP8(const CudaKernel &valueTranspose,
+                                      const CudaKernel &kernel,
+                                      const AttentionKernelInfo &info,
+                                      const AttentionDeviceArgs &args,
+                                      CudaStream stream);
 
 /// Encodes the TMA descriptors and launches `kernel` on `stream`. Checks the
 /// shapes against `info` first; a launch with no rows (B or Sq = 0) does

@@ -31,11 +31,12 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   auto v = cast<RankedTensorType>(op.getValue().getType());
   HopperAttentionSpec spec;
   Type elt = q.getElementType();
-  if (!elt.isBF16() && !elt.isF16())
-    return op.emitOpError() << "the Hopper backend supports f16 and bf16 "
-                               "(f32 runs with fa3-cpu-pipeline), got "
+  spec.fp8 = op.isFP8();
+  if (!elt.isBF16() && !elt.isF16() && !spec.fp8)
+    return op.emitOpError() << "the Hopper backend supports f16, bf16 and "
+                               "f8E4M3FN (f32 runs with fa3-cpu-pipeline), got "
                             << elt;
-  spec.bf16 = elt.isBF16();
+  spec.bf16 = elt.isBF16() || spec.fp8;
   spec.headDim = q.getDimSize(3);
   if (v.getDimSize(3) != spec.headDim)
     return op.emitOpError() << "the Hopper backend needs the value head dim "
@@ -69,6 +70,20 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
     return op.emitOpError() << "block_n must be a multiple of 16 up to 256 "
                                "on Hopper (the wgmma N and K steps), got "
                             << spec.blockN;
+  if (spec.fp8) {
+    if (spec.headDim != 128 && spec.headDim != 256)
+      return op.emitOpError() << "the Hopper FP8 kernel supports head dims "
+                                 "128 and 256 (whole 128-byte e4m3 atoms), got "
+                              << spec.headDim;
+    if (spec.blockN != 128)
+      return op.emitOpError() << "the Hopper FP8 kernel reads V' in blocks of "
+                                 "128 keys (one 128-byte atom); block_n must "
+                                 "be 128, got "
+                              << spec.blockN;
+    if (spec.intraWarpgroupOverlap)
+      return op.emitOpError()
+             << "intra_wg_overlap is not implemented for the FP8 kernel";
+  }
   if (spec.sharedMemoryBytes() > kMaxSharedMemory)
     return op.emitOpError()
            << "the schedule needs " << spec.sharedMemoryBytes()

@@ -6,11 +6,13 @@
 
 #include "HopperCodegen.h"
 
+#include <cassert>
+
 using namespace mlir;
 using namespace mlir::fa3::detail;
 
-HopperCodegen::HopperCodegen(OpBuilder &b, Location loc, bool bf16)
-    : b(b), loc(loc), bf16(bf16) {
+HopperCodegen::HopperCodegen(OpBuilder &b, Location loc, bool bf16, bool fp8)
+    : b(b), loc(loc), bf16(bf16), fp8(fp8) {
   MLIRContext *ctx = b.getContext();
   i1 = b.getI1Type();
   i32 = b.getI32Type();
@@ -102,17 +104,32 @@ Value HopperCodegen::pack(Value lo, Value hi) {
   return LLVM::BitcastOp::create(b, loc, i32, t);
 }
 
+Value HopperCodegen::packE4M3(Value x0, Value x1, Value x2, Value x3) {
+  // cvt.e4m3x2 puts its first source in the high byte.
+  return LLVM::InlineAsmOp::create(
+             b, loc, i32, ValueRange{x0, x1, x2, x3},
+             b.getStringAttr("{\n.reg .b16 lo, hi;\n"
+                             "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
+                             "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\n"
+                             "mov.b32 $0, {lo, hi};\n}"),
+             b.getStringAttr("=r,f,f,f,f"), /*has_side_effects=*/UnitAttr(),
+             /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
+             LLVM::AsmDialectAttr(), ArrayAttr())
+      .getResult(0);
+}
+
 SmallVector<Value> HopperCodegen::wgmma(ArrayRef<Value> acc,
                                         ArrayRef<Value> operands,
                                         StringRef constraints,
                                         StringRef operandsPtx,
                                         int64_t scaleD) {
   int64_t n = acc.size();
-  std::string t = bf16 ? "bf16" : "f16";
+  std::string t = fp8 ? "e4m3" : bf16 ? "bf16" : "f16";
   std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
                     std::to_string(scaleD) +
                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                    std::to_string(2 * n) + "k16.f32." + t + "." + t + " {";
+                    std::to_string(2 * n) + "k" + std::to_string(mmaK()) +
+                    ".f32." + t + "." + t + " {";
   std::string allConstraints;
   for (int64_t i = 0; i < n; ++i) {
     ptx += (i ? ", $" : "$") + std::to_string(i);
@@ -137,9 +154,12 @@ SmallVector<Value> HopperCodegen::wgmmaSS(ArrayRef<Value> acc, Value descA,
                                           Value descB, bool accumulate,
                                           bool transA, bool transB) {
   int64_t first = 2 * acc.size(); // descA, descB, scale-d
+  assert(!(fp8 && (transA || transB)) && "e4m3 wgmma operands are K-major");
   std::string operandsPtx = "$" + std::to_string(first) + ", $" +
-                            std::to_string(first + 1) + ", p, 1, 1, " +
-                            (transA ? "1" : "0") + ", " + (transB ? "1" : "0");
+                            std::to_string(first + 1) + ", p, 1, 1";
+  if (!fp8)
+    operandsPtx += std::string(", ") + (transA ? "1" : "0") + ", " +
+                   (transB ? "1" : "0");
   return wgmma(acc, {descA, descB, ci(accumulate ? 1 : 0)}, "l,l,r",
                operandsPtx, first + 2);
 }
@@ -150,7 +170,7 @@ SmallVector<Value> HopperCodegen::wgmmaRS(ArrayRef<Value> acc,
   std::string operandsPtx =
       "{$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
       ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
-      "}, $" + std::to_string(first + 4) + ", p, 1, 1, 1";
+      "}, $" + std::to_string(first + 4) + (fp8 ? ", p, 1, 1" : ", p, 1, 1, 1");
   SmallVector<Value> operands(a.begin(), a.end());
   operands.append({descB, ci(1)});
   return wgmma(acc, operands, "r,r,r,r,l,r", operandsPtx, first + 5);

@@ -31,7 +31,10 @@ inline constexpr llvm::StringLiteral kDynamicSmemName = "fa3_dynamic_smem";
 
 class HopperCodegen {
 public:
-  HopperCodegen(OpBuilder &b, Location loc, bool bf16);
+  /// `bf16` picks the 16-bit type of packed results and, unless `fp8`, of
+  /// the wgmma operands; with `fp8` the wgmma operands are e4m3 (k = 32,
+  /// both K-major).
+  HopperCodegen(OpBuilder &b, Location loc, bool bf16, bool fp8 = false);
 
 protected:
   // Scalars.
@@ -140,6 +143,9 @@ protected:
   }
   /// Packs two f32 into one register of two bf16/f16, `lo` in bits 0-15.
   Value pack(Value lo, Value hi);
+  /// Packs four f32 into one register of four e4m3 (round to nearest,
+  /// saturating), `x0` in the low byte.
+  Value packE4M3(Value x0, Value x1, Value x2, Value x3);
 
   /// One `wgmma.mma_async` m64nNk16 as inline PTX: the N/2 f32 accumulators
   /// are outputs $0.. tied to the first N/2 inputs (so register allocation
@@ -149,12 +155,14 @@ protected:
   SmallVector<Value> wgmma(ArrayRef<Value> acc, ArrayRef<Value> operands,
                            StringRef constraints, StringRef operandsPtx,
                            int64_t scaleD);
-  /// A and B from shared memory; `transA`/`transB` read them MN-major.
+  /// A and B from shared memory; `transA`/`transB` read them MN-major
+  /// (16-bit types only: e4m3 operands are always K-major).
   SmallVector<Value> wgmmaSS(ArrayRef<Value> acc, Value descA, Value descB,
                              bool accumulate, bool transA = false,
                              bool transB = false);
-  /// A in registers (4 x b32 of bf16/f16 pairs), B MN-major in shared memory
-  /// (imm-trans-b = 1).
+  /// A in registers (4 x b32 of bf16/f16 pairs, or of e4m3 quadruples), B
+  /// in shared memory: MN-major (imm-trans-b = 1) for 16-bit types, K-major
+  /// for e4m3.
   SmallVector<Value> wgmmaRS(ArrayRef<Value> acc, ArrayRef<Value> a,
                              Value descB);
   /// The A fragment of k-chunk `k` of a register-A wgmma made from an m64
@@ -168,7 +176,9 @@ protected:
 
   OpBuilder &b;
   Location loc;
-  bool bf16;
+  bool bf16, fp8;
+  /// The K of one wgmma: 16 for 16-bit operands, 32 for e4m3.
+  int64_t mmaK() const { return fp8 ? 32 : 16; }
   Type i1, i32, i64, f32, elt;
   LLVM::LLVMPointerType smemPtr, globalPtr, genericPtr;
   Value smem;

@@ -39,15 +39,20 @@ using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
 
+/// FP8: P (in [0, 1]) is multiplied by 2^8 before its e4m3 cast, as in
+/// FlashAttention-3, so that small probabilities keep e4m3's normal range;
+/// the epilogue divides it back out.
+static constexpr float kPScale = 256.0f;
+
 int64_t HopperAttentionSpec::sharedMemoryBytes() const {
-  int64_t tile = 2 * headDim; // bytes per row
+  int64_t tile = elementBytes() * headDim; // bytes per row
   int64_t barriers = 8 * (1 + 3 * stages);
   return blockM * tile + 2 * stages * blockN * tile + barriers + 1024;
 }
 
 std::string HopperAttentionSpec::kernelName() const {
   std::string name = "fa3_fwd_";
-  name += bf16 ? "bf16" : "f16";
+  name += fp8 ? "e4m3" : bf16 ? "bf16" : "f16";
   name += "_d" + std::to_string(headDim);
   name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
   name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
@@ -78,7 +83,12 @@ namespace {
 class KernelBuilder : public HopperCodegen {
 public:
   KernelBuilder(OpBuilder &b, Location loc, const HopperAttentionSpec &spec)
-      : HopperCodegen(b, loc, spec.bf16), s(spec) {}
+      : HopperCodegen(b, loc, spec.bf16 || spec.fp8, spec.fp8), s(spec) {}
+
+  /// The FP8 form's V layout pass: V [B, Sk, Hkv, D] to V' [B, Hkv, D,
+  /// roundup(Sk, block_n)], keys permuted within groups of 32 so that the S
+  /// accumulator fragment, packed to e4m3, is the A fragment of P V'ᵀ.
+  LLVM::LLVMFuncOp buildValueTranspose(gpu::GPUModuleOp module);
 
   LLVM::LLVMFuncOp build(gpu::GPUModuleOp module);
 
@@ -95,7 +105,11 @@ private:
     return smemAt(
         add(ci(offBar + 8 * (1 + kind * s.stages)), mul(stage, ci(8))));
   }
-  int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
+  int64_t tileBytes(int64_t rows) const {
+    return rows * s.elementBytes() * s.headDim;
+  }
+  /// Columns of one 128-byte swizzle atom: 64 16-bit or 128 e4m3 values.
+  int64_t atomCols() const { return kAtomBytes / s.elementBytes(); }
 };
 
 } // namespace
@@ -109,9 +123,14 @@ void KernelBuilder::issueKV(Value stage, Value kBlock) {
     Value bar = barFull(kind, stage);
     expectTx(bar, bytes);
     Value tile = add(ci(base), mul(stage, ci(bytes)));
-    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
+    if (kind == 1 && s.fp8) {
+      // V'ᵀ: D rows of block_n = 128 keys (one atom), keys innermost.
+      tmaLoad(smemAt(tile), map, {row, ci(0), kvHead, batch}, bar);
+      continue;
+    }
+    for (int64_t atom = 0; atom < s.headDim / atomCols(); ++atom) {
       Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
-      tmaLoad(dst, map, {ci(atom * kAtomCols), row, kvHead, batch}, bar);
+      tmaLoad(dst, map, {ci(atom * atomCols()), row, kvHead, batch}, bar);
     }
   }
 }
@@ -123,9 +142,14 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
 
   declareDynamicSmem(module);
 
-  auto fnType = LLVM::LLVMFunctionType::get(
-      LLVM::LLVMVoidType::get(ctx),
-      {genericPtr, genericPtr, genericPtr, globalPtr, globalPtr, i32, i32});
+  // FP8 adds the three descale arrays ([B, Hkv] f32) after O and LSE.
+  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, globalPtr,
+                              globalPtr};
+  if (s.fp8)
+    params.append({globalPtr, globalPtr, globalPtr});
+  params.append({i32, i32});
+  auto fnType =
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, s.kernelName(), fnType);
   fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
@@ -150,7 +174,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   tmaK = entry->getArgument(1);
   tmaV = entry->getArgument(2);
   Value outPtr = entry->getArgument(3), lsePtr = entry->getArgument(4);
-  Value seqQ = entry->getArgument(5), seqK = entry->getArgument(6);
+  unsigned lenArg = s.fp8 ? 8 : 5;
+  Value seqQ = entry->getArgument(lenArg), seqK = entry->getArgument(lenArg + 1);
 
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value qBlock = NVVM::BlockIdXOp::create(b, loc, i32);
@@ -160,6 +185,23 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value wg = divu(tid, ci(128));
   Value warp = divu(remu(tid, ci(128)), ci(32));
   Value lane = remu(tid, ci(32));
+
+  // The softmax scale in log2 units, and the factor O gets in the epilogue.
+  // FP8 folds q_descale · k_descale into the former and v_descale / 2^8 (P
+  // is scaled by 2^8 before its e4m3 cast) into the latter.
+  Value scaleQK = cf(s.scale), outScale = cf(1.0f);
+  if (s.fp8) {
+    Value idx = add(mul(batch, ci(s.numKVHeads)), kvHead);
+    auto load = [&](unsigned arg) -> Value {
+      Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32,
+                                      entry->getArgument(arg), ValueRange{idx});
+      return LLVM::LoadOp::create(b, loc, f32, ptr, /*alignment=*/4);
+    };
+    scaleQK = fmul(scaleQK, fmul(load(5), load(6)));
+    outScale = fmul(load(7), cf(1.0f / kPScale));
+  }
+  Value cLog2 = s.fp8 ? fmul(scaleQK, cf(static_cast<float>(M_LOG2E)))
+                      : cf(s.scale * static_cast<float>(M_LOG2E));
 
   setAlignedDynamicSmem();
   offQ = 0;
@@ -199,9 +241,9 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   // Prologue: Q, then the first `stages` key blocks.
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     expectTx(barQ(), tileBytes(s.blockM));
-    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
+    for (int64_t atom = 0; atom < s.headDim / atomCols(); ++atom)
       tmaLoad(smemAt(ci(offQ + atom * s.blockM * kAtomBytes)), tmaQ,
-              {ci(atom * kAtomCols), qStart, head, batch}, barQ());
+              {ci(atom * atomCols()), qStart, head, batch}, barQ());
     for (int64_t st = 0; st < s.stages; ++st) {
       Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
       scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
@@ -220,7 +262,6 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value rowAbs[2] = {add(qStart, rowInTile), add(qStart, add(rowInTile, ci(8)))};
   Value colInBlock = mul(remu(lane, ci(4)), ci(2));
 
-  float c = s.scale * static_cast<float>(M_LOG2E);
   float negInf = -std::numeric_limits<float>::infinity();
   int64_t nS = s.blockN / 2, nO = s.headDim / 2;
 
@@ -247,7 +288,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
                           mul(stage, ci(tileBytes(s.blockN))));
     SmallVector<Value> sAcc(nS, cf(0));
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t k = 0; k < s.headDim / 16; ++k) {
+    // One wgmma K step is 32 bytes of a 128-byte atom row for either type.
+    for (int64_t k = 0; k < s.headDim / mmaK(); ++k) {
       int64_t atom = k / 4, inAtom = (k % 4) * 32;
       Value a = descriptor(
           add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)), 16, 1024);
@@ -320,14 +362,14 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       step.m[row] = quadReduce(mx, /*isMax=*/true);
       Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                           step.m[row], cf(negInf));
-      mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cf(c));
-      step.alpha[row] = exp2(fsub(fmul(mOld[row], cf(c)), mScaled[row]));
+      mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cLog2);
+      step.alpha[row] = exp2(fsub(fmul(mOld[row], cLog2), mScaled[row]));
     }
     step.p.resize(nS);
     Value rowSum[2] = {cf(0), cf(0)};
     for (int64_t r = 0; r < nS; ++r) {
       int64_t row = (r % 4) / 2;
-      step.p[r] = exp2(fsub(fmul(sv[r], cf(c)), mScaled[row]));
+      step.p[r] = exp2(fsub(fmul(sv[r], cLog2), mScaled[row]));
       rowSum[row] = fadd(rowSum[row], step.p[r]);
     }
     for (int64_t row = 0; row < 2; ++row)
@@ -342,15 +384,34 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
     // the fence, as wgmma requires.
     SmallVector<SmallVector<Value>> aFrags;
-    for (int64_t k = 0; k < s.blockN / 16; ++k)
-      aFrags.push_back(packAFragment(p, k));
+    if (s.fp8) {
+      // e4m3 A fragment of k-chunk c (32 keys): register i holds 4 keys of
+      // row r (i even) or r + 8 (i odd), keys 4t..4t+3 (i < 2) or
+      // 16+4t..16+4t+3. The S registers 16c .. 16c+15 hold keys
+      // {2t, 2t+1} + 8j instead; V' stores its keys permuted to match, so
+      // the bytes are taken in register order. P is scaled by 2^8 first.
+      for (int64_t c = 0; c < s.blockN / 32; ++c) {
+        int64_t base = 16 * c;
+        auto q = [&](int64_t i) { return fmul(p[base + i], cf(kPScale)); };
+        aFrags.push_back({packE4M3(q(0), q(1), q(4), q(5)),
+                          packE4M3(q(2), q(3), q(6), q(7)),
+                          packE4M3(q(8), q(9), q(12), q(13)),
+                          packE4M3(q(10), q(11), q(14), q(15))});
+      }
+    } else {
+      for (int64_t k = 0; k < s.blockN / 16; ++k)
+        aFrags.push_back(packAFragment(p, k));
+    }
     waitParity(barFull(1, stage), parity);
     Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
                           mul(stage, ci(tileBytes(s.blockN))));
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t k = 0; k < s.blockN / 16; ++k) {
-      Value bd = descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
-                            s.blockN * kAtomBytes, 1024);
+    for (int64_t k = 0; k < s.blockN / mmaK(); ++k) {
+      // 16-bit: V MN-major, 16 key rows per step. e4m3: V'ᵀ K-major (D rows
+      // of 128 keys), 32 keys = 32 bytes per step.
+      Value bd = s.fp8 ? descriptor(add(vTileAddr, ci(k * 32)), 16, 1024)
+                       : descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
+                                    s.blockN * kAtomBytes, 1024);
       o = wgmmaRS(o, aFrags[k], bd);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -465,10 +526,11 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     Value l = quadReduce(res[2 + row], /*isMax=*/false);
     Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l,
                                         cf(0));
-    inv[row] = select(empty, cf(0), arith::DivFOp::create(b, loc, cf(1), l));
+    inv[row] = select(empty, cf(0),
+                      arith::DivFOp::create(b, loc, outScale, l).getResult());
     Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
                     cf(static_cast<float>(M_LN2)));
-    lse[row] = select(empty, cf(negInf), fadd(fmul(res[row], cf(s.scale)), ln));
+    lse[row] = select(empty, cf(negInf), fadd(fmul(res[row], scaleQK), ln));
   }
   for (int64_t row = 0; row < 2; ++row) {
     Value inside = cmp(arith::CmpIPredicate::slt, rowAbs[row], seqQ);
@@ -507,10 +569,73 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   return fn;
 }
 
+LLVM::LLVMFuncOp KernelBuilder::buildValueTranspose(gpu::GPUModuleOp module) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  auto fnType = LLVM::LLVMFunctionType::get(
+      LLVM::LLVMVoidType::get(b.getContext()), {globalPtr, globalPtr, i32, i32});
+  auto fn = LLVM::LLVMFuncOp::create(b, loc, s.valueTransposeKernelName(),
+                                     fnType);
+  fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
+              b.getDenseI32ArrayAttr({int32_t(s.headDim), 1, 1}));
+  Block *entry = fn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  Value src = entry->getArgument(0), dst = entry->getArgument(1);
+  Value seqK = entry->getArgument(2), seqPad = entry->getArgument(3);
+  // One CTA per destination key slot `a`, one thread per head-dim column.
+  Value d = NVVM::ThreadIdXOp::create(b, loc, i32);
+  Value a = NVVM::BlockIdXOp::create(b, loc, i32);
+  Value h = NVVM::BlockIdYOp::create(b, loc, i32);
+  Value bIdx = NVVM::BlockIdZOp::create(b, loc, i32);
+  // Slot a = 32g + 16u + 4t + v holds key 32g + 16u + 2t + (v & 1) + 8(v >> 1)
+  // (see the A-fragment packing in the kernel).
+  Value j = remu(a, ci(32));
+  Value v = remu(j, ci(4));
+  Value key = add(add(sub(a, j), mul(divu(j, ci(16)), ci(16))),
+                  add(mul(divu(remu(j, ci(16)), ci(4)), ci(2)),
+                      add(remu(v, ci(2)), mul(divu(v, ci(2)), ci(8)))));
+  Value inside = cmp(arith::CmpIPredicate::slt, key, seqK);
+  auto value = scf::IfOp::create(b, loc, TypeRange{b.getI8Type()}, inside,
+                                 /*addElseBlock=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(value.thenBlock());
+    // V[b, key, h, d] at ((b * Sk + key) * Hkv + h) * D + d bytes.
+    Value idx = add(mul(add(mul(add(mul(sext64(bIdx), sext64(seqK)),
+                                    sext64(key)),
+                                cl(s.numKVHeads)),
+                            sext64(h)),
+                        cl(s.headDim)),
+                    zext64(d));
+    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(), src,
+                                    ValueRange{idx});
+    scf::YieldOp::create(
+        b, loc, ValueRange{LLVM::LoadOp::create(b, loc, b.getI8Type(), ptr)});
+    b.setInsertionPointToStart(value.elseBlock());
+    scf::YieldOp::create(
+        b, loc, ValueRange{arith::ConstantIntOp::create(b, loc, b.getI8Type(), 0)});
+  }
+  // V'[b, h, d, a] at ((b * Hkv + h) * D + d) * Skpad + a bytes.
+  Value out = add(mul(add(mul(add(mul(sext64(bIdx), cl(s.numKVHeads)),
+                                  sext64(h)),
+                              cl(s.headDim)),
+                          zext64(d)),
+                      sext64(seqPad)),
+                  zext64(a));
+  Value outPtr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(), dst,
+                                     ValueRange{out});
+  LLVM::StoreOp::create(b, loc, value.getResult(0), outPtr);
+  LLVM::ReturnOp::create(b, loc, ValueRange());
+  return fn;
+}
+
 LLVM::LLVMFuncOp
 mlir::fa3::buildHopperAttentionKernel(OpBuilder &builder,
                                       gpu::GPUModuleOp module,
                                       const HopperAttentionSpec &spec) {
   KernelBuilder kb(builder, module.getLoc(), spec);
+  if (spec.fp8)
+    kb.buildValueTranspose(module);
   return kb.build(module);
 }

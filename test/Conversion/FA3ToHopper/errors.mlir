@@ -2,7 +2,7 @@
 
 // What the Hopper backend does not support is a diagnostic naming it.
 func.func @f32(%q: tensor<1x?x4x64xf32>, %k: tensor<1x?x4x64xf32>, %v: tensor<1x?x4x64xf32>) -> (tensor<1x?x4x64xf32>, tensor<1x4x?xf32>) {
-  // expected-error @+1 {{the Hopper backend supports f16 and bf16 (f32 runs with fa3-cpu-pipeline), got 'f32'}}
+  // expected-error @+1 {{the Hopper backend supports f16, bf16 and f8E4M3FN (f32 runs with fa3-cpu-pipeline), got 'f32'}}
   %o, %lse = fa3.attention %q, %k, %v : (tensor<1x?x4x64xf32>, tensor<1x?x4x64xf32>, tensor<1x?x4x64xf32>) -> (tensor<1x?x4x64xf32>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x64xf32>, tensor<1x4x?xf32>
 }

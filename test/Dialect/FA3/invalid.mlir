@@ -129,7 +129,7 @@ func.func @dtype_mix(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xbf16>, %v: te
 // -----
 
 func.func @dtype_i8(%q: tensor<2x?x8x64xi8>, %k: tensor<2x?x2x64xi8>, %v: tensor<2x?x2x64xi8>) {
-  // expected-error @+1 {{'fa3.attention' op expects element type f32, f16 or bf16, got 'i8'}}
+  // expected-error @+1 {{'fa3.attention' op expects element type f32, f16, bf16 or f8E4M3FN, got 'i8'}}
   %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xi8>, tensor<2x?x2x64xi8>, tensor<2x?x2x64xi8>) -> (tensor<2x?x8x64xi8>, tensor<2x8x?xf32>)
   return
 }
@@ -137,16 +137,48 @@ func.func @dtype_i8(%q: tensor<2x?x8x64xi8>, %k: tensor<2x?x2x64xi8>, %v: tensor
 // -----
 
 func.func @dtype_f64(%q: tensor<2x?x8x64xf64>, %k: tensor<2x?x2x64xf64>, %v: tensor<2x?x2x64xf64>) {
-  // expected-error @+1 {{'fa3.attention' op expects element type f32, f16 or bf16, got 'f64'}}
+  // expected-error @+1 {{'fa3.attention' op expects element type f32, f16, bf16 or f8E4M3FN, got 'f64'}}
   %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf64>, tensor<2x?x2x64xf64>, tensor<2x?x2x64xf64>) -> (tensor<2x?x8x64xf64>, tensor<2x8x?xf32>)
   return
 }
 
 // -----
 
-func.func @dtype_fp8_reserved(%q: tensor<2x?x8x64xf8E4M3FN>, %k: tensor<2x?x2x64xf8E4M3FN>, %v: tensor<2x?x2x64xf8E4M3FN>) {
-  // expected-error @+1 {{'fa3.attention' op f8E4M3FN inputs are reserved for the FP8 mode, which this version of fa3 does not implement yet}}
-  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN>) -> (tensor<2x?x8x64xf8E4M3FN>, tensor<2x8x?xf32>)
+func.func @fp8_without_descales(%q: tensor<2x?x8x128xf8E4M3FN>, %k: tensor<2x?x2x128xf8E4M3FN>, %v: tensor<2x?x2x128xf8E4M3FN>) {
+  // expected-error @+1 {{'fa3.attention' op with f8E4M3FN inputs expects 3 descale operands (q_descale, k_descale, v_descale), got 0}}
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @fp8_descale_shape(%q: tensor<2x?x8x128xf8E4M3FN>, %k: tensor<2x?x2x128xf8E4M3FN>, %v: tensor<2x?x2x128xf8E4M3FN>, %d: tensor<2x8xf32>) {
+  // expected-error @+1 {{'fa3.attention' op expects q_descale of shape [2, 2] ([B, Hkv]) and element type f32, got 'tensor<2x8xf32>'}}
+  %o, %lse = fa3.attention %q, %k, %v, %d, %d, %d : (tensor<2x?x8x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @fp8_output_type(%q: tensor<2x?x8x128xf8E4M3FN>, %k: tensor<2x?x2x128xf8E4M3FN>, %v: tensor<2x?x2x128xf8E4M3FN>, %d: tensor<2x2xf32>) {
+  // expected-error @+1 {{'fa3.attention' op expects output of shape [2, ?, 8, 128] and element type 'bf16', got 'tensor<2x?x8x128xf8E4M3FN>'}}
+  %o, %lse = fa3.attention %q, %k, %v, %d, %d, %d : (tensor<2x?x8x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> (tensor<2x?x8x128xf8E4M3FN>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @descales_without_fp8(%q: tensor<2x?x8x128xbf16>, %k: tensor<2x?x2x128xbf16>, %v: tensor<2x?x2x128xbf16>, %d: tensor<2x2xf32>) {
+  // expected-error @+1 {{'fa3.attention' op takes descale operands only with f8E4M3FN inputs, got 3}}
+  %o, %lse = fa3.attention %q, %k, %v, %d, %d, %d : (tensor<2x?x8x128xbf16>, tensor<2x?x2x128xbf16>, tensor<2x?x2x128xbf16>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>)
+  return
+}
+
+// -----
+
+func.func @fp8_grad(%do: tensor<2x?x8x128xf8E4M3FN>, %q: tensor<2x?x8x128xf8E4M3FN>, %k: tensor<2x?x2x128xf8E4M3FN>, %v: tensor<2x?x2x128xf8E4M3FN>, %o: tensor<2x?x8x128xf8E4M3FN>, %lse: tensor<2x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_grad' op has no FP8 form: f8E4M3FN inputs are supported by the forward (fa3.attention) only}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse : (tensor<2x?x8x128xf8E4M3FN>, tensor<2x?x8x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x8x128xf8E4M3FN>, tensor<2x8x?xf32>) -> (tensor<2x?x8x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>)
   return
 }
 

@@ -25,7 +25,10 @@ class AttentionGradOp;
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
 struct HopperAttentionSpec {
-  bool bf16 = true; ///< bf16, else f16
+  bool bf16 = true; ///< bf16, else f16 (the output type in FP8 mode: bf16)
+  /// e4m3 Q, K, V with descales: e4m3 wgmma for both GEMMs, V read through
+  /// a transposed copy V' (see valueTransposeKernelName), bf16 output.
+  bool fp8 = false;
   int64_t headDim = 128;
   int64_t numQHeads = 1, numKVHeads = 1;
   bool causal = false;
@@ -44,6 +47,11 @@ struct HopperAttentionSpec {
 
   /// A kernel name unique to the spec, e.g. fa3_fwd_bf16_d128_h8x2_m128n128_causal.
   std::string kernelName() const;
+  /// FP8 only: the kernel writing V' [B, Hkv, D, roundup(Sk, block_n)]
+  /// (keys innermost, permuted within groups of 32) from V; grid
+  /// (roundup(Sk, block_n), Hkv, B), D threads; params V, V', Sk, padded Sk.
+  std::string valueTransposeKernelName() const { return kernelName() + "_vt"; }
+  int64_t elementBytes() const { return fp8 ? 1 : 2; }
   int64_t numConsumerWarpgroups() const { return blockM / 64; }
   int64_t numThreads() const { return numConsumerWarpgroups() * 128; }
   /// Dynamic shared memory: Q, `stages` K and V tiles, mbarriers, and 1 KiB
@@ -53,8 +61,9 @@ struct HopperAttentionSpec {
 
 /// Emits the forward kernel for `spec` into `module` as an `llvm.func` with
 /// `nvvm.kernel`. Its parameters, in order: the CUtensorMaps of Q, K and V
-/// (128 bytes each, passed by value as __grid_constant__), the O and LSE
-/// pointers, and Sq and Sk as i32. Grid: (ceildiv(Sq, blockM), Hq, B);
+/// (128 bytes each, passed by value as __grid_constant__; V' in FP8 mode),
+/// the O and LSE pointers, in FP8 mode the q/k/v descale pointers ([B, Hkv]
+/// f32), and Sq and Sk as i32. Grid: (ceildiv(Sq, blockM), Hq, B);
 /// block: numThreads(); dynamic shared memory: sharedMemoryBytes().
 LLVM::LLVMFuncOp buildHopperAttentionKernel(OpBuilder &builder,
                                             gpu::GPUModuleOp module,

@@ -60,14 +60,18 @@ static FailureOr<RankedTensorType> getRankedOperand(Operation *op, Value value,
   return type;
 }
 
-static LogicalResult verifyElementType(Operation *op, Type elementType) {
-  if (isa<Float8E4M3FNType>(elementType))
-    return op->emitOpError()
-           << "f8E4M3FN inputs are reserved for the FP8 mode, which this "
-              "version of fa3 does not implement yet";
+static LogicalResult verifyElementType(Operation *op, Type elementType,
+                                       bool allowFP8) {
+  if (isa<Float8E4M3FNType>(elementType)) {
+    if (allowFP8)
+      return success();
+    return op->emitOpError() << "has no FP8 form: f8E4M3FN inputs are "
+                                "supported by the forward (fa3.attention) only";
+  }
   if (!elementType.isF32() && !elementType.isF16() && !elementType.isBF16())
-    return op->emitOpError() << "expects element type f32, f16 or bf16, got "
-                             << elementType;
+    return op->emitOpError()
+           << "expects element type f32, f16, bf16"
+           << (allowFP8 ? " or f8E4M3FN" : "") << ", got " << elementType;
   return success();
 }
 
@@ -75,7 +79,7 @@ static LogicalResult verifyElementType(Operation *op, Type elementType) {
 static FailureOr<AttentionTypes>
 verifyQKV(Operation *op, Value query, Value key, Value value,
           std::optional<float> scale, std::optional<ArrayRef<int64_t>> window,
-          std::optional<float> softcap, bool causal) {
+          std::optional<float> softcap, bool causal, bool allowFP8 = false) {
   auto q = getRankedOperand(op, query, "query", 4, "[B, Sq, Hq, D]");
   auto k = getRankedOperand(op, key, "key", 4, "[B, Sk, Hkv, D]");
   auto v = getRankedOperand(op, value, "value", 4, "[B, Sk, Hkv, Dv]");
@@ -89,7 +93,7 @@ verifyQKV(Operation *op, Value query, Value key, Value value,
            << "expects query, key and value to share one element type, got "
            << t.q.getElementType() << ", " << t.k.getElementType() << " and "
            << t.v.getElementType();
-  if (failed(verifyElementType(op, t.q.getElementType())))
+  if (failed(verifyElementType(op, t.q.getElementType(), allowFP8)))
     return failure();
 
   ArrayRef<int64_t> qs = t.q.getShape(), ks = t.k.getShape(),
@@ -226,15 +230,44 @@ std::pair<int64_t, int64_t> AttentionGradOp::getWindowBounds() {
 // AttentionOp
 //===----------------------------------------------------------------------===//
 
+bool AttentionOp::isFP8() {
+  return isa<Float8E4M3FNType>(
+      cast<ShapedType>(getQuery().getType()).getElementType());
+}
+
 LogicalResult AttentionOp::verify() {
   auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
                      toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
-                     getCausal());
+                     getCausal(), /*allowFP8=*/true);
   if (failed(t))
     return failure();
+  bool fp8 = isFP8();
+  if (fp8 != !getDescales().empty() ||
+      (fp8 && getDescales().size() != 3))
+    return emitOpError()
+           << (fp8 ? "with f8E4M3FN inputs expects 3 descale operands "
+                     "(q_descale, k_descale, v_descale), got "
+                   : "takes descale operands only with f8E4M3FN inputs, got ")
+           << getDescales().size();
+  if (fp8) {
+    SmallVector<int64_t, 2> descaleShape = {t->q.getDimSize(0),
+                                            t->k.getDimSize(2)};
+    static constexpr StringLiteral names[] = {"q_descale", "k_descale",
+                                              "v_descale"};
+    for (auto [name, value] : llvm::zip_equal(names, getDescales())) {
+      auto type = dyn_cast<RankedTensorType>(value.getType());
+      if (!type || type.getRank() != 2 || !type.getElementType().isF32() ||
+          !compatibleDims(type.getDimSize(0), descaleShape[0]) ||
+          type.getDimSize(1) != descaleShape[1])
+        return emitOpError()
+               << "expects " << name << " of shape " << shapeStr(descaleShape)
+               << " ([B, Hkv]) and element type f32, got " << value.getType();
+    }
+  }
+  Type outElement = fp8 ? Type(BFloat16Type::get(getContext()))
+                        : t->q.getElementType();
   if (failed(verifyResultType(*this, getOutput().getType(), "output",
-                              outputShape(t->q, t->v),
-                              t->q.getElementType())))
+                              outputShape(t->q, t->v), outElement)))
     return failure();
   return verifyResultType(*this, getLse().getType(), "lse",
                           lseShape(t->q), Float32Type::get(getContext()));

@@ -37,7 +37,10 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   } else if (headDim > 128) {
     blockN = 80;
   }
-  (void)elementType;
+  // FP8 reads V' in blocks of 128 keys (one 128-byte e4m3 atom); its tiles
+  // are half as large, so d256 fits 128 x 128 too.
+  if (elementType && isa<Float8E4M3FNType>(elementType))
+    blockN = 128;
   (void)causal;
   return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2, consumers,
                            /*producer_regs=*/24, /*consumer_regs=*/240,

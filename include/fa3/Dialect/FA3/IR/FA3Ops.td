@@ -27,6 +27,8 @@ class FA3_AttentionOpBase<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
   code attentionExtraDecls = [{
+    /// Whether the inputs are f8E4M3FN (with descale operands).
+    bool isFP8();
     /// The softmax scale: the `scale` attribute, or 1/sqrt(D) when absent.
     float getEffectiveScale();
     /// The (left, right) window; -1 means unbounded on that side. A causal
@@ -68,7 +70,21 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
     * `schedule`: the `#fa3.schedule` chosen by `fa3-select-schedule`.
 
     A row with no visible key gets `O = 0` and `LSE = -inf`.
-    `f8E4M3FN` inputs are reserved for the FP8 mode and rejected for now.
+
+    **FP8.** With `f8E4M3FN` query, key and value, three more operands give
+    the descale factors, f32 tensors `[B, Hkv]` (per batch and key/value
+    head, as FlashAttention-3's `q_descale`, `k_descale`, `v_descale`): the
+    attention is that of `query · q_descale`, `key · k_descale` and
+    `value · v_descale`. The output is bf16, the LSE f32. The Hopper backend
+    compiles it (e4m3 wgmma for both GEMMs, see `convert-fa3-to-hopper`);
+    head dims 128 and 256, D = Dv.
+
+    ```mlir
+    %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal}
+        : (tensor<?x?x8x128xf8E4M3FN>, tensor<?x?x2x128xf8E4M3FN>, tensor<?x?x2x128xf8E4M3FN>,
+           tensor<?x2xf32>, tensor<?x2xf32>, tensor<?x2xf32>)
+        -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
+    ```
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32}
@@ -76,7 +92,8 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
         -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
     ```
   }];
-  let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value),
+  let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value,
+                            Variadic<AnyTensor>:$descales),
                        FA3_AttentionAttrs);
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionExtraDecls;
