@@ -11,7 +11,6 @@
 #define FA3_RUNTIME_ATTENTIONLAUNCHER_H
 
 #include "fa3/Runtime/CudaDriver.h"
-#include "fa3/Runtime/HostTensor.h"
 
 #include <map>
 #include <string>
@@ -97,16 +96,6 @@ llvm::Error launchAttentionBackward(const AttentionGradKernels &kernels,
                                     const AttentionKernelInfo &info,
                                     const AttentionGradDeviceArgs &args,
                                     CudaStream stream);
-
-/// The whole round trip for host tensors: upload, poison the outputs (NaN),
-/// launch, download O and LSE. With `benchmarkRuns` > 0, also times that many
-/// launches (after one warm-up) with device events and stores the median in
-/// milliseconds in `medianMs`.
-llvm::Expected<std::vector<HostTensor>>
-runAttentionForward(const CudaDevice &device, const CudaKernel &kernel,
-                    const AttentionKernelInfo &info, const HostTensor &q,
-                    const HostTensor &k, const HostTensor &v,
-                    unsigned benchmarkRuns = 0, float *medianMs = nullptr);
 
 } // namespace fa3::runtime
 

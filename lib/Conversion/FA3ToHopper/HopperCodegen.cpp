@@ -95,6 +95,33 @@ void HopperCodegen::reduceAddPair(Value ptr, Value x, Value y) {
   ptxVoid("red.global.add.v2.f32 [$0], {$1, $2};", "l,f,f", {ptr, x, y});
 }
 
+Value HopperCodegen::blockNeedsMask(Value qStart, Value qLast, Value kStart,
+                                    int64_t blockN, Value seqK, Value offset,
+                                    int64_t left, int64_t right) {
+  Value kEnd = add(kStart, ci(blockN));
+  Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
+  if (right >= 0)
+    needMask = ori(needMask, cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
+                                 add(add(qStart, offset), ci(right))));
+  if (left >= 0)
+    needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
+                                 sub(add(qLast, offset), ci(left))));
+  return needMask;
+}
+
+Value HopperCodegen::keyHidden(Value query, Value key, Value seqK,
+                               Value offset, int64_t left, int64_t right) {
+  Value diag = add(query, offset);
+  Value hidden = cmp(arith::CmpIPredicate::sge, key, seqK);
+  if (right >= 0)
+    hidden = ori(hidden,
+                 cmp(arith::CmpIPredicate::sgt, key, add(diag, ci(right))));
+  if (left >= 0)
+    hidden =
+        ori(hidden, cmp(arith::CmpIPredicate::slt, key, sub(diag, ci(left))));
+  return hidden;
+}
+
 Value HopperCodegen::pack(Value lo, Value hi) {
   auto v2f32 = VectorType::get({2}, f32);
   Value v = LLVM::UndefOp::create(b, loc, v2f32);

@@ -470,14 +470,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         // Mask only blocks that cross the end of the keys, the diagonal or a
         // window edge (the same test as the forward's).
         Value qLast = sub(minsi(add(qStart, ci(bm)), seqQ), ci(1));
-        Value kEnd = add(kStart, ci(bn));
-        Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
-        if (right >= 0)
-          needMask = ori(needMask, cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
-                                       add(add(qStart, offset), ci(right))));
-        if (left >= 0)
-          needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
-                                       sub(add(qLast, offset), ci(left))));
+        Value needMask = blockNeedsMask(qStart, qLast, kStart, bn, seqK,
+                                        offset, left, right);
         auto masked = scf::IfOp::create(
             b, loc, TypeRange(SmallVector<Type>(nS, f32)), needMask,
             /*addElseBlock=*/true);
@@ -488,14 +482,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           for (int64_t r = 0; r < nS; ++r) {
             Value key = keyRow[(r % 4) / 2];
             Value query = add(add(qStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-            Value diag = add(query, offset);
-            Value hidden = cmp(arith::CmpIPredicate::sge, key, seqK);
-            if (right >= 0)
-              hidden = ori(hidden, cmp(arith::CmpIPredicate::sgt, key,
-                                       add(diag, ci(right))));
-            if (left >= 0)
-              hidden = ori(hidden, cmp(arith::CmpIPredicate::slt, key,
-                                       sub(diag, ci(left))));
+            Value hidden = keyHidden(query, key, seqK, offset, left, right);
             m.push_back(select(hidden, cf(negInf), sAcc[r]));
           }
           scf::YieldOp::create(b, loc, m);

@@ -317,14 +317,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     }
     // Mask only key blocks that cross the end of the keys, the diagonal or
     // a window edge.
-    Value kEnd = add(kStart, ci(s.blockN));
-    Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
-    if (right >= 0)
-      needMask = ori(needMask, cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
-                                   add(add(qStart, offset), ci(right))));
-    if (left >= 0)
-      needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
-                                   sub(add(qLast, offset), ci(left))));
+    Value needMask = blockNeedsMask(qStart, qLast, kStart, s.blockN, seqK,
+                                    offset, left, right);
     auto masked = scf::IfOp::create(b, loc, TypeRange(SmallVector<Type>(nS, f32)),
                                     needMask, /*addElseBlock=*/true);
     {
@@ -334,14 +328,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       for (int64_t r = 0; r < nS; ++r) {
         Value row = rowAbs[(r % 4) / 2];
         Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-        Value diag = add(row, offset);
-        Value hidden = cmp(arith::CmpIPredicate::sge, col, seqK);
-        if (right >= 0)
-          hidden = ori(hidden, cmp(arith::CmpIPredicate::sgt, col,
-                                   add(diag, ci(right))));
-        if (left >= 0)
-          hidden = ori(hidden,
-                       cmp(arith::CmpIPredicate::slt, col, sub(diag, ci(left))));
+        Value hidden = keyHidden(row, col, seqK, offset, left, right);
         m.push_back(select(hidden, cf(negInf), sAcc[r]));
       }
       scf::YieldOp::create(b, loc, m);
