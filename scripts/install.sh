@@ -19,7 +19,7 @@ fi
 # machine has it, else Debian's.
 source "$(dirname "$0")/env.sh"
 "$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
-  numpy pytest pybind11 ml_dtypes setuptools 2>&1 | grep -v "Running pip as the 'root'" || true
+  numpy pytest pybind11 ml_dtypes setuptools wheel 2>&1 | grep -v "Running pip as the 'root'" || true
 "$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes" \
   || { echo "install.sh: Python packages missing for $FA3_PYTHON" >&2; exit 1; }
 echo "install.sh: LLVM $(/usr/lib/llvm-22/bin/llvm-config --version), $("$FA3_PYTHON" --version)"

@@ -178,11 +178,14 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
   int32_t seqPad32 = int32_t(seqPad);
   DevicePtr v = args.v, vt = args.workspace;
   if (args.seqK > 0) {
+    // 128 key slots per CTA through a padded shared-memory tile (see
+    // HopperAttentionSpec::valueTransposeKernelName).
     void *params[] = {&v, &vt, &seqK32, &seqPad32};
-    Dim3 grid{unsigned(seqPad), unsigned(info.numKVHeads),
+    Dim3 grid{unsigned(seqPad / 128), unsigned(info.numKVHeads),
               unsigned(args.batch)};
     if (llvm::Error err = valueTranspose.launch(
-            grid, Dim3{unsigned(info.headDim), 1, 1}, 0, stream, params))
+            grid, Dim3{256, 1, 1}, unsigned(128 * (info.headDim + 4)), stream,
+            params))
       return err;
   }
   bool noKeys = args.seqK == 0;

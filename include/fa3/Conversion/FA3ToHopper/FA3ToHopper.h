@@ -49,8 +49,10 @@ struct HopperAttentionSpec {
   std::string kernelName() const;
   /// FP8 only: the kernel writing V' [B, Hkv, D, roundup(Sk, block_n)]
   /// (keys innermost, permuted within groups of 32) from V; grid
-  /// (roundup(Sk, block_n), Hkv, B), D threads; params V, V', Sk, padded Sk.
+  /// (roundup(Sk, 128) / 128, Hkv, B), 256 threads, valueTransposeSmemBytes()
+  /// of dynamic shared memory; params V, V', Sk, padded Sk.
   std::string valueTransposeKernelName() const { return kernelName() + "_vt"; }
+  int64_t valueTransposeSmemBytes() const { return 128 * (headDim + 4); }
   int64_t elementBytes() const { return fp8 ? 1 : 2; }
   int64_t numConsumerWarpgroups() const { return blockM / 64; }
   int64_t numThreads() const { return numConsumerWarpgroups() * 128; }
