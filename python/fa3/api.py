@@ -21,7 +21,7 @@ def _numpy_dtype_name(a):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-              return_lse=False, q_descale=None, k_descale=None, v_descale=None):
+              return_lse=False, q_descale=None, k_descale=None, v_descale=None, fp8=False, hadamard=False):
     """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
 
     q: (batch, seqlen_q, num_heads, head_dim); k: (batch, seqlen_k,
@@ -40,6 +40,11 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
       `k_descale`, `v_descale` (float32, (batch, num_kv_heads)): the FP8
       kernels (head dims 128 and 256); the attention of `q * q_descale`,
       `k * k_descale`, `v * v_descale`; bf16 output; forward only.
+    * `fp8=True` with bf16/f16/f32 CUDA tensors: fa3 quantizes them itself (one
+      descale per (batch, kv head): amax / 448) and runs the FP8 kernels;
+      `hadamard=True` first multiplies q and k by the same random-sign
+      Hadamard matrix (O(d log d), "incoherent processing": it leaves q kᵀ
+      unchanged and spreads outliers across the head dim before the cast).
     * numpy arrays (float32, float16 or ml_dtypes.bfloat16): the CPU pipeline;
       returns numpy arrays.
 
@@ -65,6 +70,20 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=cuda)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     descales = (q_descale, k_descale, v_descale)
+    for name, flag in (("fp8", fp8), ("hadamard", hadamard)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if hadamard and not fp8:
+        raise ValueError("hadamard=True applies to fp8=True (it conditions q and k for the e4m3 cast)")
+    if fp8:
+        if not cuda or str(q.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
+            raise TypeError("fp8=True quantizes bf16/f16/f32 torch CUDA tensors; pass torch.float8_e4m3fn "
+                            "tensors with descales to use your own quantization")
+        if any(x is not None for x in descales):
+            raise ValueError("fp8=True computes the descales itself; do not pass q/k/v_descale")
+        from ._quantize import quantize_for_fp8
+
+        q, k, v, descales = quantize_for_fp8(q, k, v, hadamard)
     if cuda and str(q.dtype) == "torch.float8_e4m3fn":
         return _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, return_lse)
     for name, x in zip(("q_descale", "k_descale", "v_descale"), descales):
