@@ -162,3 +162,19 @@ def test_torch_argument_errors():
         fa3.attention(wide[..., ::2], q, q)
     with pytest.raises(TypeError, match="q, k and v must all be torch tensors or all numpy arrays"):
         fa3.attention(q, q.cpu().float().numpy(), q)
+
+
+@pytest.mark.parametrize("sq, sk", [(0, 7), (9, 0), (0, 0)])
+def test_empty_sequences(sq, sk):
+    """No query rows or no keys: nothing to compute, but every output and
+    gradient element that exists is defined: O = 0 and LSE = -inf for rows
+    without keys, dQ = 0, and dK = dV = 0 for keys no query sees."""
+    q = torch.randn(2, sq, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, sk, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, sk, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out, lse = fa3.attention(q, k, v, causal=True, return_lse=True)
+    assert out.shape == (2, sq, 4, 128) and lse.shape == (2, 4, sq)
+    assert (out == 0).all() and torch.isneginf(lse).all()
+    out.backward(torch.randn_like(out))
+    for g, x in ((q.grad, q), (k.grad, k), (v.grad, v)):
+        assert g is not None and g.shape == x.shape and (g == 0).all()
