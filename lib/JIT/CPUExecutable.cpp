@@ -104,9 +104,12 @@ static llvm::Expected<TensorSignature> signatureOf(mlir::Type type,
     sig.elementType = ElementType::F16;
   else if (elt.isBF16())
     sig.elementType = ElementType::BF16;
+  else if (llvm::isa<mlir::Float8E4M3FNType>(elt))
+    sig.elementType = ElementType::F8E4M3;
   else
     return error(what + " has type " + typeStr +
-                 "; only ranked tensors of f32, f16 or bf16 are supported");
+                 "; only ranked tensors of f32, f16, bf16 or f8E4M3FN are "
+                 "supported");
   for (int64_t d : tensor.getShape())
     sig.shape.push_back(mlir::ShapedType::isDynamic(d)
                             ? std::nullopt

@@ -197,10 +197,10 @@ HopperProgram::run(const CudaDevice &device,
     };
     if (info.fp8)
       return error("'" + info.name +
-                   "' is an FP8 forward: run it through the C API "
+                   "' is an FP8 forward: on CUDA it runs through the C API "
                    "(fa3_launch_attention_fp8) or Python (fa3.attention on "
-                   "torch.float8_e4m3fn tensors); fa3-run reads no e4m3 "
-                   ".npy inputs");
+                   "torch.float8_e4m3fn tensors); fa3-run runs it with "
+                   "--device=cpu");
     if (!info.backward) {
       for (auto [i, name, heads] :
            {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},

@@ -27,6 +27,8 @@ size_t fa3::runtime::elementSize(ElementType type) {
     return 2;
   case ElementType::F64:
     return 8;
+  case ElementType::F8E4M3:
+    return 1;
   }
   return 0;
 }
@@ -41,6 +43,8 @@ StringRef fa3::runtime::elementTypeName(ElementType type) {
     return "bf16";
   case ElementType::F64:
     return "f64";
+  case ElementType::F8E4M3:
+    return "f8E4M3FN";
   }
   return "?";
 }
@@ -123,6 +127,47 @@ uint16_t fa3::runtime::floatToBf16(float f) {
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
+/// e4m3 (FN: no infinities, 0x7F/0xFF are NaN, largest finite 448) to f32.
+static float e4m3ToFloat(uint8_t code) {
+  int sign = code >> 7, exponent = (code >> 3) & 0xF, mantissa = code & 7;
+  float magnitude;
+  if (exponent == 0xF && mantissa == 7)
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  else if (exponent == 0)
+    magnitude = std::ldexp(float(mantissa), -9); // subnormal: m * 2^-9
+  else
+    magnitude = std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+  return sign ? -magnitude : magnitude;
+}
+
+/// f32 to e4m3, round to nearest even, saturating to ±448 (as the
+/// `cvt.rn.satfinite` the FP8 kernels use); NaN stays NaN.
+static uint8_t floatToE4M3(float x) {
+  if (std::isnan(x))
+    return 0x7F;
+  uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  float a = std::fabs(x);
+  if (a >= 448.0f)
+    return sign | 0x7E;
+  if (a < std::ldexp(1.0f, -6)) {
+    // Subnormals step by 2^-9; a result of 8 is the smallest normal, whose
+    // code is 8 too.
+    return sign | uint8_t(std::nearbyint(std::ldexp(a, 9)));
+  }
+  int e;
+  float m = std::frexp(a, &e); // a = m * 2^e, m in [0.5, 1)
+  int exponent = e - 1;        // a = (2m) * 2^(e-1), 2m in [1, 2)
+  int q = int(std::nearbyint((2 * m - 1) * 8));
+  if (q == 8) {
+    q = 0;
+    ++exponent;
+  }
+  int biased = exponent + 7;
+  if (biased > 15 || (biased == 15 && q == 7))
+    return sign | 0x7E;
+  return sign | uint8_t(biased << 3 | q);
+}
+
 static double loadAsDouble(const HostTensor &t, int64_t i) {
   const uint8_t *p = t.data.data() + i * elementSize(t.elementType);
   switch (t.elementType) {
@@ -146,6 +191,8 @@ static double loadAsDouble(const HostTensor &t, int64_t i) {
     std::memcpy(&h, p, 2);
     return bf16ToFloat(h);
   }
+  case ElementType::F8E4M3:
+    return e4m3ToFloat(*p);
   }
   return 0;
 }
@@ -171,6 +218,9 @@ static void storeFromDouble(HostTensor &t, int64_t i, double v) {
     std::memcpy(p, &h, 2);
     return;
   }
+  case ElementType::F8E4M3:
+    *p = floatToE4M3(static_cast<float>(v));
+    return;
   }
 }
 
@@ -283,7 +333,9 @@ llvm::Expected<HostTensor> fa3::runtime::readNpy(StringRef path) {
 }
 
 llvm::Error fa3::runtime::writeNpy(StringRef path, const HostTensor &tensor) {
-  HostTensor out = tensor.elementType == ElementType::BF16
+  // NumPy has no bf16 or e4m3 dtype: those are written as float32.
+  HostTensor out = tensor.elementType == ElementType::BF16 ||
+                           tensor.elementType == ElementType::F8E4M3
                        ? convert(tensor, ElementType::F32)
                        : tensor;
   const char *descr = out.elementType == ElementType::F32   ? "<f4"

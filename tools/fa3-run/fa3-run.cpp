@@ -90,15 +90,20 @@ static llvm::Expected<HostTensor> readInput(unsigned index,
   auto tensor = readNpy(*path);
   if (!tensor)
     return tensor.takeError();
-  ElementType want = sig.elementType == ElementType::BF16 ? ElementType::F32
-                                                          : sig.elementType;
+  // NumPy has no bf16 or e4m3: those arguments read float32 files, rounded.
+  bool viaF32 = sig.elementType == ElementType::BF16 ||
+                sig.elementType == ElementType::F8E4M3;
+  ElementType want = viaF32 ? ElementType::F32 : sig.elementType;
   if (tensor->elementType != want)
     return llvm::createStringError(
         std::errc::invalid_argument,
         "input #%u (%s, from '%s') needs a %s .npy file%s, got %s", index,
         sig.describe().c_str(), path->c_str(),
         want == ElementType::F32 ? "float32" : "float16",
-        sig.elementType == ElementType::BF16 ? " (rounded to bf16)" : "",
+        viaF32 ? (sig.elementType == ElementType::BF16
+                      ? " (rounded to bf16)"
+                      : " (rounded to e4m3, saturating at 448)")
+               : "",
         elementTypeName(tensor->elementType).str().c_str());
   return convert(*tensor, sig.elementType);
 }

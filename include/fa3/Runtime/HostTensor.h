@@ -21,11 +21,11 @@
 namespace fa3::runtime {
 
 /// Element types an fa3 function can take or return.
-enum class ElementType { F32, F16, BF16, F64 };
+enum class ElementType { F32, F16, BF16, F64, F8E4M3 };
 
 /// Bytes of one element.
 size_t elementSize(ElementType type);
-/// "f32", "f16", "bf16" or "f64", as MLIR spells them.
+/// "f32", "f16", "bf16", "f64" or "f8E4M3FN", as MLIR spells them.
 llvm::StringRef elementTypeName(ElementType type);
 
 /// A dense, row-major array owned in host memory.

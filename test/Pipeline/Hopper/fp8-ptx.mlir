@@ -4,8 +4,14 @@
 
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_causal --emit=ptx | FileCheck %s --check-prefixes=CHECK,D128
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d256 --emit=ptx | FileCheck %s --check-prefixes=CHECK,D256
-// RUN: not fa3-opt %S/Inputs/fp8.mlir --fa3-cpu-pipeline 2>&1 | FileCheck %s --check-prefix=CPU
-// CPU: FP8 (f8E4M3FN) attention runs on Hopper only in this version
+// The CPU form (fa3-tile): e4m3 decoded from its bits, times the descale of
+// the (batch, kv head), then the f32 attention and a bf16 output.
+// RUN: fa3-opt %S/Inputs/fp8.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=CPU
+// CPU-LABEL: func.func @fp8_d128_causal
+// CPU: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>) outs(%{{.+}} : tensor<?x?x8x128xf32>)
+// CPU: arith.bitcast %{{.+}} : f8E4M3FN to i8
+// CPU: fa3.attention_block
+// CPU: arith.truncf %{{.+}} : f32 to bf16
 
 // CHECK: .visible .entry fa3_fwd_e4m3_d{{128|256}}_{{.*}}_vt(
 // CHECK: .visible .entry fa3_fwd_e4m3_d{{128|256}}_h{{[0-9x]+}}_m128n128s2{{.*}}_s{{[0-9a-f]+}}(

@@ -102,8 +102,16 @@ def FA3Tile : Pass<"fa3-tile"> {
        accumulator tensor. dK (times the scale) and dV are converted and
        stored once per key tile, so the GQA sum needs no atomics;
     3. per query tile: `dQ = scale · dQ_acc` (`fa3.scale_cast`).
+
+    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) is first
+    rewritten into the f32 attention of its dequantized inputs (a
+    `linalg.generic` per input decodes e4m3 from its bits and multiplies by
+    the descale of its batch and key/value head), tiled as above, with the
+    output rounded to bf16: the CPU reference of the FP8 mode. It does not
+    round P to e4m3 as the Hopper kernel does.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::tensor::TensorDialect"];
 }
