@@ -262,7 +262,7 @@ def main():
         row = {"direction": "fp8-gemm", "tflops": fp8_gemm_tflops()}
         print(json.dumps(row), flush=True)
         rows.append(row)
-        for d in (128, 256):
+        for d in (64, 128, 256):
             for causal in (False, True):
                 for s in ([8192] if args.quick else [1024, 4096, 8192, 16384]):
                     row = bench_fp8(d, causal, s)

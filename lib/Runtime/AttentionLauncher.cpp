@@ -98,8 +98,12 @@ static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
                      uint64_t(heads), uint64_t(std::max<int64_t>(batch, 1))};
   desc.globalStrides = {uint64_t(heads * dim) * eb, uint64_t(dim) * eb,
                         uint64_t(std::max<int64_t>(seq, 1) * heads * dim) * eb};
-  desc.boxDims = {uint32_t(128 / eb), uint32_t(rows), 1, 1};
-  desc.swizzle = TensorMapSwizzle::Bytes128;
+  // One swizzle atom of head-dim bytes: 128, or 64 for e4m3 at D = 64 (the
+  // 64-byte swizzle the kernel's descriptors then use).
+  uint64_t atom = std::min<uint64_t>(128, uint64_t(dim) * eb);
+  desc.boxDims = {uint32_t(atom / eb), uint32_t(rows), 1, 1};
+  desc.swizzle =
+      atom == 128 ? TensorMapSwizzle::Bytes128 : TensorMapSwizzle::Bytes64;
   desc.l2Promotion = TensorMapL2Promotion::Bytes128;
   desc.oobFill = TensorMapOOBFill::None; // zero fill past the end
   return encodeTiledTensorMap(desc, what);

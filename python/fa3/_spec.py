@@ -12,7 +12,7 @@ import math
 # Storage types by name as fa3's MLIR spells them (f8E4M3FN: FP8 forward on
 # Hopper, with descales, bf16 output).
 MLIR_TYPES = ("f32", "f16", "bf16", "f8E4M3FN")
-FP8_HEAD_DIMS = (128, 256)
+FP8_HEAD_DIMS = (64, 128, 256)
 # Head dims the Hopper kernels take (forward and backward); the CPU takes any
 # multiple of 8 up to 256.
 CUDA_HEAD_DIMS = (64, 128, 256)

@@ -38,7 +38,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
       and traceable by torch.compile (the op is `torch.ops.fa3.attention_fwd`).
     * torch CUDA tensors of torch.float8_e4m3fn with `q_descale`,
       `k_descale`, `v_descale` (float32, (batch, num_kv_heads)): the FP8
-      kernels (head dims 128 and 256); the attention of `q * q_descale`,
+      kernels (head dims 64, 128 and 256); the attention of `q * q_descale`,
       `k * k_descale`, `v * v_descale`; bf16 output; forward only.
     * `fp8=True` with bf16/f16/f32 CUDA tensors: fa3 quantizes them itself (one
       descale per (batch, kv head): amax / 448) and runs the FP8 kernels;

@@ -79,7 +79,8 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     registers, v_descale/2⁸ in the epilogue and bf16 output, plus a layout
     kernel `<name>_vt` writing V' (V transposed to keys-innermost, keys
     permuted within groups of 32 to match the register fragments) into a
-    workspace; head dims 128 and 256, block_n 128. Supported: f16/bf16, head dims 64, 128
+    workspace; head dims 64 (64-byte swizzled Q/K tiles), 128 and 256,
+    block_n 128. Supported: f16/bf16, head dims 64, 128
     and 256, the same masks, GQA and dynamic shapes as the forward.
 
     ```mlir

@@ -71,9 +71,9 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
                                "on Hopper (the wgmma N and K steps), got "
                             << spec.blockN;
   if (spec.fp8) {
-    if (spec.headDim != 128 && spec.headDim != 256)
+    if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
       return op.emitOpError() << "the Hopper FP8 kernel supports head dims "
-                                 "128 and 256 (whole 128-byte e4m3 atoms), got "
+                                 "64, 128 and 256, got "
                               << spec.headDim;
     if (spec.blockN != 128)
       return op.emitOpError() << "the Hopper FP8 kernel reads V' in blocks of "

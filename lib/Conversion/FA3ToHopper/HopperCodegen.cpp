@@ -69,11 +69,12 @@ void HopperCodegen::setAlignedDynamicSmem() {
 }
 
 Value HopperCodegen::descriptor(Value addr, int64_t leadingBytes,
-                                int64_t strideBytes) {
+                                int64_t strideBytes, int64_t swizzleBytes) {
+  assert((swizzleBytes == 128 || swizzleBytes == 64) && "unsupported swizzle");
   Value lo = arith::ShRUIOp::create(b, loc, andi(addr, ci(0x3FFFF)), ci(4));
   int64_t fixed = ((leadingBytes >> 4) & 0x3FFF) << 16;
   fixed |= ((strideBytes >> 4) & 0x3FFF) << 32;
-  fixed |= int64_t(1) << 62;
+  fixed |= int64_t(swizzleBytes == 128 ? 1 : 2) << 62;
   return arith::OrIOp::create(b, loc, zext64(lo), cl(fixed));
 }
 

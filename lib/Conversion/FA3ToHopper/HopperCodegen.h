@@ -87,16 +87,13 @@ protected:
   Value smemAddr(Value ptr) { // 32-bit shared-window address
     return LLVM::PtrToIntOp::create(b, loc, i32, ptr);
   }
-  /// `base` + `byteOffset` for a global pointer.
-  Value globalAt(Value base, Value byteOffset) {
-    return LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(), base,
-                               ValueRange{byteOffset});
-  }
 
-  /// The 64-bit wgmma matrix descriptor of a 128-byte-swizzled operand at
-  /// shared address `addr` (bits 0-13: addr >> 4; 16-29: leading byte offset
-  /// >> 4; 32-45: stride byte offset >> 4; 62-63: swizzle mode, 1 = 128B).
-  Value descriptor(Value addr, int64_t leadingBytes, int64_t strideBytes);
+  /// The 64-bit wgmma matrix descriptor of a swizzled operand at shared
+  /// address `addr` (bits 0-13: addr >> 4; 16-29: leading byte offset >> 4;
+  /// 32-45: stride byte offset >> 4; 62-63: swizzle mode, 1 = 128B, 2 =
+  /// 64B).
+  Value descriptor(Value addr, int64_t leadingBytes, int64_t strideBytes,
+                   int64_t swizzleBytes = 128);
 
   void barrierInit(Value bar, int64_t count) {
     NVVM::MBarrierInitOp::create(b, loc, bar, ci(count), Value());

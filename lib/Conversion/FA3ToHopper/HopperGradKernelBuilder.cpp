@@ -100,9 +100,8 @@ private:
       v = fadd(v, shflXor(v, lane));
     return v;
   }
-  Value storeF32(Value ptr, Value v) {
+  void storeF32(Value ptr, Value v) {
     LLVM::StoreOp::create(b, loc, v, ptr, /*alignment=*/4);
-    return v;
   }
   Value elemPtr(Value base, Type type, Value index) {
     return LLVM::GEPOp::create(b, loc, globalPtr, type, base,

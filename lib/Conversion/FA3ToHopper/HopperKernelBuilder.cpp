@@ -111,7 +111,17 @@ private:
     return rows * s.elementBytes() * s.headDim;
   }
   /// Columns of one 128-byte swizzle atom: 64 16-bit or 128 e4m3 values.
-  int64_t atomCols() const { return kAtomBytes / s.elementBytes(); }
+  int64_t atomCols() const { return rowAtom() / s.elementBytes(); }
+  /// Bytes of one swizzle atom row of the Q and K tiles: 128, except for
+  /// e4m3 at D = 64, whose 64-byte rows use the 64-byte swizzle.
+  int64_t rowAtom() const {
+    return std::min<int64_t>(kAtomBytes, s.headDim * s.elementBytes());
+  }
+  /// A K-major wgmma descriptor of a Q or K tile at `addr`: 8-row groups of
+  /// one atom row each.
+  Value qkDescriptor(Value addr) {
+    return descriptor(addr, 16, 8 * rowAtom(), rowAtom());
+  }
 };
 
 } // namespace
@@ -131,7 +141,7 @@ void KernelBuilder::issueKV(Value stage, Value kBlock) {
       continue;
     }
     for (int64_t atom = 0; atom < s.headDim / atomCols(); ++atom) {
-      Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
+      Value dst = smemAt(add(tile, ci(atom * s.blockN * rowAtom())));
       tmaLoad(dst, map, {ci(atom * atomCols()), row, kvHead, batch}, bar);
     }
   }
@@ -244,7 +254,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     expectTx(barQ(), tileBytes(s.blockM));
     for (int64_t atom = 0; atom < s.headDim / atomCols(); ++atom)
-      tmaLoad(smemAt(ci(offQ + atom * s.blockM * kAtomBytes)), tmaQ,
+      tmaLoad(smemAt(ci(offQ + atom * s.blockM * rowAtom())), tmaQ,
               {ci(atom * atomCols()), qStart, head, batch}, barQ());
     for (int64_t st = 0; st < s.stages; ++st) {
       Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
@@ -272,7 +282,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     init.push_back(cf(0));
 
   Value qTileAddr = add(smemAddr(smem), ci(offQ));
-  Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
+  Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
 
   // The steps of one key block `it` (0-based from blockLo). Each issues its
   // wgmmas and commits them; the caller decides when to wait, which is what
@@ -293,10 +303,10 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     // One wgmma K step is 32 bytes of a 128-byte atom row for either type.
     for (int64_t k = 0; k < s.headDim / mmaK(); ++k) {
       int64_t atom = k / 4, inAtom = (k % 4) * 32;
-      Value a = descriptor(
-          add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)), 16, 1024);
-      Value bd = descriptor(
-          add(kTileAddr, ci(atom * s.blockN * kAtomBytes + inAtom)), 16, 1024);
+      Value a =
+          qkDescriptor(add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
+      Value bd =
+          qkDescriptor(add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
       sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);

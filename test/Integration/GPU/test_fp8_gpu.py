@@ -64,6 +64,8 @@ CASES = [  # b, sq, sk, hq, hkv, d, causal
     (1, 4096, 1000, 8, 1, 256, True),
     (3, 128, 300, 4, 2, 256, False),
     (1, 1, 1, 2, 2, 128, False),
+    (2, 1000, 1000, 8, 2, 64, True),
+    (1, 17, 300, 4, 4, 64, False),
 ]
 
 
@@ -102,8 +104,8 @@ def test_fp8_argument_errors():
         fa3.attention(q8, q8, q8, q_descale=d, v_descale=d)
     with pytest.raises(ValueError, match=r"q_descale must have shape \(batch, num_kv_heads\) = \(1, 2\)"):
         fa3.attention(q8, q8, q8, q_descale=torch.ones(2, 2, device="cuda"), k_descale=d, v_descale=d)
-    with pytest.raises(ValueError, match="FP8 head_dim must be one of"):
-        fa3.attention(q8[..., :64], q8[..., :64], q8[..., :64], q_descale=d, k_descale=d, v_descale=d)
+    with pytest.raises(ValueError, match=r"head_dim must be one of \(64, 128, 256\) on CUDA, got 32"):
+        fa3.attention(q8[..., :32], q8[..., :32], q8[..., :32], q_descale=d, k_descale=d, v_descale=d)
     bf = torch.zeros(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q_descale is only for FP8 inputs"):
         fa3.attention(bf, bf, bf, q_descale=d)

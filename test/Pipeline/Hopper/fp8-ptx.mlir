@@ -4,6 +4,11 @@
 
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_causal --emit=ptx | FileCheck %s --check-prefixes=CHECK,D128
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d256 --emit=ptx | FileCheck %s --check-prefixes=CHECK,D256
+// RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d64_causal --emit=ptx | FileCheck %s --check-prefix=D64
+// At D = 64 the e4m3 rows are 64 bytes: 64-byte swizzle, 3 warpgroups.
+// D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n128s2_causal_s{{[0-9a-f]+}}(
+// D64: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
+// D64: wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // The CPU form (fa3-tile): e4m3 decoded from its bits, times the descale of
 // the (batch, kv head), then the f32 attention and a bf16 output.
 // RUN: fa3-opt %S/Inputs/fp8.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=CPU

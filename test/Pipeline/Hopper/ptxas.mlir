@@ -22,11 +22,13 @@
 // CHECK: Compiling entry function 'fa3_fwd_bf16_d
 // CHECK: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
-// The FP8 kernels too (no spills at d128 and d256).
+// The FP8 kernels too (no spills at d64, d128 and d256).
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_causal --emit=ptx > %t.fp8d128.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.fp8d128.ptx -o %t.fp8d128.cubin 2>&1 | FileCheck %s --check-prefix=FP8
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d256 --emit=ptx > %t.fp8d256.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.fp8d256.ptx -o %t.fp8d256.cubin 2>&1 | FileCheck %s --check-prefix=FP8
+// RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d64_causal --emit=ptx > %t.fp8d64.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.fp8d64.ptx -o %t.fp8d64.cubin 2>&1 | FileCheck %s --check-prefix=FP8
 // FP8-NOT: {{C7517|C7519|C7520|error}}
 // FP8: Function properties for fa3_fwd_e4m3_{{[a-z0-9_]+}}_s{{[0-9a-f]+$}}
 // FP8-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

@@ -8,3 +8,8 @@ func.func @fp8_d256(%q: tensor<?x?x4x256xf8E4M3FN>, %k: tensor<?x?x4x256xf8E4M3F
   %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd : (tensor<?x?x4x256xf8E4M3FN>, tensor<?x?x4x256xf8E4M3FN>, tensor<?x?x4x256xf8E4M3FN>, tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>) -> (tensor<?x?x4x256xbf16>, tensor<?x4x?xf32>)
   return %o, %lse : tensor<?x?x4x256xbf16>, tensor<?x4x?xf32>
 }
+
+func.func @fp8_d64_causal(%q: tensor<?x?x8x64xf8E4M3FN>, %k: tensor<?x?x2x64xf8E4M3FN>, %v: tensor<?x?x2x64xf8E4M3FN>, %qd: tensor<?x2xf32>, %kd: tensor<?x2xf32>, %vd: tensor<?x2xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal} : (tensor<?x?x8x64xf8E4M3FN>, tensor<?x?x2x64xf8E4M3FN>, tensor<?x?x2x64xf8E4M3FN>, tensor<?x2xf32>, tensor<?x2xf32>, tensor<?x2xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>)
+  return %o, %lse : tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>
+}

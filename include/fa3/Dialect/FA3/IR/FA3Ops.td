@@ -76,8 +76,9 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
     head, as FlashAttention-3's `q_descale`, `k_descale`, `v_descale`): the
     attention is that of `query · q_descale`, `key · k_descale` and
     `value · v_descale`. The output is bf16, the LSE f32. The Hopper backend
-    compiles it (e4m3 wgmma for both GEMMs, see `convert-fa3-to-hopper`);
-    head dims 128 and 256, D = Dv.
+    compiles it (e4m3 wgmma for both GEMMs, see `convert-fa3-to-hopper`;
+    head dims 64, 128 and 256, D = Dv); the CPU pipeline computes the
+    attention of the dequantized inputs (`fa3-tile`).
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal}
