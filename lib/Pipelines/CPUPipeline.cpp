@@ -23,6 +23,8 @@ using namespace mlir::fa3;
 
 void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
                                          const CPUPipelineOptions &options) {
+  // Attentions marked #fa3.fp8 become quantize + FP8 attention first.
+  pm.addPass(createFA3CastFP8());
   FA3SelectScheduleOptions schedule;
   schedule.target = "cpu";
   schedule.blockM = options.blockM;

@@ -20,6 +20,8 @@ using namespace mlir::fa3;
 
 void mlir::fa3::buildFA3HopperKernelPipeline(
     OpPassManager &pm, const HopperPipelineOptions &options) {
+  // Attentions marked #fa3.fp8 become quantize + FP8 attention first.
+  pm.addPass(createFA3CastFP8());
   FA3SelectScheduleOptions schedule;
   schedule.target = "sm_90a";
   schedule.blockM = options.blockM;

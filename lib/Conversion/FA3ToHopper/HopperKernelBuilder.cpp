@@ -30,6 +30,8 @@
 
 #include "HopperCodegen.h"
 
+#include "fa3/Dialect/FA3/Utils/E4M3.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -39,10 +41,6 @@ using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
 
-/// FP8: P (in [0, 1]) is multiplied by 2^8 before its e4m3 cast, as in
-/// FlashAttention-3, so that small probabilities keep e4m3's normal range;
-/// the epilogue divides it back out.
-static constexpr float kPScale = 256.0f;
 /// The V' layout kernel: key slots per CTA and threads.
 static constexpr int64_t kTransposeSlots = 128, kTransposeThreads = 256;
 
@@ -210,7 +208,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       return LLVM::LoadOp::create(b, loc, f32, ptr, /*alignment=*/4);
     };
     scaleQK = fmul(scaleQK, fmul(load(5), load(6)));
-    outScale = fmul(load(7), cf(1.0f / kPScale));
+    outScale = fmul(load(7), cf(1.0f / kFP8ProbsScale));
   }
   Value cLog2 = s.fp8 ? fmul(scaleQK, cf(static_cast<float>(M_LOG2E)))
                       : cf(s.scale * static_cast<float>(M_LOG2E));
@@ -391,7 +389,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       // the bytes are taken in register order. P is scaled by 2^8 first.
       for (int64_t c = 0; c < s.blockN / 32; ++c) {
         int64_t base = 16 * c;
-        auto q = [&](int64_t i) { return fmul(p[base + i], cf(kPScale)); };
+        auto q = [&](int64_t i) { return fmul(p[base + i], cf(kFP8ProbsScale)); };
         aFrags.push_back({packE4M3(q(0), q(1), q(4), q(5)),
                           packE4M3(q(2), q(3), q(6), q(7)),
                           packE4M3(q(8), q(9), q(12), q(13)),

@@ -7,6 +7,7 @@
 #include "fa3/Conversion/FA3ToLinalg/FA3ToLinalg.h"
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/Dialect/FA3/Utils/E4M3.h"
 
 #include "mlir/Transforms/DialectConversion.h"
 
@@ -232,15 +233,24 @@ struct PVLowering : OpConversionPattern<PVOp> {
     MLIRContext *ctx = rewriter.getContext();
     Type valueElt =
         cast<RankedTensorType>(op.getValue().getType()).getElementType();
+    std::optional<float> probsScale;
+    if (FloatAttr attr = op.getProbsScaleAttr())
+      probsScale = attr.getValueAsDouble();
     // (i, j, k): O[i, j] += round(P[i, k]) * V[k, j].
     auto result = generic(
         rewriter, loc, op.getType(), {op.getProbs(), op.getValue()},
         op.getAcc(),
         {map(ctx, 3, {0, 2}), map(ctx, 3, {2, 1}), map(ctx, 3, {0, 1})},
         {kPar, kPar, kRed},
-        [valueElt](OpBuilder &b, Location loc, ValueRange args) {
+        [valueElt, probsScale](OpBuilder &b, Location loc, ValueRange args) {
           Value p = args[0];
-          if (!valueElt.isF32())
+          if (probsScale) {
+            // The FP8 kernel's P: e4m3 of P · s, then / s (exact: s = 2^8).
+            p = roundToE4M3(
+                b, loc, arith::MulFOp::create(b, loc, p, f32Cst(b, loc, *probsScale)));
+            p = arith::MulFOp::create(b, loc, p,
+                                      f32Cst(b, loc, 1.0f / *probsScale));
+          } else if (!valueElt.isF32())
             p = arith::ExtFOp::create(
                 b, loc, b.getF32Type(),
                 arith::TruncFOp::create(b, loc, valueElt, p).getResult());
@@ -674,4 +684,5 @@ void mlir::fa3::populateFA3ToLinalgConversionPatterns(
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,
                SoftmaxGradLowering, SoftcapGradLowering, MmaTNLowering,
                ScaleCastLowering>(patterns.getContext());
+  populateFP8OpsToLinalgPatterns(patterns);
 }

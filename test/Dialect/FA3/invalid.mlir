@@ -516,3 +516,79 @@ func.func @finalize_f64_output(%acc: tensor<32x64xf32>, %m: tensor<32xf32>, %l: 
   %o, %lse = fa3.finalize %acc, %m, %l {scale = 1.0 : f32} : tensor<32x64xf32>, tensor<32xf32> -> tensor<32x64xf64>
   return %o : tensor<32x64xf64>
 }
+
+//===----------------------------------------------------------------------===//
+// FP8 casting: the fp8 attribute, fa3.hadamard, fa3.quantize
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @fp8_attr_needs_bf16(%q: tensor<1x16x2x64xf16>, %k: tensor<1x16x2x64xf16>, %v: tensor<1x16x2x64xf16>) {
+  // expected-error @+1 {{'fa3.attention' op with 'fp8' needs bf16 inputs (the FP8 form writes a bf16 output), got 'f16'}}
+  %o, %lse = fa3.attention %q, %k, %v {fp8 = #fa3.fp8<hadamard = false>} : (tensor<1x16x2x64xf16>, tensor<1x16x2x64xf16>, tensor<1x16x2x64xf16>) -> (tensor<1x16x2x64xf16>, tensor<1x2x16xf32>)
+  return
+}
+
+// -----
+
+func.func @fp8_attr_hadamard_power_of_two(%q: tensor<1x16x2x96xbf16>, %k: tensor<1x16x2x96xbf16>, %v: tensor<1x16x2x96xbf16>) {
+  // expected-error @+1 {{'fa3.attention' op with 'fp8' and hadamard = true needs a power-of-two head dim, got 96}}
+  %o, %lse = fa3.attention %q, %k, %v {fp8 = #fa3.fp8<hadamard = true>} : (tensor<1x16x2x96xbf16>, tensor<1x16x2x96xbf16>, tensor<1x16x2x96xbf16>) -> (tensor<1x16x2x96xbf16>, tensor<1x2x16xf32>)
+  return
+}
+
+// -----
+
+func.func @fp8_attr_on_fp8(%q: tensor<1x16x2x64xf8E4M3FN>, %k: tensor<1x16x2x64xf8E4M3FN>, %v: tensor<1x16x2x64xf8E4M3FN>, %d: tensor<1x2xf32>) {
+  // expected-error @+1 {{'fa3.attention' op has f8E4M3FN inputs already; the 'fp8' attribute asks for bf16 inputs to be quantized}}
+  %o, %lse = fa3.attention %q, %k, %v, %d, %d, %d {fp8 = #fa3.fp8<hadamard = false>} : (tensor<1x16x2x64xf8E4M3FN>, tensor<1x16x2x64xf8E4M3FN>, tensor<1x16x2x64xf8E4M3FN>, tensor<1x2xf32>, tensor<1x2xf32>, tensor<1x2xf32>) -> (tensor<1x16x2x64xbf16>, tensor<1x2x16xf32>)
+  return
+}
+
+// -----
+
+func.func @hadamard_not_power_of_two(%x: tensor<4x48xf32>) {
+  // expected-error @+1 {{'fa3.hadamard' op transforms the last dimension, which must be a static power of two >= 2, got 48}}
+  %y = fa3.hadamard %x {seed = 0 : i64} : tensor<4x48xf32> -> tensor<4x48xf32>
+  return
+}
+
+// -----
+
+func.func @hadamard_shape(%x: tensor<4x64xf32>) {
+  // expected-error @+1 {{'fa3.hadamard' op expects the result shaped like the input [4, 64], got [8, 64]}}
+  %y = fa3.hadamard %x {seed = 0 : i64} : tensor<4x64xf32> -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @hadamard_element(%x: tensor<4x64xi8>) {
+  // expected-error @+1 {{'fa3.hadamard' op expects f32, f16 or bf16 elements, got 'i8' -> 'f32'}}
+  %y = fa3.hadamard %x {seed = 0 : i64} : tensor<4x64xi8> -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_groups(%x: tensor<2x16x6x64xbf16>) {
+  // expected-error @+1 {{'fa3.quantize' op expects the descale as f32 [B, G] with G a static divisor of the 6 heads (batch 2), got 'tensor<2x4xf32>'}}
+  %r, %d = fa3.quantize %x : tensor<2x16x6x64xbf16> -> tensor<2x16x6x64xf8E4M3FN>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_result(%x: tensor<2x16x6x64xbf16>) {
+  // expected-error @+1 {{'fa3.quantize' op expects the result as f8E4M3FN [2, 16, 6, 64], got 'tensor<2x16x6x64xbf16>'}}
+  %r, %d = fa3.quantize %x : tensor<2x16x6x64xbf16> -> tensor<2x16x6x64xbf16>, tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_rank(%x: tensor<16x64xf32>) {
+  // expected-error @+1 {{'fa3.quantize' op expects the input as [B, S, H, D], got rank 2}}
+  %r, %d = fa3.quantize %x : tensor<16x64xf32> -> tensor<16x64xf8E4M3FN>, tensor<1x1xf32>
+  return
+}

@@ -147,3 +147,20 @@ func.func @mask_tail_only(%s: tensor<16x16xf32>, %i: index) -> tensor<16x16xf32>
   %m = fa3.mask %s, %i, %i, %i, %i : tensor<16x16xf32>
   return %m : tensor<16x16xf32>
 }
+
+// The FP8 casting ops and attribute round-trip.
+// CHECK-LABEL: func.func @fp8_casting
+// CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fp8 = #fa3.fp8<hadamard = true, seed = 5>}
+// CHECK: fa3.hadamard %{{.+}} {seed = -3 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
+// CHECK: fa3.quantize %{{.+}} : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+// CHECK: fa3.pv %{{.+}}, %{{.+}}, %{{.+}} {probs_scale = 2.560000e+02 : f32}
+// GENERIC: sym_name = "fp8_casting"
+// GENERIC: "fa3.hadamard"(%{{.+}}) <{seed = -3 : i64}>
+// GENERIC: "fa3.quantize"(%{{.+}})
+func.func @fp8_casting(%q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %p: tensor<64x64xf32>, %vt: tensor<64x128xf32>, %acc: tensor<64x128xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>, tensor<64x128xf32>) {
+  %o, %lse = fa3.attention %q, %k, %k {causal, fp8 = #fa3.fp8<hadamard = true, seed = 5>} : (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
+  %h = fa3.hadamard %q {seed = -3 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
+  %q8, %qd = fa3.quantize %h : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+  %a = fa3.pv %p, %vt, %acc {probs_scale = 256.0 : f32} : tensor<64x64xf32>, tensor<64x128xf32>, tensor<64x128xf32>
+  return %o, %q8, %qd, %a : tensor<?x?x8x128xbf16>, tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>, tensor<64x128xf32>
+}

@@ -19,6 +19,9 @@ namespace fa3 {
 /// Adds the patterns lowering every fa3 tile-level op to linalg, tensor,
 /// arith and math on tensors.
 void populateFA3ToLinalgConversionPatterns(RewritePatternSet &patterns);
+/// Adds the patterns lowering fa3.hadamard and fa3.quantize (the tensor-level
+/// ops of fa3-cast-fp8) to linalg on tensors; included in the above.
+void populateFP8OpsToLinalgPatterns(RewritePatternSet &patterns);
 } // namespace fa3
 } // namespace mlir
 

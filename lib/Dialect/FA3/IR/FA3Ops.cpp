@@ -264,6 +264,20 @@ LogicalResult AttentionOp::verify() {
                << " ([B, Hkv]) and element type f32, got " << value.getType();
     }
   }
+  if (FP8Attr cast = getFp8Attr()) {
+    if (fp8)
+      return emitOpError() << "has f8E4M3FN inputs already; the 'fp8' "
+                              "attribute asks for bf16 inputs to be quantized";
+    if (!t->q.getElementType().isBF16())
+      return emitOpError() << "with 'fp8' needs bf16 inputs (the FP8 form "
+                              "writes a bf16 output), got "
+                           << t->q.getElementType();
+    int64_t d = t->q.getDimSize(3);
+    if (cast.getHadamard() && !llvm::isPowerOf2_64(d))
+      return emitOpError() << "with 'fp8' and hadamard = true needs a "
+                              "power-of-two head dim, got "
+                           << d;
+  }
   Type outElement = fp8 ? Type(BFloat16Type::get(getContext()))
                         : t->q.getElementType();
   if (failed(verifyResultType(*this, getOutput().getType(), "output",
@@ -348,3 +362,85 @@ void AttentionGradOp::getCanonicalizationPatterns(RewritePatternSet &results,
 
 #define GET_OP_CLASSES
 #include "fa3/Dialect/FA3/IR/FA3.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// HadamardOp
+//===----------------------------------------------------------------------===//
+
+float HadamardOp::getSign(int64_t seed, int64_t i) {
+  // SplitMix64 (Steele, Lea and Flood 2014): a documented, portable draw, so
+  // that every lowering and the Python package agree on the matrix.
+  uint64_t z = uint64_t(seed) + uint64_t(i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (z >> 63) ? -1.0f : 1.0f;
+}
+
+static bool isFA3FloatType(Type t) {
+  return t.isF32() || t.isF16() || t.isBF16();
+}
+
+LogicalResult HadamardOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getRank() < 1)
+    return emitOpError() << "expects a tensor of rank at least 1";
+  if (!isFA3FloatType(in.getElementType()) ||
+      !isFA3FloatType(out.getElementType()))
+    return emitOpError() << "expects f32, f16 or bf16 elements, got "
+                         << in.getElementType() << " -> "
+                         << out.getElementType();
+  if (out.getRank() != in.getRank() ||
+      llvm::any_of(llvm::zip_equal(in.getShape(), out.getShape()),
+                   [](auto dims) {
+                     return !compatibleDims(std::get<0>(dims),
+                                            std::get<1>(dims));
+                   }))
+    return emitOpError() << "expects the result shaped like the input "
+                         << shapeStr(in.getShape()) << ", got "
+                         << shapeStr(out.getShape());
+  int64_t d = in.getShape().back();
+  if (ShapedType::isDynamic(d) || d < 2 || !llvm::isPowerOf2_64(d))
+    return emitOpError() << "transforms the last dimension, which must be a "
+                            "static power of two >= 2, got "
+                         << dimStr(d);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// QuantizeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult QuantizeOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  auto descale = cast<RankedTensorType>(getDescale().getType());
+  if (in.getRank() != 4)
+    return emitOpError() << "expects the input as [B, S, H, D], got rank "
+                         << in.getRank();
+  if (!isFA3FloatType(in.getElementType()))
+    return emitOpError() << "expects an f32, f16 or bf16 input, got "
+                         << in.getElementType();
+  if (!isa<Float8E4M3FNType>(out.getElementType()) ||
+      out.getRank() != 4 ||
+      llvm::any_of(llvm::zip_equal(in.getShape(), out.getShape()),
+                   [](auto dims) {
+                     return !compatibleDims(std::get<0>(dims),
+                                            std::get<1>(dims));
+                   }))
+    return emitOpError() << "expects the result as f8E4M3FN "
+                         << shapeStr(in.getShape()) << ", got " << out;
+  if (in.isDynamicDim(2))
+    return emitOpError() << "expects a static head count";
+  int64_t heads = in.getDimSize(2);
+  if (descale.getRank() != 2 || !descale.getElementType().isF32() ||
+      !compatibleDims(descale.getDimSize(0), in.getDimSize(0)) ||
+      descale.isDynamicDim(1) || descale.getDimSize(1) < 1 ||
+      heads % descale.getDimSize(1) != 0)
+    return emitOpError() << "expects the descale as f32 [B, G] with G a "
+                            "static divisor of the "
+                         << heads << " heads (batch " << dimStr(in.getDimSize(0))
+                         << "), got " << descale;
+  return success();
+}

@@ -113,7 +113,8 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
             b.getF32FloatAttr(exp2Scale));
         Value acc = RescaleOp::create(b, loc, accType, iters[0],
                                       softmax.getCorrection());
-        acc = PVOp::create(b, loc, accType, softmax.getProbs(), vTile, acc);
+        acc = PVOp::create(b, loc, accType, softmax.getProbs(), vTile, acc,
+                           op.getProbsScaleAttr());
         Value newMax = softmax.getNewMax(), newSum = softmax.getNewSum();
         scf::YieldOp::create(b, loc, ValueRange{acc, newMax, newSum});
       });

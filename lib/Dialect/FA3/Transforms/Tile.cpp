@@ -8,6 +8,8 @@
 
 #include "TileGrad.h"
 
+#include "fa3/Dialect/FA3/Utils/E4M3.h"
+
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -25,7 +27,10 @@ using namespace mlir::fa3;
 
 /// Builds the loops over (batch, query head, query block) and replaces `op`
 /// with their results.
-static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter) {
+/// `probsScale`, when set, asks the fa3.pv steps to round P to e4m3 after
+/// multiplying by it (the CPU reference of an FP8 attention).
+static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
+                                   FloatAttr probsScale = {}) {
   ScheduleAttr schedule = op.getScheduleAttr();
   if (!schedule)
     return op.emitOpError()
@@ -97,7 +102,7 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter) {
                     auto block = AttentionBlockOp::create(
                         b, loc, oTileType, lseTileType, qTile, op.getKey(),
                         op.getValue(), bIdx, kvHead, qStart, seqQ, causal,
-                        scale, op.getWindowAttr(), softcap, schedule);
+                        scale, op.getWindowAttr(), softcap, schedule, probsScale);
                     Value out = StoreTileOp::create(b, loc, outType,
                                                     block.getOutput(), iters[0],
                                                     bIdx, qStart, head);
@@ -114,55 +119,11 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter) {
   return success();
 }
 
-/// e4m3 (FN) to f32 inside a linalg body, from the bits: LLVM has no 8-bit
-/// float type, so the CPU cannot lower arith.extf from f8E4M3FN.
-static Value decodeE4M3(OpBuilder &b, Location loc, Value x) {
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
-  auto c = [&](int64_t v) -> Value {
-    return arith::ConstantIntOp::create(b, loc, i32, v);
-  };
-  Value u = arith::ExtUIOp::create(
-      b, loc, i32, arith::BitcastOp::create(b, loc, b.getI8Type(), x));
-  Value sign = arith::AndIOp::create(
-      b, loc, arith::ShRUIOp::create(b, loc, u, c(7)), c(1));
-  Value exponent = arith::AndIOp::create(
-      b, loc, arith::ShRUIOp::create(b, loc, u, c(3)), c(15));
-  Value mantissa = arith::AndIOp::create(b, loc, u, c(7));
-  // Normal: (-1)^s (1 + m/8) 2^(e-7), i.e. f32 bits s | (e + 120) << 23 | m << 20.
-  Value bits = arith::OrIOp::create(
-      b, loc, arith::ShLIOp::create(b, loc, sign, c(31)),
-      arith::OrIOp::create(
-          b, loc,
-          arith::ShLIOp::create(
-              b, loc, arith::AddIOp::create(b, loc, exponent, c(120)), c(23)),
-          arith::ShLIOp::create(b, loc, mantissa, c(20))));
-  Value normal = arith::BitcastOp::create(b, loc, f32, bits);
-  // Subnormal (e = 0): (-1)^s m 2^-9.
-  Value magnitude = arith::MulFOp::create(
-      b, loc, arith::UIToFPOp::create(b, loc, f32, mantissa),
-      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f / 512)));
-  Value negative = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                         sign, c(1));
-  Value subnormal = arith::SelectOp::create(
-      b, loc, negative, arith::NegFOp::create(b, loc, magnitude), magnitude);
-  Value isSub =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, exponent, c(0));
-  Value value = arith::SelectOp::create(b, loc, isSub, subnormal, normal);
-  Value isNan = arith::AndIOp::create(
-      b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, exponent, c(15)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, mantissa, c(7)));
-  Value nan = arith::ConstantOp::create(
-      b, loc, b.getF32FloatAttr(std::numeric_limits<float>::quiet_NaN()));
-  return arith::SelectOp::create(b, loc, isNan, nan, value);
-}
-
 /// The CPU form of an FP8 attention: Q, K and V dequantized to f32 with
 /// their descales (one per batch and key/value head), the f32 attention of
-/// those, and the output rounded to bf16. It computes the attention of the
-/// e4m3 inputs exactly in f32 (the Hopper kernel also rounds P to e4m3
-/// before P·V; test_fp8_gpu.py bounds that difference). Returns the f32
-/// attention for fa3-tile to tile.
+/// those, and the output rounded to bf16. Returns the f32 attention for
+/// fa3-tile to tile; the caller asks its fa3.pv steps to round P to e4m3 as
+/// the Hopper kernel does.
 static AttentionOp dequantizeFP8(AttentionOp op, RewriterBase &rewriter) {
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
@@ -205,7 +166,8 @@ static AttentionOp dequantizeFP8(AttentionOp op, RewriterBase &rewriter) {
   auto attention = AttentionOp::create(
       rewriter, loc, outF32, op.getLse().getType(), q, k, v, ValueRange{},
       op.getCausalAttr(), rewriter.getF32FloatAttr(op.getEffectiveScale()),
-      op.getWindowAttr(), op.getSoftcapAttr(), op.getScheduleAttr());
+      op.getWindowAttr(), op.getSoftcapAttr(), op.getScheduleAttr(),
+      /*fp8=*/FP8Attr());
   // The bf16 output.
   SmallVector<Value> dynamic;
   for (int64_t i = 0; i < outType.getRank(); ++i)
@@ -247,9 +209,12 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
         gradOps.push_back(grad);
     });
     for (AttentionOp op : ops) {
-      if (op.isFP8())
+      FloatAttr probsScale;
+      if (op.isFP8()) {
         op = dequantizeFP8(op, rewriter);
-      if (failed(tileAttention(op, rewriter)))
+        probsScale = rewriter.getF32FloatAttr(kFP8ProbsScale);
+      }
+      if (failed(tileAttention(op, rewriter, probsScale)))
         failedAny = true;
     }
     for (AttentionGradOp op : gradOps)

@@ -228,7 +228,8 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
                                                  scaleAttr, softcapAttr);
                     Value dk = MmaTNOp::create(b, loc, acc[0].getType(), ds, q,
                                                acc[0]);
-                    dq = PVOp::create(b, loc, dq.getType(), ds, kTile, dq);
+                    dq = PVOp::create(b, loc, dq.getType(), ds, kTile, dq,
+                                      /*probs_scale=*/FloatAttr());
                     Value dqAcc = StoreTileOp::create(b, loc, dqAccType, dq,
                                                       acc[2], bIdx, qStart, head);
                     scf::YieldOp::create(b, loc, ValueRange{dk, dv, dqAcc});

@@ -55,4 +55,26 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
   let genVerifyDecl = 1;
 }
 
+def FA3_FP8Attr : FA3_Attr<"FP8", "fp8"> {
+  let summary = "Run an attention in FP8: quantize its inputs to e4m3 first";
+  let description = [{
+    On a bf16 `fa3.attention`, asks `fa3-cast-fp8` to compute it with
+    e4m3 inputs: Q, K and V are quantized per (batch, key/value head) with
+    `fa3.quantize` and the attention runs in its FP8 form (bf16 output).
+
+    * `hadamard`: incoherent processing (FlashAttention-3 §3.3): Q and K are
+      first multiplied by the same random-sign Hadamard matrix
+      (`fa3.hadamard`), which leaves Q·Kᵀ unchanged and spreads outliers
+      over the head dim before the cast.
+    * `seed`: picks the random signs of that matrix (see `fa3.hadamard`).
+
+    ```mlir
+    #fa3.fp8<hadamard = true, seed = 0>
+    ```
+  }];
+  let parameters = (ins "bool":$hadamard,
+                        DefaultValuedParameter<"int64_t", "0">:$seed);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
 #endif // FA3_DIALECT_FA3_IR_FA3ATTRS_TD

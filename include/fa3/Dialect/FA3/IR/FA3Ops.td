@@ -80,6 +80,10 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
     head dims 64, 128 and 256, D = Dv); the CPU pipeline computes the
     attention of the dequantized inputs (`fa3-tile`).
 
+    A bf16 attention with an `fp8 = #fa3.fp8<...>` attribute is one that
+    `fa3-cast-fp8` rewrites into that form, quantizing its inputs itself
+    (optionally after a Hadamard transform of Q and K).
+
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal}
         : (tensor<?x?x8x128xf8E4M3FN>, tensor<?x?x2x128xf8E4M3FN>, tensor<?x?x2x128xf8E4M3FN>,
@@ -95,7 +99,8 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
   }];
   let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value,
                             Variadic<AnyTensor>:$descales),
-                       FA3_AttentionAttrs);
+                       FA3_AttentionAttrs,
+                       (ins OptionalAttr<FA3_FP8Attr>:$fp8));
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionExtraDecls;
 }
@@ -127,6 +132,63 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);
   let extraClassDeclaration = attentionExtraDecls;
+}
+
+def FA3_HadamardOp : FA3_Op<"hadamard", [Pure]> {
+  let summary = "Random-sign Hadamard transform over the last dimension";
+  let description = [{
+    `result[..., j] = Σ_i input[..., i] · s_i · H[i, j] / sqrt(D)` with
+    `H[i, j] = (-1)^popcount(i & j)` the Walsh–Hadamard matrix of order
+    `D` (the last dimension, a static power of two) and `s_i = ±1` random
+    signs drawn from `seed`: `s_i` is the sign of bit 63 of SplitMix64
+    applied to `seed + (i + 1) · 0x9E3779B97F4A7C15` (−1 when set). The
+    matrix `diag(s) H / sqrt(D)` is orthogonal, so transforming both Q and
+    K with the same seed leaves Q·Kᵀ unchanged (FlashAttention-3's
+    incoherent processing). The input is f32, f16 or bf16; the result has
+    its shape and element type f32, f16 or bf16 (`fa3-cast-fp8` keeps f32 so
+    that only the e4m3 cast rounds). The CPU lowering and the Hopper kernel
+    are fast Walsh–Hadamard transforms (log2(D) butterfly passes).
+
+    ```mlir
+    %qh = fa3.hadamard %q {seed = 0 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$seed);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// s_i of `seed`: +1 or -1.
+    static float getSign(int64_t seed, int64_t i);
+  }];
+}
+
+def FA3_QuantizeOp : FA3_Op<"quantize", [Pure]> {
+  let summary = "Quantize [B, S, H, D] to e4m3 with one descale per head group";
+  let description = [{
+    FlashAttention-3's FP8 input scaling. The heads are split into `G`
+    groups of `H / G` consecutive heads (`G` is the second dimension of the
+    `descale` result: the key/value heads for Q, K and V alike). Per batch
+    `b` and group `g`, `amax` is the largest magnitude over the group's
+    rows and head dims, `descale[b, g] = max(amax / 448, 1e-12)` (448 is
+    e4m3's largest finite value) and
+    `result = e4m3(input · (1 / descale[b, g]))`, rounded to nearest even
+    and saturated at ±448. So `result · descale` approximates the input
+    with the full e4m3 range used per group.
+
+    The input is f32, f16 or bf16; the result is f8E4M3FN of the same shape,
+    the descale f32 `[B, G]` with `H % G == 0`.
+
+    ```mlir
+    %q8, %qd = fa3.quantize %q : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result, AnyRankedTensor:$descale);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result) `,` type($descale)
+  }];
+  let hasVerifier = 1;
 }
 
 #endif // FA3_DIALECT_FA3_IR_FA3OPS_TD

@@ -141,7 +141,8 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
     the element type of `value`) and the natural-log LSE of each row.
     `fa3-fuse-softmax` expands it into a loop over key blocks with an online
     softmax. The attributes are those of `fa3.attention` with the scale
-    resolved and the schedule chosen.
+    resolved and the schedule chosen; `probs_scale` (FP8 reference only) is
+    passed on to its `fa3.pv` steps.
 
     ```mlir
     %o, %lse = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq
@@ -156,7 +157,8 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
                        UnitAttr:$causal, F32Attr:$scale,
                        OptionalAttr<DenseI64ArrayAttr>:$window,
                        OptionalAttr<F32Attr>:$softcap,
-                       FA3_ScheduleAttr:$schedule);
+                       FA3_ScheduleAttr:$schedule,
+                       OptionalAttr<F32Attr>:$probs_scale);
   let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
   let assemblyFormat = [{
     $query_tile `,` $key `,` $value `,` $batch `,` $kv_head `,` $q_start `,`
@@ -276,14 +278,17 @@ def FA3_PVOp : FA3_TileOp<"pv", [AllTypesMatch<["acc", "result"]>]> {
   let description = [{
     `result = acc + round(probs) · value`, where `round` converts the f32
     probabilities to the element type of `value` first, as the Hopper kernel
-    does when it packs P into wgmma A-operand registers.
+    does when it packs P into wgmma A-operand registers. With
+    `probs_scale = s` (the CPU reference of an FP8 attention), `round(P)` is
+    instead `e4m3(s · P) / s`, rounded to nearest even and saturated: the
+    FP8 kernel's P, scaled by 2^8 before its cast.
 
     ```mlir
     %a2 = fa3.pv %p, %vt, %a1 : tensor<64x64xf32>, tensor<64x64xf16>, tensor<64x64xf32>
     ```
   }];
   let arguments = (ins FA3_F32Tile2D:$probs, FA3_Tile2D:$value,
-                       FA3_F32Tile2D:$acc);
+                       FA3_F32Tile2D:$acc, OptionalAttr<F32Attr>:$probs_scale);
   let results = (outs FA3_F32Tile2D:$result);
   let assemblyFormat = [{
     $probs `,` $value `,` $acc attr-dict `:` type($probs) `,` type($value) `,`

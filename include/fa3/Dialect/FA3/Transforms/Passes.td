@@ -9,6 +9,57 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
+  let summary = "Rewrite bf16 attentions marked #fa3.fp8 into FP8 attentions";
+  let description = [{
+    The first step of the FP8 lowering. Each bf16 `fa3.attention` carrying
+    `fp8 = #fa3.fp8<hadamard = ..., seed = ...>` (or, with `all`, every bf16
+    `fa3.attention`) becomes:
+
+    1. with `hadamard`, `fa3.hadamard` of Q and of K with the same seed (f32
+       results, so that only the e4m3 cast rounds);
+    2. `fa3.quantize` of Q, K and V with one descale per (batch, key/value
+       head), FlashAttention-3's `q_descale`/`k_descale`/`v_descale`;
+    3. the FP8 form of `fa3.attention` on the e4m3 tensors and the descales,
+       with the same causal/window/softcap attributes and the same softmax
+       scale (the Hadamard transform keeps D). Its bf16 output and f32 LSE
+       replace the original results. A `#fa3.schedule` of the bf16 op is
+       dropped: FP8 tiles differ, `fa3-select-schedule` picks them.
+
+    The rest of the FP8 lowering is per backend. `convert-fa3-to-hopper`
+    arranges V K-major for the e4m3 wgmma (a layout kernel writing V'
+    before the attention kernel: see docs/Design.md §9 for that choice and
+    its cost), multiplies P by 2^8 before packing it to e4m3 and folds the
+    descales into the softmax scale (`q_descale · k_descale`) and the
+    epilogue (`v_descale / 2^8`). `fa3-tile` computes the CPU reference:
+    the attention of the dequantized inputs with P rounded to e4m3 as the
+    kernel rounds it.
+
+    ```mlir
+    %o, %lse = fa3.attention %q, %k, %v {causal, fp8 = #fa3.fp8<hadamard = true>}
+        : (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
+        -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
+    // becomes
+    %qh = fa3.hadamard %q {seed = 0 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
+    %kh = fa3.hadamard %k {seed = 0 : i64} : tensor<?x?x2x128xbf16> -> tensor<?x?x2x128xf32>
+    %q8, %qd = fa3.quantize %qh : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+    %k8, %kd = fa3.quantize %kh : ...
+    %v8, %vd = fa3.quantize %v : ...
+    %o, %lse = fa3.attention %q8, %k8, %v8, %qd, %kd, %vd {causal} : ...
+    ```
+  }];
+  let options = [
+    Option<"all", "all", "bool", /*default=*/"false",
+           "Also cast every bf16 fa3.attention without an fp8 attribute">,
+    Option<"hadamard", "hadamard", "bool", /*default=*/"false",
+           "With `all`: use the Hadamard transform for those ops">,
+    Option<"seed", "seed", "int64_t", /*default=*/"0",
+           "With `all`: the Hadamard seed for those ops">,
+  ];
+  let dependentDialects = ["::mlir::fa3::FA3Dialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
   let summary = "Attach a #fa3.schedule to every fa3.attention without one";
   let description = [{
@@ -107,8 +158,10 @@ def FA3Tile : Pass<"fa3-tile"> {
     rewritten into the f32 attention of its dequantized inputs (a
     `linalg.generic` per input decodes e4m3 from its bits and multiplies by
     the descale of its batch and key/value head), tiled as above, with the
-    output rounded to bf16: the CPU reference of the FP8 mode. It does not
-    round P to e4m3 as the Hopper kernel does.
+    output rounded to bf16: the CPU reference of the FP8 mode. P is rounded
+    as the Hopper kernel rounds it (`fa3.pv` with `probs_scale = 256`:
+    e4m3 of `P · 2^8`, divided by 2^8 again); the row sums use P before
+    that rounding, as in the kernel.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
