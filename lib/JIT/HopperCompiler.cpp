@@ -1,4 +1,5 @@
-//===- HopperCompiler.cpp - Compile fa3 attention for sm_90a -----------------===//
+//===- HopperCompiler.cpp - Compile fa3 attention for sm_90a
+//-----------------===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -31,7 +32,8 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   mlir::Operation *attention = nullptr;
   unsigned count = 0;
   func.walk([&](mlir::Operation *op) {
-    if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp>(op)) {
+    if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp,
+                  mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
       attention = op;
       ++count;
     }
@@ -39,9 +41,9 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   auto shapeError = [&] {
     return error("'" + func.getSymName() +
                  "' cannot be compiled as one kernel: it must be one "
-                 "fa3.attention on its 3 arguments returning (O, LSE), or one "
+                 "fa3.attention on its 3 arguments returning (O, LSE), one "
                  "fa3.attention_grad on its 6 arguments returning (dQ, dK, "
-                 "dV)");
+                 "dV), or one fa3.hadamard or fa3.quantize on its argument");
   };
   if (count != 1 || func.getNumArguments() != attention->getNumOperands())
     return shapeError();
@@ -118,26 +120,54 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     auto attr = launch.getAs<mlir::IntegerAttr>(key);
     return attr ? attr.getInt() : 0;
   };
-  bool backward = llvm::isa<mlir::fa3::AttentionGradOp>(*attention);
-  // Q and K are operands 0 and 1 of the forward, 1 and 2 of the backward.
-  auto q = llvm::cast<mlir::RankedTensorType>(
-      (*attention)->getOperand(backward ? 1 : 0).getType());
-  auto k = llvm::cast<mlir::RankedTensorType>(
-      (*attention)->getOperand(backward ? 2 : 1).getType());
-  kernel.info.backward = backward;
   kernel.info.name = symbol.getLeafReference().str();
-  kernel.info.fp8 = llvm::isa<mlir::Float8E4M3FNType>(q.getElementType());
-  kernel.info.bf16 = q.getElementType().isBF16() || kernel.info.fp8;
-  kernel.info.headDim = q.getDimSize(3);
-  kernel.info.numQHeads = q.getDimSize(2);
-  kernel.info.numKVHeads = k.getDimSize(2);
-  kernel.info.blockM = getInt("block_m");
-  kernel.info.blockN = getInt("block_n");
   kernel.info.threads = getInt("threads");
-  kernel.info.sharedMemory = getInt("shared_memory");
+  kernel.info.blockM = getInt("block_m");
+  auto elementTypeOf = [](mlir::Type type) {
+    mlir::Type elt = llvm::cast<mlir::ShapedType>(type).getElementType();
+    if (elt.isBF16())
+      return runtime::ElementType::BF16;
+    if (elt.isF16())
+      return runtime::ElementType::F16;
+    if (llvm::isa<mlir::Float8E4M3FNType>(elt))
+      return runtime::ElementType::F8E4M3;
+    return runtime::ElementType::F32;
+  };
+  if (llvm::isa<mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(*attention)) {
+    bool hadamard = llvm::isa<mlir::fa3::HadamardOp>(*attention);
+    auto in = llvm::cast<mlir::RankedTensorType>(
+        (*attention)->getOperand(0).getType());
+    kernel.info.kind = hadamard ? runtime::AttentionKernelInfo::Kind::Hadamard
+                                : runtime::AttentionKernelInfo::Kind::Quantize;
+    kernel.info.inputType = elementTypeOf(in);
+    kernel.info.outputType =
+        elementTypeOf((*attention)->getResult(0).getType());
+    kernel.info.headDim = in.getShape().back();
+    if (!hadamard) {
+      kernel.info.numQHeads = in.getDimSize(2);
+      kernel.info.numKVHeads = llvm::cast<mlir::RankedTensorType>(
+                                   (*attention)->getResult(1).getType())
+                                   .getDimSize(1);
+    }
+  } else {
+    bool backward = llvm::isa<mlir::fa3::AttentionGradOp>(*attention);
+    // Q and K are operands 0 and 1 of the forward, 1 and 2 of the backward.
+    auto q = llvm::cast<mlir::RankedTensorType>(
+        (*attention)->getOperand(backward ? 1 : 0).getType());
+    auto k = llvm::cast<mlir::RankedTensorType>(
+        (*attention)->getOperand(backward ? 2 : 1).getType());
+    kernel.info.backward = backward;
+    kernel.info.fp8 = llvm::isa<mlir::Float8E4M3FNType>(q.getElementType());
+    kernel.info.bf16 = q.getElementType().isBF16() || kernel.info.fp8;
+    kernel.info.headDim = q.getDimSize(3);
+    kernel.info.numQHeads = q.getDimSize(2);
+    kernel.info.numKVHeads = k.getDimSize(2);
+    kernel.info.blockN = getInt("block_n");
+    kernel.info.sharedMemory = getInt("shared_memory");
+  }
 
-  auto binary = clone->lookupSymbol<mlir::gpu::BinaryOp>(
-      symbol.getRootReference());
+  auto binary =
+      clone->lookupSymbol<mlir::gpu::BinaryOp>(symbol.getRootReference());
   if (!binary || binary.getObjects().empty())
     return error("internal error: no gpu.binary for the kernels");
   auto object = llvm::cast<mlir::gpu::ObjectAttr>(binary.getObjects()[0]);

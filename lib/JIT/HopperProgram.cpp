@@ -8,12 +8,16 @@
 
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 #include "fa3/JIT/HopperKernelCache.h"
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
 #include "fa3/Runtime/AttentionLauncher.h"
+#include "fa3/Runtime/FP8PrepLauncher.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <algorithm>
 #include <functional>
@@ -38,12 +42,14 @@ static llvm::Expected<ElementType> elementTypeOf(mlir::Type type,
       return ElementType::F16;
     if (elt.isF32())
       return ElementType::F32;
+    if (llvm::isa<mlir::Float8E4M3FNType>(elt))
+      return ElementType::F8E4M3;
   }
   std::string s;
   llvm::raw_string_ostream os(s);
   type.print(os);
   return error(what + " has type " + s +
-               "; CUDA runs take tensors of bf16, f16 (and f32 LSE)");
+               "; CUDA runs take tensors of bf16, f16, f32 or f8E4M3FN");
 }
 
 /// A module holding `@fa3_step`: `op` alone on block arguments, returning
@@ -67,7 +73,25 @@ static mlir::OwningOpRef<mlir::ModuleOp> isolate(mlir::Operation *op) {
 llvm::Expected<HopperProgram>
 HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
                        const HopperCompileOptions &options, int driverVersion) {
-  auto func = module.lookupSymbol<mlir::func::FuncOp>(function);
+  if (!module.lookupSymbol<mlir::func::FuncOp>(function))
+    return error("no function '" + function + "' with a body in the module");
+  // Attentions marked #fa3.fp8 become their quantize + FP8 steps first.
+  mlir::OwningOpRef<mlir::ModuleOp> cast(module.clone());
+  {
+    std::string diagnostics;
+    mlir::ScopedDiagnosticHandler handler(
+        module.getContext(), [&](mlir::Diagnostic &diag) {
+          llvm::raw_string_ostream os(diagnostics);
+          os << diag.getLocation() << ": " << diag << "\n";
+          return mlir::success();
+        });
+    mlir::PassManager pm(module.getContext());
+    pm.addPass(mlir::fa3::createFA3CastFP8());
+    if (mlir::failed(pm.run(*cast)))
+      return error("fa3-cast-fp8 failed on '" + function + "':\n" +
+                   diagnostics);
+  }
+  auto func = cast->lookupSymbol<mlir::func::FuncOp>(function);
   if (!func || func.isExternal())
     return error("no function '" + function + "' with a body in the module");
   if (!func.getBody().hasOneBlock())
@@ -89,14 +113,16 @@ HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
         program.returns.push_back(numbers.lookup(v));
       continue;
     }
-    if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp>(op)) {
+    if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp,
+                   mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
       std::string s;
       llvm::raw_string_ostream os(s);
       op.getLoc().print(os);
       return error("'" + function + "' cannot run on CUDA: '" +
                    op.getName().getStringRef() + "' at " + s +
-                   " is not fa3.attention or fa3.attention_grad (the CUDA "
-                   "runtime runs sequences of those; the CPU runs anything)");
+                   " is not fa3.attention, fa3.attention_grad, fa3.hadamard "
+                   "or fa3.quantize (the CUDA runtime runs sequences of "
+                   "those; the CPU runs anything)");
     }
     Step step;
     for (mlir::Value v : op.getOperands())
@@ -195,12 +221,124 @@ HopperProgram::run(const CudaDevice &device,
                      "] " + elementTypeName(type));
       return llvm::Error::success();
     };
-    if (info.fp8)
-      return error("'" + info.name +
-                   "' is an FP8 forward: on CUDA it runs through the C API "
-                   "(fa3_launch_attention_fp8) or Python (fa3.attention on "
-                   "torch.float8_e4m3fn tensors); fa3-run runs it with "
-                   "--device=cpu");
+    auto setResult = [&](unsigned i, DeviceValue value) {
+      values.resize(std::max<size_t>(values.size(), step.results[i] + 1));
+      values[step.results[i]] = std::move(value);
+    };
+    if (info.kind == AttentionKernelInfo::Kind::Hadamard) {
+      const DeviceValue &in = operand(0);
+      if (in.type != info.inputType || in.shape.empty() ||
+          in.shape.back() != info.headDim)
+        return error("the input of " + info.name + " must be [..., " +
+                     llvm::Twine(info.headDim) + "] " +
+                     elementTypeName(info.inputType));
+      int64_t rows = 1;
+      for (size_t i = 0; i + 1 < in.shape.size(); ++i)
+        rows *= in.shape[i];
+      // `in` does not outlive setResult, which may grow `values`.
+      DevicePtr src = in.buffer.ptr();
+      auto out = allocate(device, info.outputType, in.shape);
+      if (!out)
+        return out.takeError();
+      setResult(0, std::move(*out));
+      auto function = modules.back().getFunction(info.name);
+      if (!function)
+        return function.takeError();
+      DevicePtr dst = values[step.results[0]]->buffer.ptr();
+      launches.push_back([kernel = *function, &info, src, dst, rows]() {
+        return launchHadamard(kernel, info, src, dst, rows, nullptr);
+      });
+      continue;
+    }
+    if (info.kind == AttentionKernelInfo::Kind::Quantize) {
+      const DeviceValue &in = operand(0);
+      if (in.type != info.inputType || in.shape.size() != 4 ||
+          in.shape[2] != info.numQHeads || in.shape[3] != info.headDim)
+        return error("the input of " + info.name + " must be [B, S, " +
+                     llvm::Twine(info.numQHeads) + ", " +
+                     llvm::Twine(info.headDim) + "] " +
+                     elementTypeName(info.inputType));
+      int64_t batch = in.shape[0], seq = in.shape[1];
+      DevicePtr src = in.buffer.ptr();
+      auto out = allocate(device, ElementType::F8E4M3, in.shape);
+      if (!out)
+        return out.takeError();
+      auto descale =
+          allocate(device, ElementType::F32, {batch, info.numKVHeads});
+      if (!descale)
+        return descale.takeError();
+      setResult(0, std::move(*out));
+      setResult(1, std::move(*descale));
+      auto workspace = DeviceBuffer::allocate(
+          device, std::max<int64_t>(quantizeWorkspaceBytes(info, batch), 256));
+      if (!workspace)
+        return workspace.takeError();
+      workspaces.push_back(std::move(*workspace));
+      auto kernels = getQuantizeKernels(modules.back(), info);
+      if (!kernels)
+        return kernels.takeError();
+      QuantizeDeviceArgs args{src,
+                              values[step.results[0]]->buffer.ptr(),
+                              values[step.results[1]]->buffer.ptr(),
+                              workspaces.back().ptr(), batch, seq};
+      launches.push_back([kernels = *kernels, &info, args]() {
+        return launchQuantize(kernels, info, args, nullptr);
+      });
+      continue;
+    }
+    if (info.fp8) {
+      for (auto [i, name, heads] :
+           {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},
+            {1, "k", info.numKVHeads},
+            {2, "v", info.numKVHeads}})
+        if (llvm::Error err = checkBSHD(i, name, heads, ElementType::F8E4M3))
+          return std::move(err);
+      const auto &q = operand(0).shape;
+      int64_t batch = q[0], seqQ = q[1], seqK = operand(1).shape[1];
+      std::vector<int64_t> descaleShape = {batch, info.numKVHeads};
+      for (unsigned i = 3; i < 6; ++i)
+        if (operand(i).type != ElementType::F32 ||
+            operand(i).shape != descaleShape)
+          return error("the descales of " + info.name + " must be [B, " +
+                       llvm::Twine(info.numKVHeads) + "] f32");
+      auto out = allocate(device, ElementType::BF16, q);
+      if (!out)
+        return out.takeError();
+      auto lse = allocate(device, ElementType::F32,
+                          {batch, info.numQHeads, seqQ});
+      if (!lse)
+        return lse.takeError();
+      setResult(0, std::move(*out));
+      setResult(1, std::move(*lse));
+      auto workspace = DeviceBuffer::allocate(
+          device, std::max<int64_t>(
+                      attentionForwardWorkspaceBytes(info, batch, seqK), 256));
+      if (!workspace)
+        return workspace.takeError();
+      workspaces.push_back(std::move(*workspace));
+      auto transpose = modules.back().getFunction(info.name + "_vt");
+      if (!transpose)
+        return transpose.takeError();
+      auto function = modules.back().getFunction(info.name);
+      if (!function)
+        return function.takeError();
+      AttentionDeviceArgs args{operand(0).buffer.ptr(),
+                               operand(1).buffer.ptr(),
+                               operand(2).buffer.ptr(),
+                               values[step.results[0]]->buffer.ptr(),
+                               values[step.results[1]]->buffer.ptr(),
+                               batch, seqQ, seqK,
+                               operand(3).buffer.ptr(),
+                               operand(4).buffer.ptr(),
+                               operand(5).buffer.ptr(),
+                               workspaces.back().ptr()};
+      launches.push_back(
+          [transpose = *transpose, kernel = *function, &info, args]() {
+            return launchAttentionForwardFP8(transpose, kernel, info, args,
+                                             nullptr);
+          });
+      continue;
+    }
     if (!info.backward) {
       for (auto [i, name, heads] :
            {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},

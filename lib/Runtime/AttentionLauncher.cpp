@@ -18,6 +18,18 @@ static llvm::Error error(const llvm::Twine &message) {
 }
 
 std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
+  if (kind != Kind::Attention)
+    return {{"kernel", name},
+            {"direction", kind == Kind::Hadamard ? "hadamard" : "quantize"},
+            {"dtype", elementTypeName(inputType).str()},
+            {"out_dtype", elementTypeName(outputType).str()},
+            {"head_dim", std::to_string(headDim)},
+            {"q_heads", std::to_string(numQHeads)},
+            {"kv_heads", std::to_string(numKVHeads)},
+            {"block_m", std::to_string(blockM)},
+            {"block_n", std::to_string(blockN)},
+            {"threads", std::to_string(threads)},
+            {"shared_memory", std::to_string(sharedMemory)}};
   return {{"kernel", name},
           {"direction", backward ? "bwd" : "fwd"},
           {"dtype", fp8 ? "e4m3" : bf16 ? "bf16" : "f16"},
@@ -55,12 +67,25 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
   auto direction = get("direction");
   if (!direction)
     return direction.takeError();
-  if (*direction != "fwd" && *direction != "bwd")
+  if (*direction != "fwd" && *direction != "bwd" &&
+      *direction != "hadamard" && *direction != "quantize")
     return error("kernel manifest: unknown direction '" + *direction + "'");
   info.backward = *direction == "bwd";
   auto dtype = get("dtype");
   if (!dtype)
     return dtype.takeError();
+  if (*direction == "hadamard" || *direction == "quantize") {
+    info.kind = *direction == "hadamard" ? Kind::Hadamard : Kind::Quantize;
+    auto outDtype = get("out_dtype");
+    if (!outDtype)
+      return outDtype.takeError();
+    auto in = parseElementType(*dtype), out = parseElementType(*outDtype);
+    if (!in || !out)
+      return error("kernel manifest: unknown element type '" + *dtype +
+                   "' or '" + *outDtype + "'");
+    info.inputType = *in;
+    info.outputType = *out;
+  }
   info.fp8 = *dtype == "e4m3";
   info.bf16 = *dtype == "bf16" || info.fp8;
   for (auto [key, field] :

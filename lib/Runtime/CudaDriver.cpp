@@ -342,6 +342,18 @@ Error CudaDevice::synchronize() const {
                     "device " + std::to_string(ordinal));
 }
 
+Error fa3::runtime::memsetAsync32(DevicePtr dst, uint32_t value, size_t count,
+                                  CudaStream stream) {
+  if (count == 0)
+    return Error::success();
+  auto api = getInitializedApi();
+  if (!api)
+    return api.takeError();
+  return callDriver("cuMemsetD32Async", (*api)->cuMemsetD32Async,
+                    std::to_string(count) + " words", dst, value, count,
+                    stream);
+}
+
 Error fa3::runtime::synchronizeStream(CudaStream stream) {
   auto api = getInitializedApi();
   if (!api)

@@ -226,6 +226,8 @@ constexpr int kRequestedCudaVersion = 12000;
     (void *dst, CUdeviceptr src, size_t bytes))                                \
   X(cuMemsetD8, "cuMemsetD8_v2",                                               \
     (CUdeviceptr dst, unsigned char value, size_t count))                      \
+  X(cuMemsetD32Async, "cuMemsetD32Async",                                      \
+    (CUdeviceptr dst, unsigned int value, size_t count, CUstream stream))      \
   X(cuModuleLoadDataEx, "cuModuleLoadDataEx",                                  \
     (CUmodule * module, const void *image, unsigned int numOptions,            \
      CUjit_option *options, void **optionValues))                              \

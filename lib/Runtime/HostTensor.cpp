@@ -49,6 +49,14 @@ StringRef fa3::runtime::elementTypeName(ElementType type) {
   return "?";
 }
 
+std::optional<ElementType> fa3::runtime::parseElementType(StringRef name) {
+  for (ElementType t : {ElementType::F32, ElementType::F16, ElementType::BF16,
+                        ElementType::F64, ElementType::F8E4M3})
+    if (elementTypeName(t) == name)
+      return t;
+  return std::nullopt;
+}
+
 HostTensor::HostTensor(ElementType type, std::vector<int64_t> shape)
     : elementType(type), shape(std::move(shape)) {
   data.resize(numElements() * elementSize(type));

@@ -13,12 +13,24 @@ import torch
 E4M3_MAX = 448.0
 
 
+def hadamard_signs(d, seed=0):
+    """The signs s_i of fa3.hadamard (see its documentation): bit 63 of
+    SplitMix64 of seed + (i + 1) * 0x9E3779B97F4A7C15, -1 when set. The same
+    rule as the compiler's, so this path and fa3-cast-fp8 agree."""
+    mask = (1 << 64) - 1
+    signs = []
+    for i in range(d):
+        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z ^= z >> 31
+        signs.append(-1.0 if z >> 63 else 1.0)
+    return signs
+
+
 @functools.lru_cache(maxsize=None)
 def _signs(d, device):
-    # A fixed draw per head dim: the transform must be the same for q and k
-    # (and reproducible), not secret.
-    gen = torch.Generator().manual_seed(0x5EED + d)
-    return (torch.randint(0, 2, (d,), generator=gen) * 2 - 1).float().to(device)
+    return torch.tensor(hadamard_signs(d), dtype=torch.float32, device=device)
 
 
 def hadamard_transform(x):

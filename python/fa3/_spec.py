@@ -32,6 +32,10 @@ class AttentionSpec:
     scale: float = 1.0
     window: tuple = (-1, -1)
     softcap: float = 0.0
+    # bf16 inputs quantized to e4m3 by the compiler (fa3-cast-fp8), with or
+    # without the Hadamard transform of q and k.
+    cast_fp8: bool = False
+    hadamard: bool = False
 
     def _attrs(self):
         attrs = []
@@ -42,6 +46,8 @@ class AttentionSpec:
             attrs.append(f"window = array<i64: {self.window[0]}, {self.window[1]}>")
         if self.softcap:
             attrs.append(f"softcap = {float(self.softcap)!r} : f32")
+        if self.cast_fp8:
+            attrs.append(f"fp8 = #fa3.fp8<hadamard = {str(self.hadamard).lower()}>")
         return " {" + ", ".join(attrs) + "}"
 
     @property

@@ -46,7 +46,10 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
       Hadamard matrix (O(d log d), "incoherent processing": it leaves q kᵀ
       unchanged and spreads outliers across the head dim before the cast).
     * numpy arrays (float32, float16 or ml_dtypes.bfloat16): the CPU pipeline;
-      returns numpy arrays.
+      returns numpy arrays. With `fp8=True` (and optionally `hadamard=True`)
+      the inputs are rounded to bf16 and the compiler quantizes them
+      (`fa3-cast-fp8`: the same quantization, Hadamard signs and e4m3
+      rounding of P as the GPU kernels); the output is bf16.
 
     The last dim of every input must be contiguous; other strides are
     accepted and the input is copied to a dense layout first (one read and
@@ -76,11 +79,16 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     if hadamard and not fp8:
         raise ValueError("hadamard=True applies to fp8=True (it conditions q and k for the e4m3 cast)")
     if fp8:
-        if not cuda or str(q.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
-            raise TypeError("fp8=True quantizes bf16/f16/f32 torch CUDA tensors; pass torch.float8_e4m3fn "
-                            "tensors with descales to use your own quantization")
         if any(x is not None for x in descales):
             raise ValueError("fp8=True computes the descales itself; do not pass q/k/v_descale")
+        if hadamard and d & (d - 1):
+            raise ValueError(f"hadamard=True needs a power-of-two head dim, got {d}")
+        if not cuda:
+            return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
+                                    cast_fp8=True, hadamard=hadamard)
+        if str(q.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
+            raise TypeError("fp8=True quantizes bf16/f16/f32 torch CUDA tensors; pass torch.float8_e4m3fn "
+                            "tensors with descales to use your own quantization")
         from ._quantize import quantize_for_fp8
 
         q, k, v, descales = quantize_for_fp8(q, k, v, hadamard)
@@ -145,7 +153,8 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
     return (out, lse) if return_lse else out
 
 
-def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse):
+def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
+                     cast_fp8=False, hadamard=False):
     dtype = _numpy_dtype_name(q)
     for name, a in (("q", q), ("k", k), ("v", v)):
         if _numpy_dtype_name(a) is None:
@@ -156,8 +165,15 @@ def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, re
         if a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
             raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), "
                              f"got strides {a.strides}")
+    if cast_fp8:
+        # The compiler quantizes bf16 inputs (fa3-cast-fp8): round to bf16 first.
+        import ml_dtypes
+
+        q, k, v = (a.astype(ml_dtypes.bfloat16) for a in (q, k, v))
+        dtype = "bf16"
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
-                         causal=causal, scale=scale, window=window, softcap=softcap)
+                         causal=causal, scale=scale, window=window, softcap=softcap,
+                         cast_fp8=cast_fp8, hadamard=hadamard)
     fn = _jit.get(spec, "cpu", "fwd")
     out, lse = fn.run([np.ascontiguousarray(a) for a in (q, k, v)])
     return (out, lse) if return_lse else out

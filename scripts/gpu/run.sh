@@ -2,11 +2,15 @@
 # One GPU-machine run (see docs/GPU.md). The GPU machine has no LLVM: build
 # the static bundle here first (scripts/build-bundle.sh), carry .bundle with
 # the device tool, then run `bash scripts/gpu/run.sh [tests|bench|sass|all]`
-# there (`none` only unpacks the bundle and builds the Python extension).
-# Logs go to $OUT (or ./gpu-out).
+# there (`none` only unpacks the bundle and builds the Python extension;
+# `tests FILE...` runs only those test files, `bench-cast` the fa3-cast-fp8
+# chain benchmark). Logs go to $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
+shift || true
+tests=("$@")
+[ ${#tests[@]} -gt 0 ] || tests=(test/Integration/GPU)
 out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
 bin=/tmp/fa3-bundle/bin
@@ -49,13 +53,18 @@ fi
 
 if [ "$what" = tests ] || [ "$what" = all ]; then
   echo "== GPU tests"
-  "$PY" -m pytest -q -rA -p no:cacheprovider test/Integration/GPU 2>&1 | tee "$out/gpu-tests.txt" | grep -vE "^PASSED" | tail -40
+  "$PY" -m pytest -q -rA -p no:cacheprovider "${tests[@]}" 2>&1 | tee "$out/gpu-tests.txt" | grep -vE "^PASSED" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== benchmark"
   "$PY" bench/bench_attention.py --out "$out" 2>&1 | tee "$out/bench.txt" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = bench-cast ]; then
+  echo "== fa3-cast-fp8 chain benchmark"
+  "$PY" bench/bench_cast_fp8.py --out "$out" 2>&1 | tee "$out/bench-cast.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit $status

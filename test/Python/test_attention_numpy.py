@@ -112,3 +112,25 @@ def test_backward_kernel_on_the_cpu_matches_reference():
     for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), refs):
         err = np.abs(got - ref).max()
         assert err <= 1e-4 * (1 + np.abs(ref).max()), f"{name} error {err:.3g} (FA3_TEST_SEED={seed})"
+
+
+def test_fp8_numpy_runs_the_compiler_quantization():
+    """fp8=True on numpy arrays: bf16-rounded inputs quantized by
+    fa3-cast-fp8 on the CPU. The FP8 error against float64 attention of the
+    bf16 inputs is about 1e-2 of |V| (e4m3 has 3 mantissa bits) and
+    Hadamard keeps it at that level; a lost descale or Hadamard applied to
+    only one of q, k costs errors of order |V|."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 70, 4, 64), (2, 90, 2, 64), (2, 90, 2, 64)))
+    bf = [x.astype(ml_dtypes.bfloat16).astype(np.float64) for x in (q, k, v)]
+    want = reference.attention(*bf, causal=True)[0]
+    for hadamard in (False, True):
+        out, lse = fa3.attention(q, k, v, causal=True, fp8=True, hadamard=hadamard, return_lse=True)
+        assert out.dtype == ml_dtypes.bfloat16 and out.shape == (2, 70, 4, 64) and lse.shape == (2, 4, 70)
+        err = np.sqrt(np.mean((out.astype(np.float64) - want) ** 2))
+        assert err < 3e-2, (hadamard, err)
+        assert np.abs(out.astype(np.float64) - want).max() < 0.25
+    with pytest.raises(ValueError, match="hadamard=True needs a power-of-two head dim, got 96"):
+        fa3.attention(*(np.zeros((1, 4, 2, 96), np.float32) for _ in range(3)), fp8=True, hadamard=True)

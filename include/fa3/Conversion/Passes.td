@@ -41,7 +41,7 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
 }
 
 def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
-  let summary = "Generate sm_90a kernels for every scheduled fa3.attention and fa3.attention_grad";
+  let summary = "Generate sm_90a kernels for every scheduled fa3.attention and fa3.attention_grad, and for fa3.hadamard and fa3.quantize";
   let description = [{
     For each `fa3.attention` with a `#fa3.schedule`, emits the forward kernel
     of one query tile into `gpu.module @fa3_kernels` (targeting
@@ -82,6 +82,14 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     workspace; head dims 64 (64-byte swizzled Q/K tiles), 128 and 256,
     block_n 128. Supported: f16/bf16, head dims 64, 128
     and 256, the same masks, GQA and dynamic shapes as the forward.
+
+    The ops `fa3-cast-fp8` inserts before an FP8 attention get kernels too:
+    `fa3.hadamard` one warp per row of 32 to 256 elements (`fa3_hadamard_*`;
+    butterflies in registers and through `shfl.bfly`), `fa3.quantize` a pair
+    (`<name>_amax`: per-group amax by atomic max of the float bits over CTAs
+    of row chunks, `block_m` rows each; `<name>_cast`: correctly rounded
+    descales and `cvt.rn.satfinite.e4m3x2`). The runtime launches them
+    (`FP8PrepLauncher.h`).
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : ...

@@ -11,6 +11,7 @@
 #define FA3_RUNTIME_ATTENTIONLAUNCHER_H
 
 #include "fa3/Runtime/CudaDriver.h"
+#include "fa3/Runtime/HostTensor.h"
 
 #include <map>
 #include <string>
@@ -20,8 +21,14 @@ namespace fa3::runtime {
 /// What the compiler tells the runtime about one forward kernel (the
 /// `fa3.launch` metadata plus the spec it was built for).
 struct AttentionKernelInfo {
+  /// What the kernel computes: an attention (forward or backward), or one
+  /// of the FP8 preparation ops fa3-cast-fp8 inserts (see
+  /// FP8PrepLauncher.h).
+  enum class Kind { Attention, Hadamard, Quantize };
+  Kind kind = Kind::Attention;
   /// The forward's kernel, or the main backward kernel (its `_pre` and
-  /// `_post` companions are named after it).
+  /// `_post` companions are named after it); for Quantize, the name its
+  /// `_amax` and `_cast` kernels extend.
   std::string name;
   bool backward = false;
   bool bf16 = true; ///< the 16-bit type (FP8: of the output, bf16)
@@ -29,6 +36,12 @@ struct AttentionKernelInfo {
 
   int64_t headDim = 0, numQHeads = 0, numKVHeads = 0;
   int64_t blockM = 0, blockN = 0, threads = 0, sharedMemory = 0;
+
+  /// Hadamard and Quantize: the element types read and written (Quantize
+  /// writes e4m3). Their `headDim` is the last dimension; for Quantize,
+  /// `numQHeads` is H, `numKVHeads` the groups G, and `blockM` the rows one
+  /// `_amax` CTA reduces.
+  ElementType inputType = ElementType::BF16, outputType = ElementType::BF16;
 
   /// As key=value pairs for a KernelCache manifest, and back.
   std::map<std::string, std::string> toManifest() const;

@@ -131,6 +131,9 @@ private:
 
 /// Waits for all work queued on `stream`.
 llvm::Error synchronizeStream(CudaStream stream);
+/// Sets `count` 32-bit words at `dst` to `value`, in order on `stream`.
+llvm::Error memsetAsync32(DevicePtr dst, uint32_t value, size_t count,
+                          CudaStream stream);
 
 //===----------------------------------------------------------------------===//
 // Memory

@@ -15,6 +15,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ enum class ElementType { F32, F16, BF16, F64, F8E4M3 };
 size_t elementSize(ElementType type);
 /// "f32", "f16", "bf16", "f64" or "f8E4M3FN", as MLIR spells them.
 llvm::StringRef elementTypeName(ElementType type);
+/// The inverse of elementTypeName; nullopt for another name.
+std::optional<ElementType> parseElementType(llvm::StringRef name);
 
 /// A dense, row-major array owned in host memory.
 struct HostTensor {

@@ -221,6 +221,29 @@ struct ConvertFA3ToHopperPass
         // kernels are named after it.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
+      } else if (auto hadamard = dyn_cast<HadamardOp>(op)) {
+        FailureOr<HopperHadamardSpec> spec = HopperHadamardSpec::fromOp(hadamard);
+        if (failed(spec)) {
+          failedAny = true;
+          return;
+        }
+        std::string name = spec->kernelName();
+        if (!getKernels().lookupSymbol(name))
+          buildHopperHadamardKernel(builder, kernels, *spec);
+        annotate(op, name, spec->numThreads(), 0,
+                 HopperHadamardSpec::kRowsPerBlock, 0);
+      } else if (auto quantize = dyn_cast<QuantizeOp>(op)) {
+        FailureOr<HopperQuantizeSpec> spec = HopperQuantizeSpec::fromOp(quantize);
+        if (failed(spec)) {
+          failedAny = true;
+          return;
+        }
+        std::string name = spec->kernelName();
+        if (!getKernels().lookupSymbol(spec->amaxKernelName()))
+          buildHopperQuantizeKernels(builder, kernels, *spec);
+        // block_m: the rows of one _amax CTA.
+        annotate(op, name, HopperQuantizeSpec::kThreads, 0,
+                 spec->rowsPerChunk(), 0);
       }
     });
     if (failedAny)

@@ -1,4 +1,4 @@
-//===- FP8OpsToLinalg.cpp - fa3.hadamard and fa3.quantize to linalg ----------===//
+//===- FP8OpsToLinalg.cpp - fa3.hadamard and fa3.quantize to linalg -----===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -78,19 +78,18 @@ struct HadamardLowering : OpConversionPattern<HadamardOp> {
     Value signTensor = arith::ConstantOp::create(
         rewriter, loc, DenseElementsAttr::get(signType, ArrayRef(signs)));
     auto lastDim = AffineMap::get(rank, 0, getAffineDimExpr(rank - 1, ctx));
-    Value y =
-        linalg::GenericOp::create(
-            rewriter, loc, TypeRange{type.clone(f32)},
-            ValueRange{input, signTensor},
-            ValueRange{emptyShapedLike(rewriter, loc, input, f32)},
-            ArrayRef<AffineMap>{identity, lastDim, identity}, parallel,
-            [&](OpBuilder &b, Location loc, ValueRange args) {
-              linalg::YieldOp::create(
-                  b, loc,
-                  ValueRange{arith::MulFOp::create(
-                      b, loc, toF32(b, loc, args[0]), args[1])});
-            })
-            .getResult(0);
+    Value y = linalg::GenericOp::create(
+                  rewriter, loc, TypeRange{type.clone(f32)},
+                  ValueRange{input, signTensor},
+                  ValueRange{emptyShapedLike(rewriter, loc, input, f32)},
+                  ArrayRef<AffineMap>{identity, lastDim, identity}, parallel,
+                  [&](OpBuilder &b, Location loc, ValueRange args) {
+                    linalg::YieldOp::create(
+                        b, loc,
+                        ValueRange{arith::MulFOp::create(
+                            b, loc, toF32(b, loc, args[0]), args[1])});
+                  })
+                  .getResult(0);
 
     for (int64_t h = 1; h < d; h *= 2) {
       Value prev = y;
@@ -113,10 +112,9 @@ struct HadamardLowering : OpConversionPattern<HadamardOp> {
                     tensor::ExtractOp::create(b, loc, prev, indices);
                 Value sum = arith::AddFOp::create(b, loc, args[0], partner);
                 Value diff = arith::SubFOp::create(b, loc, partner, args[0]);
-                linalg::YieldOp::create(
-                    b, loc,
-                    ValueRange{arith::SelectOp::create(b, loc, upper, diff,
-                                                       sum)});
+                linalg::YieldOp::create(b, loc,
+                                        ValueRange{arith::SelectOp::create(
+                                            b, loc, upper, diff, sum)});
               })
               .getResult(0);
     }
@@ -129,10 +127,9 @@ struct HadamardLowering : OpConversionPattern<HadamardOp> {
               ValueRange{emptyShapedLike(rewriter, loc, y, resultElt)},
               ArrayRef<AffineMap>{identity, identity}, parallel,
               [&](OpBuilder &b, Location loc, ValueRange args) {
-                linalg::YieldOp::create(
-                    b, loc,
-                    ValueRange{arith::TruncFOp::create(b, loc, resultElt,
-                                                       args[0])});
+                linalg::YieldOp::create(b, loc,
+                                        ValueRange{arith::TruncFOp::create(
+                                            b, loc, resultElt, args[0])});
               })
               .getResult(0);
     if (y.getType() != resultType)
@@ -164,16 +161,16 @@ struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
     for (int64_t i = 0; i < 2; ++i)
       expandedSizes.push_back(
           type.isDynamicDim(i)
-              ? OpFoldResult(tensor::DimOp::create(rewriter, loc, input, i)
-                                 .getResult())
+              ? OpFoldResult(
+                    tensor::DimOp::create(rewriter, loc, input, i).getResult())
               : OpFoldResult(rewriter.getIndexAttr(type.getDimSize(i))));
     expandedSizes.push_back(rewriter.getIndexAttr(groups));
     expandedSizes.push_back(rewriter.getIndexAttr(perGroup));
     expandedSizes.push_back(rewriter.getIndexAttr(type.getDimSize(3)));
-    auto expandedType = RankedTensorType::get(
-        {type.getDimSize(0), type.getDimSize(1), groups, perGroup,
-         type.getDimSize(3)},
-        type.getElementType());
+    auto expandedType =
+        RankedTensorType::get({type.getDimSize(0), type.getDimSize(1), groups,
+                               perGroup, type.getDimSize(3)},
+                              type.getElementType());
     Value expanded = tensor::ExpandShapeOp::create(
         rewriter, loc, expandedType, input,
         ArrayRef<ReassociationIndices>{{0}, {1}, {2, 3}, {4}}, expandedSizes);
@@ -184,13 +181,11 @@ struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
       batch.push_back(tensor::DimOp::create(rewriter, loc, input, 0));
     auto groupType = RankedTensorType::get({type.getDimSize(0), groups}, f32);
     Value zero = f32Cst(rewriter, loc, 0.0f);
-    Value amaxInit =
-        linalg::FillOp::create(
-            rewriter, loc, zero,
-            ValueRange{tensor::EmptyOp::create(rewriter, loc,
-                                               groupType.getShape(), f32,
-                                               batch)})
-            .getResult(0);
+    Value amaxInit = linalg::FillOp::create(
+                         rewriter, loc, zero,
+                         ValueRange{tensor::EmptyOp::create(
+                             rewriter, loc, groupType.getShape(), f32, batch)})
+                         .getResult(0);
     auto id5 = AffineMap::getMultiDimIdentityMap(5, ctx);
     auto bg = AffineMap::get(
         5, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(2, ctx)}, ctx);
@@ -202,10 +197,9 @@ struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
             [&](OpBuilder &b, Location loc, ValueRange args) {
               Value magnitude =
                   math::AbsFOp::create(b, loc, toF32(b, loc, args[0]));
-              linalg::YieldOp::create(
-                  b, loc,
-                  ValueRange{
-                      arith::MaximumFOp::create(b, loc, args[1], magnitude)});
+              linalg::YieldOp::create(b, loc,
+                                      ValueRange{arith::MaximumFOp::create(
+                                          b, loc, args[1], magnitude)});
             })
             .getResult(0);
 
@@ -214,18 +208,16 @@ struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
     auto id2 = AffineMap::getMultiDimIdentityMap(2, ctx);
     auto perGroupValues = linalg::GenericOp::create(
         rewriter, loc, TypeRange{groupType, groupType}, ValueRange{amax},
-        ValueRange{
-            tensor::EmptyOp::create(rewriter, loc, groupType.getShape(), f32,
-                                    batch),
-            tensor::EmptyOp::create(rewriter, loc, groupType.getShape(), f32,
-                                    batch)},
+        ValueRange{tensor::EmptyOp::create(rewriter, loc, groupType.getShape(),
+                                           f32, batch),
+                   tensor::EmptyOp::create(rewriter, loc, groupType.getShape(),
+                                           f32, batch)},
         ArrayRef<AffineMap>{id2, id2, id2},
         ArrayRef<utils::IteratorType>{kPar, kPar},
         [&](OpBuilder &b, Location loc, ValueRange args) {
           Value descale = arith::MaximumFOp::create(
               b, loc,
-              arith::DivFOp::create(b, loc, args[0],
-                                    f32Cst(b, loc, kE4M3Max)),
+              arith::DivFOp::create(b, loc, args[0], f32Cst(b, loc, kE4M3Max)),
               f32Cst(b, loc, kMinDescale));
           Value scale =
               arith::DivFOp::create(b, loc, f32Cst(b, loc, 1.0f), descale);
@@ -238,20 +230,19 @@ struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
         {getAffineDimExpr(0, ctx), getAffineDimExpr(2, ctx).floorDiv(perGroup)},
         ctx);
     Type f8 = rewriter.getType<Float8E4M3FNType>();
-    Value result =
-        linalg::GenericOp::create(
-            rewriter, loc, TypeRange{type.clone(f8)},
-            ValueRange{input, perGroupValues.getResult(1)},
-            ValueRange{emptyShapedLike(rewriter, loc, input, f8)},
-            ArrayRef<AffineMap>{id4, perHead, id4},
-            SmallVector<utils::IteratorType>(4, kPar),
-            [&](OpBuilder &b, Location loc, ValueRange args) {
-              Value scaled = arith::MulFOp::create(
-                  b, loc, toF32(b, loc, args[0]), args[1]);
-              linalg::YieldOp::create(b, loc,
-                                      ValueRange{encodeE4M3(b, loc, scaled)});
-            })
-            .getResult(0);
+    Value result = linalg::GenericOp::create(
+                       rewriter, loc, TypeRange{type.clone(f8)},
+                       ValueRange{input, perGroupValues.getResult(1)},
+                       ValueRange{emptyShapedLike(rewriter, loc, input, f8)},
+                       ArrayRef<AffineMap>{id4, perHead, id4},
+                       SmallVector<utils::IteratorType>(4, kPar),
+                       [&](OpBuilder &b, Location loc, ValueRange args) {
+                         Value scaled = arith::MulFOp::create(
+                             b, loc, toF32(b, loc, args[0]), args[1]);
+                         linalg::YieldOp::create(
+                             b, loc, ValueRange{encodeE4M3(b, loc, scaled)});
+                       })
+                       .getResult(0);
 
     Value descale = perGroupValues.getResult(0);
     auto resultType = cast<RankedTensorType>(op.getResult().getType());

@@ -47,3 +47,11 @@ func.func @grad_block_m(%do: tensor<1x?x4x64xbf16>, %q: tensor<1x?x4x64xbf16>, %
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>)
   return %dq, %dk, %dv : tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>
 }
+
+// -----
+
+func.func @hadamard_rows_too_short(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{'fa3.hadamard' op the Hopper kernel transforms rows of 32 to 256 elements (one warp per row), got 16}}
+  %y = fa3.hadamard %x {seed = 0 : i64} : tensor<4x16xf32> -> tensor<4x16xf32>
+  return %y : tensor<4x16xf32>
+}

@@ -32,3 +32,14 @@
 // FP8-NOT: {{C7517|C7519|C7520|error}}
 // FP8: Function properties for fa3_fwd_e4m3_{{[a-z0-9_]+}}_s{{[0-9a-f]+$}}
 // FP8-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+// The FP8 preparation kernels (fa3.hadamard, fa3.quantize).
+// RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=hadamard_d128 --emit=ptx > %t.had128.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.had128.ptx -o %t.had128.cubin 2>&1 | FileCheck %s --check-prefix=PREP
+// RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=hadamard_d256 --emit=ptx > %t.had256.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.had256.ptx -o %t.had256.cubin 2>&1 | FileCheck %s --check-prefix=PREP
+// RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=quantize_f32 --emit=ptx > %t.quant.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.quant.ptx -o %t.quant.cubin 2>&1 | FileCheck %s --check-prefix=PREP
+// PREP-NOT: {{warning|error}}
+// PREP: Function properties for fa3_{{hadamard|quantize}}_
+// PREP-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

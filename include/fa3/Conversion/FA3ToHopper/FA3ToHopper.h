@@ -21,6 +21,8 @@ class GPUModuleOp;
 namespace fa3 {
 class AttentionOp;
 class AttentionGradOp;
+class HadamardOp;
+class QuantizeOp;
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -120,6 +122,58 @@ struct HopperAttentionGradSpec {
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
                                      const HopperAttentionGradSpec &spec);
+
+/// The element types the FP8 preparation kernels read and write.
+enum class HopperScalar { F32, BF16, F16 };
+
+/// fa3.hadamard on Hopper: one warp per row of `dim` elements (32 to 256),
+/// each lane holding dim / 32 consecutive ones; butterflies within a lane
+/// run in registers, the others through shfl.bfly.
+struct HopperHadamardSpec {
+  HopperScalar input = HopperScalar::BF16, output = HopperScalar::F32;
+  int64_t dim = 128;
+  int64_t seed = 0;
+
+  static FailureOr<HopperHadamardSpec> fromOp(HadamardOp op);
+  /// e.g. fa3_hadamard_bf16_f32_d128_s0.
+  std::string kernelName() const;
+  static constexpr int64_t kRowsPerBlock = 8;
+  int64_t numThreads() const { return kRowsPerBlock * 32; }
+};
+
+/// Emits the Hadamard kernel. Parameters: input, output, rows (i64: the
+/// product of all but the last dimension). Grid ceildiv(rows, 8), 256
+/// threads.
+void buildHopperHadamardKernel(OpBuilder &builder, gpu::GPUModuleOp module,
+                               const HopperHadamardSpec &spec);
+
+/// fa3.quantize on Hopper, as two kernels: `<name>_amax` reduces |x| per
+/// (batch, group) into u32 bits of non-negative floats (whose unsigned
+/// order is the float order) with atomic max, from chunks of rows spread
+/// over the grid; `<name>_cast` writes the descales and the e4m3 values
+/// (cvt.rn.satfinite.e4m3x2, four elements per thread).
+struct HopperQuantizeSpec {
+  HopperScalar input = HopperScalar::F32;
+  int64_t numHeads = 1, numGroups = 1, headDim = 128;
+
+  static FailureOr<HopperQuantizeSpec> fromOp(QuantizeOp op);
+  /// e.g. fa3_quantize_f32_h8g2_d128.
+  std::string kernelName() const;
+  std::string amaxKernelName() const { return kernelName() + "_amax"; }
+  std::string castKernelName() const { return kernelName() + "_cast"; }
+  /// Rows of one (batch, group) an _amax CTA reduces: about 16 Ki elements.
+  int64_t rowsPerChunk() const;
+  static constexpr int64_t kThreads = 256;
+};
+
+/// Emits the two quantization kernels. Parameters:
+///  * _amax: input, the zeroed amax bits (u32 [B, G]), S (i32). Grid
+///    (ceildiv(S, rowsPerChunk()), G, B).
+///  * _cast: input, the amax bits, the e4m3 output, the descales (f32
+///    [B, G]), the element count B·S·H·D, the elements per batch S·H·D and
+///    B·G (i64). Grid ceildiv(max(count / 4, B·G), 256).
+void buildHopperQuantizeKernels(OpBuilder &builder, gpu::GPUModuleOp module,
+                                const HopperQuantizeSpec &spec);
 
 } // namespace fa3
 } // namespace mlir

@@ -1,4 +1,4 @@
-//===- CastFP8.cpp - Rewrite #fa3.fp8 attentions into their FP8 form ---------===//
+//===- CastFP8.cpp - Rewrite #fa3.fp8 attentions into their FP8 form ----===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -43,8 +43,8 @@ static void castToFP8(AttentionOp op, bool hadamard, int64_t seed,
                            seedAttr);
   }
   // One descale per (batch, key/value head) for all three, as in FA3.
-  auto descaleType = RankedTensorType::get(
-      {qType.getDimSize(0), kType.getDimSize(2)}, f32);
+  auto descaleType =
+      RankedTensorType::get({qType.getDimSize(0), kType.getDimSize(2)}, f32);
   SmallVector<Value> quantized, descales;
   for (Value x : {q, k, v}) {
     auto quantize = QuantizeOp::create(
@@ -69,11 +69,10 @@ struct FA3CastFP8Pass : public fa3::impl::FA3CastFP8Base<FA3CastFP8Pass> {
   void runOnOperation() override {
     SmallVector<AttentionOp> ops;
     getOperation()->walk([&](AttentionOp op) {
-      if (op.getFp8Attr() ||
-          (all && !op.isFP8() &&
-           cast<RankedTensorType>(op.getQuery().getType())
-               .getElementType()
-               .isBF16()))
+      if (op.getFp8Attr() || (all && !op.isFP8() &&
+                              cast<RankedTensorType>(op.getQuery().getType())
+                                  .getElementType()
+                                  .isBF16()))
         ops.push_back(op);
     });
     IRRewriter rewriter(&getContext());
@@ -89,8 +88,7 @@ struct FA3CastFP8Pass : public fa3::impl::FA3CastFP8Base<FA3CastFP8Pass> {
         signalPassFailure();
         continue;
       }
-      castToFP8(op, transform, attr ? attr.getSeed() : int64_t(seed),
-                rewriter);
+      castToFP8(op, transform, attr ? attr.getSeed() : int64_t(seed), rewriter);
     }
   }
 };

@@ -1,4 +1,4 @@
-//===- E4M3.cpp - e4m3 (f8E4M3FN) arithmetic for the CPU lowerings ----------===//
+//===- E4M3.cpp - e4m3 (f8E4M3FN) arithmetic for the CPU lowerings ------===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -24,9 +24,15 @@ struct Arith {
   Value f(float v) {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
   }
-  Value shr(Value x, int32_t n) { return arith::ShRUIOp::create(b, loc, x, c(n)); }
-  Value shl(Value x, int32_t n) { return arith::ShLIOp::create(b, loc, x, c(n)); }
-  Value band(Value x, int32_t m) { return arith::AndIOp::create(b, loc, x, c(m)); }
+  Value shr(Value x, int32_t n) {
+    return arith::ShRUIOp::create(b, loc, x, c(n));
+  }
+  Value shl(Value x, int32_t n) {
+    return arith::ShLIOp::create(b, loc, x, c(n));
+  }
+  Value band(Value x, int32_t m) {
+    return arith::AndIOp::create(b, loc, x, c(m));
+  }
   Value bor(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
   Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
   Value icmp(arith::CmpIPredicate p, Value x, Value y) {
@@ -46,23 +52,23 @@ static Value decodeBits(Arith &a, Value u) {
   Value sign = a.band(a.shr(u, 7), 1);
   Value exponent = a.band(a.shr(u, 3), 15);
   Value mantissa = a.band(u, 7);
-  // Normal: (-1)^s (1 + m/8) 2^(e-7), i.e. f32 bits s | (e + 120) << 23 | m << 20.
-  Value bits = a.bor(a.shl(sign, 31),
-                     a.bor(a.shl(a.add(exponent, a.c(120)), 23),
-                           a.shl(mantissa, 20)));
+  // Normal: (-1)^s (1 + m/8) 2^(e-7), i.e. f32 bits s | (e + 120) << 23 | m
+  // << 20.
+  Value bits =
+      a.bor(a.shl(sign, 31),
+            a.bor(a.shl(a.add(exponent, a.c(120)), 23), a.shl(mantissa, 20)));
   Value normal = arith::BitcastOp::create(b, loc, f32, bits);
   // Subnormal (e = 0): (-1)^s m 2^-9.
   Value magnitude = arith::MulFOp::create(
       b, loc, arith::UIToFPOp::create(b, loc, f32, mantissa), a.f(1.0f / 512));
   Value negative = a.icmp(arith::CmpIPredicate::eq, sign, a.c(1));
-  Value subnormal = a.select(
-      negative, arith::NegFOp::create(b, loc, magnitude), magnitude);
+  Value subnormal =
+      a.select(negative, arith::NegFOp::create(b, loc, magnitude), magnitude);
   Value isSub = a.icmp(arith::CmpIPredicate::eq, exponent, a.c(0));
   Value value = a.select(isSub, subnormal, normal);
-  Value isNan =
-      arith::AndIOp::create(b, loc,
-                            a.icmp(arith::CmpIPredicate::eq, exponent, a.c(15)),
-                            a.icmp(arith::CmpIPredicate::eq, mantissa, a.c(7)));
+  Value isNan = arith::AndIOp::create(
+      b, loc, a.icmp(arith::CmpIPredicate::eq, exponent, a.c(15)),
+      a.icmp(arith::CmpIPredicate::eq, mantissa, a.c(7)));
   return a.select(isNan, a.f(std::numeric_limits<float>::quiet_NaN()), value);
 }
 
@@ -80,12 +86,11 @@ static Value encodeBits(Arith &a, Value x) {
   // ones to nearest even (a carry may bump the exponent), then rebias the
   // exponent from 127 to 7. Past 448 (0x43e00000) saturate to 0x7e.
   Value lsb = a.band(a.shr(absBits, 20), 1);
-  Value rounded = a.band(a.add(absBits, a.add(a.c(0x7ffff), lsb)),
-                         int32_t(0xfff00000u));
-  Value normal =
-      a.bor(a.shl(arith::SubIOp::create(b, loc, a.shr(rounded, 23), a.c(120)),
-                  3),
-            a.band(a.shr(rounded, 20), 7));
+  Value rounded =
+      a.band(a.add(absBits, a.add(a.c(0x7ffff), lsb)), int32_t(0xfff00000u));
+  Value normal = a.bor(
+      a.shl(arith::SubIOp::create(b, loc, a.shr(rounded, 23), a.c(120)), 3),
+      a.band(a.shr(rounded, 20), 7));
   normal = a.select(a.icmp(arith::CmpIPredicate::ugt, rounded, a.c(0x43e00000)),
                     a.c(0x7e), normal);
   // Below 2^-6 the result is a multiple of 2^-9: round |x| · 2^9 to an
@@ -99,8 +104,7 @@ static Value encodeBits(Arith &a, Value x) {
   Value small = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT,
                                       magnitude, a.f(1.0f / 64));
   Value code = a.select(small, subnormal, normal);
-  Value isNan =
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, x, x);
+  Value isNan = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, x, x);
   code = a.select(isNan, a.c(0x7f), code);
   return a.bor(code, a.shl(sign, 7));
 }

@@ -1,4 +1,4 @@
-//===- E4M3.h - e4m3 (f8E4M3FN) arithmetic for the CPU lowerings --*- C++ -*-===//
+//===- E4M3.h - e4m3 (f8E4M3FN) arithmetic for CPU lowerings -*- C++ -*-===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //

@@ -1,0 +1,229 @@
+"""fa3-cast-fp8 on the H200: fa3-run --device=cuda runs fa3.quantize,
+fa3.hadamard and bf16 attentions marked `fp8 = #fa3.fp8<...>` through their
+Hopper kernels (the quantization pair, the Hadamard kernel, the V' layout
+kernel and the e4m3 attention), checked like the CPU path in
+test/Integration/CPU/test_cast_fp8_cpu.py:
+
+* fa3.quantize bit for bit against its float32 spec (NumPy + torch's e4m3) and
+  against the CPU pipeline;
+* fa3.hadamard against the dense float64 product (relative 1e-5);
+* an attention marked `fp8` equals the explicit chain fa3-cast-fp8 writes,
+  whose quantized inputs match the NumPy quantization and whose output
+  matches fp8_model with the kernel's 128-key blocks (bound in
+  fp8_model.py), over head dims 64/128/256, causal or not, ragged lengths
+  and GQA;
+* FA3's Table 3 experiment through the compiled path (issue targets: RMSE
+  <= 1.0e-2 with Hadamard, <= 2.6e-2 without).
+"""
+
+import os
+import subprocess
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from fa3 import reference
+
+import fp8_model
+
+SEED = int(os.environ.get("FA3_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()) ^ SEED)
+
+
+def _bf16(x):
+    return torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16).float().numpy()
+
+
+def _signs(seed, d):
+    m = (1 << 64) - 1
+    out = []
+    for i in range(d):
+        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & m
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        z ^= z >> 31
+        out.append(-1.0 if z >> 63 else 1.0)
+    return np.array(out)
+
+
+def _hadamard_matrix(d, seed):
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    return np.diag(_signs(seed & ((1 << 64) - 1), d)) @ h / np.sqrt(d)
+
+
+def _quantize(x32, groups):
+    b, s, h, d = x32.shape
+    amax = np.abs(x32).reshape(b, s, groups, h // groups, d).max(axis=(1, 3, 4))
+    descale = np.maximum(amax / np.float32(448), np.float32(1e-12)).astype(np.float32)
+    scale = (np.float32(1) / descale).astype(np.float32)
+    scaled = (x32 * np.repeat(scale, h // groups, axis=1)[:, None, :, None]).astype(np.float32)
+    return fp8_model.e4m3(scaled), descale
+
+
+def _run(fa3_run, tmp_path, src, inputs, outputs, device="cuda"):
+    path = tmp_path / "f.mlir"
+    path.write_text(src)
+    for i, x in enumerate(inputs):
+        np.save(tmp_path / f"in{i}.npy", np.asarray(x, np.float32))
+    for i in range(outputs):
+        np.save(tmp_path / f"out{i}.npy", np.full((1,), np.nan, np.float32))
+    proc = subprocess.run([fa3_run, str(path), "--function=f", f"--device={device}"]
+                          + [f"--input=@{tmp_path}/in{i}.npy" for i in range(len(inputs))]
+                          + [f"--output=@{tmp_path}/out{i}.npy" for i in range(outputs)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return [np.load(tmp_path / f"out{i}.npy").astype(np.float64) for i in range(outputs)]
+
+
+@pytest.mark.parametrize("shape,groups,elt", [((2, 1000, 8, 128), 2, "bf16"), ((1, 17, 4, 64), 4, "f32"),
+                                              ((3, 300, 2, 256), 1, "f32")],
+                         ids=["b2-s1000-h8g2-d128-bf16", "b1-s17-h4g4-d64-f32", "b3-s300-h2g1-d256-f32"])
+def test_quantize_gpu_is_bit_exact(shape, groups, elt, fa3_run, tmp_path):
+    b, s, h, d = shape
+    rng = _rng("quantize", shape)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x[0, s // 2, 0, 5] = 300.0  # one outlier: many values of its group go subnormal
+    x.reshape(-1)[:4] = [1e-30, -1e-30, 2.0 ** -20, -7.5]
+    if b > 1:
+        x[1] = 0.0  # all-zero groups: descale 1e-12, zeros
+    if elt == "bf16":
+        x = _bf16(x)
+    t = f"tensor<?x?x{h}x{d}x{elt}>"
+    r = f"tensor<?x?x{h}x{d}xf8E4M3FN>, tensor<?x{groups}xf32>"
+    src = (f"func.func @f(%x: {t}) -> ({r}) {{\n  %r, %s = fa3.quantize %x : {t} -> {r}\n"
+           f"  return %r, %s : {r}\n}}\n")
+    got, descale = _run(fa3_run, tmp_path, src, [x], 2)
+    want, want_descale = _quantize(x, groups)
+    np.testing.assert_array_equal(descale, want_descale.astype(np.float64))
+    np.testing.assert_array_equal(got, want)
+    cpu, cpu_descale = _run(fa3_run, tmp_path, src, [x], 2, device="cpu")
+    np.testing.assert_array_equal(got, cpu)
+    np.testing.assert_array_equal(descale, cpu_descale)
+
+
+@pytest.mark.parametrize("d,seed,elt,out", [(32, 1, "f32", "f32"), (64, 0, "bf16", "f32"),
+                                            (128, -5, "bf16", "f32"), (256, 99, "f32", "bf16")])
+def test_hadamard_gpu_matches_dense_product(d, seed, elt, out, fa3_run, tmp_path):
+    shape = (2, 77, 3, d)
+    x = _rng("hadamard", d).standard_normal(shape).astype(np.float32)
+    if elt == "bf16":
+        x = _bf16(x)
+    t, ot = f"tensor<?x?x3x{d}x{elt}>", f"tensor<?x?x3x{d}x{out}>"
+    src = (f"func.func @f(%x: {t}) -> {ot} {{\n  %y = fa3.hadamard %x {{seed = {seed} : i64}} : {t} -> {ot}\n"
+           f"  return %y : {ot}\n}}\n")
+    (got,) = _run(fa3_run, tmp_path, src, [x], 1)
+    want = x.astype(np.float64) @ _hadamard_matrix(d, seed)
+    if out == "bf16":
+        np.testing.assert_allclose(got, want, rtol=2.0 ** -8, atol=1e-6)
+    else:
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(x).max() * np.sqrt(d))
+
+
+def _attention_src(hq, hkv, d, attrs):
+    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
+    lt = f"tensor<?x{hq}x?xf32>"
+    return (f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
+            f"  %o, %lse = fa3.attention %q, %k, %v {{{attrs}}} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
+            f"  return %o, %lse : {qt}, {lt}\n}}\n")
+
+
+def _explicit_src(hq, hkv, d, causal, hadamard, seed):
+    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
+    q8t, k8t = (t.replace("bf16", "f8E4M3FN") for t in (qt, kt))
+    dt, lt = f"tensor<?x{hkv}xf32>", f"tensor<?x{hq}x?xf32>"
+    lines = [f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}) {{"]
+    qin, kin, qin_t, kin_t = "%q", "%k", qt, kt
+    if hadamard:
+        qin_t, kin_t = qt.replace("bf16", "f32"), kt.replace("bf16", "f32")
+        lines += [f"  %qh = fa3.hadamard %q {{seed = {seed} : i64}} : {qt} -> {qin_t}",
+                  f"  %kh = fa3.hadamard %k {{seed = {seed} : i64}} : {kt} -> {kin_t}"]
+        qin, kin = "%qh", "%kh"
+    lines += [f"  %q8, %qd = fa3.quantize {qin} : {qin_t} -> {q8t}, {dt}",
+              f"  %k8, %kd = fa3.quantize {kin} : {kin_t} -> {k8t}, {dt}",
+              f"  %v8, %vd = fa3.quantize %v : {kt} -> {k8t}, {dt}",
+              f"  %o, %lse = fa3.attention %q8, %k8, %v8, %qd, %kd, %vd{' {causal}' if causal else ''} : "
+              f"({q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}) -> ({qt}, {lt})",
+              f"  return %o, %lse, %q8, %k8, %v8, %qd, %kd, %vd : {qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}",
+              "}"]
+    return "\n".join(lines) + "\n"
+
+
+CASES = [  # b, sq, sk, hq, hkv, d, causal
+    (2, 1000, 1000, 8, 2, 128, True),
+    (1, 17, 300, 4, 4, 64, False),
+    (1, 1, 517, 2, 1, 256, False),
+    (2, 300, 128, 4, 2, 256, True),
+    (1, 1000, 1000, 6, 2, 64, True),
+]
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}-sq{c[1]}-sk{c[2]}-h{c[3]}x{c[4]}-d{c[5]}"
+                         + ("-causal" if c[6] else ""))
+def test_fp8_attribute_gpu_matches_model(case, hadamard, fa3_run, tmp_path):
+    b, sq, sk, hq, hkv, d, causal = case
+    rng = _rng("attention", case, hadamard)
+    q, k, v = (_bf16(rng.standard_normal(shape) * 2) for shape in
+               ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)))
+    seed = 5
+    attrs = ("causal, " if causal else "") + f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}, seed = {seed}>"
+    o, lse = _run(fa3_run, tmp_path, _attention_src(hq, hkv, d, attrs), [q, k, v], 2)
+    o2, lse2, q8, k8, v8, qd, kd, vd = _run(fa3_run, tmp_path, _explicit_src(hq, hkv, d, causal, hadamard, seed),
+                                            [q, k, v], 8)
+    np.testing.assert_array_equal(o, o2)
+    np.testing.assert_array_equal(lse, lse2)
+
+    qh, kh = q, k
+    if hadamard:
+        m = _hadamard_matrix(d, seed)
+        qh, kh = ((x.astype(np.float64) @ m).astype(np.float32) for x in (q, k))
+    for got, got_descale, x in ((q8, qd, qh), (k8, kd, kh), (v8, vd, v)):
+        want, want_descale = _quantize(x, hkv)
+        np.testing.assert_allclose(got_descale, want_descale, rtol=1e-6 if hadamard else 0)
+        if hadamard and x is not v:
+            assert np.mean(got == want) >= 0.999
+            np.testing.assert_allclose(got, want, rtol=2.0 ** -3, atol=2.0 ** -9)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+    vmax = float(np.abs(v8 * vd[:, None, :, None]).max())
+    want = fp8_model.fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal, block_n=128)
+    fp8_model.check_fp8_output(o, want, vmax, f"FA3_TEST_SEED={SEED}")
+    group = hq // hkv
+    _, want_lse = reference.attention(q8 * np.repeat(qd, group, axis=1)[:, None, :, None],
+                                      k8 * kd[:, None, :, None], v8 * vd[:, None, :, None], causal=causal)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-4, atol=1e-4)
+
+
+def test_table3_compiled_gpu(fa3_run, tmp_path):
+    """FA3 Table 3 (inputs N(0,1) + N(0,100)·Bernoulli(0.001), RMSE of O
+    against float64 attention of the unquantized inputs) through
+    fa3-cast-fp8 and the Hopper kernels, at the shape test_fp8_gpu.py uses
+    for the Python path."""
+    b, s, h, d = 1, 4096, 8, 128
+    rng = _rng("table3")
+
+    def sample():
+        shape = (b, s, h, d)
+        return _bf16(rng.standard_normal(shape) + rng.standard_normal(shape) * 10 * (rng.random(shape) < 0.001))
+
+    q, k, v = sample(), sample(), sample()
+    tq, tk, tv = (torch.from_numpy(x).double().cuda() for x in (q, k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", tq, tk) / np.sqrt(d)
+    want = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), tv).cpu().numpy()
+    rmse = {}
+    for hadamard in (False, True):
+        attrs = f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}>"
+        o, _ = _run(fa3_run, tmp_path, _attention_src(h, h, d, attrs), [q, k, v], 2)
+        rmse[hadamard] = float(np.sqrt(np.mean((o - want) ** 2)))
+    print(f"FA3 Table 3 setup through fa3-cast-fp8 (d{d} s{s}): FP8 RMSE {rmse[False]:.2e}, "
+          f"with Hadamard {rmse[True]:.2e} (FA3 paper: 2.4e-2 and 9.1e-3)")
+    assert rmse[True] < rmse[False]
+    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.0e-2, rmse

@@ -1,0 +1,39 @@
+// The Hopper kernels of fa3-cast-fp8's ops.
+
+// An attention marked #fa3.fp8 goes through the whole FP8 chain: the
+// Hadamard kernel (shared by Q and K: same seed and types), one
+// quantization kernel pair per input shape, and the FP8 attention.
+// RUN: fa3-opt %S/Inputs/fp8-prep.mlir --fa3-hopper-kernel-pipeline | FileCheck %s --check-prefix=CHAIN
+// CHAIN-LABEL: func.func @fp8_attr
+// CHAIN: fa3.hadamard %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_hadamard_bf16_f32_d64_s7
+// CHAIN: fa3.hadamard %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_hadamard_bf16_f32_d64_s7
+// CHAIN: fa3.quantize %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_quantize_f32_h4g2_d64, fa3.launch = {block_m = 128
+// CHAIN: fa3.quantize %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_quantize_f32_h2g2_d64, fa3.launch = {block_m = 256
+// CHAIN: fa3.quantize %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_quantize_bf16_h2g2_d64
+// CHAIN: fa3.attention {{.+}}fa3.kernel = @fa3_kernels::@fa3_fwd_e4m3_d64_h4x2_m192n128s2_causal
+// CHAIN: llvm.func @fa3_hadamard_bf16_f32_d64_s7(
+// CHAIN-NOT: llvm.func @fa3_hadamard_bf16_f32_d64_s7(
+// CHAIN: llvm.func @fa3_quantize_f32_h4g2_d64_amax(
+// CHAIN: llvm.func @fa3_quantize_f32_h4g2_d64_cast(
+
+// Hadamard: one warp per row, 4 elements a lane at d128 (2 butterflies in
+// registers, 5 through shuffles), f32 out.
+// RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=hadamard_d128 --emit=ptx | FileCheck %s --check-prefix=HAD
+// HAD: .visible .entry fa3_hadamard_bf16_f32_d128_s0(
+// HAD-COUNT-4: ld.global.b16
+// HAD-COUNT-20: shfl.sync.bfly.b32
+// HAD-COUNT-4: st.global.b32
+
+// Quantize: atomic max of the amax bits, then correctly rounded descales
+// and the saturating e4m3 conversion.
+// RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=quantize_f32 --emit=ptx | FileCheck %s --check-prefix=QUANT
+// QUANT: .visible .entry fa3_quantize_f32_h8g2_d128_amax(
+// QUANT: max.NaN.f32
+// QUANT: atom.global.max.u32
+// QUANT: .visible .entry fa3_quantize_f32_h8g2_d128_cast(
+// QUANT: div.rn.f32 {{.+}}, 0f43E00000;
+// QUANT: max.NaN.f32 {{.+}}, 0f2B8CBCCC;
+// QUANT: rcp.rn.f32
+// QUANT: cvt.rn.satfinite.e4m3x2.f32
+// QUANT: cvt.rn.satfinite.e4m3x2.f32
+// QUANT: st.global.b32
