@@ -1,5 +1,6 @@
-"""A float64 model of fa3's FP8 attention as the kernels compute it, for the
-FP8 tests (CPU here, H200 in test/Integration/GPU).
+"""NumPy models of fa3's FP8 ops for the FP8 tests (CPU here, H200 in
+test/Integration/GPU): fa3.hadamard's matrix, fa3.quantize's spec, and a
+float64 model of the FP8 attention as the kernels compute it.
 
 The inputs are the e4m3 values and their (batch, kv-head) descales. Keys
 are taken in blocks of `block_n` (64 on the CPU, 128 on Hopper) with an
@@ -35,6 +36,41 @@ except ImportError:
 def e4m3(x):
     """float -> nearest e4m3 value (float64): nearest even, saturating at ±448."""
     return _to_e4m3(np.clip(np.asarray(x, np.float32), -448, 448))
+
+
+def hadamard_signs(seed, d):
+    """fa3.hadamard's signs as its documentation states them: bit 63 of
+    SplitMix64 of seed + (i + 1) · 0x9E3779B97F4A7C15, -1 when set."""
+    m = (1 << 64) - 1
+    out = []
+    for i in range(d):
+        z = ((seed & m) + (i + 1) * 0x9E3779B97F4A7C15) & m
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        z ^= z >> 31
+        out.append(-1.0 if z >> 63 else 1.0)
+    return np.array(out)
+
+
+def hadamard_matrix(d, seed):
+    """diag(s) · H / sqrt(d) with H from Sylvester's construction (dense,
+    float64: independent of the butterflies the lowerings use)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    return np.diag(hadamard_signs(seed, d)) @ h / np.sqrt(d)
+
+
+def quantize(x32, groups):
+    """fa3.quantize's spec in float32: (e4m3 values as float64, descale).
+    descale = max(amax / 448, 1e-12) and scale = 1 / descale, each rounded
+    to float32, then e4m3 of x · scale."""
+    b, s, h, d = x32.shape
+    amax = np.abs(x32).reshape(b, s, groups, h // groups, d).max(axis=(1, 3, 4))
+    descale = np.maximum(amax / np.float32(448), np.float32(1e-12)).astype(np.float32)
+    scale = (np.float32(1) / descale).astype(np.float32)
+    scaled = (x32 * np.repeat(scale, h // groups, axis=1)[:, None, :, None]).astype(np.float32)
+    return e4m3(scaled), descale
 
 
 def fp8_attention(q8, k8, v8, qd, kd, vd, causal=False, window=(-1, -1), softcap=0.0,

@@ -4,7 +4,7 @@ independent NumPy models.
 
 * fa3.quantize is checked bit for bit: its spec (descale = max(amax / 448,
   1e-12) and scale = 1 / descale in float32, then e4m3 of x · scale,
-  nearest even, saturating) is reproduced in float32 with ml_dtypes' e4m3.
+  nearest even, saturating) is reproduced in float32 (fp8_model.quantize).
 * fa3.hadamard against x · diag(s) · H / sqrt(D) with H built by Sylvester's
   construction (a dense float64 product, not a butterfly) and s from the
   SplitMix64 rule of the op's documentation: relative error <= 1e-5 (f32
@@ -19,7 +19,6 @@ independent NumPy models.
 """
 
 import os
-import subprocess
 import zlib
 
 import ml_dtypes
@@ -28,6 +27,7 @@ import pytest
 
 from fa3 import reference
 
+import cast_fp8_case
 import fp8_model
 
 SEED = int(os.environ.get("FA3_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
@@ -39,55 +39,6 @@ def _rng(*key):
 
 def _bf16(x):
     return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
-
-
-def _e4m3(x32):
-    """float32 -> e4m3 value (float64): nearest even, saturating at ±448."""
-    return np.clip(x32, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
-
-
-def _signs(seed, d):
-    m = (1 << 64) - 1
-    out = []
-    for i in range(d):
-        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & m
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
-        z ^= z >> 31
-        out.append(-1.0 if z >> 63 else 1.0)
-    return np.array(out)
-
-
-def _hadamard_matrix(d, seed):
-    h = np.ones((1, 1))
-    while h.shape[0] < d:
-        h = np.block([[h, h], [h, -h]])
-    return np.diag(_signs(seed, d)) @ h / np.sqrt(d)
-
-
-def _quantize(x32, groups):
-    """fa3.quantize's spec in float32: (e4m3 values as float64, descale)."""
-    b, s, h, d = x32.shape
-    amax = np.abs(x32).reshape(b, s, groups, h // groups, d).max(axis=(1, 3, 4))
-    descale = np.maximum(amax / np.float32(448), np.float32(1e-12)).astype(np.float32)
-    scale = (np.float32(1) / descale).astype(np.float32)
-    scaled = (x32 * np.repeat(scale, h // groups, axis=1)[:, None, :, None]).astype(np.float32)
-    return _e4m3(scaled), descale
-
-
-def _run(fa3_run, tmp_path, src, inputs, outputs):
-    path = tmp_path / "f.mlir"
-    path.write_text(src)
-    for i, x in enumerate(inputs):
-        np.save(tmp_path / f"in{i}.npy", np.asarray(x, np.float32))
-    for i in range(outputs):
-        np.save(tmp_path / f"out{i}.npy", np.full((1,), np.nan, np.float32))
-    proc = subprocess.run([fa3_run, str(path), "--function=f", "--device=cpu"]
-                          + [f"--input=@{tmp_path}/in{i}.npy" for i in range(len(inputs))]
-                          + [f"--output=@{tmp_path}/out{i}.npy" for i in range(outputs)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return [np.load(tmp_path / f"out{i}.npy").astype(np.float64) for i in range(outputs)]
 
 
 @pytest.mark.parametrize("elt", ["bf16", "f32"])
@@ -104,8 +55,8 @@ def test_quantize_is_bit_exact(elt, fa3_run, tmp_path):
     src = (f"func.func @f(%x: {t}) -> (tensor<?x?x{h}x{d}xf8E4M3FN>, tensor<?x{g}xf32>) {{\n"
            f"  %r, %s = fa3.quantize %x : {t} -> tensor<?x?x{h}x{d}xf8E4M3FN>, tensor<?x{g}xf32>\n"
            f"  return %r, %s : tensor<?x?x{h}x{d}xf8E4M3FN>, tensor<?x{g}xf32>\n}}\n")
-    got, descale = _run(fa3_run, tmp_path, src, [x], 2)
-    want, want_descale = _quantize(x, g)
+    got, descale = cast_fp8_case.run(fa3_run, tmp_path, src, [x], 2)
+    want, want_descale = fp8_model.quantize(x, g)
     np.testing.assert_array_equal(descale, want_descale.astype(np.float64))
     np.testing.assert_array_equal(got, want)
     assert np.abs(got).max() == 448.0
@@ -125,45 +76,12 @@ def test_hadamard_matches_dense_product(d, seed, elt, fa3_run, tmp_path):
     src = (f"func.func @f(%x: {t}) -> {ft} {{\n"
            f"  %y = fa3.hadamard %x {{seed = {seed} : i64}} : {t} -> {ft}\n"
            f"  return %y : {ft}\n}}\n")
-    (got,) = _run(fa3_run, tmp_path, src, [x], 1)
-    m = _hadamard_matrix(d, seed & ((1 << 64) - 1))
+    (got,) = cast_fp8_case.run(fa3_run, tmp_path, src, [x], 1)
+    m = fp8_model.hadamard_matrix(d, seed)
     want = x.astype(np.float64) @ m
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(x).max() * np.sqrt(d))
     # Orthogonal: norms are kept.
     np.testing.assert_allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
-
-
-def _attention_src(b, hq, hkv, d, attrs):
-    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
-    lt = f"tensor<?x{hq}x?xf32>"
-    return (f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
-            f"  %o, %lse = fa3.attention %q, %k, %v {{{attrs}}} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
-            f"  return %o, %lse : {qt}, {lt}\n}}\n")
-
-
-def _explicit_src(hq, hkv, d, causal, hadamard, seed):
-    """What fa3-cast-fp8 should produce, written out, returning the
-    quantized inputs too."""
-    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
-    q8t, k8t = (t.replace("bf16", "f8E4M3FN") for t in (qt, kt))
-    dt, lt = f"tensor<?x{hkv}xf32>", f"tensor<?x{hq}x?xf32>"
-    lines = [f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}) {{"]
-    qin, kin = "%q", "%k"
-    qin_t, kin_t = qt, kt
-    if hadamard:
-        qin_t, kin_t = qt.replace("bf16", "f32"), kt.replace("bf16", "f32")
-        lines.append(f"  %qh = fa3.hadamard %q {{seed = {seed} : i64}} : {qt} -> {qin_t}")
-        lines.append(f"  %kh = fa3.hadamard %k {{seed = {seed} : i64}} : {kt} -> {kin_t}")
-        qin, kin = "%qh", "%kh"
-    lines.append(f"  %q8, %qd = fa3.quantize {qin} : {qin_t} -> {q8t}, {dt}")
-    lines.append(f"  %k8, %kd = fa3.quantize {kin} : {kin_t} -> {k8t}, {dt}")
-    lines.append(f"  %v8, %vd = fa3.quantize %v : {kt} -> {k8t}, {dt}")
-    attrs = " {causal}" if causal else ""
-    lines.append(f"  %o, %lse = fa3.attention %q8, %k8, %v8, %qd, %kd, %vd{attrs} : "
-                 f"({q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}) -> ({qt}, {lt})")
-    lines.append(f"  return %o, %lse, %q8, %k8, %v8, %qd, %kd, %vd : {qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
 
 
 @pytest.mark.parametrize("hadamard", [False, True])
@@ -177,9 +95,9 @@ def test_fp8_attribute_matches_model(case, hadamard, fa3_run, tmp_path):
                ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)))
     seed = 11
     attrs = ("causal, " if causal else "") + f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}, seed = {seed}>"
-    o, lse = _run(fa3_run, tmp_path, _attention_src(b, hq, hkv, d, attrs), [q, k, v], 2)
+    o, lse = cast_fp8_case.run(fa3_run, tmp_path, cast_fp8_case.attention_src(hq, hkv, d, attrs), [q, k, v], 2)
     # fa3-cast-fp8's rewrite is the explicit chain of ops.
-    o2, lse2, q8, k8, v8, qd, kd, vd = _run(fa3_run, tmp_path, _explicit_src(hq, hkv, d, causal, hadamard, seed),
+    o2, lse2, q8, k8, v8, qd, kd, vd = cast_fp8_case.run(fa3_run, tmp_path, cast_fp8_case.explicit_src(hq, hkv, d, causal, hadamard, seed),
                                             [q, k, v], 8)
     np.testing.assert_array_equal(o, o2)
     np.testing.assert_array_equal(lse, lse2)
@@ -189,10 +107,10 @@ def test_fp8_attribute_matches_model(case, hadamard, fa3_run, tmp_path):
     # from the float64 product.
     qh, kh = q, k
     if hadamard:
-        m = _hadamard_matrix(d, seed)
+        m = fp8_model.hadamard_matrix(d, seed)
         qh, kh = ((x.astype(np.float64) @ m).astype(np.float32) for x in (q, k))
     for got, got_descale, x in ((q8, qd, qh), (k8, kd, kh), (v8, vd, v)):
-        want, want_descale = _quantize(x, hkv)
+        want, want_descale = fp8_model.quantize(x, hkv)
         np.testing.assert_allclose(got_descale, want_descale, rtol=1e-6 if hadamard else 0)
         if hadamard and x is not v:
             assert np.mean(got == want) >= 0.999
@@ -233,7 +151,7 @@ def test_table3_rmse_on_cpu(fa3_run, tmp_path):
     rmse = {}
     for hadamard in (False, True):
         attrs = f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}>"
-        o, _ = _run(fa3_run, tmp_path, _attention_src(b, h, h, d, attrs), [q, k, v], 2)
+        o, _ = cast_fp8_case.run(fa3_run, tmp_path, cast_fp8_case.attention_src(h, h, d, attrs), [q, k, v], 2)
         rmse[hadamard] = float(np.sqrt(np.mean((o - want) ** 2)))
     print(f"table3 cpu rmse: without hadamard {rmse[False]:.3e}, with {rmse[True]:.3e}")
     assert rmse[True] < rmse[False], rmse

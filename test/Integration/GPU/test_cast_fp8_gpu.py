@@ -8,16 +8,24 @@ test/Integration/CPU/test_cast_fp8_cpu.py:
   against the CPU pipeline;
 * fa3.hadamard against the dense float64 product (relative 1e-5);
 * an attention marked `fp8` equals the explicit chain fa3-cast-fp8 writes,
-  whose quantized inputs match the NumPy quantization and whose output
-  matches fp8_model with the kernel's 128-key blocks (bound in
-  fp8_model.py), over head dims 64/128/256, causal or not, ragged lengths
-  and GQA;
+  whose quantized inputs match the NumPy quantization, over head dims
+  64/128/256, causal or not, ragged lengths and GQA. Its output is compared
+  with fp8_model (P rounded to e4m3 per 128-key block, as the kernel does)
+  statistically, not element by element as on the CPU: the e4m3 wgmma does
+  not accumulate in IEEE f32 (DeepSeek-V3's report measured about 14
+  mantissa bits kept), so S differs from the model by ~1e-4 relative and
+  some P land on the other side of an e4m3 rounding tie (measured: 2-12% of
+  O outside the CPU's tight bound). Bounds: RMSE(O − model) <= 8e-3 RMS(V)
+  (measured 0.7-4.0e-3) and strictly below RMSE(O − model without P's
+  rounding) (measured 3.5-6.1e-3: the kernel does round P), max error <=
+  2^-4 max|V| (the largest P-rounding effect), LSE within 2e-3 (1 + |LSE|)
+  (measured up to ~1e-3 absolute on |LSE| ~ 10). A wrong V' permutation,
+  descale or mask costs errors of order RMS(V);
 * FA3's Table 3 experiment through the compiled path (issue targets: RMSE
   <= 1.0e-2 with Hadamard, <= 2.6e-2 without).
 """
 
 import os
-import subprocess
 import zlib
 
 import numpy as np
@@ -26,6 +34,7 @@ import torch
 
 from fa3 import reference
 
+import cast_fp8_case
 import fp8_model
 
 SEED = int(os.environ.get("FA3_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
@@ -35,51 +44,12 @@ def _rng(*key):
     return np.random.default_rng(zlib.crc32(repr(key).encode()) ^ SEED)
 
 
+def _run(fa3_run, tmp_path, src, inputs, outputs, device="cuda"):
+    return cast_fp8_case.run(fa3_run, tmp_path, src, inputs, outputs, device=device)
+
+
 def _bf16(x):
     return torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16).float().numpy()
-
-
-def _signs(seed, d):
-    m = (1 << 64) - 1
-    out = []
-    for i in range(d):
-        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & m
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
-        z ^= z >> 31
-        out.append(-1.0 if z >> 63 else 1.0)
-    return np.array(out)
-
-
-def _hadamard_matrix(d, seed):
-    h = np.ones((1, 1))
-    while h.shape[0] < d:
-        h = np.block([[h, h], [h, -h]])
-    return np.diag(_signs(seed & ((1 << 64) - 1), d)) @ h / np.sqrt(d)
-
-
-def _quantize(x32, groups):
-    b, s, h, d = x32.shape
-    amax = np.abs(x32).reshape(b, s, groups, h // groups, d).max(axis=(1, 3, 4))
-    descale = np.maximum(amax / np.float32(448), np.float32(1e-12)).astype(np.float32)
-    scale = (np.float32(1) / descale).astype(np.float32)
-    scaled = (x32 * np.repeat(scale, h // groups, axis=1)[:, None, :, None]).astype(np.float32)
-    return fp8_model.e4m3(scaled), descale
-
-
-def _run(fa3_run, tmp_path, src, inputs, outputs, device="cuda"):
-    path = tmp_path / "f.mlir"
-    path.write_text(src)
-    for i, x in enumerate(inputs):
-        np.save(tmp_path / f"in{i}.npy", np.asarray(x, np.float32))
-    for i in range(outputs):
-        np.save(tmp_path / f"out{i}.npy", np.full((1,), np.nan, np.float32))
-    proc = subprocess.run([fa3_run, str(path), "--function=f", f"--device={device}"]
-                          + [f"--input=@{tmp_path}/in{i}.npy" for i in range(len(inputs))]
-                          + [f"--output=@{tmp_path}/out{i}.npy" for i in range(outputs)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return [np.load(tmp_path / f"out{i}.npy").astype(np.float64) for i in range(outputs)]
 
 
 @pytest.mark.parametrize("shape,groups,elt", [((2, 1000, 8, 128), 2, "bf16"), ((1, 17, 4, 64), 4, "f32"),
@@ -100,7 +70,7 @@ def test_quantize_gpu_is_bit_exact(shape, groups, elt, fa3_run, tmp_path):
     src = (f"func.func @f(%x: {t}) -> ({r}) {{\n  %r, %s = fa3.quantize %x : {t} -> {r}\n"
            f"  return %r, %s : {r}\n}}\n")
     got, descale = _run(fa3_run, tmp_path, src, [x], 2)
-    want, want_descale = _quantize(x, groups)
+    want, want_descale = fp8_model.quantize(x, groups)
     np.testing.assert_array_equal(descale, want_descale.astype(np.float64))
     np.testing.assert_array_equal(got, want)
     cpu, cpu_descale = _run(fa3_run, tmp_path, src, [x], 2, device="cpu")
@@ -119,40 +89,11 @@ def test_hadamard_gpu_matches_dense_product(d, seed, elt, out, fa3_run, tmp_path
     src = (f"func.func @f(%x: {t}) -> {ot} {{\n  %y = fa3.hadamard %x {{seed = {seed} : i64}} : {t} -> {ot}\n"
            f"  return %y : {ot}\n}}\n")
     (got,) = _run(fa3_run, tmp_path, src, [x], 1)
-    want = x.astype(np.float64) @ _hadamard_matrix(d, seed)
+    want = x.astype(np.float64) @ fp8_model.hadamard_matrix(d, seed)
     if out == "bf16":
         np.testing.assert_allclose(got, want, rtol=2.0 ** -8, atol=1e-6)
     else:
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(x).max() * np.sqrt(d))
-
-
-def _attention_src(hq, hkv, d, attrs):
-    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
-    lt = f"tensor<?x{hq}x?xf32>"
-    return (f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
-            f"  %o, %lse = fa3.attention %q, %k, %v {{{attrs}}} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
-            f"  return %o, %lse : {qt}, {lt}\n}}\n")
-
-
-def _explicit_src(hq, hkv, d, causal, hadamard, seed):
-    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
-    q8t, k8t = (t.replace("bf16", "f8E4M3FN") for t in (qt, kt))
-    dt, lt = f"tensor<?x{hkv}xf32>", f"tensor<?x{hq}x?xf32>"
-    lines = [f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}) {{"]
-    qin, kin, qin_t, kin_t = "%q", "%k", qt, kt
-    if hadamard:
-        qin_t, kin_t = qt.replace("bf16", "f32"), kt.replace("bf16", "f32")
-        lines += [f"  %qh = fa3.hadamard %q {{seed = {seed} : i64}} : {qt} -> {qin_t}",
-                  f"  %kh = fa3.hadamard %k {{seed = {seed} : i64}} : {kt} -> {kin_t}"]
-        qin, kin = "%qh", "%kh"
-    lines += [f"  %q8, %qd = fa3.quantize {qin} : {qin_t} -> {q8t}, {dt}",
-              f"  %k8, %kd = fa3.quantize {kin} : {kin_t} -> {k8t}, {dt}",
-              f"  %v8, %vd = fa3.quantize %v : {kt} -> {k8t}, {dt}",
-              f"  %o, %lse = fa3.attention %q8, %k8, %v8, %qd, %kd, %vd{' {causal}' if causal else ''} : "
-              f"({q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}) -> ({qt}, {lt})",
-              f"  return %o, %lse, %q8, %k8, %v8, %qd, %kd, %vd : {qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}",
-              "}"]
-    return "\n".join(lines) + "\n"
 
 
 CASES = [  # b, sq, sk, hq, hkv, d, causal
@@ -174,18 +115,18 @@ def test_fp8_attribute_gpu_matches_model(case, hadamard, fa3_run, tmp_path):
                ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)))
     seed = 5
     attrs = ("causal, " if causal else "") + f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}, seed = {seed}>"
-    o, lse = _run(fa3_run, tmp_path, _attention_src(hq, hkv, d, attrs), [q, k, v], 2)
-    o2, lse2, q8, k8, v8, qd, kd, vd = _run(fa3_run, tmp_path, _explicit_src(hq, hkv, d, causal, hadamard, seed),
+    o, lse = _run(fa3_run, tmp_path, cast_fp8_case.attention_src(hq, hkv, d, attrs), [q, k, v], 2)
+    o2, lse2, q8, k8, v8, qd, kd, vd = _run(fa3_run, tmp_path, cast_fp8_case.explicit_src(hq, hkv, d, causal, hadamard, seed),
                                             [q, k, v], 8)
     np.testing.assert_array_equal(o, o2)
     np.testing.assert_array_equal(lse, lse2)
 
     qh, kh = q, k
     if hadamard:
-        m = _hadamard_matrix(d, seed)
+        m = fp8_model.hadamard_matrix(d, seed)
         qh, kh = ((x.astype(np.float64) @ m).astype(np.float32) for x in (q, k))
     for got, got_descale, x in ((q8, qd, qh), (k8, kd, kh), (v8, vd, v)):
-        want, want_descale = _quantize(x, hkv)
+        want, want_descale = fp8_model.quantize(x, hkv)
         np.testing.assert_allclose(got_descale, want_descale, rtol=1e-6 if hadamard else 0)
         if hadamard and x is not v:
             assert np.mean(got == want) >= 0.999
@@ -193,13 +134,25 @@ def test_fp8_attribute_gpu_matches_model(case, hadamard, fa3_run, tmp_path):
         else:
             np.testing.assert_array_equal(got, want)
 
-    vmax = float(np.abs(v8 * vd[:, None, :, None]).max())
+    vv = v8 * vd[:, None, :, None]
+    vmax, rms_v = float(np.abs(vv).max()), float(np.sqrt(np.mean(vv ** 2)))
     want = fp8_model.fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal, block_n=128)
-    fp8_model.check_fp8_output(o, want, vmax, f"FA3_TEST_SEED={SEED}")
+    unrounded = fp8_model.fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal, block_n=128, round_p=False)
+    err = float(np.sqrt(np.mean((o - want) ** 2)))
+    err_unrounded = float(np.sqrt(np.mean((o - unrounded) ** 2)))
+    worst = float(np.abs(o - want).max())
+    print(f"rmse vs model {err / rms_v:.2e}·RMS(V), vs model without P rounding {err_unrounded / rms_v:.2e}·RMS(V), "
+          f"max {worst / vmax:.2e}·max|V|, within tight bound {fp8_model.within_bound(o, want, vmax)[0]:.4f}")
+    assert worst <= 2.0 ** -4 * vmax
+    assert err <= 8e-3 * rms_v
+    assert err < err_unrounded
     group = hq // hkv
     _, want_lse = reference.attention(q8 * np.repeat(qd, group, axis=1)[:, None, :, None],
                                       k8 * kd[:, None, :, None], v8 * vd[:, None, :, None], causal=causal)
-    np.testing.assert_allclose(lse, want_lse, rtol=1e-4, atol=1e-4)
+    seen = np.isfinite(want_lse)  # causal rows with Sq > Sk may see no key
+    np.testing.assert_array_equal(np.isneginf(lse), ~seen)
+    lse_err = np.abs(lse[seen] - want_lse[seen])
+    assert (lse_err <= 2e-3 * (1 + np.abs(want_lse[seen]))).all(), lse_err.max()
 
 
 def test_table3_compiled_gpu(fa3_run, tmp_path):
@@ -221,7 +174,7 @@ def test_table3_compiled_gpu(fa3_run, tmp_path):
     rmse = {}
     for hadamard in (False, True):
         attrs = f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}>"
-        o, _ = _run(fa3_run, tmp_path, _attention_src(h, h, d, attrs), [q, k, v], 2)
+        o, _ = _run(fa3_run, tmp_path, cast_fp8_case.attention_src(h, h, d, attrs), [q, k, v], 2)
         rmse[hadamard] = float(np.sqrt(np.mean((o - want) ** 2)))
     print(f"FA3 Table 3 setup through fa3-cast-fp8 (d{d} s{s}): FP8 RMSE {rmse[False]:.2e}, "
           f"with Hadamard {rmse[True]:.2e} (FA3 paper: 2.4e-2 and 9.1e-3)")

@@ -12,8 +12,9 @@ e4m3 products) must be within 1e-3 relative.
 
 The accuracy experiment of the FA3 paper (Table 3: inputs N(0, 1) +
 N(0, 100)·Bernoulli(0.001), RMSE of O against float64 attention of the
-unquantized inputs) is printed for fa3's FP8 (per-head descales, no Hadamard
-transform yet) and its bf16 path, for docs/Performance.md."""
+unquantized inputs) is printed for fa3's FP8 (per-(batch, kv-head)
+descales, with and without the Hadamard transform) and its bf16 path, for
+docs/Performance.md; test_cast_fp8_gpu.py runs it through the compiler."""
 
 import math
 
