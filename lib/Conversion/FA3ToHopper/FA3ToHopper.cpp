@@ -25,35 +25,27 @@ using namespace mlir::fa3;
 /// Largest dynamic shared memory a Hopper CTA can opt into (227 KiB).
 static constexpr int64_t kMaxSharedMemory = 232448;
 
-FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
+/// Reads what the forward and backward specs share (head dims and counts,
+/// masking, scale, softcap, the schedule's tile sizes) from `op`, an
+/// fa3.attention or fa3.attention_grad; `backend` names the kernel in
+/// diagnostics.
+template <typename Spec, typename Op>
+static LogicalResult readSharedSpec(Op op, Spec &spec, StringRef backend) {
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(op.getKey().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());
-  HopperAttentionSpec spec;
-  Type elt = q.getElementType();
-  spec.fp8 = op.isFP8();
-  if (!elt.isBF16() && !elt.isF16() && !spec.fp8)
-    return op.emitOpError() << "the Hopper backend supports f16, bf16 and "
-                               "f8E4M3FN (f32 runs with fa3-cpu-pipeline), got "
-                            << elt;
-  spec.bf16 = elt.isBF16() || spec.fp8;
   spec.headDim = q.getDimSize(3);
   if (v.getDimSize(3) != spec.headDim)
-    return op.emitOpError() << "the Hopper backend needs the value head dim "
-                               "to equal the query head dim, got "
+    return op.emitOpError() << "the Hopper " << backend
+                            << " needs the value head dim to equal the query "
+                               "head dim, got "
                             << v.getDimSize(3) << " vs " << spec.headDim;
-  if (spec.headDim % 64 != 0)
-    return op.emitOpError()
-           << "the Hopper backend supports head dims 64, 128, 192 and 256 "
-              "(whole 128-byte swizzle atoms), got "
-           << spec.headDim;
   spec.numQHeads = q.getDimSize(2);
   spec.numKVHeads = k.getDimSize(2);
   spec.causal = op.getCausal();
   std::tie(spec.windowLeft, spec.windowRight) = op.getWindowBounds();
   spec.scale = op.getEffectiveScale();
   spec.softcap = op.getEffectiveSoftcap();
-
   ScheduleAttr schedule = op.getScheduleAttr();
   if (!schedule)
     return op.emitOpError()
@@ -61,7 +53,26 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   spec.blockM = schedule.getBlockM();
   spec.blockN = schedule.getBlockN();
   spec.stages = schedule.getStages();
-  spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  return success();
+}
+
+FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
+  HopperAttentionSpec spec;
+  Type elt = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
+  spec.fp8 = op.isFP8();
+  if (!elt.isBF16() && !elt.isF16() && !spec.fp8)
+    return op.emitOpError() << "the Hopper backend supports f16, bf16 and "
+                               "f8E4M3FN (f32 runs with fa3-cpu-pipeline), got "
+                            << elt;
+  spec.bf16 = elt.isBF16() || spec.fp8;
+  if (failed(readSharedSpec(op, spec, "backend")))
+    return failure();
+  if (spec.headDim % 64 != 0)
+    return op.emitOpError()
+           << "the Hopper backend supports head dims 64, 128, 192 and 256 "
+              "(whole 128-byte swizzle atoms), got "
+           << spec.headDim;
+  spec.intraWarpgroupOverlap = op.getScheduleAttr().getIntraWgOverlap();
   if (spec.blockM % 64 != 0 || spec.blockM > 256)
     return op.emitOpError() << "block_m must be 64, 128, 192 or 256 on "
                                "Hopper (64 rows per warpgroup), got "
@@ -94,39 +105,20 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
 
 FailureOr<HopperAttentionGradSpec>
 HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
-  auto q = cast<RankedTensorType>(op.getQuery().getType());
-  auto k = cast<RankedTensorType>(op.getKey().getType());
-  auto v = cast<RankedTensorType>(op.getValue().getType());
   HopperAttentionGradSpec spec;
-  Type elt = q.getElementType();
+  Type elt = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
   if (!elt.isBF16() && !elt.isF16())
     return op.emitOpError() << "the Hopper backend supports f16 and bf16 "
                                "(f32 runs with fa3-cpu-pipeline), got "
                             << elt;
   spec.bf16 = elt.isBF16();
-  spec.headDim = q.getDimSize(3);
-  if (v.getDimSize(3) != spec.headDim)
-    return op.emitOpError() << "the Hopper backward needs the value head dim "
-                               "to equal the query head dim, got "
-                            << v.getDimSize(3) << " vs " << spec.headDim;
+  if (failed(readSharedSpec(op, spec, "backward")))
+    return failure();
   if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
     return op.emitOpError()
            << "the Hopper backward supports head dims 64, 128 and 256 (the "
               "CPU pipeline takes any), got "
            << spec.headDim;
-  spec.numQHeads = q.getDimSize(2);
-  spec.numKVHeads = k.getDimSize(2);
-  spec.causal = op.getCausal();
-  std::tie(spec.windowLeft, spec.windowRight) = op.getWindowBounds();
-  spec.scale = op.getEffectiveScale();
-  spec.softcap = op.getEffectiveSoftcap();
-  ScheduleAttr schedule = op.getScheduleAttr();
-  if (!schedule)
-    return op.emitOpError()
-           << "has no #fa3.schedule; run fa3-select-schedule{target=sm_90a}";
-  spec.blockM = schedule.getBlockM();
-  spec.blockN = schedule.getBlockN();
-  spec.stages = schedule.getStages();
   if (spec.blockM != 64)
     return op.emitOpError() << "the Hopper backward steps over 64 query rows "
                                "(one wgmma N of the Sᵀ tile); block_m must be "
