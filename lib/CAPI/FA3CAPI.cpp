@@ -96,6 +96,16 @@ static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
     setError(error, kernel.takeError());
     return nullptr;
   }
+  // fa3.hadamard and fa3.quantize compile (fa3_compile_ptx shows their
+  // PTX) but have no launch entry point here: they run in HopperProgram's
+  // chains (fa3-run --device=cuda).
+  if (load && kernel->info.kind != runtime::AttentionKernelInfo::Kind::Attention) {
+    setError(error, std::string(api) + ": '" + function +
+                        "' is an fa3.hadamard or fa3.quantize function; the C "
+                        "API launches attention kernels only (fa3_compile_ptx "
+                        "gives its PTX; fa3-run --device=cuda runs it)");
+    return nullptr;
+  }
   if (backward && kernel->info.backward != *backward) {
     setError(error, std::string(api) + ": '" + function + "' is " +
                         (*backward ? "a forward (fa3.attention) function; "
