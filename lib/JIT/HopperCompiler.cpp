@@ -144,6 +144,9 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
         elementTypeOf((*attention)->getResult(0).getType());
     kernel.info.headDim = in.getShape().back();
     if (!hadamard) {
+      kernel.info.hadamard =
+          llvm::cast<mlir::fa3::QuantizeOp>(*attention).getHadamardSeed()
+              .has_value();
       kernel.info.numQHeads = in.getDimSize(2);
       kernel.info.numKVHeads = llvm::cast<mlir::RankedTensorType>(
                                    (*attention)->getResult(1).getType())

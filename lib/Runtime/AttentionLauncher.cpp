@@ -23,6 +23,7 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
             {"direction", kind == Kind::Hadamard ? "hadamard" : "quantize"},
             {"dtype", elementTypeName(inputType).str()},
             {"out_dtype", elementTypeName(outputType).str()},
+            {"hadamard", hadamard ? "1" : "0"},
             {"head_dim", std::to_string(headDim)},
             {"q_heads", std::to_string(numQHeads)},
             {"kv_heads", std::to_string(numKVHeads)},
@@ -85,6 +86,10 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
                    "' or '" + *outDtype + "'");
     info.inputType = *in;
     info.outputType = *out;
+    auto hadamard = get("hadamard");
+    if (!hadamard)
+      return hadamard.takeError();
+    info.hadamard = *hadamard == "1";
   }
   info.fp8 = *dtype == "e4m3";
   info.bf16 = *dtype == "bf16" || info.fp8;

@@ -91,13 +91,21 @@ llvm::Error fa3::runtime::launchQuantize(const QuantizeKernels &kernels,
       return err;
   }
   // An empty sequence still writes its descales (of an all-zero group).
+  // Without the transform a thread casts 4 elements; with it a warp casts a
+  // row (HopperQuantizeSpec).
   DevicePtr output = args.output, descale = args.descale;
-  int64_t blocks = ceilDiv(std::max(count / 4, slots), info.threads);
+  int64_t units = info.hadamard ? args.batch * args.seq * info.numQHeads
+                                : count,
+          unitsPerBatch = info.hadamard ? args.seq * info.numQHeads : perBatch;
+  int64_t blocks = info.hadamard
+                       ? std::max(ceilDiv(units, info.threads / 32),
+                                  ceilDiv(slots, info.threads))
+                       : ceilDiv(std::max(count / 4, slots), info.threads);
   if (blocks > kMaxGridX)
     return error("fa3.quantize: " + llvm::Twine(count) +
                  " elements exceed one launch's grid");
-  void *params[] = {&input, &amax,     &output, &descale,
-                    &count, &perBatch, &slots};
+  void *params[] = {&input,  &amax,          &output, &descale,
+                    &units,  &unitsPerBatch, &slots};
   return kernels.cast.launch(Dim3{unsigned(blocks), 1, 1}, block, 0, stream,
                              params);
 }

@@ -42,6 +42,8 @@ struct AttentionKernelInfo {
   /// `numQHeads` is H, `numKVHeads` the groups G, and `blockM` the rows one
   /// `_amax` CTA reduces.
   ElementType inputType = ElementType::BF16, outputType = ElementType::BF16;
+  /// Quantize: the kernels transform each row first (`hadamard_seed`).
+  bool hadamard = false;
 
   /// As key=value pairs for a KernelCache manifest, and back.
   std::map<std::string, std::string> toManifest() const;

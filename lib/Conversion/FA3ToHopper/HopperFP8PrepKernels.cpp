@@ -86,13 +86,27 @@ FailureOr<HopperQuantizeSpec> HopperQuantizeSpec::fromOp(QuantizeOp op) {
                                "time; the head dim must be a static multiple "
                                "of 4, got "
                             << in.getDimSize(3);
+  if (std::optional<int64_t> seed = op.getHadamardSeed()) {
+    spec.hadamard = true;
+    spec.seed = *seed;
+    if (spec.headDim < 32 || spec.headDim > 256)
+      return op.emitOpError() << "the Hopper kernel transforms rows of 32 to "
+                                 "256 elements (one warp per row), got "
+                              << spec.headDim;
+  }
   return spec;
 }
 
 std::string HopperQuantizeSpec::kernelName() const {
-  return ("fa3_quantize_" + scalarName(input) + "_h" + llvm::Twine(numHeads) +
-          "g" + llvm::Twine(numGroups) + "_d" + llvm::Twine(headDim))
-      .str();
+  std::string name = ("fa3_quantize_" + scalarName(input) + "_h" +
+                      llvm::Twine(numHeads) + "g" + llvm::Twine(numGroups) +
+                      "_d" + llvm::Twine(headDim))
+                         .str();
+  if (hadamard)
+    name += ("_hadamard_s" + llvm::Twine(seed < 0 ? "m" : "") +
+             llvm::Twine(seed < 0 ? -uint64_t(seed) : uint64_t(seed)))
+                .str();
+  return name;
 }
 
 int64_t HopperQuantizeSpec::rowsPerChunk() const {
@@ -169,10 +183,67 @@ public:
     return {descale, fdiv(cf(1.0f), descale)};
   }
 
+  /// This lane's d / 32 elements of the row at element offset `rowBase`
+  /// (i64) of `in`, times diag(s)·H/sqrt(d) (fa3.hadamard with `seed`), in
+  /// f32. Every lane of the warp must call it for the same row.
+  SmallVector<Value> transformRow(Value in, Value rowBase, Value lane,
+                                  int64_t d, int64_t seed, HopperScalar input);
+
   void buildHadamard(gpu::GPUModuleOp module, const HopperHadamardSpec &s);
+  void buildFusedQuantize(gpu::GPUModuleOp module, const HopperQuantizeSpec &s);
   void buildQuantize(gpu::GPUModuleOp module, const HopperQuantizeSpec &s);
 };
 } // namespace
+
+SmallVector<Value> PrepKernelBuilder::transformRow(Value in, Value rowBase,
+                                                  Value lane, int64_t d,
+                                                  int64_t seed,
+                                                  HopperScalar input) {
+  const int64_t perLane = d / 32;
+  Value base = add(rowBase, zext64(mul(lane, ci(perLane))));
+  // The signs of this lane's elements: bits lane·E .. lane·E + E - 1 of the
+  // D-bit sign string (one 64-bit word holds them all: E <= 8 and aligned),
+  // with 1/sqrt(D) folded into the factor.
+  SmallVector<uint64_t> words((d + 63) / 64, 0);
+  for (int64_t i = 0; i < d; ++i)
+    if (HadamardOp::getSign(seed, i) < 0)
+      words[i / 64] |= uint64_t(1) << (i % 64);
+  Value bitIndex = mul(lane, ci(perLane));
+  Value wordIndex = divu(bitIndex, ci(64));
+  Value word = cl(int64_t(words[0]));
+  for (size_t w = 1; w < words.size(); ++w)
+    word = select(cmp(arith::CmpIPredicate::eq, wordIndex, ci(w)),
+                  cl(int64_t(words[w])), word);
+  Value laneBits =
+      arith::ShRUIOp::create(b, loc, word, zext64(remu(bitIndex, ci(64))));
+  float norm = 1.0f / std::sqrt(float(d));
+  SmallVector<Value> x;
+  for (int64_t j = 0; j < perLane; ++j) {
+    Value negative = cmp(arith::CmpIPredicate::ne,
+                         andi(laneBits, cl(int64_t(1) << j)), cl(0));
+    Value factor = select(negative, cf(-norm), cf(norm));
+    x.push_back(fmul(loadF32(in, add(base, cl(j)), input), factor));
+  }
+  // Butterfly h pairs element i with i ^ h: the lower one gets the sum, the
+  // upper one (lower - upper).
+  for (int64_t h = 1; h < d; h *= 2) {
+    SmallVector<Value> next(perLane);
+    for (int64_t j = 0; j < perLane; ++j) {
+      if (h < perLane) {
+        Value partner = x[j ^ h];
+        next[j] = (j & h) ? fsub(partner, x[j]) : fadd(x[j], partner);
+        continue;
+      }
+      int64_t laneMask = h / perLane;
+      Value partner = shflXor(x[j], laneMask);
+      Value upper =
+          cmp(arith::CmpIPredicate::ne, andi(lane, ci(laneMask)), ci(0));
+      next[j] = select(upper, fsub(partner, x[j]), fadd(x[j], partner));
+    }
+    x = std::move(next);
+  }
+  return x;
+}
 
 void PrepKernelBuilder::buildHadamard(gpu::GPUModuleOp module,
                                       const HopperHadamardSpec &s) {
@@ -187,52 +258,11 @@ void PrepKernelBuilder::buildHadamard(gpu::GPUModuleOp module,
   Value row = add(mul(zext64(NVVM::BlockIdXOp::create(b, loc, i32)),
                       cl(HopperHadamardSpec::kRowsPerBlock)),
                   zext64(divu(tid, ci(32))));
-  // A whole warp shares its row, so the shuffles below never see an
-  // inactive lane.
+  // A whole warp shares its row, so the shuffles never see an inactive lane.
   ifThen(cmp(arith::CmpIPredicate::slt, row, rows), [&] {
-    Value first = zext64(mul(lane, ci(perLane)));
-    Value base = add(mul(row, cl(d)), first);
-    // The signs of this lane's elements: bits lane·E .. lane·E + E - 1 of
-    // the D-bit sign string (one 64-bit word holds them all: E <= 8 and
-    // aligned), with 1/sqrt(D) folded into the factor.
-    SmallVector<uint64_t> words((d + 63) / 64, 0);
-    for (int64_t i = 0; i < d; ++i)
-      if (HadamardOp::getSign(s.seed, i) < 0)
-        words[i / 64] |= uint64_t(1) << (i % 64);
-    Value bitIndex = mul(lane, ci(perLane));
-    Value wordIndex = divu(bitIndex, ci(64));
-    Value word = cl(int64_t(words[0]));
-    for (size_t w = 1; w < words.size(); ++w)
-      word = select(cmp(arith::CmpIPredicate::eq, wordIndex, ci(w)),
-                    cl(int64_t(words[w])), word);
-    Value laneBits =
-        arith::ShRUIOp::create(b, loc, word, zext64(remu(bitIndex, ci(64))));
-    float norm = 1.0f / std::sqrt(float(d));
-    SmallVector<Value> x;
-    for (int64_t j = 0; j < perLane; ++j) {
-      Value negative = cmp(arith::CmpIPredicate::ne,
-                           andi(laneBits, cl(int64_t(1) << j)), cl(0));
-      Value factor = select(negative, cf(-norm), cf(norm));
-      x.push_back(fmul(loadF32(in, add(base, cl(j)), s.input), factor));
-    }
-    // Butterfly h pairs element i with i ^ h: the lower one gets the sum,
-    // the upper one (lower - upper).
-    for (int64_t h = 1; h < d; h *= 2) {
-      SmallVector<Value> next(perLane);
-      for (int64_t j = 0; j < perLane; ++j) {
-        if (h < perLane) {
-          Value partner = x[j ^ h];
-          next[j] = (j & h) ? fsub(partner, x[j]) : fadd(x[j], partner);
-          continue;
-        }
-        int64_t laneMask = h / perLane;
-        Value partner = shflXor(x[j], laneMask);
-        Value upper =
-            cmp(arith::CmpIPredicate::ne, andi(lane, ci(laneMask)), ci(0));
-        next[j] = select(upper, fsub(partner, x[j]), fadd(x[j], partner));
-      }
-      x = std::move(next);
-    }
+    Value rowBase = mul(row, cl(d));
+    SmallVector<Value> x = transformRow(in, rowBase, lane, d, s.seed, s.input);
+    Value base = add(rowBase, zext64(mul(lane, ci(perLane))));
     for (int64_t j = 0; j < perLane; ++j)
       storeF32(x[j], out, add(base, cl(j)), s.output);
   });
@@ -337,6 +367,115 @@ void PrepKernelBuilder::buildQuantize(gpu::GPUModuleOp module,
   }
 }
 
+void PrepKernelBuilder::buildFusedQuantize(gpu::GPUModuleOp module,
+                                           const HopperQuantizeSpec &s) {
+  const int64_t threads = HopperQuantizeSpec::kThreads, warps = threads / 32;
+  const int64_t perGroup = s.numHeads / s.numGroups, d = s.headDim;
+  const int64_t perLane = d / 32, chunk = s.rowsPerChunk();
+
+  // _amax: CTA (c, g, b) transforms the rows (s, r) of tokens [c·chunk,
+  // (c+1)·chunk) and heads g·H/G + r, one warp per row.
+  {
+    startKernel(module, s.amaxKernelName(), {globalPtr, globalPtr, i32},
+                threads);
+    Block *entry = b.getInsertionBlock();
+    Value in = entry->getArgument(0), amax = entry->getArgument(1);
+    Value seq = entry->getArgument(2);
+    Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+    Value lane = remu(tid, ci(32)), warp = divu(tid, ci(32));
+    Value rowStart = mul(NVVM::BlockIdXOp::create(b, loc, i32), ci(chunk));
+    Value g = NVVM::BlockIdYOp::create(b, loc, i32);
+    Value bIdx = NVVM::BlockIdZOp::create(b, loc, i32);
+    Value rowsHere = mul(minsi(sub(seq, rowStart), ci(chunk)), ci(perGroup));
+    // The trip count is the same for every lane of a warp.
+    auto loop = scf::ForOp::create(b, loc, warp, rowsHere, ci(warps),
+                                   ValueRange{cf(0.0f)});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value item = loop.getInductionVar();
+      Value token = add(rowStart, divu(item, ci(perGroup)));
+      Value head = add(mul(g, ci(perGroup)), remu(item, ci(perGroup)));
+      Value rowBase = mul(
+          add(mul(add(mul(zext64(bIdx), zext64(seq)), zext64(token)),
+                  cl(s.numHeads)),
+              zext64(head)),
+          cl(d));
+      Value m = loop.getRegionIterArgs()[0];
+      for (Value x : transformRow(in, rowBase, lane, d, s.seed, s.input))
+        m = fmax(m, LLVM::FAbsOp::create(b, loc, f32, x));
+      scf::YieldOp::create(b, loc, ValueRange{m});
+    }
+    Value m = loop.getResult(0);
+    for (int64_t laneMask : {16, 8, 4, 2, 1})
+      m = fmax(m, shflXor(m, laneMask));
+    ifThen(cmp(arith::CmpIPredicate::eq, lane, ci(0)), [&] {
+      Value slot = add(mul(zext64(bIdx), cl(s.numGroups)), zext64(g));
+      Value ptr =
+          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot});
+      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax, ptr,
+                                bitcast(i32, m),
+                                LLVM::AtomicOrdering::monotonic);
+    });
+    LLVM::ReturnOp::create(b, loc, ValueRange());
+  }
+
+  // _cast: thread t writes descale t (t < B·G); warp w of CTA c transforms
+  // row 8c + w of the B·S·H rows, scales it and stores its e4m3 bytes.
+  {
+    startKernel(module, s.castKernelName(),
+                {globalPtr, globalPtr, globalPtr, globalPtr, i64, i64, i64},
+                threads);
+    Block *entry = b.getInsertionBlock();
+    Value in = entry->getArgument(0), amax = entry->getArgument(1);
+    Value out = entry->getArgument(2), descales = entry->getArgument(3);
+    Value rows = entry->getArgument(4), rowsPerBatch = entry->getArgument(5);
+    Value slots = entry->getArgument(6);
+    Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+    Value lane = remu(tid, ci(32));
+    Value block = zext64(NVVM::BlockIdXOp::create(b, loc, i32));
+    Value t = add(mul(block, cl(threads)), zext64(tid));
+    auto amaxAt = [&](Value slot) {
+      return LLVM::LoadOp::create(
+          b, loc, i32,
+          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot}));
+    };
+    ifThen(cmp(arith::CmpIPredicate::slt, t, slots), [&] {
+      Value ptr =
+          LLVM::GEPOp::create(b, loc, globalPtr, f32, descales, ValueRange{t});
+      LLVM::StoreOp::create(b, loc, descaleAndScale(amaxAt(t)).first, ptr);
+    });
+    Value row = add(mul(block, cl(warps)), zext64(divu(tid, ci(32))));
+    ifThen(cmp(arith::CmpIPredicate::slt, row, rows), [&] {
+      Value batch = arith::DivUIOp::create(b, loc, row, rowsPerBatch);
+      Value head = arith::RemUIOp::create(b, loc, row, cl(s.numHeads));
+      Value slot = add(mul(batch, cl(s.numGroups)),
+                       arith::DivUIOp::create(b, loc, head, cl(perGroup)));
+      Value scale = descaleAndScale(amaxAt(slot)).second;
+      Value rowBase = mul(row, cl(d));
+      SmallVector<Value> x =
+          transformRow(in, rowBase, lane, d, s.seed, s.input);
+      for (Value &v : x)
+        v = fmul(v, scale);
+      // This lane's E = d/32 consecutive bytes, 4 per store (E = 8: two).
+      Value first = add(rowBase, zext64(mul(lane, ci(perLane))));
+      Value zero = cf(0.0f);
+      for (int64_t j = 0; j < perLane; j += 4) {
+        auto at = [&](int64_t i) { return j + i < perLane ? x[j + i] : zero; };
+        Value packed = packE4M3(at(0), at(1), at(2), at(3));
+        int64_t bytes = std::min<int64_t>(4, perLane - j);
+        Type type = b.getIntegerType(8 * bytes);
+        if (bytes < 4)
+          packed = arith::TruncIOp::create(b, loc, type, packed);
+        Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(), out,
+                                        ValueRange{add(first, cl(j))});
+        LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/bytes);
+      }
+    });
+    LLVM::ReturnOp::create(b, loc, ValueRange());
+  }
+}
+
 void mlir::fa3::buildHopperHadamardKernel(OpBuilder &builder,
                                           gpu::GPUModuleOp module,
                                           const HopperHadamardSpec &spec) {
@@ -348,5 +487,9 @@ void mlir::fa3::buildHopperQuantizeKernels(OpBuilder &builder,
                                            gpu::GPUModuleOp module,
                                            const HopperQuantizeSpec &spec) {
   OpBuilder::InsertionGuard guard(builder);
-  PrepKernelBuilder(builder, module.getLoc()).buildQuantize(module, spec);
+  PrepKernelBuilder kb(builder, module.getLoc());
+  if (spec.hadamard)
+    kb.buildFusedQuantize(module, spec);
+  else
+    kb.buildQuantize(module, spec);
 }

@@ -141,7 +141,9 @@ struct HadamardLowering : OpConversionPattern<HadamardOp> {
 
 /// amax per (batch, group) as a reduction over [B, S, G, H/G, D] (the input
 /// with its head dim split), the descale and its reciprocal per group, then
-/// the elementwise scaled e4m3 cast.
+/// the elementwise scaled e4m3 cast. With `hadamard_seed`, the input is
+/// first transformed by an fa3.hadamard (f32) that this conversion lowers
+/// too.
 struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -150,6 +152,13 @@ struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
     Value input = adaptor.getInput();
+    if (std::optional<int64_t> seed = op.getHadamardSeed()) {
+      // The fused form: transform first (in f32; its own lowering applies).
+      auto type = cast<RankedTensorType>(input.getType());
+      input = HadamardOp::create(rewriter, loc,
+                                 type.clone(rewriter.getF32Type()), input,
+                                 rewriter.getI64IntegerAttr(*seed));
+    }
     auto type = cast<RankedTensorType>(input.getType());
     auto descaleType = cast<RankedTensorType>(op.getDescale().getType());
     Type f32 = rewriter.getF32Type();

@@ -592,3 +592,11 @@ func.func @quantize_rank(%x: tensor<16x64xf32>) {
   %r, %d = fa3.quantize %x : tensor<16x64xf32> -> tensor<16x64xf8E4M3FN>, tensor<1x1xf32>
   return
 }
+
+// -----
+
+func.func @quantize_hadamard_power_of_two(%x: tensor<2x16x6x48xbf16>) {
+  // expected-error @+1 {{'fa3.quantize' op with hadamard_seed transforms the head dim, which must be a static power of two >= 2, got 48}}
+  %r, %d = fa3.quantize %x {hadamard_seed = 1 : i64} : tensor<2x16x6x48xbf16> -> tensor<2x16x6x48xf8E4M3FN>, tensor<2x3xf32>
+  return
+}

@@ -153,6 +153,7 @@ func.func @mask_tail_only(%s: tensor<16x16xf32>, %i: index) -> tensor<16x16xf32>
 // CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fp8 = #fa3.fp8<hadamard = true, seed = 5>}
 // CHECK: fa3.hadamard %{{.+}} {seed = -3 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
 // CHECK: fa3.quantize %{{.+}} : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+// CHECK: fa3.quantize %{{.+}} {hadamard_seed = 7 : i64} : tensor<?x?x8x128xbf16>
 // CHECK: fa3.pv %{{.+}}, %{{.+}}, %{{.+}} {probs_scale = 2.560000e+02 : f32}
 // GENERIC: sym_name = "fp8_casting"
 // GENERIC: "fa3.hadamard"(%{{.+}}) <{seed = -3 : i64}>
@@ -161,6 +162,7 @@ func.func @fp8_casting(%q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %
   %o, %lse = fa3.attention %q, %k, %k {causal, fp8 = #fa3.fp8<hadamard = true, seed = 5>} : (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
   %h = fa3.hadamard %q {seed = -3 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
   %q8, %qd = fa3.quantize %h : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+  %qf8, %qfd = fa3.quantize %q {hadamard_seed = 7 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
   %a = fa3.pv %p, %vt, %acc {probs_scale = 256.0 : f32} : tensor<64x64xf32>, tensor<64x128xf32>, tensor<64x128xf32>
   return %o, %q8, %qd, %a : tensor<?x?x8x128xbf16>, tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>, tensor<64x128xf32>
 }

@@ -40,6 +40,8 @@
 // RUN: %ptxas -arch=sm_90a -v %t.had256.ptx -o %t.had256.cubin 2>&1 | FileCheck %s --check-prefix=PREP
 // RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=quantize_f32 --emit=ptx > %t.quant.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.quant.ptx -o %t.quant.cubin 2>&1 | FileCheck %s --check-prefix=PREP
+// RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=quantize_hadamard_d256 --emit=ptx > %t.quanth.ptx
+// RUN: %ptxas -arch=sm_90a -v %t.quanth.ptx -o %t.quanth.cubin 2>&1 | FileCheck %s --check-prefix=PREP
 // PREP-NOT: {{warning|error}}
 // PREP: Function properties for fa3_{{hadamard|quantize}}_
 // PREP-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

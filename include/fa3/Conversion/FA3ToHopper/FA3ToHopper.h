@@ -155,6 +155,10 @@ void buildHopperHadamardKernel(OpBuilder &builder, gpu::GPUModuleOp module,
 struct HopperQuantizeSpec {
   HopperScalar input = HopperScalar::F32;
   int64_t numHeads = 1, numGroups = 1, headDim = 128;
+  /// `hadamard_seed`: both kernels transform each row (one warp per row, as
+  /// the Hadamard kernel does) before using it; no f32 copy is stored.
+  bool hadamard = false;
+  int64_t seed = 0;
 
   static FailureOr<HopperQuantizeSpec> fromOp(QuantizeOp op);
   /// e.g. fa3_quantize_f32_h8g2_d128.
@@ -172,6 +176,9 @@ struct HopperQuantizeSpec {
 ///  * _cast: input, the amax bits, the e4m3 output, the descales (f32
 ///    [B, G]), the element count B·S·H·D, the elements per batch S·H·D and
 ///    B·G (i64). Grid ceildiv(max(count / 4, B·G), 256).
+/// With `hadamard`, _cast takes the row count B·S·H and the rows per batch
+/// S·H instead of the element counts, and its grid is
+/// max(ceildiv(B·S·H, 8), ceildiv(B·G, 256)) (one warp per row).
 void buildHopperQuantizeKernels(OpBuilder &builder, gpu::GPUModuleOp module,
                                 const HopperQuantizeSpec &spec);
 

@@ -442,5 +442,39 @@ LogicalResult QuantizeOp::verify() {
                             "static divisor of the "
                          << heads << " heads (batch " << dimStr(in.getDimSize(0))
                          << "), got " << descale;
+  if (getHadamardSeed()) {
+    int64_t d = in.getDimSize(3);
+    if (ShapedType::isDynamic(d) || d < 2 || !llvm::isPowerOf2_64(d))
+      return emitOpError() << "with hadamard_seed transforms the head dim, "
+                              "which must be a static power of two >= 2, got "
+                           << dimStr(d);
+  }
   return success();
+}
+
+namespace {
+/// quantize(hadamard(x) : f32) -> quantize(x) {hadamard_seed}: the f32
+/// transform is exact in registers, so the fused form computes the same
+/// values without the intermediate tensor.
+struct FoldHadamardIntoQuantize : OpRewritePattern<QuantizeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(QuantizeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto hadamard = op.getInput().getDefiningOp<HadamardOp>();
+    if (!hadamard || op.getHadamardSeed() || !hadamard->hasOneUse() ||
+        !cast<RankedTensorType>(hadamard.getType()).getElementType().isF32())
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getInputMutable().assign(hadamard.getInput());
+      op.setHadamardSeedAttr(hadamard.getSeedAttr());
+    });
+    rewriter.eraseOp(hadamard);
+    return success();
+  }
+};
+} // namespace
+
+void QuantizeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                             MLIRContext *context) {
+  results.add<FoldHadamardIntoQuantize>(context);
 }

@@ -7,6 +7,7 @@
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
 
 #define DEBUG_TYPE "fa3-cast-fp8"
 
@@ -48,7 +49,8 @@ static void castToFP8(AttentionOp op, bool hadamard, int64_t seed,
   SmallVector<Value> quantized, descales;
   for (Value x : {q, k, v}) {
     auto quantize = QuantizeOp::create(
-        rewriter, loc, withElement(x.getType(), f8), descaleType, x);
+        rewriter, loc, withElement(x.getType(), f8), descaleType, x,
+        /*hadamard_seed=*/IntegerAttr());
     quantized.push_back(quantize.getResult());
     descales.push_back(quantize.getDescale());
   }
@@ -90,6 +92,11 @@ struct FA3CastFP8Pass : public fa3::impl::FA3CastFP8Base<FA3CastFP8Pass> {
       }
       castToFP8(op, transform, attr ? attr.getSeed() : int64_t(seed), rewriter);
     }
+    // quantize(hadamard(x)) -> quantize(x) {hadamard_seed}, here and in
+    // chains written by hand: no f32 copy of Q and K on either backend.
+    RewritePatternSet patterns(&getContext());
+    QuantizeOp::getCanonicalizationPatterns(patterns, &getContext());
+    walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };
 } // namespace

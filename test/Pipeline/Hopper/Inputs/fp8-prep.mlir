@@ -16,3 +16,7 @@ func.func @fp8_attr(%q: tensor<?x?x4x64xbf16>, %k: tensor<?x?x2x64xbf16>, %v: te
   %o, %l = fa3.attention %q, %k, %v {causal, fp8 = #fa3.fp8<hadamard = true, seed = 7>} : (tensor<?x?x4x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>)
   return %o, %l : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
 }
+func.func @quantize_hadamard_d256(%x: tensor<?x?x8x256xbf16>) -> (tensor<?x?x8x256xf8E4M3FN>, tensor<?x2xf32>) {
+  %r, %d = fa3.quantize %x {hadamard_seed = 5 : i64} : tensor<?x?x8x256xbf16> -> tensor<?x?x8x256xf8E4M3FN>, tensor<?x2xf32>
+  return %r, %d : tensor<?x?x8x256xf8E4M3FN>, tensor<?x2xf32>
+}

@@ -179,16 +179,25 @@ def FA3_QuantizeOp : FA3_Op<"quantize", [Pure]> {
     The input is f32, f16 or bf16; the result is f8E4M3FN of the same shape,
     the descale f32 `[B, G]` with `H % G == 0`.
 
+    With `hadamard_seed`, the op quantizes `fa3.hadamard(input, seed)`
+    (computed in f32) instead: the canonical form of a quantization fed by a
+    Hadamard transform with an f32 result and no other use, into which the
+    canonicalizer (and `fa3-cast-fp8`) folds that pair, so that the Hopper
+    kernels transform each row in registers rather than write and re-read
+    an f32 copy. The last dim must then be a power of two.
+
     ```mlir
     %q8, %qd = fa3.quantize %q : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input);
+  let arguments = (ins AnyRankedTensor:$input,
+                       OptionalAttr<I64Attr>:$hadamard_seed);
   let results = (outs AnyRankedTensor:$result, AnyRankedTensor:$descale);
   let assemblyFormat = [{
     $input attr-dict `:` type($input) `->` type($result) `,` type($descale)
   }];
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 #endif // FA3_DIALECT_FA3_IR_FA3OPS_TD

@@ -20,6 +20,9 @@ def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
        results, so that only the e4m3 cast rounds);
     2. `fa3.quantize` of Q, K and V with one descale per (batch, key/value
        head), FlashAttention-3's `q_descale`/`k_descale`/`v_descale`;
+       a quantization of a Hadamard transform (f32, no other use) is then
+       folded into one `fa3.quantize {hadamard_seed}` (also in chains
+       written by hand), whose kernels transform rows in registers;
     3. the FP8 form of `fa3.attention` on the e4m3 tensors and the descales,
        with the same causal/window/softcap attributes and the same softmax
        scale (the Hadamard transform keeps D). Its bf16 output and f32 LSE
@@ -40,10 +43,8 @@ def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
         : (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
         -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
     // becomes
-    %qh = fa3.hadamard %q {seed = 0 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf32>
-    %kh = fa3.hadamard %k {seed = 0 : i64} : tensor<?x?x2x128xbf16> -> tensor<?x?x2x128xf32>
-    %q8, %qd = fa3.quantize %qh : tensor<?x?x8x128xf32> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
-    %k8, %kd = fa3.quantize %kh : ...
+    %q8, %qd = fa3.quantize %q {hadamard_seed = 0 : i64} : tensor<?x?x8x128xbf16> -> tensor<?x?x8x128xf8E4M3FN>, tensor<?x2xf32>
+    %k8, %kd = fa3.quantize %k {hadamard_seed = 0 : i64} : ...
     %v8, %vd = fa3.quantize %v : ...
     %o, %lse = fa3.attention %q8, %k8, %v8, %qd, %kd, %vd {causal} : ...
     ```
