@@ -189,6 +189,37 @@ public:
   SmallVector<Value> transformRow(Value in, Value rowBase, Value lane,
                                   int64_t d, int64_t seed, HopperScalar input);
 
+  /// The largest `m` of the warp, atomically maxed by lane 0 into the amax
+  /// bits of (batch, group).
+  void warpMaxToAmax(Value m, Value lane, Value amax, Value batch, Value group,
+                     int64_t numGroups) {
+    for (int64_t laneMask : {16, 8, 4, 2, 1})
+      m = fmax(m, shflXor(m, laneMask));
+    ifThen(cmp(arith::CmpIPredicate::eq, lane, ci(0)), [&] {
+      Value slot = add(mul(zext64(batch), cl(numGroups)), zext64(group));
+      Value ptr =
+          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot});
+      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax, ptr,
+                                bitcast(i32, m),
+                                LLVM::AtomicOrdering::monotonic);
+    });
+  }
+  /// The amax bits of (batch, group) slot `slot` (i64).
+  Value loadAmax(Value amax, Value slot) {
+    return LLVM::LoadOp::create(
+        b, loc, i32,
+        LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot}));
+  }
+  /// Thread `t` (i64) of a _cast kernel writes descale t when t < slots.
+  void writeDescale(Value t, Value slots, Value amax, Value descales) {
+    ifThen(cmp(arith::CmpIPredicate::slt, t, slots), [&] {
+      Value ptr =
+          LLVM::GEPOp::create(b, loc, globalPtr, f32, descales, ValueRange{t});
+      LLVM::StoreOp::create(b, loc, descaleAndScale(loadAmax(amax, t)).first,
+                            ptr);
+    });
+  }
+
   void buildHadamard(gpu::GPUModuleOp module, const HopperHadamardSpec &s);
   void buildFusedQuantize(gpu::GPUModuleOp module, const HopperQuantizeSpec &s);
   void buildQuantize(gpu::GPUModuleOp module, const HopperQuantizeSpec &s);
@@ -308,17 +339,7 @@ void PrepKernelBuilder::buildQuantize(gpu::GPUModuleOp module,
       scf::YieldOp::create(
           b, loc, ValueRange{fmax(loop.getRegionIterArgs()[0], magnitude)});
     }
-    Value m = loop.getResult(0);
-    for (int64_t laneMask : {16, 8, 4, 2, 1})
-      m = fmax(m, shflXor(m, laneMask));
-    ifThen(cmp(arith::CmpIPredicate::eq, remu(tid, ci(32)), ci(0)), [&] {
-      Value slot = add(mul(zext64(bIdx), cl(s.numGroups)), zext64(g));
-      Value ptr =
-          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot});
-      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax, ptr,
-                                bitcast(i32, m),
-                                LLVM::AtomicOrdering::monotonic);
-    });
+    warpMaxToAmax(loop.getResult(0), remu(tid, ci(32)), amax, bIdx, g, s.numGroups);
     LLVM::ReturnOp::create(b, loc, ValueRange());
   }
 
@@ -335,16 +356,7 @@ void PrepKernelBuilder::buildQuantize(gpu::GPUModuleOp module,
     Value t =
         add(mul(zext64(NVVM::BlockIdXOp::create(b, loc, i32)), cl(threads)),
             zext64(NVVM::ThreadIdXOp::create(b, loc, i32)));
-    auto amaxAt = [&](Value slot) {
-      return LLVM::LoadOp::create(
-          b, loc, i32,
-          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot}));
-    };
-    ifThen(cmp(arith::CmpIPredicate::slt, t, slots), [&] {
-      Value ptr =
-          LLVM::GEPOp::create(b, loc, globalPtr, f32, descales, ValueRange{t});
-      LLVM::StoreOp::create(b, loc, descaleAndScale(amaxAt(t)).first, ptr);
-    });
+    writeDescale(t, slots, amax, descales);
     Value first = mul(t, cl(4));
     ifThen(cmp(arith::CmpIPredicate::slt, first, count), [&] {
       // The four elements share a head: D is a multiple of 4.
@@ -354,7 +366,7 @@ void PrepKernelBuilder::buildQuantize(gpu::GPUModuleOp module,
           cl(s.numHeads));
       Value slot = add(mul(batch, cl(s.numGroups)),
                        arith::DivUIOp::create(b, loc, head, cl(perGroup)));
-      Value scale = descaleAndScale(amaxAt(slot)).second;
+      Value scale = descaleAndScale(loadAmax(amax, slot)).second;
       SmallVector<Value> x;
       for (int64_t j = 0; j < 4; ++j)
         x.push_back(fmul(loadF32(in, add(first, cl(j)), s.input), scale));
@@ -406,17 +418,7 @@ void PrepKernelBuilder::buildFusedQuantize(gpu::GPUModuleOp module,
         m = fmax(m, LLVM::FAbsOp::create(b, loc, f32, x));
       scf::YieldOp::create(b, loc, ValueRange{m});
     }
-    Value m = loop.getResult(0);
-    for (int64_t laneMask : {16, 8, 4, 2, 1})
-      m = fmax(m, shflXor(m, laneMask));
-    ifThen(cmp(arith::CmpIPredicate::eq, lane, ci(0)), [&] {
-      Value slot = add(mul(zext64(bIdx), cl(s.numGroups)), zext64(g));
-      Value ptr =
-          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot});
-      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::umax, ptr,
-                                bitcast(i32, m),
-                                LLVM::AtomicOrdering::monotonic);
-    });
+    warpMaxToAmax(loop.getResult(0), lane, amax, bIdx, g, s.numGroups);
     LLVM::ReturnOp::create(b, loc, ValueRange());
   }
 
@@ -435,23 +437,14 @@ void PrepKernelBuilder::buildFusedQuantize(gpu::GPUModuleOp module,
     Value lane = remu(tid, ci(32));
     Value block = zext64(NVVM::BlockIdXOp::create(b, loc, i32));
     Value t = add(mul(block, cl(threads)), zext64(tid));
-    auto amaxAt = [&](Value slot) {
-      return LLVM::LoadOp::create(
-          b, loc, i32,
-          LLVM::GEPOp::create(b, loc, globalPtr, i32, amax, ValueRange{slot}));
-    };
-    ifThen(cmp(arith::CmpIPredicate::slt, t, slots), [&] {
-      Value ptr =
-          LLVM::GEPOp::create(b, loc, globalPtr, f32, descales, ValueRange{t});
-      LLVM::StoreOp::create(b, loc, descaleAndScale(amaxAt(t)).first, ptr);
-    });
+    writeDescale(t, slots, amax, descales);
     Value row = add(mul(block, cl(warps)), zext64(divu(tid, ci(32))));
     ifThen(cmp(arith::CmpIPredicate::slt, row, rows), [&] {
       Value batch = arith::DivUIOp::create(b, loc, row, rowsPerBatch);
       Value head = arith::RemUIOp::create(b, loc, row, cl(s.numHeads));
       Value slot = add(mul(batch, cl(s.numGroups)),
                        arith::DivUIOp::create(b, loc, head, cl(perGroup)));
-      Value scale = descaleAndScale(amaxAt(slot)).second;
+      Value scale = descaleAndScale(loadAmax(amax, slot)).second;
       Value rowBase = mul(row, cl(d));
       SmallVector<Value> x =
           transformRow(in, rowBase, lane, d, s.seed, s.input);
