@@ -48,13 +48,28 @@ def grad_flops(b, h, s, d, causal):
     return 2.5 * flops(b, h, s, d, causal)
 
 
-def schedule_without_overlap(d):
-    """The cost model's sm_90a schedule for head dim d with intra-warpgroup
-    overlap off (the A/B column)."""
-    bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
+def _schedule(bm, bn, wgs, regs, pingpong, overlap):
+    p, c = regs
     return (f"#fa3.schedule<block_m = {bm}, block_n = {bn}, stages = 2, consumer_wgs = {wgs}, "
-            f"producer_regs = 24, consumer_regs = 240, pingpong = {'true' if wgs == 2 else 'false'}, "
-            f"intra_wg_overlap = false, persistent = false, cluster = 1>")
+            f"producer_regs = {p}, consumer_regs = {c}, pingpong = {str(pingpong).lower()}, "
+            f"intra_wg_overlap = {str(overlap).lower()}, persistent = false, cluster = 1>")
+
+
+def schedule_variants(d):
+    """The A/B columns, each the cost model's tiles for head dim d with one
+    structural choice changed: `no_ws` the kernel without a producer
+    warpgroup (fa3's default before warp specialization), `ws_no_pp` warp
+    specialization without pingpong, `ws_overlap` with intra-warpgroup
+    overlap on top (d <= 128: d256 has no registers for a second S tile)."""
+    bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
+    regs = (32, 160) if wgs == 3 else (24, 240)
+    pp = wgs == 2
+    variants = {"no_ws": _schedule(bm, bn, wgs, (0, 0), False, False)}
+    if pp:
+        variants["ws_no_pp"] = _schedule(bm, bn, wgs, regs, False, False)
+    if d <= 128:
+        variants["ws_overlap"] = _schedule(bm, bn, wgs, regs, pp, True)
+    return variants
 
 
 def mlir_for(h, d, causal, schedule=None):
@@ -77,8 +92,9 @@ def mlir_grad_for(h, d, causal):
             f"  return %dq, %dk, %dv : {t}, {t}, {t}\n}}\n")
 
 
-def bench_forward(d, causal, s, dev="cuda"):
-    b, h = 16384 // s, 2048 // d
+def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None):
+    """One forward row; `extra` adds A/B columns {name: schedule}."""
+    b, h = b or 16384 // s, h or 2048 // d
     torch.manual_seed(0)
     q = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
     k = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
@@ -115,18 +131,19 @@ def bench_forward(d, causal, s, dev="cuda"):
         # Sanity: the timed kernel's output agrees with cuDNN/FLASH.
         if ref is not None:
             row["max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
-    if d <= 128:
-        # A/B in the same process: the same kernel without the
-        # intra-warpgroup overlap.
+    # A/B in the same process: the same tiles with another kernel structure.
+    for variant, schedule in {**schedule_variants(d), **(extra or {})}.items():
         try:
-            plain = capi.Kernel(mlir_for(h, d, causal, schedule_without_overlap(d)), "attn")
+            other = capi.Kernel(mlir_for(h, d, causal, schedule), "attn")
             o2 = torch.empty_like(q)
             lse2 = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-            ms2 = do_bench(lambda: plain.launch(q, k, v, o2, lse2), warmup=25, rep=100,
+            ms2 = do_bench(lambda: other.launch(q, k, v, o2, lse2), warmup=25, rep=100,
                            return_mode="median")
-            row["fa3_no_overlap"] = f / ms2 / 1e9
+            row["fa3_" + variant] = f / ms2 / 1e9
+            if ref is not None:
+                row[f"fa3_{variant}_max_abs_diff_vs_sdpa"] = (o2.float() - ref).abs().max().item()
         except capi.Fa3Error as e:
-            row["fa3_no_overlap_error"] = str(e)[:300]
+            row[f"fa3_{variant}_error"] = str(e)[:300]
     if row.get("cudnn") and row.get("fa3"):
         row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
     return row
@@ -279,6 +296,18 @@ def main():
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     torch.cuda.empty_cache()
+    if "fwd" in directions and not args.quick:
+        # Vision transformer shapes (B=128, H=12, d64; 7x7, 14x14 + cls,
+        # 28x28 patches): short sequences, many heads.
+        # A/B over the query tile: 64 rows (one consumer, no producer), 128
+        # (two consumers, producer, pingpong), 192 (the default).
+        tiles = {"bm64": _schedule(64, 128, 1, (0, 0), False, False),
+                 "bm128": _schedule(128, 128, 2, (24, 240), True, False)}
+        for s in (49, 197, 784):
+            row = bench_forward(64, False, s, b=128, h=12, extra=tiles)
+            row["shape"] = "vit"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
 
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -295,13 +324,26 @@ def main():
     bwd_rows = [r for r in rows if r["direction"] == "bwd"]
     if fwd_rows:
         lines += [f"bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
-                  "| d | causal | seqlen | fa3 | fa3 no-overlap | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "fa3: the cost model's schedule; A/B columns (same tiles): no WS = no producer warpgroup, "
+                  "WS no-pp = warp-specialized without pingpong, WS+ov = with intra-warpgroup overlap", "",
+                  "| d | causal | B x H x seqlen | fa3 | no WS | WS no-pp | WS+ov | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in fwd_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else r.get("fa3_error", "n/a")[:60]
-            lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('fa3_no_overlap'))} | {fmt(r.get('cudnn'))} | "
-                         f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+            lines.append(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3'))} | "
+                         f"{fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap'))} | "
+                         f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} | {diff} |")
+    vit_rows = [r for r in fwd_rows if r.get("shape") == "vit"]
+    if vit_rows:
+        lines += ["", "ViT shapes (d64, non-causal), fa3 by query tile: block_m 64 / 128 / 192 (the default)", "",
+                  "| B x H x seqlen | bm64 | bm128 | bm192 | cuDNN | FLASH | best fa3 / cuDNN |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in vit_rows:
+            best = max(x for x in (r.get("fa3_bm64"), r.get("fa3_bm128"), r.get("fa3")) if x) if r.get("fa3") else None
+            ratio = f"{best / r['cudnn']:.2f}" if best and r.get("cudnn") else "n/a"
+            lines.append(f"| {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3_bm64'))} | {fmt(r.get('fa3_bm128'))} | "
+                         f"{fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} |")
     if bwd_rows:
         if lines:
             lines.append("")
@@ -342,7 +384,7 @@ def main():
         for j, d in enumerate(dims):
             for i, (direction, causal) in enumerate(panels):
                 ax = axes[i][j]
-                sel = [r for r in rows if r["direction"] == direction and r["d"] == d and r["causal"] == causal]
+                sel = [r for r in rows if r["direction"] == direction and r["d"] == d and r["causal"] == causal and "shape" not in r]
                 xs = [str(r["seqlen"]) for r in sel]
                 for name in ("fa3", "cudnn", "flash"):
                     ax.plot(xs, [r.get(name) or 0 for r in sel], marker="o", label=name)

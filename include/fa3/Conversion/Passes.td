@@ -60,6 +60,23 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     query rows. Supported: f16/bf16, head dims 64/128/192/256 with Dv = D,
     GQA, causal, windows, softcap, dynamic B/Sq/Sk.
 
+    The schedule picks the kernel's structure:
+    * `producer_regs`/`consumer_regs` > 0: warp specialization. Warpgroup 0
+      runs `setmaxnreg.dec` and one of its threads issues every TMA load
+      (Q, then K/V of each key block once the consumers released the
+      slot's previous block on its "empty" mbarrier); the consumer
+      warpgroups run `setmaxnreg.inc` and only compute. Without it, thread
+      0 of the consumers issues the loads between its own blocks.
+    * `pingpong` (two consumers, with a producer): the consumers take turns
+      issuing their wgmmas through named barriers 1 and 2 (`bar.sync` on
+      their own, `bar.arrive` on the other's), so one warpgroup's softmax
+      overlaps the other's GEMMs.
+    * `intra_wg_overlap`: block i+1's QKᵀ is issued before block i's PV and
+      its softmax runs while that PV computes.
+    Schedule fields no kernel implements (`persistent`, `cluster` > 1, a
+    `consumer_wgs` other than `block_m` / 64, a register split that
+    `setmaxnreg` cannot make) are errors.
+
     Each `fa3.attention_grad` becomes three kernels named after its spec:
     `<name>_pre` (one warp per query row: Δ = rowsum(dO ∘ O), the LSE in
     base 2, a zeroed f32 dQ accumulator row), `<name>` (one CTA per key

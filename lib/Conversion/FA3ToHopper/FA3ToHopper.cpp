@@ -12,6 +12,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include <algorithm>
+
 #define DEBUG_TYPE "convert-fa3-to-hopper"
 
 namespace mlir::fa3 {
@@ -56,6 +58,23 @@ static LogicalResult readSharedSpec(Op op, Spec &spec, StringRef backend) {
   return success();
 }
 
+/// Rejects the `#fa3.schedule` fields no Hopper kernel implements, so that
+/// no schedule in the IR describes a kernel that is not built.
+static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
+                                                 ScheduleAttr schedule,
+                                                 StringRef kernel) {
+  if (schedule.getPersistent())
+    return op->emitOpError()
+           << "persistent = true: the Hopper " << kernel
+           << " kernel has no persistent tile scheduler (one CTA per tile)";
+  if (schedule.getCluster() != 1)
+    return op->emitOpError()
+           << "cluster = " << schedule.getCluster() << ": the Hopper "
+           << kernel << " kernel does not use thread block clusters (TMA "
+           << "multicast); cluster must be 1";
+  return success();
+}
+
 FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   HopperAttentionSpec spec;
   Type elt = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
@@ -72,11 +91,53 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
            << "the Hopper backend supports head dims 64, 128, 192 and 256 "
               "(whole 128-byte swizzle atoms), got "
            << spec.headDim;
-  spec.intraWarpgroupOverlap = op.getScheduleAttr().getIntraWgOverlap();
+  ScheduleAttr schedule = op.getScheduleAttr();
+  spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  spec.producerRegs = schedule.getProducerRegs();
+  spec.consumerRegs = schedule.getConsumerRegs();
+  spec.pingpong = schedule.getPingpong();
+  if (failed(rejectUnbuiltScheduleFields(op, schedule, "forward")))
+    return failure();
   if (spec.blockM % 64 != 0 || spec.blockM > 256)
     return op.emitOpError() << "block_m must be 64, 128, 192 or 256 on "
                                "Hopper (64 rows per warpgroup), got "
                             << spec.blockM;
+  if (schedule.getConsumerWgs() != spec.numConsumerWarpgroups())
+    return op.emitOpError()
+           << "consumer_wgs must be block_m / 64 on Hopper (each consumer "
+              "warpgroup owns 64 query rows), got consumer_wgs = "
+           << schedule.getConsumerWgs() << " with block_m = " << spec.blockM;
+  if ((spec.producerRegs == 0) != (spec.consumerRegs == 0))
+    return op.emitOpError()
+           << "producer_regs and consumer_regs turn warp specialization on "
+              "together (both 0: off), got "
+           << spec.producerRegs << " and " << spec.consumerRegs;
+  if (spec.warpSpecialized()) {
+    // setmaxnreg moves registers between warpgroups of a CTA that starts with
+    // 64 Ki / threads each (in steps of 8): the producer can only shrink,
+    // the consumers only grow, and the total must fit the register file.
+    int64_t atLaunch = std::min<int64_t>(256, (65536 / spec.numThreads()) / 8 * 8);
+    if (spec.producerRegs > atLaunch || spec.consumerRegs < atLaunch)
+      return op.emitOpError()
+             << "with " << spec.numThreads() << " threads a warpgroup starts "
+             << "with " << atLaunch << " registers a thread; setmaxnreg needs "
+             << "producer_regs <= " << atLaunch << " <= consumer_regs, got "
+             << spec.producerRegs << " and " << spec.consumerRegs;
+    int64_t total = 128 * (spec.producerRegs +
+                           spec.numConsumerWarpgroups() * spec.consumerRegs);
+    if (total > 65536)
+      return op.emitOpError()
+             << "producer_regs + consumer_wgs x consumer_regs = " << total / 128
+             << " registers a thread exceeds the 512 (64 Ki per CTA) of the "
+                "register file";
+  }
+  if (spec.pingpong &&
+      (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2))
+    return op.emitOpError()
+           << "pingpong is implemented for two consumer warpgroups with a "
+              "producer warpgroup (block_m = 128, producer_regs and "
+              "consumer_regs set), got block_m = "
+           << spec.blockM << ", producer_regs = " << spec.producerRegs;
   if (spec.blockN % 16 != 0 || spec.blockN > 256)
     return op.emitOpError() << "block_n must be a multiple of 16 up to 256 "
                                "on Hopper (the wgmma N and K steps), got "
@@ -134,6 +195,22 @@ HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
                             << spec.headDim;
   if (spec.stages < 1 || spec.stages > 4)
     return op.emitOpError() << "stages must be 1 to 4, got " << spec.stages;
+  ScheduleAttr schedule = op.getScheduleAttr();
+  if (failed(rejectUnbuiltScheduleFields(op, schedule, "backward")))
+    return failure();
+  if (schedule.getConsumerWgs() != HopperAttentionGradSpec::kNumWarpgroups)
+    return op.emitOpError() << "the Hopper backward runs two warpgroups; "
+                               "consumer_wgs must be 2, got "
+                            << schedule.getConsumerWgs();
+  if (schedule.getProducerRegs() != 0 || schedule.getConsumerRegs() != 0)
+    return op.emitOpError()
+           << "the Hopper backward has no producer warpgroup; producer_regs "
+              "and consumer_regs must be 0, got "
+           << schedule.getProducerRegs() << " and "
+           << schedule.getConsumerRegs();
+  if (schedule.getPingpong() || schedule.getIntraWgOverlap())
+    return op.emitOpError() << "pingpong and intra_wg_overlap are not "
+                               "implemented by the Hopper backward";
   if (spec.sharedMemoryBytes() > kMaxSharedMemory)
     return op.emitOpError()
            << "the backward schedule needs " << spec.sharedMemoryBytes()

@@ -88,6 +88,14 @@ void HopperCodegen::namedBarrier(int64_t id, int64_t threads) {
   ptxVoid("bar.sync $0, $1;", "r,r", {ci(id), ci(threads)});
 }
 
+void HopperCodegen::namedBarrierSync(Value id, int64_t threads) {
+  ptxVoid("bar.sync $0, $1;", "r,r", {id, ci(threads)});
+}
+
+void HopperCodegen::namedBarrierArrive(Value id, int64_t threads) {
+  ptxVoid("bar.arrive $0, $1;", "r,r", {id, ci(threads)});
+}
+
 void HopperCodegen::fenceProxyAsyncShared() {
   ptxVoid("fence.proxy.async.shared::cta;", "", {});
 }

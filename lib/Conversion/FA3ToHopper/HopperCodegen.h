@@ -121,6 +121,10 @@ protected:
   void bulkLoad(Value dst, Value src, int64_t bytes, Value bar);
   /// bar.sync on named barrier `id` with `threads` threads.
   void namedBarrier(int64_t id, int64_t threads);
+  /// bar.sync / bar.arrive on a named barrier chosen at run time (not the
+  /// .aligned forms: the other warpgroups of the CTA do not execute them).
+  void namedBarrierSync(Value id, int64_t threads);
+  void namedBarrierArrive(Value id, int64_t threads);
   /// Orders this thread's generic-proxy shared-memory writes before later
   /// async-proxy reads (wgmma operands).
   void fenceProxyAsyncShared();

@@ -43,6 +43,9 @@ using namespace mlir::fa3::detail;
 
 /// The V' layout kernel: key slots per CTA and threads.
 static constexpr int64_t kTransposeSlots = 128, kTransposeThreads = 256;
+/// The named barriers of pingpong: consumer warpgroup w waits on
+/// kPingpongBarrier + w (0 is __syncthreads').
+static constexpr int64_t kPingpongBarrier = 1;
 
 int64_t HopperAttentionSpec::sharedMemoryBytes() const {
   int64_t tile = elementBytes() * headDim; // bytes per row
@@ -59,6 +62,11 @@ std::string HopperAttentionSpec::kernelName() const {
           std::to_string(stages);
   if (intraWarpgroupOverlap)
     name += "_ov";
+  if (warpSpecialized())
+    name += "_ws" + std::to_string(producerRegs) + "x" +
+            std::to_string(consumerRegs);
+  if (pingpong)
+    name += "_pp";
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".
@@ -225,7 +233,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     for (int64_t st = 0; st < s.stages; ++st) {
       barrierInit(barFull(0, ci(st)), 1);
       barrierInit(barFull(1, ci(st)), 1);
-      barrierInit(barFull(2, ci(st)), s.numThreads());
+      barrierInit(barFull(2, ci(st)), s.numConsumerThreads());
     }
     NVVM::FenceMbarrierInitOp::create(b, loc);
     scf::YieldOp::create(b, loc);
@@ -248,21 +256,9 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value blockHi = divu(add(kHi, ci(s.blockN - 1)), ci(s.blockN));
   Value numBlocks = maxsi(sub(blockHi, blockLo), ci(0));
 
-  // Prologue: Q, then the first `stages` key blocks.
-  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-    expectTx(barQ(), tileBytes(s.blockM));
-    for (int64_t atom = 0; atom < s.headDim / atomCols(); ++atom)
-      tmaLoad(smemAt(ci(offQ + atom * s.blockM * rowAtom())), tmaQ,
-              {ci(atom * atomCols()), qStart, head, batch}, barQ());
-    for (int64_t st = 0; st < s.stages; ++st) {
-      Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
-      scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
-        issueKV(ci(st), add(blockLo, ci(st)));
-        scf::YieldOp::create(b, loc);
-      });
-    }
-    scf::YieldOp::create(b, loc);
-  });
+  // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
+  // rows' loop over the key blocks and the epilogue.
+  auto buildConsumer = [&](Value wg) {
   waitParity(barQ(), ci(0));
 
   // Fragment coordinates: this thread's two rows in the tile and the first
@@ -290,10 +286,27 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
                           andi(divu(it, ci(s.stages)), ci(1)));
   };
 
+  // Pingpong: a consumer's wgmmas of one step are issued between
+  // takeTurn() (wait on its own named barrier) and passTurn() (arrive on the
+  // other consumer's), so the two warpgroups' GEMMs alternate. Both named
+  // barriers count 256 threads: 128 waiting plus 128 arriving.
+  Value otherWg = sub(ci(1), wg);
+  auto takeTurn = [&] {
+    if (s.pingpong)
+      namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
+  };
+  auto passTurn = [&] {
+    if (s.pingpong)
+      namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
+  };
+  enum Turn { kNoTurn = 0, kTake = 1, kPass = 2, kWhole = 3 };
+
   // S = Q Kᵀ for block `it`.
-  auto issueQK = [&](Value it) {
+  auto issueQK = [&](Value it, int turn) {
     auto [stage, parity] = slotOf(it);
     waitParity(barFull(0, stage), parity);
+    if (turn & kTake)
+      takeTurn();
     Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
                           mul(stage, ci(tileBytes(s.blockN))));
     SmallVector<Value> sAcc(nS, cf(0));
@@ -308,6 +321,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    if (turn & kPass)
+      passTurn();
     return sAcc;
   };
 
@@ -375,7 +390,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   };
 
   // O += P V for block `it`, P from registers.
-  auto issuePV = [&](ArrayRef<Value> p, SmallVector<Value> o, Value it) {
+  auto issuePV = [&](ArrayRef<Value> p, SmallVector<Value> o, Value it,
+                     int turn) {
     auto [stage, parity] = slotOf(it);
     // The S accumulator, pairwise converted, is the A fragment of m64nDk16
     // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
@@ -400,6 +416,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
         aFrags.push_back(packAFragment(p, k));
     }
     waitParity(barFull(1, stage), parity);
+    if (turn & kTake)
+      takeTurn();
     Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
                           mul(stage, ci(tileBytes(s.blockN))));
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
@@ -412,14 +430,19 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       o = wgmmaRS(o, aFrags[k], bd);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    if (turn & kPass)
+      passTurn();
     return o;
   };
 
-  // After block `it`'s wgmmas completed: release its ring slot; warp 0
-  // refills it once every thread is done.
+  // After block `it`'s wgmmas completed: release its ring slot. With a
+  // producer warpgroup that is all; otherwise warp 0 refills the slot once
+  // every thread is done.
   auto release = [&](Value it) {
     auto [stage, parity] = slotOf(it);
     arrive(barFull(2, stage));
+    if (s.warpSpecialized())
+      return;
     Value next = add(it, ci(s.stages));
     Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
                         cmp(arith::CmpIPredicate::slt, next, numBlocks));
@@ -440,19 +463,30 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       o[r] = fmul(o[r], alpha[(r % 4) / 2]);
   };
 
+  // Pingpong: consumer 0 goes first (an arrive on its own barrier that its
+  // first takeTurn() completes).
+  if (s.pingpong) {
+    Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+      namedBarrierArrive(ci(kPingpongBarrier), 256);
+      scf::YieldOp::create(b, loc);
+    });
+  }
+
   SmallVector<Value> results;
   if (!s.intraWarpgroupOverlap) {
     // One block at a time: QKᵀ, wait, softmax, PV, wait.
     auto loop = scf::ForOp::create(
         b, loc, ci(0), numBlocks, ci(1), init,
         [&](OpBuilder &, Location, Value it, ValueRange iters) {
-          SmallVector<Value> sAcc = issueQK(it);
+          // Pingpong orders the QKᵀ issues; PV runs in the other's turn.
+          SmallVector<Value> sAcc = issueQK(it, kWhole);
           waitGroups(0);
           Value mOld[2] = {iters[0], iters[1]}, lOld[2] = {iters[2], iters[3]};
           SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
           SmallVector<Value> o(iters.begin() + 4, iters.end());
           rescale(o, step.alpha);
-          o = issuePV(step.p, o, it);
+          o = issuePV(step.p, o, it, kNoTurn);
           waitGroups(0);
           release(it);
           SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
@@ -473,7 +507,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
     {
       OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(guarded.thenBlock());
-      SmallVector<Value> s0 = issueQK(ci(0));
+      SmallVector<Value> s0 = issueQK(ci(0), kWhole);
       waitGroups(0);
       Value m0[2] = {cf(negInf), cf(negInf)}, l0[2] = {cf(0), cf(0)};
       SoftmaxStep first = softmax(s0, ci(0), m0, l0);
@@ -488,8 +522,9 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
             Value lOld[2] = {iters[nS + 2], iters[nS + 3]};
             SmallVector<Value> o(iters.begin() + nS + 4, iters.end());
             Value itNext = add(it, ci(1));
-            SmallVector<Value> sNext = issueQK(itNext);
-            o = issuePV(p, o, it);
+            // One turn: QKᵀ of block it+1, then PV of block it.
+            SmallVector<Value> sNext = issueQK(itNext, kTake);
+            o = issuePV(p, o, it, kPass);
             waitGroups(1); // QKᵀ of block it+1 done, PV of block it in flight
             SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
             waitGroups(0); // PV done: O readable, the slot free
@@ -504,7 +539,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       SmallVector<Value> p(res.begin(), res.begin() + nS);
       SmallVector<Value> o(res.begin() + nS + 4, res.end());
       Value last = sub(numBlocks, ci(1));
-      o = issuePV(p, o, last);
+      o = issuePV(p, o, last, kWhole);
       waitGroups(0);
       release(last);
       SmallVector<Value> yields(res.begin() + nS, res.begin() + nS + 4);
@@ -514,6 +549,16 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       scf::YieldOp::create(b, loc, init);
     }
     results.assign(guarded.getResults().begin(), guarded.getResults().end());
+  }
+
+  // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
+  // both named barriers end with every phase complete.
+  if (s.pingpong) {
+    Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+      takeTurn();
+      scf::YieldOp::create(b, loc);
+    });
   }
 
   // Epilogue: O / l and LSE = scale * m + ln(l); rows with l = 0 saw no key.
@@ -561,6 +606,67 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       });
       scf::YieldOp::create(b, loc);
     });
+  }
+  };
+
+  auto loadQ = [&] {
+    expectTx(barQ(), tileBytes(s.blockM));
+    for (int64_t atom = 0; atom < s.headDim / atomCols(); ++atom)
+      tmaLoad(smemAt(ci(offQ + atom * s.blockM * rowAtom())), tmaQ,
+              {ci(atom * atomCols()), qStart, head, batch}, barQ());
+  };
+  if (!s.warpSpecialized()) {
+    // Prologue: Q, then the first `stages` key blocks; the consumers refill
+    // the ring themselves (see `release`).
+    scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+      loadQ();
+      for (int64_t st = 0; st < s.stages; ++st) {
+        Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
+        scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
+          issueKV(ci(st), add(blockLo, ci(st)));
+          scf::YieldOp::create(b, loc);
+        });
+      }
+      scf::YieldOp::create(b, loc);
+    });
+    buildConsumer(wg);
+  } else {
+    // Warp specialization: warpgroup 0 produces, the others consume. Each
+    // side resizes its register file first (setmaxnreg is warpgroup-wide).
+    Value isProducer = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+    scf::IfOp::create(
+        b, loc, isProducer,
+        [&](OpBuilder &, Location) {
+          NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
+                                         NVVM::SetMaxRegisterAction::decrease);
+          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+            loadQ();
+            // Block `it` goes into slot it % stages once the consumers have
+            // released that slot's previous block (it - stages).
+            scf::ForOp::create(
+                b, loc, ci(0), numBlocks, ci(1), ValueRange(),
+                [&](OpBuilder &, Location, Value it, ValueRange) {
+                  Value stage = remu(it, ci(s.stages));
+                  Value parity = andi(divu(it, ci(s.stages)), ci(1));
+                  Value reused = cmp(arith::CmpIPredicate::uge, it,
+                                     ci(s.stages));
+                  scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
+                    waitParity(barFull(2, stage), xori(parity, ci(1)));
+                    scf::YieldOp::create(b, loc);
+                  });
+                  issueKV(stage, add(blockLo, it));
+                  scf::YieldOp::create(b, loc);
+                });
+            scf::YieldOp::create(b, loc);
+          });
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          NVVM::SetMaxRegisterOp::create(b, loc, s.consumerRegs,
+                                         NVVM::SetMaxRegisterAction::increase);
+          buildConsumer(sub(wg, ci(1)));
+          scf::YieldOp::create(b, loc);
+        });
   }
   LLVM::ReturnOp::create(b, loc, ValueRange());
   return fn;

@@ -3,13 +3,13 @@
 // The host side stays at L0 with the kernel symbol and its launch metadata;
 // the kernel lands in gpu.module @fa3_kernels for sm_90a.
 // CHECK-LABEL: func.func @gqa_causal
-// CHECK: fa3.attention {{.*}}fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d128_h8x2_m128n128s2_causal_
-// CHECK-SAME: fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164920 : i64, threads = 256 : i64}
+// CHECK: fa3.attention {{.*}}fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d128_h8x2_m128n128s2_ws24x240_pp_causal_
+// CHECK-SAME: fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164920 : i64, threads = 384 : i64}
 // CHECK: gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">]
 // CHECK: llvm.mlir.global external @fa3_dynamic_smem() {addr_space = 3 : i32, alignment = 1024 : i64}
-// CHECK: llvm.func @fa3_fwd_bf16_d128_h8x2_m128n128s2_causal_
+// CHECK: llvm.func @fa3_fwd_bf16_d128_h8x2_m128n128s2_ws24x240_pp_causal_
 // CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}
-// CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>
+// CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
 // CHECK: nvvm.mbarrier.init
 // CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global
 // CHECK: scf.for

@@ -28,6 +28,8 @@ class GpuCase:
     dtype: str = "bf16"
     causal: bool = False
     window: tuple = (-1, -1)
+    # A kernel structure other than the cost model's (see _structure).
+    structure: str = ""
 
     def id(self):
         s = f"b{self.b}-sq{self.sq}-sk{self.sk}-d{self.d}-h{self.hq}x{self.hkv}-{self.dtype}"
@@ -35,6 +37,8 @@ class GpuCase:
             s += "-causal"
         if self.window != (-1, -1):
             s += f"-win{self.window[0]}_{self.window[1]}"
+        if self.structure:
+            s += "-" + self.structure
         return s
 
     def mlir(self):
@@ -47,10 +51,26 @@ class GpuCase:
             attrs.append("causal")
         if self.window != (-1, -1):
             attrs.append(f"window = array<i64: {self.window[0]}, {self.window[1]}>")
+        if self.structure:
+            attrs.append(f"schedule = {_structure(self.d, self.structure)}")
         a = " {" + ", ".join(attrs) + "}" if attrs else ""
         return (f"func.func @attn(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
                 f"  %o, %lse = fa3.attention %q, %k, %v{a} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
                 f"  return %o, %lse : {qt}, {lt}\n}}\n")
+
+
+def _structure(d, name):
+    """The cost model's tiles for head dim d with the kernel structure
+    `name`: no_ws (no producer warpgroup), ws_no_pp (warp-specialized, no
+    pingpong), ws_overlap (warp-specialized, pingpong where there are two
+    consumers, intra-warpgroup overlap)."""
+    bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
+    regs = {"no_ws": (0, 0)}.get(name, (32, 160) if wgs == 3 else (24, 240))
+    pingpong = name == "ws_overlap" and wgs == 2
+    overlap = name == "ws_overlap"
+    return (f"#fa3.schedule<block_m = {bm}, block_n = {bn}, stages = 2, consumer_wgs = {wgs}, "
+            f"producer_regs = {regs[0]}, consumer_regs = {regs[1]}, pingpong = {str(pingpong).lower()}, "
+            f"intra_wg_overlap = {str(overlap).lower()}, persistent = false, cluster = 1>")
 
 
 def _cases():
@@ -73,6 +93,16 @@ def _cases():
         GpuCase(b=3, sq=1000, sk=4096, d=64, window=(256, 256)),
         GpuCase(b=1, sq=4096, sk=1000, d=256, window=(-1, 64), dtype="f16"),
     ]
+    # The other kernel structures the benchmark compares (the default is
+    # warp-specialized with pingpong at d > 64): ragged, Sq != Sk, causal,
+    # windowed, GQA.
+    for structure in ("no_ws", "ws_no_pp", "ws_overlap"):
+        dims = (64, 128) if structure == "ws_overlap" else (64, 128, 256)
+        for d in dims:
+            cases.append(GpuCase(b=3, sq=1000, sk=1000, d=d, causal=True, structure=structure))
+            cases.append(GpuCase(b=1, sq=17, sk=4096, d=d, structure=structure))
+        cases.append(GpuCase(b=2, sq=1, sk=1, d=128, structure=structure))
+        cases.append(GpuCase(b=1, sq=4096, sk=1000, d=128, causal=True, window=(300, 0), structure=structure))
     assert {c.sq for c in cases} >= set(lens)
     return cases
 

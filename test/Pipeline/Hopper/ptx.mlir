@@ -1,6 +1,10 @@
 // The sm_90a kernels' PTX has the Hopper machinery: TMA loads completing on
 // mbarriers, wgmma with both operands in shared memory for S = Q Kᵀ,
 // register-A wgmma (P in registers, V transposed) for O += P V, and ex2.
+// The default schedules are warp-specialized: the consumer warpgroups
+// (setmaxnreg.inc) come first, the producer warpgroup (setmaxnreg.dec, the
+// TMA loads) after them; with two consumers they pingpong on named
+// barriers 1 and 2 (bar.sync / bar.arrive with a run-time id).
 // No GPU or ptxas needed; ptxas.mlir assembles the same PTX.
 
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_full --emit=ptx | FileCheck %s --check-prefixes=COMMON,D64
@@ -10,8 +14,12 @@
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_full --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
 
+// Three consumer warpgroups (d64) do not pingpong.
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_full --emit=ptx | FileCheck %s --check-prefix=NOPP
+// NOPP-NOT: bar.arrive
+
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_window --emit=ptx | FileCheck %s --check-prefix=WINDOW
-// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_winf_64_s{{[0-9a-f]+}}(
+// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_ws24x240_pp_winf_64_s{{[0-9a-f]+}}(
 // WINDOW: wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16
 
 // COMMON: .target sm_90a
@@ -21,24 +29,41 @@
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_0[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_1[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_2[128],
-// COMMON: .maxntid
+// D64: .maxntid 512, 1, 1
+// D128: .maxntid 384, 1, 1
+// D256: .maxntid 384, 1, 1
 // COMMON: mbarrier.init.shared.b64
+// D64: setmaxnreg.inc.sync.aligned.u32 160;
+// D128: setmaxnreg.inc.sync.aligned.u32 240;
+// D256: setmaxnreg.inc.sync.aligned.u32 240;
+// COMMON: mbarrier.try_wait.parity
+// The consumer's steps, in whatever order the blocks are laid out:
+// Consumer 0 takes the first turn.
+// D128-DAG: bar.arrive %r{{[0-9]+}}, %r{{[0-9]+}};
+// D256-DAG: bar.arrive %r{{[0-9]+}}, %r{{[0-9]+}};
+// D128-DAG: bar.sync %r{{[0-9]+}}, %r{{[0-9]+}};
+// D256-DAG: bar.sync %r{{[0-9]+}}, %r{{[0-9]+}};
+// S = Q Kᵀ: descriptors for A and B.
+// D64-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D128-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D256-DAG: wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){39}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// COMMON-DAG: wgmma.commit_group.sync.aligned
+// COMMON-DAG: wgmma.wait_group.sync.aligned 0
+// COMMON-DAG: shfl.sync.bfly.b32
+// COMMON-DAG: ex2.approx.f32
+// COMMON-DAG: cvt.rn.bf16x2.f32
+// O += P V: A from four 32-bit registers, B transposed (last immediate 1).
+// D64-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D128-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D256-DAG: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){127}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// COMMON-DAG: mbarrier.arrive.shared.b64
+// COMMON-DAG: lg2.approx.f32
+// COMMON-DAG: st.global.b32
+// COMMON-DAG: st.global.b32
+// The producer: one thread issues Q, then K and V for every key block,
+// waiting on the slot's "empty" mbarrier before reusing it.
+// COMMON: setmaxnreg.dec.sync.aligned.u32
 // COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
 // COMMON: mbarrier.try_wait.parity
-// S = Q Kᵀ: descriptors for A and B.
-// D64: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// D256: wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){39}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// COMMON: wgmma.commit_group.sync.aligned
-// COMMON: wgmma.wait_group.sync.aligned 0
-// COMMON: shfl.sync.bfly.b32
-// COMMON: ex2.approx.f32
-// COMMON: cvt.rn.bf16x2.f32
-// O += P V: A from four 32-bit registers, B transposed (last immediate 1).
-// D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// D256: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){127}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// COMMON: mbarrier.arrive.shared.b64
-// COMMON: lg2.approx.f32
-// COMMON: st.global.b32
-// COMMON: st.global.b32
+// COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
+

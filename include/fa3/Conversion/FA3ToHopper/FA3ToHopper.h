@@ -42,6 +42,17 @@ struct HopperAttentionSpec {
   /// with that PV (the schedule's `intra_wg_overlap`); needs registers for
   /// two S tiles.
   bool intraWarpgroupOverlap = false;
+  /// Warp specialization (the schedule's `producer_regs`/`consumer_regs`,
+  /// 0 = off): warpgroup 0 becomes a producer that only issues the TMA
+  /// loads of Q and of the K/V ring and gives its registers away with
+  /// `setmaxnreg.dec` to `producerRegs`; the consumer warpgroups take them
+  /// with `setmaxnreg.inc` to `consumerRegs`.
+  int64_t producerRegs = 0, consumerRegs = 0;
+  /// Pingpong (the schedule's `pingpong`, needs warp specialization and two
+  /// consumer warpgroups): the consumers take turns issuing their wgmmas,
+  /// ordered by two named barriers, so one warpgroup's softmax runs while
+  /// the other's GEMMs occupy the tensor cores.
+  bool pingpong = false;
 
   /// Reads the spec of a scheduled fa3.attention; emits a diagnostic naming
   /// what the Hopper backend does not support and fails otherwise.
@@ -57,7 +68,12 @@ struct HopperAttentionSpec {
   int64_t valueTransposeSmemBytes() const { return 128 * (headDim + 4); }
   int64_t elementBytes() const { return fp8 ? 1 : 2; }
   int64_t numConsumerWarpgroups() const { return blockM / 64; }
-  int64_t numThreads() const { return numConsumerWarpgroups() * 128; }
+  bool warpSpecialized() const { return producerRegs > 0; }
+  int64_t numConsumerThreads() const { return numConsumerWarpgroups() * 128; }
+  /// The consumers plus, with warp specialization, the producer warpgroup.
+  int64_t numThreads() const {
+    return numConsumerThreads() + (warpSpecialized() ? 128 : 0);
+  }
   /// Dynamic shared memory: Q, `stages` K and V tiles, mbarriers, and 1 KiB
   /// of slack to align the tiles to the 128-byte swizzle's 1 KiB period.
   int64_t sharedMemoryBytes() const;

@@ -14,6 +14,31 @@ namespace mlir::fa3 {
 using namespace mlir;
 using namespace mlir::fa3;
 
+/// The Hopper forward's kernel structure for `blockM` query rows (one
+/// consumer warpgroup per 64): with two or three consumers a producer
+/// warpgroup issues the loads and the register file is split as in
+/// FlashAttention-3 (24/240 for 2 consumers, 32/160 for 3: what 64 Ki
+/// registers allow); two consumers also pingpong. One consumer (too few
+/// rows to hide the producer's cost) and four (no registers left to give)
+/// run without a producer. FP8 runs without a producer for now.
+static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
+                                          int64_t blockN, bool fp8) {
+  int64_t consumers = blockM / 64;
+  int64_t producerRegs = 0, consumerRegs = 0;
+  if (!fp8 && consumers == 2) {
+    producerRegs = 24;
+    consumerRegs = 240;
+  } else if (!fp8 && consumers == 3) {
+    producerRegs = 32;
+    consumerRegs = 160;
+  }
+  return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2, consumers,
+                           producerRegs, consumerRegs,
+                           /*pingpong=*/producerRegs > 0 && consumers == 2,
+                           /*intra_wg_overlap=*/false, /*persistent=*/false,
+                           /*cluster=*/1);
+}
+
 FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
                                                   StringRef target,
                                                   int64_t headDim,
@@ -30,26 +55,18 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // FlashAttention-3's forward tiles (see the pass description for why):
   // the O accumulator of block_m x D f32 and the S tile of block_m x block_n
   // f32 must both fit the consumers' registers.
-  int64_t blockM = 128, blockN = 128, consumers = 2;
-  if (headDim <= 64) {
+  int64_t blockM = 128, blockN = 128;
+  if (headDim <= 64)
     blockM = 192;
-    consumers = 3;
-  } else if (headDim > 128) {
+  else if (headDim > 128)
     blockN = 80;
-  }
   // FP8 reads V' in blocks of 128 keys (one 128-byte e4m3 atom); its tiles
   // are half as large, so d256 fits 128 x 128 too.
-  if (elementType && isa<Float8E4M3FNType>(elementType))
+  bool fp8 = elementType && isa<Float8E4M3FNType>(elementType);
+  if (fp8)
     blockN = 128;
   (void)causal;
-  return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2, consumers,
-                           /*producer_regs=*/24, /*consumer_regs=*/240,
-                           /*pingpong=*/consumers == 2,
-                           // Measured slower in this kernel (no producer
-                           // warpgroup yet): docs/Performance.md, A/B run.
-                           /*intra_wg_overlap=*/false,
-                           /*persistent=*/false,
-                           /*cluster=*/1);
+  return hopperForwardSchedule(context, blockM, blockN, fp8);
 }
 
 FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
@@ -103,12 +120,11 @@ struct FA3SelectSchedulePass
       if (blockM <= 0 && blockN <= 0)
         return chosen;
       int64_t rows = blockM > 0 ? blockM : chosen.getBlockM();
-      // On Hopper each consumer warpgroup of the forward owns 64 query rows.
-      int64_t consumers = chosen.getConsumerWgs();
+      int64_t cols = blockN > 0 ? blockN : chosen.getBlockN();
       return ScheduleAttr::get(
-          chosen.getContext(), rows, blockN > 0 ? blockN : chosen.getBlockN(),
-          chosen.getStages(), consumers, chosen.getProducerRegs(),
-          chosen.getConsumerRegs(), chosen.getPingpong() && consumers == 2,
+          chosen.getContext(), rows, cols, chosen.getStages(),
+          chosen.getConsumerWgs(), chosen.getProducerRegs(),
+          chosen.getConsumerRegs(), chosen.getPingpong(),
           chosen.getIntraWgOverlap(), chosen.getPersistent(),
           chosen.getCluster());
     };
@@ -120,13 +136,13 @@ struct FA3SelectSchedulePass
         ScheduleAttr chosen =
             *selectSchedule(op->getContext(), target, q.getDimSize(3),
                             q.getElementType(), attention.getCausal());
-        if (target == "sm_90a" && blockM > 0)
-          chosen = ScheduleAttr::get(
-              op->getContext(), chosen.getBlockM(), chosen.getBlockN(),
-              chosen.getStages(), blockM / 64, chosen.getProducerRegs(),
-              chosen.getConsumerRegs(), chosen.getPingpong(),
-              chosen.getIntraWgOverlap(), chosen.getPersistent(),
-              chosen.getCluster());
+        // On Hopper block_m decides the warpgroups, so an overridden block_m
+        // gets the kernel structure of its own consumer count.
+        if (target == "sm_90a" && (blockM > 0 || blockN > 0))
+          chosen = hopperForwardSchedule(
+              op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
+              blockN > 0 ? blockN : chosen.getBlockN(),
+              isa<Float8E4M3FNType>(q.getElementType()));
         attention.setScheduleAttr(applyOverrides(chosen));
       } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
         if (grad.getSchedule())

@@ -32,7 +32,21 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     * `persistent`: a persistent grid (longest-first order when causal).
     * `cluster`: CTAs per cluster sharing K/V by TMA multicast (1 = off).
 
-    The CPU lowering uses only `block_m` and `block_n`.
+    What each backend builds, and rejects with a diagnostic otherwise (a
+    schedule never describes a kernel that is not built):
+
+    | field | Hopper forward | Hopper backward |
+    | --- | --- | --- |
+    | `block_m`, `block_n`, `stages` | yes | `block_m` = 64, `block_n` 64/128 |
+    | `consumer_wgs` | must be `block_m` / 64 | must be 2 |
+    | `producer_regs`, `consumer_regs` | yes (warp specialization) | must be 0 |
+    | `pingpong` | with a producer and 2 consumers | must be false |
+    | `intra_wg_overlap` | yes (16-bit types) | must be false |
+    | `persistent` | must be false | must be false |
+    | `cluster` | must be 1 | must be 1 |
+
+    The CPU lowering uses only `block_m` and `block_n`; the other fields
+    describe GPU kernels and do not change what the CPU computes.
 
     ```mlir
     #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2,

@@ -81,12 +81,19 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     | ≤ 128 | 128 × 128 | 2 | causal and non-causal alike |
     | ≤ 256 | 128 × 80 | 2 | the O accumulator leaves room for 80 columns of S |
 
-    All use 2 TMA stages, a 24/240 producer/consumer register split, pingpong
-    when there are two consumer warpgroups, and no cluster. Intra-warpgroup
-    overlap (block i+1's QKᵀ in flight during block i's softmax and PV) is
-    off: without a producer warpgroup it measured 10-25% slower on the H200
-    (docs/Performance.md); a schedule written in the IR can still turn it on
-    (for d <= 128: d256 has no registers for a second S tile).
+    All use 2 TMA stages and no cluster. With two or three consumer
+    warpgroups the kernel is warp-specialized as in FlashAttention-3: a
+    producer warpgroup issues the TMA loads and the register file is split
+    with `setmaxnreg` (24/240 for two consumers, 32/160 for three: what
+    64 Ki registers allow); two consumers also pingpong. One consumer (a
+    `block-m=64` override) and four run without a producer. FP8 (e4m3)
+    attentions run without a producer for now. Intra-warpgroup overlap
+    (block i+1's QKᵀ in flight during block i's softmax and PV) is off: it
+    measured 10-25% slower on the H200 without a producer warpgroup and
+    spills a few registers at 240 (docs/Performance.md); a schedule written
+    in the IR can still turn it on (for d <= 128: d256 has no registers for
+    a second S tile). Overriding `block-m` on sm_90a recomputes the
+    warpgroups and the register split for the new row count.
 
     The CPU (`target=cpu`) uses 64 × 64 tiles: the working set of one tile
     step (Q, K, V tiles, S and the accumulator, at most ~200 KiB for d = 256
