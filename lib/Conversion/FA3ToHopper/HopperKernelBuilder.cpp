@@ -259,354 +259,359 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
   // rows' loop over the key blocks and the epilogue.
   auto buildConsumer = [&](Value wg) {
-  waitParity(barQ(), ci(0));
+    waitParity(barQ(), ci(0));
 
-  // Fragment coordinates: this thread's two rows in the tile and the first
-  // of its column pairs in each 8-column block.
-  Value rowInTile = add(add(mul(wg, ci(64)), mul(warp, ci(16))),
-                        divu(lane, ci(4)));
-  Value rowAbs[2] = {add(qStart, rowInTile), add(qStart, add(rowInTile, ci(8)))};
-  Value colInBlock = mul(remu(lane, ci(4)), ci(2));
+    // Fragment coordinates: this thread's two rows in the tile and the first
+    // of its column pairs in each 8-column block.
+    Value rowInTile =
+        add(add(mul(wg, ci(64)), mul(warp, ci(16))), divu(lane, ci(4)));
+    Value rowAbs[2] = {add(qStart, rowInTile),
+                       add(qStart, add(rowInTile, ci(8)))};
+    Value colInBlock = mul(remu(lane, ci(4)), ci(2));
 
-  float negInf = -std::numeric_limits<float>::infinity();
-  int64_t nS = s.blockN / 2, nO = s.headDim / 2;
+    float negInf = -std::numeric_limits<float>::infinity();
+    int64_t nS = s.blockN / 2, nO = s.headDim / 2;
 
-  SmallVector<Value> init = {cf(negInf), cf(negInf), cf(0), cf(0)};
-  for (int64_t i = 0; i < nO; ++i)
-    init.push_back(cf(0));
+    SmallVector<Value> init = {cf(negInf), cf(negInf), cf(0), cf(0)};
+    for (int64_t i = 0; i < nO; ++i)
+      init.push_back(cf(0));
 
-  Value qTileAddr = add(smemAddr(smem), ci(offQ));
-  Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
+    Value qTileAddr = add(smemAddr(smem), ci(offQ));
+    Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
 
-  // The steps of one key block `it` (0-based from blockLo). Each issues its
-  // wgmmas and commits them; the caller decides when to wait, which is what
-  // the overlapped schedule changes.
-  auto slotOf = [&](Value it) {
-    return std::make_pair(remu(it, ci(s.stages)),
-                          andi(divu(it, ci(s.stages)), ci(1)));
-  };
+    // The steps of one key block `it` (0-based from blockLo). Each issues its
+    // wgmmas and commits them; the caller decides when to wait, which is what
+    // the overlapped schedule changes.
+    auto slotOf = [&](Value it) {
+      return std::make_pair(remu(it, ci(s.stages)),
+                            andi(divu(it, ci(s.stages)), ci(1)));
+    };
 
-  // Pingpong: a consumer's wgmmas of one step are issued between
-  // takeTurn() (wait on its own named barrier) and passTurn() (arrive on the
-  // other consumer's), so the two warpgroups' GEMMs alternate. Both named
-  // barriers count 256 threads: 128 waiting plus 128 arriving.
-  Value otherWg = sub(ci(1), wg);
-  auto takeTurn = [&] {
-    if (s.pingpong)
-      namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
-  };
-  auto passTurn = [&] {
-    if (s.pingpong)
-      namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
-  };
-  enum Turn { kNoTurn = 0, kTake = 1, kPass = 2, kWhole = 3 };
+    // Pingpong: a consumer's wgmmas of one step are issued between
+    // takeTurn() (wait on its own named barrier) and passTurn() (arrive on the
+    // other consumer's), so the two warpgroups' GEMMs alternate. Both named
+    // barriers count 256 threads: 128 waiting plus 128 arriving.
+    Value otherWg = sub(ci(1), wg);
+    auto takeTurn = [&] {
+      if (s.pingpong)
+        namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
+    };
+    auto passTurn = [&] {
+      if (s.pingpong)
+        namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
+    };
+    enum Turn { kNoTurn = 0, kTake = 1, kPass = 2, kWhole = 3 };
 
-  // S = Q Kᵀ for block `it`.
-  auto issueQK = [&](Value it, int turn) {
-    auto [stage, parity] = slotOf(it);
-    waitParity(barFull(0, stage), parity);
-    if (turn & kTake)
-      takeTurn();
-    Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
-                          mul(stage, ci(tileBytes(s.blockN))));
-    SmallVector<Value> sAcc(nS, cf(0));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    // One wgmma K step is 32 bytes of a 128-byte atom row for either type.
-    for (int64_t k = 0; k < s.headDim / mmaK(); ++k) {
-      int64_t atom = k / 4, inAtom = (k % 4) * 32;
-      Value a =
-          qkDescriptor(add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
-      Value bd =
-          qkDescriptor(add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
-      sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
-    }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    if (turn & kPass)
-      passTurn();
-    return sAcc;
-  };
+    // S = Q Kᵀ for block `it`.
+    auto issueQK = [&](Value it, int turn) {
+      auto [stage, parity] = slotOf(it);
+      waitParity(barFull(0, stage), parity);
+      if (turn & kTake)
+        takeTurn();
+      Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
+                            mul(stage, ci(tileBytes(s.blockN))));
+      SmallVector<Value> sAcc(nS, cf(0));
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      // One wgmma K step is 32 bytes of a 128-byte atom row for either type.
+      for (int64_t k = 0; k < s.headDim / mmaK(); ++k) {
+        int64_t atom = k / 4, inAtom = (k % 4) * 32;
+        Value a = qkDescriptor(
+            add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
+        Value bd = qkDescriptor(
+            add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
+        sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/k > 0);
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      if (turn & kPass)
+        passTurn();
+      return sAcc;
+    };
 
-  // Softcap, mask (boundary blocks only) and the online-softmax update of
-  // the running max and sum; returns P and the correction factors.
-  struct SoftmaxStep {
-    SmallVector<Value> p;
-    Value m[2], l[2], alpha[2];
-  };
-  auto softmax = [&](SmallVector<Value> sAcc, Value it, const Value *mOld,
-                     const Value *lOld) {
-    Value kStart = mul(add(blockLo, it), ci(s.blockN));
-    if (s.softcap > 0) {
-      Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
-      for (Value &v : sAcc)
-        v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
-    }
-    // Mask only key blocks that cross the end of the keys, the diagonal or
-    // a window edge.
-    Value needMask = blockNeedsMask(qStart, qLast, kStart, s.blockN, seqK,
-                                    offset, left, right);
-    auto masked = scf::IfOp::create(b, loc, TypeRange(SmallVector<Type>(nS, f32)),
-                                    needMask, /*addElseBlock=*/true);
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(masked.thenBlock());
-      SmallVector<Value> m;
+    // Softcap, mask (boundary blocks only) and the online-softmax update of
+    // the running max and sum; returns P and the correction factors.
+    struct SoftmaxStep {
+      SmallVector<Value> p;
+      Value m[2], l[2], alpha[2];
+    };
+    auto softmax = [&](SmallVector<Value> sAcc, Value it, const Value *mOld,
+                       const Value *lOld) {
+      Value kStart = mul(add(blockLo, it), ci(s.blockN));
+      if (s.softcap > 0) {
+        Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
+        for (Value &v : sAcc)
+          v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+      }
+      // Mask only key blocks that cross the end of the keys, the diagonal or
+      // a window edge.
+      Value needMask = blockNeedsMask(qStart, qLast, kStart, s.blockN, seqK,
+                                      offset, left, right);
+      auto masked =
+          scf::IfOp::create(b, loc, TypeRange(SmallVector<Type>(nS, f32)),
+                            needMask, /*addElseBlock=*/true);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(masked.thenBlock());
+        SmallVector<Value> m;
+        for (int64_t r = 0; r < nS; ++r) {
+          Value row = rowAbs[(r % 4) / 2];
+          Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+          Value hidden = keyHidden(row, col, seqK, offset, left, right);
+          m.push_back(select(hidden, cf(negInf), sAcc[r]));
+        }
+        scf::YieldOp::create(b, loc, m);
+        b.setInsertionPointToStart(masked.elseBlock());
+        scf::YieldOp::create(b, loc, sAcc);
+      }
+      SmallVector<Value> sv(masked.getResults());
+
+      // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
+      // quad. The sum stays per thread until the epilogue.
+      SoftmaxStep step;
+      Value mScaled[2];
+      for (int64_t row = 0; row < 2; ++row) {
+        Value mx = mOld[row];
+        for (int64_t r = 0; r < nS; ++r)
+          if ((r % 4) / 2 == row)
+            mx = fmax(mx, sv[r]);
+        step.m[row] = quadReduce(mx, /*isMax=*/true);
+        Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                            step.m[row], cf(negInf));
+        mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cLog2);
+        step.alpha[row] = exp2(fsub(fmul(mOld[row], cLog2), mScaled[row]));
+      }
+      step.p.resize(nS);
+      Value rowSum[2] = {cf(0), cf(0)};
       for (int64_t r = 0; r < nS; ++r) {
-        Value row = rowAbs[(r % 4) / 2];
-        Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-        Value hidden = keyHidden(row, col, seqK, offset, left, right);
-        m.push_back(select(hidden, cf(negInf), sAcc[r]));
+        int64_t row = (r % 4) / 2;
+        step.p[r] = exp2(fsub(fmul(sv[r], cLog2), mScaled[row]));
+        rowSum[row] = fadd(rowSum[row], step.p[r]);
       }
-      scf::YieldOp::create(b, loc, m);
-      b.setInsertionPointToStart(masked.elseBlock());
-      scf::YieldOp::create(b, loc, sAcc);
-    }
-    SmallVector<Value> sv(masked.getResults());
+      for (int64_t row = 0; row < 2; ++row)
+        step.l[row] = fadd(fmul(lOld[row], step.alpha[row]), rowSum[row]);
+      return step;
+    };
 
-    // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
-    // quad. The sum stays per thread until the epilogue.
-    SoftmaxStep step;
-    Value mScaled[2];
-    for (int64_t row = 0; row < 2; ++row) {
-      Value mx = mOld[row];
-      for (int64_t r = 0; r < nS; ++r)
-        if ((r % 4) / 2 == row)
-          mx = fmax(mx, sv[r]);
-      step.m[row] = quadReduce(mx, /*isMax=*/true);
-      Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                          step.m[row], cf(negInf));
-      mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cLog2);
-      step.alpha[row] = exp2(fsub(fmul(mOld[row], cLog2), mScaled[row]));
-    }
-    step.p.resize(nS);
-    Value rowSum[2] = {cf(0), cf(0)};
-    for (int64_t r = 0; r < nS; ++r) {
-      int64_t row = (r % 4) / 2;
-      step.p[r] = exp2(fsub(fmul(sv[r], cLog2), mScaled[row]));
-      rowSum[row] = fadd(rowSum[row], step.p[r]);
-    }
-    for (int64_t row = 0; row < 2; ++row)
-      step.l[row] = fadd(fmul(lOld[row], step.alpha[row]), rowSum[row]);
-    return step;
-  };
-
-  // O += P V for block `it`, P from registers.
-  auto issuePV = [&](ArrayRef<Value> p, SmallVector<Value> o, Value it,
-                     int turn) {
-    auto [stage, parity] = slotOf(it);
-    // The S accumulator, pairwise converted, is the A fragment of m64nDk16
-    // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
-    // the fence, as wgmma requires.
-    SmallVector<SmallVector<Value>> aFrags;
-    if (s.fp8) {
-      // e4m3 A fragment of k-chunk c (32 keys): register i holds 4 keys of
-      // row r (i even) or r + 8 (i odd), keys 4t..4t+3 (i < 2) or
-      // 16+4t..16+4t+3. The S registers 16c .. 16c+15 hold keys
-      // {2t, 2t+1} + 8j instead; V' stores its keys permuted to match, so
-      // the bytes are taken in register order. P is scaled by 2^8 first.
-      for (int64_t c = 0; c < s.blockN / 32; ++c) {
-        int64_t base = 16 * c;
-        auto q = [&](int64_t i) { return fmul(p[base + i], cf(kFP8ProbsScale)); };
-        aFrags.push_back({packE4M3(q(0), q(1), q(4), q(5)),
-                          packE4M3(q(2), q(3), q(6), q(7)),
-                          packE4M3(q(8), q(9), q(12), q(13)),
-                          packE4M3(q(10), q(11), q(14), q(15))});
+    // O += P V for block `it`, P from registers.
+    auto issuePV = [&](ArrayRef<Value> p, SmallVector<Value> o, Value it,
+                       int turn) {
+      auto [stage, parity] = slotOf(it);
+      // The S accumulator, pairwise converted, is the A fragment of m64nDk16
+      // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
+      // the fence, as wgmma requires.
+      SmallVector<SmallVector<Value>> aFrags;
+      if (s.fp8) {
+        // e4m3 A fragment of k-chunk c (32 keys): register i holds 4 keys of
+        // row r (i even) or r + 8 (i odd), keys 4t..4t+3 (i < 2) or
+        // 16+4t..16+4t+3. The S registers 16c .. 16c+15 hold keys
+        // {2t, 2t+1} + 8j instead; V' stores its keys permuted to match, so
+        // the bytes are taken in register order. P is scaled by 2^8 first.
+        for (int64_t c = 0; c < s.blockN / 32; ++c) {
+          int64_t base = 16 * c;
+          auto q = [&](int64_t i) {
+            return fmul(p[base + i], cf(kFP8ProbsScale));
+          };
+          aFrags.push_back({packE4M3(q(0), q(1), q(4), q(5)),
+                            packE4M3(q(2), q(3), q(6), q(7)),
+                            packE4M3(q(8), q(9), q(12), q(13)),
+                            packE4M3(q(10), q(11), q(14), q(15))});
+        }
+      } else {
+        for (int64_t k = 0; k < s.blockN / 16; ++k)
+          aFrags.push_back(packAFragment(p, k));
       }
-    } else {
-      for (int64_t k = 0; k < s.blockN / 16; ++k)
-        aFrags.push_back(packAFragment(p, k));
-    }
-    waitParity(barFull(1, stage), parity);
-    if (turn & kTake)
-      takeTurn();
-    Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
-                          mul(stage, ci(tileBytes(s.blockN))));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t k = 0; k < s.blockN / mmaK(); ++k) {
-      // 16-bit: V MN-major, 16 key rows per step. e4m3: V'ᵀ K-major (D rows
-      // of 128 keys), 32 keys = 32 bytes per step.
-      Value bd = s.fp8 ? descriptor(add(vTileAddr, ci(k * 32)), 16, 1024)
-                       : descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
-                                    s.blockN * kAtomBytes, 1024);
-      o = wgmmaRS(o, aFrags[k], bd);
-    }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    if (turn & kPass)
-      passTurn();
-    return o;
-  };
+      waitParity(barFull(1, stage), parity);
+      if (turn & kTake)
+        takeTurn();
+      Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
+                            mul(stage, ci(tileBytes(s.blockN))));
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      for (int64_t k = 0; k < s.blockN / mmaK(); ++k) {
+        // 16-bit: V MN-major, 16 key rows per step. e4m3: V'ᵀ K-major (D rows
+        // of 128 keys), 32 keys = 32 bytes per step.
+        Value bd = s.fp8 ? descriptor(add(vTileAddr, ci(k * 32)), 16, 1024)
+                         : descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
+                                      s.blockN * kAtomBytes, 1024);
+        o = wgmmaRS(o, aFrags[k], bd);
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      if (turn & kPass)
+        passTurn();
+      return o;
+    };
 
-  // After block `it`'s wgmmas completed: release its ring slot. With a
-  // producer warpgroup that is all; otherwise warp 0 refills the slot once
-  // every thread is done.
-  auto release = [&](Value it) {
-    auto [stage, parity] = slotOf(it);
-    arrive(barFull(2, stage));
-    if (s.warpSpecialized())
-      return;
-    Value next = add(it, ci(s.stages));
-    Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                        cmp(arith::CmpIPredicate::slt, next, numBlocks));
-    scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-      waitParity(barFull(2, stage), parity);
-      scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-        issueKV(stage, add(blockLo, next));
+    // After block `it`'s wgmmas completed: release its ring slot. With a
+    // producer warpgroup that is all; otherwise warp 0 refills the slot once
+    // every thread is done.
+    auto release = [&](Value it) {
+      auto [stage, parity] = slotOf(it);
+      arrive(barFull(2, stage));
+      if (s.warpSpecialized())
+        return;
+      Value next = add(it, ci(s.stages));
+      Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                          cmp(arith::CmpIPredicate::slt, next, numBlocks));
+      scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+        waitParity(barFull(2, stage), parity);
+        scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+          issueKV(stage, add(blockLo, next));
+          scf::YieldOp::create(b, loc);
+        });
         scf::YieldOp::create(b, loc);
       });
-      scf::YieldOp::create(b, loc);
-    });
-  };
-  auto waitGroups = [&](int64_t pending) {
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending);
-  };
-  auto rescale = [&](SmallVector<Value> &o, const Value *alpha) {
-    for (int64_t r = 0; r < nO; ++r)
-      o[r] = fmul(o[r], alpha[(r % 4) / 2]);
-  };
+    };
+    auto waitGroups = [&](int64_t pending) {
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending);
+    };
+    auto rescale = [&](SmallVector<Value> &o, const Value *alpha) {
+      for (int64_t r = 0; r < nO; ++r)
+        o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+    };
 
-  // Pingpong: consumer 0 goes first (an arrive on its own barrier that its
-  // first takeTurn() completes).
-  if (s.pingpong) {
-    Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
-    scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
-      namedBarrierArrive(ci(kPingpongBarrier), 256);
-      scf::YieldOp::create(b, loc);
-    });
-  }
+    // Pingpong: consumer 0 goes first (an arrive on its own barrier that its
+    // first takeTurn() completes).
+    if (s.pingpong) {
+      Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+        namedBarrierArrive(ci(kPingpongBarrier), 256);
+        scf::YieldOp::create(b, loc);
+      });
+    }
 
-  SmallVector<Value> results;
-  if (!s.intraWarpgroupOverlap) {
-    // One block at a time: QKᵀ, wait, softmax, PV, wait.
-    auto loop = scf::ForOp::create(
-        b, loc, ci(0), numBlocks, ci(1), init,
-        [&](OpBuilder &, Location, Value it, ValueRange iters) {
-          // Pingpong orders the QKᵀ issues; PV runs in the other's turn.
-          SmallVector<Value> sAcc = issueQK(it, kWhole);
-          waitGroups(0);
-          Value mOld[2] = {iters[0], iters[1]}, lOld[2] = {iters[2], iters[3]};
-          SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
-          SmallVector<Value> o(iters.begin() + 4, iters.end());
-          rescale(o, step.alpha);
-          o = issuePV(step.p, o, it, kNoTurn);
-          waitGroups(0);
-          release(it);
-          SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
-                                       step.l[1]};
-          yields.append(o);
-          scf::YieldOp::create(b, loc, yields);
-        });
-    results.assign(loop.getResults().begin(), loop.getResults().end());
-  } else {
-    // Intra-warpgroup overlap (FA3): block i+1's QKᵀ and block i's PV are in
-    // flight together, and block i+1's softmax runs while PV computes. The
-    // first QKᵀ+softmax is peeled before the loop and the last PV after it,
-    // so no wgmma sits under a branch.
-    Value any = cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0));
-    auto guarded = scf::IfOp::create(
-        b, loc, TypeRange(SmallVector<Type>(init.size(), f32)), any,
-        /*addElseBlock=*/true);
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(guarded.thenBlock());
-      SmallVector<Value> s0 = issueQK(ci(0), kWhole);
-      waitGroups(0);
-      Value m0[2] = {cf(negInf), cf(negInf)}, l0[2] = {cf(0), cf(0)};
-      SoftmaxStep first = softmax(s0, ci(0), m0, l0);
-      SmallVector<Value> loopInit(first.p);
-      loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
-      loopInit.append(init.begin() + 4, init.end());
+    SmallVector<Value> results;
+    if (!s.intraWarpgroupOverlap) {
+      // One block at a time: QKᵀ, wait, softmax, PV, wait.
       auto loop = scf::ForOp::create(
-          b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
+          b, loc, ci(0), numBlocks, ci(1), init,
           [&](OpBuilder &, Location, Value it, ValueRange iters) {
-            SmallVector<Value> p(iters.begin(), iters.begin() + nS);
-            Value mOld[2] = {iters[nS], iters[nS + 1]};
-            Value lOld[2] = {iters[nS + 2], iters[nS + 3]};
-            SmallVector<Value> o(iters.begin() + nS + 4, iters.end());
-            Value itNext = add(it, ci(1));
-            // One turn: QKᵀ of block it+1, then PV of block it.
-            SmallVector<Value> sNext = issueQK(itNext, kTake);
-            o = issuePV(p, o, it, kPass);
-            waitGroups(1); // QKᵀ of block it+1 done, PV of block it in flight
-            SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
-            waitGroups(0); // PV done: O readable, the slot free
-            release(it);
+            // Pingpong orders the QKᵀ issues; PV runs in the other's turn.
+            SmallVector<Value> sAcc = issueQK(it, kWhole);
+            waitGroups(0);
+            Value mOld[2] = {iters[0], iters[1]},
+                  lOld[2] = {iters[2], iters[3]};
+            SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
+            SmallVector<Value> o(iters.begin() + 4, iters.end());
             rescale(o, step.alpha);
-            SmallVector<Value> yields(step.p);
-            yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
+            o = issuePV(step.p, o, it, kNoTurn);
+            waitGroups(0);
+            release(it);
+            SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
+                                         step.l[1]};
             yields.append(o);
             scf::YieldOp::create(b, loc, yields);
           });
-      SmallVector<Value> res(loop.getResults());
-      SmallVector<Value> p(res.begin(), res.begin() + nS);
-      SmallVector<Value> o(res.begin() + nS + 4, res.end());
-      Value last = sub(numBlocks, ci(1));
-      o = issuePV(p, o, last, kWhole);
-      waitGroups(0);
-      release(last);
-      SmallVector<Value> yields(res.begin() + nS, res.begin() + nS + 4);
-      yields.append(o);
-      scf::YieldOp::create(b, loc, yields);
-      b.setInsertionPointToStart(guarded.elseBlock());
-      scf::YieldOp::create(b, loc, init);
-    }
-    results.assign(guarded.getResults().begin(), guarded.getResults().end());
-  }
-
-  // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
-  // both named barriers end with every phase complete.
-  if (s.pingpong) {
-    Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
-    scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
-      takeTurn();
-      scf::YieldOp::create(b, loc);
-    });
-  }
-
-  // Epilogue: O / l and LSE = scale * m + ln(l); rows with l = 0 saw no key.
-  SmallVector<Value> &res = results;
-  Value inv[2], lse[2];
-  for (int64_t row = 0; row < 2; ++row) {
-    Value l = quadReduce(res[2 + row], /*isMax=*/false);
-    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l,
-                                        cf(0));
-    inv[row] = select(empty, cf(0),
-                      arith::DivFOp::create(b, loc, outScale, l).getResult());
-    Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
-                    cf(static_cast<float>(M_LN2)));
-    lse[row] = select(empty, cf(negInf), fadd(fmul(res[row], scaleQK), ln));
-  }
-  for (int64_t row = 0; row < 2; ++row) {
-    Value inside = cmp(arith::CmpIPredicate::slt, rowAbs[row], seqQ);
-    scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-      // O[b, row, h, :] at ((b * Sq + row) * Hq + h) * D elements.
-      Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)),
-                                   sext64(rowAbs[row])),
-                               cl(s.numQHeads)),
-                           sext64(head));
-      Value rowBase = mul(rowIndex, cl(s.headDim * 2));
-      for (int64_t j = 0; j < s.headDim / 8; ++j) {
-        int64_t r = 4 * j + 2 * row;
-        Value packed = pack(fmul(res[4 + r], inv[row]),
-                            fmul(res[4 + r + 1], inv[row]));
-        Value byte = add(rowBase, zext64(mul(add(ci(j * 8), colInBlock),
-                                             ci(2))));
-        Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(),
-                                        outPtr, ValueRange{byte});
-        LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/4);
+      results.assign(loop.getResults().begin(), loop.getResults().end());
+    } else {
+      // Intra-warpgroup overlap (FA3): block i+1's QKᵀ and block i's PV are in
+      // flight together, and block i+1's softmax runs while PV computes. The
+      // first QKᵀ+softmax is peeled before the loop and the last PV after it,
+      // so no wgmma sits under a branch.
+      Value any = cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0));
+      auto guarded = scf::IfOp::create(
+          b, loc, TypeRange(SmallVector<Type>(init.size(), f32)), any,
+          /*addElseBlock=*/true);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(guarded.thenBlock());
+        SmallVector<Value> s0 = issueQK(ci(0), kWhole);
+        waitGroups(0);
+        Value m0[2] = {cf(negInf), cf(negInf)}, l0[2] = {cf(0), cf(0)};
+        SoftmaxStep first = softmax(s0, ci(0), m0, l0);
+        SmallVector<Value> loopInit(first.p);
+        loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
+        loopInit.append(init.begin() + 4, init.end());
+        auto loop = scf::ForOp::create(
+            b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
+            [&](OpBuilder &, Location, Value it, ValueRange iters) {
+              SmallVector<Value> p(iters.begin(), iters.begin() + nS);
+              Value mOld[2] = {iters[nS], iters[nS + 1]};
+              Value lOld[2] = {iters[nS + 2], iters[nS + 3]};
+              SmallVector<Value> o(iters.begin() + nS + 4, iters.end());
+              Value itNext = add(it, ci(1));
+              // One turn: QKᵀ of block it+1, then PV of block it.
+              SmallVector<Value> sNext = issueQK(itNext, kTake);
+              o = issuePV(p, o, it, kPass);
+              waitGroups(1); // QKᵀ of block it+1 done, PV of block it in flight
+              SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
+              waitGroups(0); // PV done: O readable, the slot free
+              release(it);
+              rescale(o, step.alpha);
+              SmallVector<Value> yields(step.p);
+              yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
+              yields.append(o);
+              scf::YieldOp::create(b, loc, yields);
+            });
+        SmallVector<Value> res(loop.getResults());
+        SmallVector<Value> p(res.begin(), res.begin() + nS);
+        SmallVector<Value> o(res.begin() + nS + 4, res.end());
+        Value last = sub(numBlocks, ci(1));
+        o = issuePV(p, o, last, kWhole);
+        waitGroups(0);
+        release(last);
+        SmallVector<Value> yields(res.begin() + nS, res.begin() + nS + 4);
+        yields.append(o);
+        scf::YieldOp::create(b, loc, yields);
+        b.setInsertionPointToStart(guarded.elseBlock());
+        scf::YieldOp::create(b, loc, init);
       }
-      Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
-      scf::IfOp::create(b, loc, lane0, [&](OpBuilder &, Location) {
-        Value idx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
-                                sext64(head)),
-                            sext64(seqQ)),
-                        sext64(rowAbs[row]));
-        Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32, lsePtr,
-                                        ValueRange{idx});
-        LLVM::StoreOp::create(b, loc, lse[row], ptr, /*alignment=*/4);
+      results.assign(guarded.getResults().begin(), guarded.getResults().end());
+    }
+
+    // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
+    // both named barriers end with every phase complete.
+    if (s.pingpong) {
+      Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+        takeTurn();
         scf::YieldOp::create(b, loc);
       });
-      scf::YieldOp::create(b, loc);
-    });
-  }
+    }
+
+    // Epilogue: O / l and LSE = scale * m + ln(l); rows with l = 0 saw no key.
+    SmallVector<Value> &res = results;
+    Value inv[2], lse[2];
+    for (int64_t row = 0; row < 2; ++row) {
+      Value l = quadReduce(res[2 + row], /*isMax=*/false);
+      Value empty =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
+      inv[row] = select(empty, cf(0),
+                        arith::DivFOp::create(b, loc, outScale, l).getResult());
+      Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
+                      cf(static_cast<float>(M_LN2)));
+      lse[row] = select(empty, cf(negInf), fadd(fmul(res[row], scaleQK), ln));
+    }
+    for (int64_t row = 0; row < 2; ++row) {
+      Value inside = cmp(arith::CmpIPredicate::slt, rowAbs[row], seqQ);
+      scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+        // O[b, row, h, :] at ((b * Sq + row) * Hq + h) * D elements.
+        Value rowIndex =
+            add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(rowAbs[row])),
+                    cl(s.numQHeads)),
+                sext64(head));
+        Value rowBase = mul(rowIndex, cl(s.headDim * 2));
+        for (int64_t j = 0; j < s.headDim / 8; ++j) {
+          int64_t r = 4 * j + 2 * row;
+          Value packed =
+              pack(fmul(res[4 + r], inv[row]), fmul(res[4 + r + 1], inv[row]));
+          Value byte =
+              add(rowBase, zext64(mul(add(ci(j * 8), colInBlock), ci(2))));
+          Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(),
+                                          outPtr, ValueRange{byte});
+          LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/4);
+        }
+        Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
+        scf::IfOp::create(b, loc, lane0, [&](OpBuilder &, Location) {
+          Value idx =
+              add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                      sext64(seqQ)),
+                  sext64(rowAbs[row]));
+          Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32, lsePtr,
+                                          ValueRange{idx});
+          LLVM::StoreOp::create(b, loc, lse[row], ptr, /*alignment=*/4);
+          scf::YieldOp::create(b, loc);
+        });
+        scf::YieldOp::create(b, loc);
+      });
+    }
   };
 
   auto loadQ = [&] {
