@@ -22,6 +22,12 @@ typedef struct fa3_kernel fa3_kernel;
 /** The fa3 version string. */
 const char *fa3_version(void);
 
+/** The query rows of one forward CTA the cost model picks for head dim
+ *  `head_dim` and query length `seq_q` (<= 0: unknown), FP8 (e4m3) or not.
+ *  Pass it as `block_m` below to compile the variant of a length bucket;
+ *  the runtime keeps one kernel per distinct answer. */
+int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8, int64_t seq_q);
+
 /** Compiles `function` of `mlir_source` (a function whose body is one
  *  fa3.attention on its three arguments, returning its O and LSE) for the
  *  Hopper GPU of the current CUDA context, or loads it from the kernel cache.
@@ -130,8 +136,12 @@ fa3_cpu_function *fa3_cpu_compile(const char *mlir_source,
                                   int64_t block_n, char **error);
 int fa3_cpu_num_inputs(const fa3_cpu_function *fn);
 int fa3_cpu_num_results(const fa3_cpu_function *fn);
-/** Milliseconds fa3_cpu_compile took (parse, pipeline, LLVM JIT). */
+/** Milliseconds fa3_cpu_compile took (parse, pipeline, LLVM JIT; on a
+ *  cache hit parse and load only). */
 double fa3_cpu_compile_ms(const fa3_cpu_function *fn);
+/** 1 when the function's object code came from the kernel cache
+ *  (FA3_CACHE_DIR, as for CUDA kernels), else 0. */
+int fa3_cpu_cache_hit(const fa3_cpu_function *fn);
 /** Runs the function; checks dtypes and shapes against its signature (the
  *  error names the input) and fills `outputs`. 0 on success. */
 int fa3_cpu_run(const fa3_cpu_function *fn, const fa3_tensor *inputs,

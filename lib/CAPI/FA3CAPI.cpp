@@ -6,6 +6,7 @@
 
 #include "fa3-c/FA3.h"
 
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
 #include "fa3/InitAllDialects.h"
 #include "fa3/JIT/HopperKernelCache.h"
 #include "fa3/Runtime/AttentionLauncher.h"
@@ -47,6 +48,11 @@ static void setError(char **error, llvm::Error err) {
 }
 
 extern "C" const char *fa3_version(void) { return FA3_VERSION; }
+
+extern "C" int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8,
+                                              int64_t seq_q) {
+  return mlir::fa3::selectHopperForwardBlockM(head_dim, fp8 != 0, seq_q);
+}
 
 /// Compiles (or fetches) the kernel(s) of `function` and loads them on
 /// device 0; `backward` says which kind of function `api` accepts.

@@ -125,6 +125,10 @@ extern "C" double fa3_cpu_compile_ms(const fa3_cpu_function *fn) {
   return fn ? fn->compileMs : 0;
 }
 
+extern "C" int fa3_cpu_cache_hit(const fa3_cpu_function *fn) {
+  return fn && fn->executable->isCacheHit() ? 1 : 0;
+}
+
 extern "C" int fa3_cpu_run(const fa3_cpu_function *fn,
                            const fa3_tensor *inputs, int numInputs,
                            fa3_tensor *outputs, int numOutputs,

@@ -6,6 +6,8 @@
 
 #include "fa3/JIT/CPUExecutable.h"
 
+#include "fa3/Runtime/KernelCache.h"
+
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 #include "fa3/InitAllDialects.h"
 #include "fa3/Pipelines/Pipelines.h"
@@ -19,7 +21,13 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -141,6 +149,91 @@ static void collectEqualities(mlir::func::FuncOp func,
   });
 }
 
+/// Runs fa3-cpu-pipeline on `module` and returns the object code MLIR's
+/// ExecutionEngine generates for it.
+static llvm::Expected<std::string>
+compileObject(mlir::ModuleOp module, llvm::StringRef function,
+              const CPUCompileOptions &options, std::string &diagnostics) {
+  mlir::MLIRContext *context = module.getContext();
+  mlir::PassManager pm(context);
+  mlir::fa3::CPUPipelineOptions pipelineOptions;
+  pipelineOptions.blockM = options.blockM;
+  pipelineOptions.blockN = options.blockN;
+  mlir::fa3::buildFA3CPUPipeline(pm, pipelineOptions);
+  if (mlir::failed(pm.run(module)))
+    return error("fa3-cpu-pipeline failed on '" + function + "':\n" +
+                 diagnostics);
+
+  mlir::DialectRegistry registry;
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+  context->appendDialectRegistry(registry);
+  mlir::ExecutionEngineOptions engineOptions;
+  engineOptions.transformer = mlir::makeOptimizingTransformer(
+      options.optLevel, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  engineOptions.enableObjectDump = true;
+  auto engine = mlir::ExecutionEngine::create(module, engineOptions);
+  if (!engine)
+    return llvm::joinErrors(
+        error("cannot JIT-compile '" + function + "'" +
+              (diagnostics.empty() ? "" : ":\n" + diagnostics)),
+        engine.takeError());
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("memrefCopy")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&fa3MemrefCopy),
+        llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
+  // The engine compiles on the first lookup, which fills its object cache.
+  auto packed = (*engine)->lookupPacked("_mlir_ciface_" + function.str());
+  if (!packed)
+    return packed.takeError();
+  llvm::SmallString<128> path;
+  if (std::error_code ec =
+          llvm::sys::fs::createTemporaryFile("fa3-cpu", "o", path))
+    return error("cannot create a temporary object file: " + ec.message());
+  (*engine)->dumpToObjectFile(path);
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  llvm::sys::fs::remove(path);
+  if (!buffer || (*buffer)->getBufferSize() == 0)
+    return error("the ExecutionEngine wrote no object code for '" + function +
+                 "'");
+  return (*buffer)->getBuffer().str();
+}
+
+/// Loads `object` into an ORC JIT that resolves the C library, libm and
+/// fa3's memrefCopy from this process, and finds `function`'s packed
+/// C-interface wrapper in it.
+static llvm::Expected<
+    std::pair<std::unique_ptr<llvm::orc::LLJIT>, void (*)(void **)>>
+loadObject(llvm::StringRef object, llvm::StringRef function) {
+  auto jit = llvm::orc::LLJITBuilder().create();
+  if (!jit)
+    return jit.takeError();
+  llvm::orc::JITDylib &main = (*jit)->getMainJITDylib();
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      (*jit)->getDataLayout().getGlobalPrefix());
+  if (!process)
+    return process.takeError();
+  main.addGenerator(std::move(*process));
+  llvm::orc::MangleAndInterner mangle((*jit)->getExecutionSession(),
+                                      (*jit)->getDataLayout());
+  llvm::orc::SymbolMap symbols;
+  symbols[mangle("memrefCopy")] = {
+      llvm::orc::ExecutorAddr::fromPtr(&fa3MemrefCopy),
+      llvm::JITSymbolFlags::Exported};
+  if (llvm::Error err = main.define(llvm::orc::absoluteSymbols(symbols)))
+    return std::move(err);
+  if (llvm::Error err = (*jit)->addObjectFile(
+          llvm::MemoryBuffer::getMemBufferCopy(object, "fa3-cpu-object")))
+    return std::move(err);
+  auto address = (*jit)->lookup("_mlir__mlir_ciface_" + function.str());
+  if (!address)
+    return address.takeError();
+  return std::make_pair(std::move(*jit), address->toPtr<void (*)(void **)>());
+}
+
 llvm::Expected<std::unique_ptr<CPUExecutable>>
 CPUExecutable::compile(mlir::OwningOpRef<mlir::ModuleOp> module,
                        llvm::StringRef function,
@@ -184,43 +277,54 @@ CPUExecutable::compile(mlir::OwningOpRef<mlir::ModuleOp> module,
       os << "  note: " << note << "\n";
     return mlir::success();
   });
-  mlir::PassManager pm(context);
-  mlir::fa3::CPUPipelineOptions pipelineOptions;
-  pipelineOptions.blockM = options.blockM;
-  pipelineOptions.blockN = options.blockN;
-  mlir::fa3::buildFA3CPUPipeline(pm, pipelineOptions);
-  if (mlir::failed(pm.run(*module)))
-    return error("fa3-cpu-pipeline failed on '" + function +
-                 "':\n" + diagnostics);
-
   static bool targetInitialized = [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     return true;
   }();
   (void)targetInitialized;
-  mlir::DialectRegistry registry;
-  mlir::registerBuiltinDialectTranslation(registry);
-  mlir::registerLLVMDialectTranslation(registry);
-  context->appendDialectRegistry(registry);
 
-  mlir::ExecutionEngineOptions engineOptions;
-  engineOptions.transformer = mlir::makeOptimizingTransformer(
-      options.optLevel, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
-  auto engine = mlir::ExecutionEngine::create(*module, engineOptions);
-  if (!engine)
-    return llvm::joinErrors(
-        error("cannot JIT-compile '" + function + "'" +
-              (diagnostics.empty() ? "" : ":\n" + diagnostics)),
-        engine.takeError());
-  exe->engine = std::move(*engine);
-  exe->engine->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap symbols;
-    symbols[interner("memrefCopy")] = {
-        llvm::orc::ExecutorAddr::fromPtr(&fa3MemrefCopy),
-        llvm::JITSymbolFlags::Exported};
-    return symbols;
-  });
+  // Everything the object code depends on: the module, the options, the
+  // host CPU it is generated for and the fa3 build that generated it.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  std::string features;
+  for (const auto &feature : llvm::sys::getHostCPUFeatures())
+    if (feature.getValue())
+      features += feature.getKey().str() + ",";
+  std::string key = KernelCache::computeKey(
+      {"cpu-object", FA3_VERSION, KernelCache::getBuildId(),
+       llvm::sys::getProcessTriple(), llvm::sys::getHostCPUName().str(),
+       features, text, function.str(),
+       "block-m=" + std::to_string(options.blockM),
+       "block-n=" + std::to_string(options.blockN),
+       "opt=" + std::to_string(options.optLevel)});
+  KernelCache &cache = KernelCache::getGlobal();
+  std::string object;
+  if (options.useCache) {
+    if (auto entry = cache.lookup(key);
+        entry && entry->manifest.count("function") &&
+        entry->manifest.at("function") == function) {
+      object = entry->blob;
+      exe->cacheHit = true;
+    }
+  }
+  if (!exe->cacheHit) {
+    auto compiled = compileObject(*module, function, options, diagnostics);
+    if (!compiled)
+      return compiled.takeError();
+    object = std::move(*compiled);
+    // A cache that cannot be written costs a recompile next time only.
+    if (options.useCache)
+      llvm::consumeError(cache.put(
+          key, {object, {{"kind", "cpu-object"}, {"function", function.str()}}}));
+  }
+  auto loaded = loadObject(object, function);
+  if (!loaded)
+    return loaded.takeError();
+  exe->jit = std::move(loaded->first);
+  exe->entry = loaded->second;
   return exe;
 }
 
@@ -313,8 +417,7 @@ CPUExecutable::run(const std::vector<HostTensor> &inputs) const {
     packed.push_back(&resultPtr);
   for (void *&p : descriptorPtrs)
     packed.push_back(&p);
-  if (llvm::Error err = engine->invokePacked("_mlir_ciface_" + name, packed))
-    return std::move(err);
+  entry(packed.data());
 
   std::vector<HostTensor> outputs;
   std::set<int64_t> freed;

@@ -30,7 +30,8 @@ llvm::Expected<HopperKernel> fa3::getOrCompileHopperAttention(
 
   runtime::KernelCache &cache = runtime::KernelCache::getGlobal();
   std::string key = runtime::KernelCache::computeKey(
-      {FA3_VERSION, "sm_90a", "cuda-driver-" + std::to_string(driverVersion),
+      {FA3_VERSION, runtime::KernelCache::getBuildId(), "sm_90a",
+       "cuda-driver-" + std::to_string(driverVersion),
        text, "block-m=" + std::to_string(options.blockM),
        "block-n=" + std::to_string(options.blockN)});
   if (auto entry = cache.lookup(key)) {

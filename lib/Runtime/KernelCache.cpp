@@ -15,6 +15,7 @@
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -76,6 +77,24 @@ std::string KernelCache::getDefaultDirectory() {
 KernelCache &KernelCache::getGlobal() {
   static KernelCache cache(getDefaultDirectory());
   return cache;
+}
+
+const std::string &KernelCache::getBuildId() {
+  static const std::string id = [] {
+    // The object file holding this function: libfa3.so, libFA3CAPI.so or an
+    // executable that links fa3 statically.
+    Dl_info info;
+    if (!dladdr(reinterpret_cast<void *>(&KernelCache::getBuildId), &info) ||
+        !info.dli_fname)
+      return std::string("unknown-build");
+    llvm::sys::fs::file_status status;
+    if (llvm::sys::fs::status(info.dli_fname, status))
+      return std::string(info.dli_fname);
+    return std::string(info.dli_fname) + ":" +
+           std::to_string(status.getSize()) + ":" +
+           std::to_string(llvm::sys::toTimeT(status.getLastModificationTime()));
+  }();
+  return id;
 }
 
 std::string KernelCache::computeKey(llvm::ArrayRef<std::string> parts) {

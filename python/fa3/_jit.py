@@ -1,13 +1,18 @@
 """The in-process JIT cache over fa3._fa3.
 
 Each (spec, device, direction, tiles) compiles once per process and is then
-served from memory. CUDA kernels (and PTX-only compiles) also go through
-fa3's on-disk kernel cache (`FA3_CACHE_DIR`, else `$XDG_CACHE_HOME/fa3` or
-`~/.cache/fa3`): entries are written atomically, keyed by the fa3 version,
-the function's IR (the spec), the tile options, the arch and the CUDA driver
-version, so a new process skips the MLIR pipeline. `FA3_DUMP_IR=1` keeps
-each stage's IR and the PTX next to the cache entry. CPU functions are
-re-JITted per process (tens of milliseconds) and cached in memory only.
+served from memory. Every compile also goes through fa3's on-disk kernel
+cache (`FA3_CACHE_DIR`, else `$XDG_CACHE_HOME/fa3` or `~/.cache/fa3`):
+entries are written atomically, keyed by the fa3 version and build, the
+function's IR (the spec) and the tile options, plus the arch and CUDA driver
+version for kernels or the host CPU for CPU object code, so a new process
+skips the MLIR pipeline and LLVM (a CPU function loads in a few milliseconds
+instead of tens). `FA3_DUMP_IR=1` keeps each stage's IR and the PTX next to
+a CUDA cache entry.
+
+CUDA forwards are compiled per length bucket: `forward_block_m` asks the
+cost model for the query tile of a launch's Sq, and each distinct tile is
+its own kernel.
 """
 
 import threading
@@ -51,6 +56,20 @@ def get(spec, device, direction, block_m=0, block_n=0):
         _stats["misses"] += 1
         _stats["compile_ms"].append(obj.compile_ms)
         return _cache.setdefault(key, obj)
+
+
+_block_m = {}
+
+
+def forward_block_m(spec, seq_q):
+    """The query tile the cost model picks for `spec` at query length
+    `seq_q`: the runtime compiles one forward per distinct answer (length
+    buckets) and dispatches each launch to its bucket's kernel."""
+    key = (spec.head_dim, spec.fp8, seq_q)
+    bm = _block_m.get(key)
+    if bm is None:
+        bm = _block_m[key] = _module().select_forward_block_m(spec.head_dim, spec.fp8, seq_q)
+    return bm
 
 
 def cache_info():

@@ -28,7 +28,8 @@ def _stream(t):
 @torch.library.custom_op("fa3::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    kernel = _jit.get(_spec(q, k, v, causal, scale, window_left, window_right, softcap), "cuda", "fwd")
+    spec = _spec(q, k, v, causal, scale, window_left, window_right, softcap)
+    kernel = _jit.get(spec, "cuda", "fwd", block_m=_jit.forward_block_m(spec, q.shape[1]))
     # The kernel reads dense [B, S, H, D] tensors: other layouts are copied.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     b, sq, hq, _ = q.shape

@@ -82,6 +82,7 @@ public:
   CpuFunction &operator=(const CpuFunction &) = delete;
 
   double compileMs() const { return fa3_cpu_compile_ms(fn); }
+  bool cacheHit() const { return fa3_cpu_cache_hit(fn) != 0; }
   int numInputs() const { return fa3_cpu_num_inputs(fn); }
   int numResults() const { return fa3_cpu_num_results(fn); }
 
@@ -231,6 +232,14 @@ PYBIND11_MODULE(_fa3, m) {
   m.doc() = "fa3's compiler and runtime (through libfa3's C API)";
   py::register_exception<Fa3Exception>(m, "Error", PyExc_RuntimeError);
   m.def("version", [] { return std::string(fa3_version()); });
+  m.def(
+      "select_forward_block_m",
+      [](int64_t headDim, bool fp8, int64_t seqQ) {
+        return fa3_select_forward_block_m(headDim, fp8 ? 1 : 0, seqQ);
+      },
+      py::arg("head_dim"), py::arg("fp8"), py::arg("seq_q"),
+      "The forward's query tile for this head dim and query length (the "
+      "cost model's length buckets)");
 
   py::class_<CpuFunction>(m, "CpuFunction",
                           "An fa3 function compiled for the host CPU")
@@ -239,6 +248,9 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("mlir"), py::arg("function"), py::arg("block_m") = 0,
            py::arg("block_n") = 0)
       .def_property_readonly("compile_ms", &CpuFunction::compileMs)
+      .def_property_readonly("cache_hit", &CpuFunction::cacheHit,
+                             "Whether the object code came from the on-disk "
+                             "kernel cache")
       .def_property_readonly("num_inputs", &CpuFunction::numInputs)
       .def_property_readonly("num_results", &CpuFunction::numResults)
       .def("run", &CpuFunction::run, py::arg("inputs"),

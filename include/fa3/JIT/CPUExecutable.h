@@ -16,8 +16,11 @@
 #include <string>
 #include <vector>
 
+namespace llvm::orc {
+class LLJIT;
+} // namespace llvm::orc
+
 namespace mlir {
-class ExecutionEngine;
 class ModuleOp;
 template <typename OpTy>
 class OwningOpRef;
@@ -45,11 +48,20 @@ struct CPUCompileOptions {
   int64_t blockM = 0, blockN = 0;
   /// LLVM optimization level for the JIT.
   unsigned optLevel = 3;
+  /// Look the object code up in (and store it into) the kernel cache
+  /// (runtime::KernelCache::getGlobal(), i.e. FA3_CACHE_DIR), so that a
+  /// later process skips the pipeline and LLVM's code generation.
+  bool useCache = true;
 };
 
 /// A function of an fa3 module compiled for the host CPU with
 /// `fa3-cpu-pipeline` and MLIR's ExecutionEngine. Arguments and results are
 /// tensors; dynamic dims take their sizes from the inputs.
+///
+/// The engine's object code is what runs: it is stored in the kernel cache,
+/// keyed by the module's text, the options, the host CPU and the fa3 build,
+/// and loaded into an ORC JIT of its own, so a cache hit in another process
+/// runs exactly the code a miss compiled.
 class CPUExecutable {
 public:
   ~CPUExecutable();
@@ -71,13 +83,19 @@ public:
   llvm::Expected<std::vector<runtime::HostTensor>>
   run(const std::vector<runtime::HostTensor> &inputs) const;
 
+  /// Whether the object code came from the kernel cache.
+  bool isCacheHit() const { return cacheHit; }
+
 private:
   CPUExecutable() = default;
 
   std::string name;
   std::vector<TensorSignature> args, results;
   std::vector<DimEquality> equalities;
-  std::unique_ptr<mlir::ExecutionEngine> engine;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  /// The packed-arguments wrapper of the function's C interface.
+  void (*entry)(void **) = nullptr;
+  bool cacheHit = false;
 };
 
 } // namespace fa3

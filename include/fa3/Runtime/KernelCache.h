@@ -65,6 +65,12 @@ public:
   /// The process-wide cache in getDefaultDirectory().
   static KernelCache &getGlobal();
 
+  /// Identifies the fa3 build that compiles kernels, so that a rebuilt
+  /// compiler with the same FA3_VERSION does not reuse its predecessor's
+  /// entries: the path, size and modification time of the binary this code
+  /// was linked into (the shared library or the executable).
+  static const std::string &getBuildId();
+
   /// Lower-case hex SHA-256 of `parts`, each length-prefixed so that
   /// {"ab", "c"} and {"a", "bc"} differ.
   static std::string computeKey(llvm::ArrayRef<std::string> parts);

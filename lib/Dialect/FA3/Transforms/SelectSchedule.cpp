@@ -6,6 +6,10 @@
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
+#include "llvm/Support/MathExtras.h"
+
+#include <limits>
+
 namespace mlir::fa3 {
 #define GEN_PASS_DEF_FA3SELECTSCHEDULE
 #include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
@@ -13,6 +17,11 @@ namespace mlir::fa3 {
 
 using namespace mlir;
 using namespace mlir::fa3;
+
+/// Throughput per computed query row of the 64- and 128-row forward tiles
+/// at d <= 64, relative to the 192-row tile's, measured on the H200
+/// (docs/Performance.md, "Query tiles by sequence length").
+static constexpr double kRate64 = 0.6, kRate128 = 0.9;
 
 /// The Hopper forward's kernel structure for `blockM` query rows (one
 /// consumer warpgroup per 64): with two or three consumers a producer
@@ -39,11 +48,39 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                            /*cluster=*/1);
 }
 
+int64_t mlir::fa3::selectHopperForwardBlockM(int64_t headDim, bool fp8,
+                                             int64_t seqLenQ) {
+  int64_t longTile = headDim <= 64 ? 192 : 128;
+  // Only the 16-bit d <= 64 forward has measured alternatives (its 192-row
+  // tile is the one short sequences waste most of).
+  if (fp8 || longTile != 192 || ShapedType::isDynamic(seqLenQ) ||
+      seqLenQ <= 0)
+    return longTile;
+  struct Candidate {
+    int64_t rows;
+    double rate;
+  };
+  Candidate candidates[] = {{64, kRate64}, {128, kRate128}, {192, 1.0}};
+  int64_t best = longTile;
+  double bestCost = std::numeric_limits<double>::infinity();
+  for (Candidate c : candidates) {
+    double rows = static_cast<double>(llvm::divideCeil(seqLenQ, c.rows) * c.rows);
+    double cost = rows / c.rate;
+    // Ties go to the larger tile (fewer CTAs, fewer K/V reads).
+    if (cost <= bestCost) {
+      bestCost = cost;
+      best = c.rows;
+    }
+  }
+  return best;
+}
+
 FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
                                                   StringRef target,
                                                   int64_t headDim,
                                                   Type elementType,
-                                                  bool causal) {
+                                                  bool causal,
+                                                  int64_t seqLenQ) {
   if (target == "cpu")
     return ScheduleAttr::get(context, /*block_m=*/64, /*block_n=*/64,
                              /*stages=*/1, /*consumer_wgs=*/1,
@@ -55,14 +92,11 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // FlashAttention-3's forward tiles (see the pass description for why):
   // the O accumulator of block_m x D f32 and the S tile of block_m x block_n
   // f32 must both fit the consumers' registers.
-  int64_t blockM = 128, blockN = 128;
-  if (headDim <= 64)
-    blockM = 192;
-  else if (headDim > 128)
-    blockN = 80;
+  bool fp8 = elementType && isa<Float8E4M3FNType>(elementType);
+  int64_t blockM = selectHopperForwardBlockM(headDim, fp8, seqLenQ);
+  int64_t blockN = headDim > 128 ? 80 : 128;
   // FP8 reads V' in blocks of 128 keys (one 128-byte e4m3 atom); its tiles
   // are half as large, so d256 fits 128 x 128 too.
-  bool fp8 = elementType && isa<Float8E4M3FNType>(elementType);
   if (fp8)
     blockN = 128;
   (void)causal;
@@ -133,9 +167,9 @@ struct FA3SelectSchedulePass
         if (attention.getSchedule())
           return;
         auto q = cast<RankedTensorType>(attention.getQuery().getType());
-        ScheduleAttr chosen =
-            *selectSchedule(op->getContext(), target, q.getDimSize(3),
-                            q.getElementType(), attention.getCausal());
+        ScheduleAttr chosen = *selectSchedule(
+            op->getContext(), target, q.getDimSize(3), q.getElementType(),
+            attention.getCausal(), q.getDimSize(1));
         // On Hopper block_m decides the warpgroups, so an overridden block_m
         // gets the kernel structure of its own consumer count.
         if (target == "sm_90a" && (blockM > 0 || blockN > 0))
