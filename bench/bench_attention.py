@@ -266,6 +266,8 @@ def main():
     only.add_argument("--fwd-only", action="store_true", help="the forward only")
     only.add_argument("--bwd-only", action="store_true", help="the backward only")
     only.add_argument("--fp8", action="store_true", help="the FP8 forward beside the bf16 forward only")
+    only.add_argument("--tiles", action="store_true",
+                      help="d64 forward by query tile (block_m 64/128/192) on the FA3 and ViT shapes only")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -275,6 +277,17 @@ def main():
         seqlens, dims = [2048, 8192], [128]
     directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
+    tiles = {"bm64": _schedule(64, 128, 1, (0, 0), False, False),
+             "bm128": _schedule(128, 128, 2, (24, 240), True, False)}
+    if args.tiles:
+        for causal in (False, True):
+            for s in seqlens:
+                row = bench_forward(64, causal, s, extra=tiles)
+                row["shape"] = "tiles"
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        directions = ["fwd"]
+        dims = []
     if args.fp8:
         row = {"direction": "fp8-gemm", "tflops": fp8_gemm_tflops()}
         print(json.dumps(row), flush=True)
@@ -301,8 +314,6 @@ def main():
         # 28x28 patches): short sequences, many heads.
         # A/B over the query tile: 64 rows (one consumer, no producer), 128
         # (two consumers, producer, pingpong), 192 (the default).
-        tiles = {"bm64": _schedule(64, 128, 1, (0, 0), False, False),
-                 "bm128": _schedule(128, 128, 2, (24, 240), True, False)}
         for s in (49, 197, 784):
             row = bench_forward(64, False, s, b=128, h=12, extra=tiles)
             row["shape"] = "vit"
@@ -334,16 +345,18 @@ def main():
             lines.append(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3'))} | "
                          f"{fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap'))} | "
                          f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} | {diff} |")
-    vit_rows = [r for r in fwd_rows if r.get("shape") == "vit"]
-    if vit_rows:
-        lines += ["", "ViT shapes (d64, non-causal), fa3 by query tile: block_m 64 / 128 / 192 (the default)", "",
-                  "| B x H x seqlen | bm64 | bm128 | bm192 | cuDNN | FLASH | best fa3 / cuDNN |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
-        for r in vit_rows:
+    tile_rows = [r for r in fwd_rows if "fa3_bm64" in r]
+    if tile_rows:
+        lines += ["", "d64 forward by query tile: block_m 64 / 128 / 192; fa3 = the cost model's choice for a "
+                  "dynamic Sq (192)", "",
+                  "| causal | B x H x seqlen | bm64 | bm128 | bm192 | cuDNN | FLASH | best fa3 / cuDNN |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in tile_rows:
             best = max(x for x in (r.get("fa3_bm64"), r.get("fa3_bm128"), r.get("fa3")) if x) if r.get("fa3") else None
             ratio = f"{best / r['cudnn']:.2f}" if best and r.get("cudnn") else "n/a"
-            lines.append(f"| {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3_bm64'))} | {fmt(r.get('fa3_bm128'))} | "
-                         f"{fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} |")
+            lines.append(f"| {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3_bm64'))} | "
+                         f"{fmt(r.get('fa3_bm128'))} | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
+                         f"{fmt(r.get('flash'))} | {ratio} |")
     if bwd_rows:
         if lines:
             lines.append("")

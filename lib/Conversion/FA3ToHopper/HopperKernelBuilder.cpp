@@ -391,14 +391,12 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       return step;
     };
 
-    // O += P V for block `it`, P from registers.
-    auto issuePV = [&](ArrayRef<Value> p, SmallVector<Value> o, Value it,
-                       int turn) {
-      auto [stage, parity] = slotOf(it);
-      // The S accumulator, pairwise converted, is the A fragment of m64nDk16
-      // (k-chunk k holds S registers 8k .. 8k+7); registers are written before
-      // the fence, as wgmma requires.
-      SmallVector<SmallVector<Value>> aFrags;
+    // P as the A operand of O += P V: the S accumulator, pairwise converted,
+    // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
+    // 8k+7); four 32-bit registers per k-chunk. Converting right after the
+    // softmax halves what the overlapped loop carries across iterations.
+    auto packP = [&](ArrayRef<Value> p) {
+      SmallVector<Value> packed;
       if (s.fp8) {
         // e4m3 A fragment of k-chunk c (32 keys): register i holds 4 keys of
         // row r (i even) or r + 8 (i odd), keys 4t..4t+3 (i < 2) or
@@ -410,15 +408,27 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
           auto q = [&](int64_t i) {
             return fmul(p[base + i], cf(kFP8ProbsScale));
           };
-          aFrags.push_back({packE4M3(q(0), q(1), q(4), q(5)),
-                            packE4M3(q(2), q(3), q(6), q(7)),
-                            packE4M3(q(8), q(9), q(12), q(13)),
-                            packE4M3(q(10), q(11), q(14), q(15))});
+          packed.append({packE4M3(q(0), q(1), q(4), q(5)),
+                         packE4M3(q(2), q(3), q(6), q(7)),
+                         packE4M3(q(8), q(9), q(12), q(13)),
+                         packE4M3(q(10), q(11), q(14), q(15))});
         }
       } else {
         for (int64_t k = 0; k < s.blockN / 16; ++k)
-          aFrags.push_back(packAFragment(p, k));
+          packed.append(packAFragment(p, k));
       }
+      return packed;
+    };
+
+    // O += P V for block `it`, P packed (packP) in registers; the registers
+    // are written before the fence, as wgmma requires.
+    auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value it,
+                       int turn) {
+      auto [stage, parity] = slotOf(it);
+      SmallVector<SmallVector<Value>> aFrags;
+      for (size_t i = 0; i < packed.size(); i += 4)
+        aFrags.push_back(SmallVector<Value>(packed.begin() + i,
+                                            packed.begin() + i + 4));
       waitParity(barFull(1, stage), parity);
       if (turn & kTake)
         takeTurn();
@@ -491,7 +501,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
             SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
             SmallVector<Value> o(iters.begin() + 4, iters.end());
             rescale(o, step.alpha);
-            o = issuePV(step.p, o, it, kNoTurn);
+            o = issuePV(packP(step.p), o, it, kNoTurn);
             waitGroups(0);
             release(it);
             SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
@@ -516,38 +526,41 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
         waitGroups(0);
         Value m0[2] = {cf(negInf), cf(negInf)}, l0[2] = {cf(0), cf(0)};
         SoftmaxStep first = softmax(s0, ci(0), m0, l0);
-        SmallVector<Value> loopInit(first.p);
+        // The loop carries block i's P already packed (nP registers of
+        // 16-bit pairs), the running max and sum, and O.
+        SmallVector<Value> loopInit = packP(first.p);
+        int64_t nP = loopInit.size();
         loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
         loopInit.append(init.begin() + 4, init.end());
         auto loop = scf::ForOp::create(
             b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
             [&](OpBuilder &, Location, Value it, ValueRange iters) {
-              SmallVector<Value> p(iters.begin(), iters.begin() + nS);
-              Value mOld[2] = {iters[nS], iters[nS + 1]};
-              Value lOld[2] = {iters[nS + 2], iters[nS + 3]};
-              SmallVector<Value> o(iters.begin() + nS + 4, iters.end());
+              SmallVector<Value> p(iters.begin(), iters.begin() + nP);
+              Value mOld[2] = {iters[nP], iters[nP + 1]};
+              Value lOld[2] = {iters[nP + 2], iters[nP + 3]};
+              SmallVector<Value> o(iters.begin() + nP + 4, iters.end());
               Value itNext = add(it, ci(1));
               // One turn: QKᵀ of block it+1, then PV of block it.
               SmallVector<Value> sNext = issueQK(itNext, kTake);
               o = issuePV(p, o, it, kPass);
               waitGroups(1); // QKᵀ of block it+1 done, PV of block it in flight
               SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
+              SmallVector<Value> yields = packP(step.p);
               waitGroups(0); // PV done: O readable, the slot free
               release(it);
               rescale(o, step.alpha);
-              SmallVector<Value> yields(step.p);
               yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
               yields.append(o);
               scf::YieldOp::create(b, loc, yields);
             });
         SmallVector<Value> res(loop.getResults());
-        SmallVector<Value> p(res.begin(), res.begin() + nS);
-        SmallVector<Value> o(res.begin() + nS + 4, res.end());
+        SmallVector<Value> p(res.begin(), res.begin() + nP);
+        SmallVector<Value> o(res.begin() + nP + 4, res.end());
         Value last = sub(numBlocks, ci(1));
         o = issuePV(p, o, last, kWhole);
         waitGroups(0);
         release(last);
-        SmallVector<Value> yields(res.begin() + nS, res.begin() + nS + 4);
+        SmallVector<Value> yields(res.begin() + nP, res.begin() + nP + 4);
         yields.append(o);
         scf::YieldOp::create(b, loc, yields);
         b.setInsertionPointToStart(guarded.elseBlock());

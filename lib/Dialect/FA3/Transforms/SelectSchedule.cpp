@@ -18,10 +18,12 @@ namespace mlir::fa3 {
 using namespace mlir;
 using namespace mlir::fa3;
 
-/// Throughput per computed query row of the 64- and 128-row forward tiles
-/// at d <= 64, relative to the 192-row tile's, measured on the H200
-/// (docs/Performance.md, "Query tiles by sequence length").
-static constexpr double kRate64 = 0.6, kRate128 = 0.9;
+/// Throughput per computed query row (padding included) of the 64- and
+/// 128-row forward tiles at d <= 64, relative to the 192-row tile's:
+/// measured on the H200 at B = 128, H = 12, S = 784 (bf16, non-causal:
+/// 284, 244 and 249 TFLOP/s over 832, 896 and 960 computed rows;
+/// docs/Performance.md, "Short sequences").
+static constexpr double kRate64 = 0.99, kRate128 = 0.91;
 
 /// The Hopper forward's kernel structure for `blockM` query rows (one
 /// consumer warpgroup per 64): with two or three consumers a producer
