@@ -67,6 +67,17 @@ for tool in ("fa3-run", "fa3-cuda-info", "fa3-cache"):
     if shutil.which(tool, path=config.fa3_tools_dir):
         config.available_features.add(tool)
 
+# fa3 as a plugin of upstream mlir-opt (tools/fa3-plugin): %mlir_opt is the
+# mlir-opt of the LLVM install, never fa3-opt, and %fa3_plugin the library
+# its --load-dialect-plugin / --load-pass-plugin take. Tests that use them say
+# `REQUIRES: fa3-plugin`; the bundle configuration does not build it.
+fa3_plugin = os.path.join(config.fa3_libs_dir, "libFA3Plugin.so")
+upstream_mlir_opt = os.path.join(config.llvm_tools_dir, "mlir-opt")
+if os.path.isfile(fa3_plugin) and os.access(upstream_mlir_opt, os.X_OK):
+    config.available_features.add("fa3-plugin")
+    config.substitutions.append(("%fa3_plugin", fa3_plugin))
+    config.substitutions.append(("%mlir_opt", upstream_mlir_opt))
+
 # PTX assembly checks need ptxas; CMake records it as FA3_PTXAS.
 if config.fa3_ptxas and os.path.isfile(config.fa3_ptxas):
     config.available_features.add("ptxas")
