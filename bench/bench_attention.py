@@ -92,8 +92,9 @@ def mlir_grad_for(h, d, causal):
             f"  return %dq, %dk, %dv : {t}, {t}, {t}\n}}\n")
 
 
-def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None):
-    """One forward row; `extra` adds A/B columns {name: schedule}."""
+def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch=False):
+    """One forward row; `extra` adds A/B columns {name: schedule};
+    `dispatch` times fa3.attention itself too."""
     b, h = b or 16384 // s, h or 2048 // d
     torch.manual_seed(0)
     q = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
@@ -144,6 +145,16 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None):
                 row[f"fa3_{variant}_max_abs_diff_vs_sdpa"] = (o2.float() - ref).abs().max().item()
         except capi.Fa3Error as e:
             row[f"fa3_{variant}_error"] = str(e)[:300]
+    if dispatch:
+        # End to end through fa3.attention (the torch custom op: its
+        # length-bucket dispatch, host work and output allocation included).
+        import fa3  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
+        fa3.attention(q, k, v, causal=causal)
+        ms3 = do_bench(lambda: fa3.attention(q, k, v, causal=causal), warmup=25, rep=100, return_mode="median")
+        row["fa3_attention"] = f / ms3 / 1e9
+        from fa3 import _jit  # noqa: PLC0415
+        from fa3._spec import AttentionSpec  # noqa: PLC0415
+        row["fa3_attention_block_m"] = _jit.forward_block_m(AttentionSpec("bf16", h, h, d, d, causal), s)
     if row.get("cudnn") and row.get("fa3"):
         row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
     return row
@@ -282,7 +293,7 @@ def main():
     if args.tiles:
         for causal in (False, True):
             for s in seqlens:
-                row = bench_forward(64, causal, s, extra=tiles)
+                row = bench_forward(64, causal, s, extra=tiles, dispatch=True)
                 row["shape"] = "tiles"
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -315,7 +326,7 @@ def main():
         # A/B over the query tile: 64 rows (one consumer, no producer), 128
         # (two consumers, producer, pingpong), 192 (the default).
         for s in (49, 197, 784):
-            row = bench_forward(64, False, s, b=128, h=12, extra=tiles)
+            row = bench_forward(64, False, s, b=128, h=12, extra=tiles, dispatch=True)
             row["shape"] = "vit"
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -349,14 +360,15 @@ def main():
     if tile_rows:
         lines += ["", "d64 forward by query tile: block_m 64 / 128 / 192; fa3 = the cost model's choice for a "
                   "dynamic Sq (192)", "",
-                  "| causal | B x H x seqlen | bm64 | bm128 | bm192 | cuDNN | FLASH | best fa3 / cuDNN |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| causal | B x H x seqlen | bm64 | bm128 | bm192 | fa3.attention (its block_m) | cuDNN | FLASH | "
+                  "fa3.attention / cuDNN |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in tile_rows:
-            best = max(x for x in (r.get("fa3_bm64"), r.get("fa3_bm128"), r.get("fa3")) if x) if r.get("fa3") else None
-            ratio = f"{best / r['cudnn']:.2f}" if best and r.get("cudnn") else "n/a"
+            att = r.get("fa3_attention")
+            ratio = f"{att / r['cudnn']:.2f}" if att and r.get("cudnn") else "n/a"
             lines.append(f"| {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3_bm64'))} | "
-                         f"{fmt(r.get('fa3_bm128'))} | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
-                         f"{fmt(r.get('flash'))} | {ratio} |")
+                         f"{fmt(r.get('fa3_bm128'))} | {fmt(r.get('fa3'))} | {fmt(att)} ({r.get('fa3_attention_block_m')}) | "
+                         f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} |")
     if bwd_rows:
         if lines:
             lines.append("")

@@ -23,10 +23,11 @@ typedef struct fa3_kernel fa3_kernel;
 const char *fa3_version(void);
 
 /** The query rows of one forward CTA the cost model picks for head dim
- *  `head_dim` and query length `seq_q` (<= 0: unknown), FP8 (e4m3) or not.
- *  Pass it as `block_m` below to compile the variant of a length bucket;
- *  the runtime keeps one kernel per distinct answer. */
-int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8, int64_t seq_q);
+ *  `head_dim` and query length `seq_q` (<= 0: unknown), FP8 (e4m3) or not,
+ *  causal or not. Pass it as `block_m` below to compile the variant of a
+ *  length bucket; the runtime keeps one kernel per distinct answer. */
+int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8, int causal,
+                                   int64_t seq_q);
 
 /** Compiles `function` of `mlir_source` (a function whose body is one
  *  fa3.attention on its three arguments, returning its O and LSE) for the

@@ -50,8 +50,9 @@ static void setError(char **error, llvm::Error err) {
 extern "C" const char *fa3_version(void) { return FA3_VERSION; }
 
 extern "C" int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8,
-                                              int64_t seq_q) {
-  return mlir::fa3::selectHopperForwardBlockM(head_dim, fp8 != 0, seq_q);
+                                              int causal, int64_t seq_q) {
+  return mlir::fa3::selectHopperForwardBlockM(head_dim, fp8 != 0, causal != 0,
+                                              seq_q);
 }
 
 /// Compiles (or fetches) the kernel(s) of `function` and loads them on

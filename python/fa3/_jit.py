@@ -65,10 +65,10 @@ def forward_block_m(spec, seq_q):
     """The query tile the cost model picks for `spec` at query length
     `seq_q`: the runtime compiles one forward per distinct answer (length
     buckets) and dispatches each launch to its bucket's kernel."""
-    key = (spec.head_dim, spec.fp8, seq_q)
+    key = (spec.head_dim, spec.fp8, spec.causal, seq_q)
     bm = _block_m.get(key)
     if bm is None:
-        bm = _block_m[key] = _module().select_forward_block_m(spec.head_dim, spec.fp8, seq_q)
+        bm = _block_m[key] = _module().select_forward_block_m(spec.head_dim, spec.fp8, spec.causal, seq_q)
     return bm
 
 

@@ -234,10 +234,11 @@ PYBIND11_MODULE(_fa3, m) {
   m.def("version", [] { return std::string(fa3_version()); });
   m.def(
       "select_forward_block_m",
-      [](int64_t headDim, bool fp8, int64_t seqQ) {
-        return fa3_select_forward_block_m(headDim, fp8 ? 1 : 0, seqQ);
+      [](int64_t headDim, bool fp8, bool causal, int64_t seqQ) {
+        return fa3_select_forward_block_m(headDim, fp8 ? 1 : 0, causal ? 1 : 0,
+                                          seqQ);
       },
-      py::arg("head_dim"), py::arg("fp8"), py::arg("seq_q"),
+      py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),
       "The forward's query tile for this head dim and query length (the "
       "cost model's length buckets)");
 

@@ -94,9 +94,11 @@ func.func @grad_d256(%do: tensor<2x?x8x256xbf16>, %q: tensor<2x?x8x256xbf16>, %k
 }
 
 // A static query length picks the Hopper forward's query tile (d <= 64):
-// the fewest computed rows over each tile's measured rate (64: 0.99, 128:
-// 0.91, 192: 1), so S = 197 takes 64-row tiles (256 rows, not 384) and
-// S = 8192 keeps 192 (43 tiles of 192 beat 128 tiles of 64 at 0.99).
+// the fewest computed rows over each tile's measured rate (64: 1.0 up to 1k
+// query rows, 4k causal, then 0.9; 128: 0.9; 192: 1), so S = 197 takes
+// 64-row tiles (256 rows, not 384), S = 8192 keeps 192 (43 tiles of 192
+// beat 128 tiles of 64 at 0.9) and causal S = 4096 takes 64 (4096 rows, not
+// 4224).
 // SM90-LABEL: func.func @vit_197
 // SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false,
 func.func @vit_197(%q: tensor<128x197x12x64xbf16>, %k: tensor<128x197x12x64xbf16>, %v: tensor<128x197x12x64xbf16>) -> (tensor<128x197x12x64xbf16>, tensor<128x12x197xf32>) {
@@ -117,4 +119,19 @@ func.func @long_8192(%q: tensor<1x8192x4x64xbf16>, %k: tensor<1x8192x4x64xbf16>,
 func.func @d128_short(%q: tensor<8x49x4x128xbf16>, %k: tensor<8x49x4x128xbf16>, %v: tensor<8x49x4x128xbf16>) -> (tensor<8x49x4x128xbf16>, tensor<8x4x49xf32>) {
   %o, %lse = fa3.attention %q, %k, %v : (tensor<8x49x4x128xbf16>, tensor<8x49x4x128xbf16>, tensor<8x49x4x128xbf16>) -> (tensor<8x49x4x128xbf16>, tensor<8x4x49xf32>)
   return %o, %lse : tensor<8x49x4x128xbf16>, tensor<8x4x49xf32>
+}
+
+// SM90-LABEL: func.func @causal_4096
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1,
+func.func @causal_4096(%q: tensor<1x4096x4x64xbf16>, %k: tensor<1x4096x4x64xbf16>, %v: tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x4096x4x64xbf16>, tensor<1x4096x4x64xbf16>, tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>)
+  return %o, %lse : tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>
+}
+
+// Non-causal S = 4096 keeps 192 (22 tiles: 4224 rows, against 4096 / 0.9).
+// SM90-LABEL: func.func @full_4096
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3,
+func.func @full_4096(%q: tensor<1x4096x4x64xbf16>, %k: tensor<1x4096x4x64xbf16>, %v: tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<1x4096x4x64xbf16>, tensor<1x4096x4x64xbf16>, tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>)
+  return %o, %lse : tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>
 }

@@ -19,11 +19,13 @@ using namespace mlir;
 using namespace mlir::fa3;
 
 /// Throughput per computed query row (padding included) of the 64- and
-/// 128-row forward tiles at d <= 64, relative to the 192-row tile's:
-/// measured on the H200 at B = 128, H = 12, S = 784 (bf16, non-causal:
-/// 284, 244 and 249 TFLOP/s over 832, 896 and 960 computed rows;
-/// docs/Performance.md, "Short sequences").
-static constexpr double kRate64 = 0.99, kRate128 = 0.91;
+/// 128-row forward tiles at d <= 64, relative to the 192-row tile's,
+/// measured on the H200 (bf16, FA3-paper and ViT shapes; docs/Performance.md,
+/// "Query tiles by sequence length"): the 64-row tile keeps pace up to 1k
+/// query rows (4k causal, whose tiles do half the work) and falls to ~0.9
+/// beyond; the 128-row tile runs at ~0.9 throughout.
+static constexpr double kRate64Short = 1.0, kRate64Long = 0.9, kRate128 = 0.9;
+static constexpr int64_t kShortQueries = 1024, kShortQueriesCausal = 4096;
 
 /// The Hopper forward's kernel structure for `blockM` query rows (one
 /// consumer warpgroup per 64): with two or three consumers a producer
@@ -51,7 +53,7 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
 }
 
 int64_t mlir::fa3::selectHopperForwardBlockM(int64_t headDim, bool fp8,
-                                             int64_t seqLenQ) {
+                                             bool causal, int64_t seqLenQ) {
   int64_t longTile = headDim <= 64 ? 192 : 128;
   // Only the 16-bit d <= 64 forward has measured alternatives (its 192-row
   // tile is the one short sequences waste most of).
@@ -62,7 +64,10 @@ int64_t mlir::fa3::selectHopperForwardBlockM(int64_t headDim, bool fp8,
     int64_t rows;
     double rate;
   };
-  Candidate candidates[] = {{64, kRate64}, {128, kRate128}, {192, 1.0}};
+  bool short64 = seqLenQ <= (causal ? kShortQueriesCausal : kShortQueries);
+  Candidate candidates[] = {{64, short64 ? kRate64Short : kRate64Long},
+                            {128, kRate128},
+                            {192, 1.0}};
   int64_t best = longTile;
   double bestCost = std::numeric_limits<double>::infinity();
   for (Candidate c : candidates) {
@@ -95,13 +100,12 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // the O accumulator of block_m x D f32 and the S tile of block_m x block_n
   // f32 must both fit the consumers' registers.
   bool fp8 = elementType && isa<Float8E4M3FNType>(elementType);
-  int64_t blockM = selectHopperForwardBlockM(headDim, fp8, seqLenQ);
+  int64_t blockM = selectHopperForwardBlockM(headDim, fp8, causal, seqLenQ);
   int64_t blockN = headDim > 128 ? 80 : 128;
   // FP8 reads V' in blocks of 128 keys (one 128-byte e4m3 atom); its tiles
   // are half as large, so d256 fits 128 x 128 too.
   if (fp8)
     blockN = 128;
-  (void)causal;
   return hopperForwardSchedule(context, blockM, blockN, fp8);
 }
 

@@ -32,13 +32,14 @@ FailureOr<ScheduleAttr> selectSchedule(MLIRContext *context, StringRef target,
 /// The query rows of one Hopper forward CTA for head dim `headDim` and
 /// query length `seqLenQ` (ShapedType::kDynamic or <= 0: unknown, giving the
 /// long-sequence tile). At d <= 64 (bf16/f16): among 64, 128 and 192 rows,
-/// the one that minimizes ceil(Sq / block_m) · block_m / rate(block_m), the
-/// rows computed (padding included) over the measured throughput per row of
-/// that tile (docs/Performance.md, "Query tiles by sequence length"); other
-/// head dims and FP8 keep their long-sequence tile (192 at d <= 64, else
-/// 128).
+/// the one that minimizes ceil(Sq / block_m) · block_m / rate(block_m,
+/// Sq, causal), the rows computed (padding included) over the measured
+/// throughput per row of that tile (docs/Performance.md, "Query tiles by
+/// sequence length"); ties go to the larger tile. Other head dims and FP8
+/// keep their long-sequence tile (192 at d <= 64, else 128).
 /// The runtime calls it per launch to pick among compiled length variants.
-int64_t selectHopperForwardBlockM(int64_t headDim, bool fp8, int64_t seqLenQ);
+int64_t selectHopperForwardBlockM(int64_t headDim, bool fp8, bool causal,
+                                  int64_t seqLenQ);
 
 /// The schedule of an fa3.attention_grad: `block_n` key rows own a CTA's dK
 /// and dV accumulators and `block_m` query rows are one step of its loop.
