@@ -8,8 +8,13 @@
 #define FA3_INITALLPASSES_H
 
 namespace mlir::fa3 {
-/// Registers fa3's passes, its named pipelines and the upstream passes those
-/// pipelines use, for command-line tools.
+/// Registers fa3's own passes and named pipelines only: what a host that
+/// already has MLIR's passes (upstream mlir-opt loading fa3 as a plugin)
+/// adds.
+void registerFA3OwnPasses();
+
+/// registerFA3OwnPasses() and the upstream passes fa3's pipelines use, for
+/// fa3's command-line tools.
 void registerAllPasses();
 } // namespace mlir::fa3
 

@@ -89,11 +89,15 @@ void mlir::fa3::registerAllDialects(DialectRegistry &registry) {
   registerNVVMDialectTranslation(registry);
 }
 
-void mlir::fa3::registerAllPasses() {
+void mlir::fa3::registerFA3OwnPasses() {
   fa3::registerFA3Passes();
   fa3::registerFA3ConversionPasses();
   fa3::registerFA3Pipelines();
   fa3::registerFA3HopperPipelines();
+}
+
+void mlir::fa3::registerAllPasses() {
+  registerFA3OwnPasses();
 
   // The upstream passes the pipelines are made of, for stepping through them
   // by hand.

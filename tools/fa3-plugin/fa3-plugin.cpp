@@ -35,13 +35,11 @@ mlirGetDialectPluginInfo() {
           }};
 }
 
-/// fa3's passes and pipelines, and the upstream passes fa3-opt offers for
-/// stepping through them. Registering an upstream pass again under the same
-/// TypeID is allowed. The bufferization pipeline is registered a second time
-/// too: release builds of MLIR, Debian's among them, keep the first, builds
-/// with assertions abort.
+/// fa3's own passes and pipelines: mlir-opt has registered every upstream
+/// pass they are built from already (registering a named pipeline twice
+/// aborts MLIR builds with assertions).
 extern "C" LLVM_ATTRIBUTE_WEAK mlir::PassPluginLibraryInfo
 mlirGetPassPluginInfo() {
   return {MLIR_PLUGIN_API_VERSION, "FA3", FA3_VERSION,
-          []() { mlir::fa3::registerAllPasses(); }};
+          []() { mlir::fa3::registerFA3OwnPasses(); }};
 }
