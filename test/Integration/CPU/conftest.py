@@ -18,3 +18,11 @@ def fa3_run():
     # without running anything.
     assert tool.is_file(), f"{tool} not built; build first or set FA3_BUILD_DIR"
     return str(tool)
+
+
+@pytest.fixture(scope="session")
+def fa3_opt():
+    build = pathlib.Path(os.environ.get("FA3_BUILD_DIR", REPO / "build"))
+    tool = build / "bin" / "fa3-opt"
+    assert tool.is_file(), f"{tool} not built; build first or set FA3_BUILD_DIR"
+    return str(tool)

@@ -9,6 +9,48 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FA3RaiseAttention : Pass<"fa3-raise-attention", "::mlir::func::FuncOp"> {
+  let summary = "Raise softmax(Q Kᵀ · scale [+ causal mask]) V in linalg to fa3.attention";
+  let description = [{
+    Finds attention in linalg on tensors as torch-mlir's FX importer emits
+    it (`torch_mlir.fx.export_and_import(..., output_type=
+    "linalg-on-tensors")`) for `F.scaled_dot_product_attention` and for
+    `softmax(q @ k.transpose(-1, -2) * s, -1) @ v` written out, and
+    replaces it with `fa3.attention` between `linalg.transpose`s from
+    torch's [B, H, S, D] to fa3's [B, S, H, D] and back.
+
+    The match starts at each `linalg.batch_matmul` whose left operand is a
+    row-normalized tensor and checks the whole chain: P = E / rowsum(E)
+    (optionally torch's safe-softmax select of 0 for rows whose scores are
+    all -inf, which fa3 also gives 0), E = exp(S - rowmax(S)) with both
+    reductions over the key dim, S = expand(batch_matmul(Q, transpose(K)))
+    with constant scale factors on Q, K or S (their product becomes
+    `scale`), optionally plus the causal mask torch-mlir builds from index
+    comparisons (key <= query). torch's causal mask is aligned top-left:
+    for Sq = Sk it is fa3's `causal`, for Sq > Sk fa3's window (-1, Sq - Sk);
+    for Sq < Sk it hides keys no fa3 mask does and is not raised.
+
+    What is not attention is left alone with a remark naming the step that
+    differed, e.g. a softmax over the query dim or an additive mask from an
+    input. Static shapes, f32/f16/bf16.
+
+    ```mlir
+    %17 = linalg.batch_matmul ins(%c, %d : tensor<8x17x16xf32>, tensor<8x16x23xf32>) ...
+    ... softmax as linalg.generic ops ...
+    %39 = linalg.batch_matmul ins(%p, %v : tensor<8x17x23xf32>, tensor<8x23x16xf32>) ...
+    %o = tensor.expand_shape %39 ... into tensor<2x4x17x16xf32>
+    // becomes
+    %o, %lse = fa3.attention %q2, %k2, %v2 {scale = 2.500000e-01 : f32}
+        : (tensor<2x17x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
+        -> (tensor<2x17x4x16xf32>, tensor<2x4x17xf32>)
+    %transposed = linalg.transpose ins(%o ...) permutation = [0, 2, 1, 3]
+    ```
+  }];
+  let dependentDialects = ["::mlir::fa3::FA3Dialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
   let summary = "Rewrite bf16 attentions marked #fa3.fp8 into FP8 attentions";
   let description = [{
