@@ -52,6 +52,10 @@ def cases():
     yield "sdpa", SDPA(), (q, k, v)
     yield "sdpa_scale", SDPA(scale=0.3), (q, k, v)
     yield "sdpa_causal", SDPA(is_causal=True), (qs, k, v)
+    yield "sdpa_causal_sq_gt_sk", SDPA(is_causal=True), (qs, torch.randn(b, h, sq, d), torch.randn(b, h, sq, d))
+    yield "sdpa_causal_sq_lt_sk", SDPA(is_causal=True), (q, k, v)  # Sq 17 < Sk 23: not raised
+    yield "sdpa_gqa", SDPA(enable_gqa=True), (q, k[:, :2].contiguous(), v[:, :2].contiguous())
+    yield "sdpa_bf16", SDPA(), (q.bfloat16(), k.bfloat16(), v.bfloat16())
     yield "handwritten", HandWritten(), (q, k, v)
     yield "softmax_over_queries", SoftmaxOverQueries(), (q, k, v)
     yield "arbitrary_mask", ArbitraryMask(), (q, k, v, torch.randn(sq, sk))

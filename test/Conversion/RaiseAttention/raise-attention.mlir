@@ -29,6 +29,36 @@
 // CAUSAL-NOT: linalg.batch_matmul
 // CAUSAL-NOT: arith.cmpi
 
+// is_causal with Sq > Sk: torch's top-left mask (key <= query) is fa3's
+// window (-1, Sq - Sk) on the bottom-right diagonal.
+// RUN: fa3-opt %S/Inputs/sdpa_causal_sq_gt_sk.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=GT
+// GT: fa3.attention {{.+}} {scale = 2.500000e-01 : f32, window = array<i64: -1, 6>} : (tensor<2x23x4x16xf32>, tensor<2x17x4x16xf32>, tensor<2x17x4x16xf32>)
+// GT-NOT: linalg.batch_matmul
+
+// is_causal with Sq < Sk hides keys no fa3 mask hides (the first Sk - Sq
+// keys' diagonal is above row 0): left alone.
+// RUN: fa3-opt %S/Inputs/sdpa_causal_sq_lt_sk.mlir --fa3-raise-attention 2>&1 | FileCheck %s --check-prefix=LT
+// LT: remark: fa3-raise-attention: not raised: a top-left causal mask with Sq < Sk (17 < 23) hides keys fa3's masks cannot express
+// LT-NOT: fa3.attention
+
+// enable_gqa=True: K and V are broadcast from 2 to 4 heads (head h reads kv
+// head h / 2, fa3's GQA); the raise takes the 2-head tensors.
+// RUN: fa3-opt %S/Inputs/sdpa_gqa.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=GQA
+// GQA: func.func @sdpa_gqa(%{{.+}}: tensor<2x4x17x16xf32>, %[[K:[^:]+]]: tensor<2x2x23x16xf32>, %[[V:[^:]+]]: tensor<2x2x23x16xf32>)
+// GQA-DAG: %[[KT:.+]] = linalg.transpose ins(%[[K]] : tensor<2x2x23x16xf32>)
+// GQA-DAG: %[[VT:.+]] = linalg.transpose ins(%[[V]] : tensor<2x2x23x16xf32>)
+// GQA: fa3.attention %{{.+}}, %[[KT]], %[[VT]] {scale = 2.500000e-01 : f32} : (tensor<2x17x4x16xf32>, tensor<2x23x2x16xf32>, tensor<2x23x2x16xf32>)
+// GQA-NOT: linalg.batch_matmul
+
+// bf16: torch-mlir computes SDPA in f32 on the upcast inputs and rounds O
+// to bf16 once; the raise keeps exactly that (an f32 attention of the
+// upcast inputs, the final truncf kept).
+// RUN: fa3-opt %S/Inputs/sdpa_bf16.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=BF16
+// BF16: arith.extf %{{.+}} : bf16 to f32
+// BF16: fa3.attention {{.+}} : (tensor<2x17x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
+// BF16-NOT: linalg.batch_matmul
+// BF16: arith.truncf %{{.+}} : f32 to bf16
+
 // softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v, written out: the
 // scale sits on S.
 // RUN: fa3-opt %S/Inputs/handwritten.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=HAND

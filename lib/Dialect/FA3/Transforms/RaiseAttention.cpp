@@ -62,6 +62,47 @@ static Value uncollapseBatch(Value v) {
   return collapse.getSrc();
 }
 
+/// The [B, Hkv, S, D] input of torch-mlir's GQA broadcast (enable_gqa=True,
+/// repeat_interleave over heads: [B, Hkv, S, D] to [B, Hkv, G, S, D]), or
+/// null.
+static Value headRepeatSource(Value v) {
+  auto g = v.getDefiningOp<linalg::GenericOp>();
+  if (!g || g.getNumDpsInputs() != 1 || g.getNumLoops() != 5)
+    return {};
+  MLIRContext *ctx = g.getContext();
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, ctx); };
+  SmallVector<AffineMap> maps = g.getIndexingMapsArray();
+  Block &body = g.getRegion().front();
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  if (maps[0] != AffineMap::get(5, 0, {d(0), d(1), d(3), d(4)}, ctx) ||
+      !maps[1].isIdentity() || body.getOperations().size() != 1 ||
+      yield.getOperand(0) != body.getArgument(0))
+    return {};
+  return g.getDpsInputs()[0];
+}
+
+/// The expanded heads [B, Hkv·G, S, D] collapsed from that broadcast, with
+/// head h = kv head h / G (as in fa3): returns the [B, Hkv, S, D] source,
+/// or `v` itself.
+static Value peelHeadRepeat(Value v) {
+  auto collapse = v.getDefiningOp<tensor::CollapseShapeOp>();
+  if (!collapse || collapse.getReassociationIndices() !=
+                       SmallVector<ReassociationIndices>{{0}, {1, 2}, {3}, {4}})
+    return v;
+  Value source = headRepeatSource(collapse.getSrc());
+  return source ? source : v;
+}
+
+/// V of a GQA attention batched for the P·V bmm straight from the
+/// broadcast ([[0, 1, 2], [3], [4]]): its [B, Hkv, S, D] source, or null.
+static Value uncollapseBatchedHeadRepeat(Value v) {
+  auto collapse = v.getDefiningOp<tensor::CollapseShapeOp>();
+  if (!collapse || collapse.getReassociationIndices() !=
+                       SmallVector<ReassociationIndices>{{0, 1, 2}, {3}, {4}})
+    return {};
+  return headRepeatSource(collapse.getSrc());
+}
+
 /// A batch_matmul into a zero-filled accumulator, with plain maps.
 static linalg::BatchMatmulOp asPlainBatchMatmul(Value v) {
   auto mm = v.getDefiningOp<linalg::BatchMatmulOp>();
@@ -310,6 +351,8 @@ static Miss matchAttention(linalg::BatchMatmulOp pv, Attention &out) {
     return Miss{"the P·V product is not expanded back to [B, H, Sq, D]"};
   Value p = uncollapseBatch(pv.getDpsInputs()[0]);
   Value v = uncollapseBatch(pv.getDpsInputs()[1]);
+  if (!v)
+    v = uncollapseBatchedHeadRepeat(pv.getDpsInputs()[1]);
   if (!p || !v)
     return Miss{"P and V are not [B, H, ...] tensors batched by collapse_shape"};
   Value allMaskedOf;
@@ -377,9 +420,14 @@ static Miss matchAttention(linalg::BatchMatmulOp pv, Attention &out) {
   if (!transpose ||
       transpose.getPermutation() != ArrayRef<int64_t>{0, 1, 3, 2})
     return Miss{"K enters Q·Kᵀ without a transpose of its last two dims"};
-  Value k = peelScales(transpose.getInput(), scale);
+  Value k = peelHeadRepeat(peelScales(transpose.getInput(), scale));
+  v = peelHeadRepeat(v);
   if (!asPlainBatchMatmul(pv.getResult(0)))
     return Miss{"the P·V accumulator is not zero-filled"};
+  if (cast<RankedTensorType>(k.getType()).getDimSize(1) !=
+      cast<RankedTensorType>(v.getType()).getDimSize(1))
+    return Miss{"K and V have different head counts after their GQA "
+                "expansion"};
   out = Attention{q, k, v, scale, causal, root};
   return {};
 }

@@ -30,9 +30,14 @@ def FA3RaiseAttention : Pass<"fa3-raise-attention", "::mlir::func::FuncOp"> {
     for Sq = Sk it is fa3's `causal`, for Sq > Sk fa3's window (-1, Sq - Sk);
     for Sq < Sk it hides keys no fa3 mask does and is not raised.
 
+    GQA (`enable_gqa=True`: K and V broadcast from Hkv heads, head h reading
+    kv head h / G) raises to an fa3.attention on the Hkv-head tensors. A
+    bf16/f16 export computes in f32 on upcast inputs and rounds O once;
+    the raise keeps that (an f32 attention of the upcast values).
+
     What is not attention is left alone with a remark naming the step that
     differed, e.g. a softmax over the query dim or an additive mask from an
-    input. Static shapes, f32/f16/bf16.
+    input. Static shapes.
 
     ```mlir
     %17 = linalg.batch_matmul ins(%c, %d : tensor<8x17x16xf32>, tensor<8x16x23xf32>) ...
