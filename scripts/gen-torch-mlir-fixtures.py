@@ -45,7 +45,26 @@ class ArbitraryMask(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+class GPTBlock(torch.nn.Module):
+    """Attention inside a larger graph: QKV projection, SDPA (causal),
+    output projection (d_model 32, 4 heads)."""
+
+    def __init__(self, d_model=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+        self.proj = torch.nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
 def cases():
+    torch.manual_seed(0)
     b, h, sq, sk, d = 2, 4, 17, 23, 16
     q, k, v = torch.randn(b, h, sq, d), torch.randn(b, h, sk, d), torch.randn(b, h, sk, d)
     qs = torch.randn(b, h, sk, d)  # causal: Sq = Sk (torch's is_causal is top-left aligned)
@@ -59,6 +78,7 @@ def cases():
     yield "handwritten", HandWritten(), (q, k, v)
     yield "softmax_over_queries", SoftmaxOverQueries(), (q, k, v)
     yield "arbitrary_mask", ArbitraryMask(), (q, k, v, torch.randn(sq, sk))
+    yield "gpt_block", GPTBlock().eval(), (torch.randn(2, 19, 32),)
 
 
 def main():

@@ -20,6 +20,11 @@ fi
 source "$(dirname "$0")/env.sh"
 "$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
   numpy pytest pybind11 ml_dtypes setuptools wheel 2>&1 | grep -v "Running pip as the 'root'" || true
-"$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes" \
+# torch and torch-mlir (from PyPI) for fa3-raise-attention's end-to-end test
+# (test/Integration/CPU/test_torch_mlir_e2e.py: a live torch-mlir export).
+# Pinned: torch-mlir's wheels are built against one torch.
+"$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
+  torch==2.15.0 torch-mlir==20261001 2>&1 | grep -v "Running pip as the 'root'" || true
+"$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes, torch, torch_mlir" \
   || { echo "install.sh: Python packages missing for $FA3_PYTHON" >&2; exit 1; }
 echo "install.sh: LLVM $(/usr/lib/llvm-22/bin/llvm-config --version), $("$FA3_PYTHON" --version)"

@@ -65,6 +65,16 @@
 // HAND: fa3.attention {{.+}} {scale = 2.500000e-01 : f32} : (tensor<2x17x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
 // HAND-NOT: linalg.batch_matmul
 
+// Attention inside a GPT block (QKV projection, causal SDPA, output
+// projection): after canonicalization fa3.attention reads the projection's
+// head split [B, S, H, D] directly and its O feeds the output projection's
+// [B, S, H·D] collapse, no transposes left around it.
+// RUN: fa3-opt %S/Inputs/gpt_block.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=GPT
+// GPT: %[[Q:.+]] = tensor.expand_shape %{{.+}} {{\[\[}}0], [1], [2, 3]] output_shape [2, 19, 4, 8] : tensor<2x19x32xf32> into tensor<2x19x4x8xf32>
+// GPT: %[[O:.+]], %{{.+}} = fa3.attention %[[Q]], %{{.+}}, %{{.+}} {causal, scale = 0.353553355 : f32} : (tensor<2x19x4x8xf32>, tensor<2x19x4x8xf32>, tensor<2x19x4x8xf32>)
+// GPT-NEXT: tensor.collapse_shape %[[O]] {{\[\[}}0], [1], [2, 3]] : tensor<2x19x4x8xf32> into tensor<2x19x32xf32>
+// GPT-NOT: permutation = [0, 2, 1, 3]
+
 // Not attention: the softmax normalizes over the query dim.
 // RUN: fa3-opt %S/Inputs/softmax_over_queries.mlir --fa3-raise-attention 2>&1 | FileCheck %s --check-prefix=OTHER-DIM
 // OTHER-DIM: remark: fa3-raise-attention: not raised: the softmax normalizes over dim 2, not the key dim (3): not attention

@@ -42,6 +42,9 @@ struct Miss {
 /// What the match found.
 struct Attention {
   Value q, k, v;          ///< [B, H, S, D] (torch's layout)
+  /// K already in fa3's [B, S, H, D] (torch-mlir composed the head split's
+  /// transpose with Kᵀ's into one [0, 2, 3, 1]); `k` is then null.
+  Value kBSHD;
   double scale = 1.0;     ///< the product of every constant S was scaled by
   bool topLeftCausal = false;
   Operation *root = nullptr; ///< the expand_shape giving O [B, H, Sq, Dv]
@@ -417,18 +420,23 @@ static Miss matchAttention(linalg::BatchMatmulOp pv, Attention &out) {
   q = peelScales(q, scale);
   kt = peelScales(kt, scale);
   auto transpose = kt.getDefiningOp<linalg::TransposeOp>();
-  if (!transpose ||
-      transpose.getPermutation() != ArrayRef<int64_t>{0, 1, 3, 2})
+  Value k, kBSHD;
+  if (transpose && transpose.getPermutation() == ArrayRef<int64_t>{0, 1, 3, 2})
+    k = peelHeadRepeat(peelScales(transpose.getInput(), scale));
+  else if (transpose &&
+           transpose.getPermutation() == ArrayRef<int64_t>{0, 2, 3, 1})
+    kBSHD = peelScales(transpose.getInput(), scale);
+  else
     return Miss{"K enters Q·Kᵀ without a transpose of its last two dims"};
-  Value k = peelHeadRepeat(peelScales(transpose.getInput(), scale));
   v = peelHeadRepeat(v);
   if (!asPlainBatchMatmul(pv.getResult(0)))
     return Miss{"the P·V accumulator is not zero-filled"};
-  if (cast<RankedTensorType>(k.getType()).getDimSize(1) !=
-      cast<RankedTensorType>(v.getType()).getDimSize(1))
+  int64_t kvHeads = k ? cast<RankedTensorType>(k.getType()).getDimSize(1)
+                      : cast<RankedTensorType>(kBSHD.getType()).getDimSize(2);
+  if (kvHeads != cast<RankedTensorType>(v.getType()).getDimSize(1))
     return Miss{"K and V have different head counts after their GQA "
                 "expansion"};
-  out = Attention{q, k, v, scale, causal, root};
+  out = Attention{q, k, v, kBSHD, scale, causal, root};
   return {};
 }
 
@@ -445,7 +453,16 @@ static Value swapHeadsAndSequence(OpBuilder &b, Location loc, Value x) {
 
 static Miss raise(OpBuilder &b, const Attention &a) {
   auto qType = cast<RankedTensorType>(a.q.getType());
-  auto kType = cast<RankedTensorType>(a.k.getType());
+  // K's type in torch's [B, H, S, D] either way.
+  RankedTensorType kType;
+  if (a.k) {
+    kType = cast<RankedTensorType>(a.k.getType());
+  } else {
+    auto t = cast<RankedTensorType>(a.kBSHD.getType());
+    kType = RankedTensorType::get({t.getDimSize(0), t.getDimSize(2),
+                                   t.getDimSize(1), t.getDimSize(3)},
+                                  t.getElementType());
+  }
   auto vType = cast<RankedTensorType>(a.v.getType());
   if (!qType.hasStaticShape() || !kType.hasStaticShape() ||
       !vType.hasStaticShape())
@@ -476,7 +493,7 @@ static Miss raise(OpBuilder &b, const Attention &a) {
   Location loc = a.root->getLoc();
   b.setInsertionPoint(a.root);
   Value q = swapHeadsAndSequence(b, loc, a.q);
-  Value k = swapHeadsAndSequence(b, loc, a.k);
+  Value k = a.k ? swapHeadsAndSequence(b, loc, a.k) : a.kBSHD;
   Value v = swapHeadsAndSequence(b, loc, a.v);
   auto oType = RankedTensorType::get({qType.getDimSize(0), sq,
                                       qType.getDimSize(1), vType.getDimSize(3)},
