@@ -26,7 +26,8 @@ def FA3_Dialect : Dialect {
       `fa3.mask`, `fa3.online_softmax`, `fa3.rescale`, `fa3.pv`,
       `fa3.finalize`). Tiles have static shapes; rows past the end of a
       sequence read as zero and are never written, which is what TMA does on
-      Hopper, so the CPU and the GPU lowerings share this level.
+      Hopper. The CPU lowering starts from this level; the Hopper lowering
+      (convert-fa3-to-hopper) still reads L0 and builds each kernel whole.
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasCanonicalizer = 0;
