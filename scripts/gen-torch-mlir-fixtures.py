@@ -7,28 +7,15 @@ model would. Needs `pip install torch torch-mlir` (CPU is enough).
 """
 import argparse
 import pathlib
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch_mlir import fx
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-class SDPA(torch.nn.Module):
-    def __init__(self, **kwargs):
-        super().__init__()
-        self.kwargs = kwargs
-
-    def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, **self.kwargs)
-
-
-class HandWritten(torch.nn.Module):
-    """softmax(q @ k^T * s) @ v, written out."""
-
-    def forward(self, q, k, v):
-        return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
+sys.path.insert(0, str(ROOT / "docs/examples"))
+from torch_mlir_to_fa3 import SDPA, GPTBlock, HandWritten  # noqa: E402  (the modules of the example)
 
 
 class SoftmaxOverQueries(torch.nn.Module):
@@ -43,24 +30,6 @@ class ArbitraryMask(torch.nn.Module):
 
     def forward(self, q, k, v, mask):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-class GPTBlock(torch.nn.Module):
-    """Attention inside a larger graph: QKV projection, SDPA (causal),
-    output projection (d_model 32, 4 heads)."""
-
-    def __init__(self, d_model=32, heads=4):
-        super().__init__()
-        self.heads = heads
-        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
-        self.proj = torch.nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
 def cases():
@@ -78,7 +47,7 @@ def cases():
     yield "handwritten", HandWritten(), (q, k, v)
     yield "softmax_over_queries", SoftmaxOverQueries(), (q, k, v)
     yield "arbitrary_mask", ArbitraryMask(), (q, k, v, torch.randn(sq, sk))
-    yield "gpt_block", GPTBlock().eval(), (torch.randn(2, 19, 32),)
+    yield "gpt_block", GPTBlock(d_model=32).eval(), (torch.randn(2, 19, 32),)
 
 
 def main():

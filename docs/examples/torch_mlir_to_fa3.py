@@ -48,6 +48,28 @@ def run(module, *inputs, name="forward"):
         return np.load(tmp / "out.npy"), expected.numpy(), raised.stdout
 
 
+class SDPA(nn.Module):
+    """F.scaled_dot_product_attention(q, k, v, **kwargs)."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **self.kwargs)
+
+
+class HandWritten(nn.Module):
+    """softmax(q @ k^T * scale) @ v, written out."""
+
+    def __init__(self, scale=0.25):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) * self.scale, dim=-1) @ v
+
+
 class GPTBlock(nn.Module):
     """Causal self-attention of a GPT block: QKV projection, SDPA, output
     projection."""

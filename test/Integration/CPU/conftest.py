@@ -10,10 +10,9 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "python"))
 
 
-@pytest.fixture(scope="session")
-def fa3_run():
+def _tool(name):
     build = pathlib.Path(os.environ.get("FA3_BUILD_DIR", REPO / "build"))
-    tool = build / "bin" / "fa3-run"
+    tool = build / "bin" / name
     # A missing tool is a failure, not a skip: the suite must not pass
     # without running anything.
     assert tool.is_file(), f"{tool} not built; build first or set FA3_BUILD_DIR"
@@ -21,8 +20,10 @@ def fa3_run():
 
 
 @pytest.fixture(scope="session")
+def fa3_run():
+    return _tool("fa3-run")
+
+
+@pytest.fixture(scope="session")
 def fa3_opt():
-    build = pathlib.Path(os.environ.get("FA3_BUILD_DIR", REPO / "build"))
-    tool = build / "bin" / "fa3-opt"
-    assert tool.is_file(), f"{tool} not built; build first or set FA3_BUILD_DIR"
-    return str(tool)
+    return _tool("fa3-opt")

@@ -23,26 +23,13 @@ def _example():
 
 def _modules(ex):
     import torch
-    import torch.nn.functional as F
-
-    class SDPA(torch.nn.Module):
-        def __init__(self, **kwargs):
-            super().__init__()
-            self.kwargs = kwargs
-
-        def forward(self, q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, **self.kwargs)
-
-    class HandWritten(torch.nn.Module):
-        def forward(self, q, k, v):
-            return torch.softmax(q @ k.transpose(-1, -2) * 0.2, dim=-1) @ v
 
     r = torch.randn
     return {
-        "sdpa": (SDPA(), (r(2, 4, 17, 32), r(2, 4, 29, 32), r(2, 4, 29, 32))),
-        "sdpa_causal_gqa": (SDPA(is_causal=True, enable_gqa=True), (r(1, 8, 33, 16), r(1, 2, 33, 16),
-                                                                      r(1, 2, 33, 16))),
-        "handwritten": (HandWritten(), (r(3, 2, 5, 8), r(3, 2, 7, 8), r(3, 2, 7, 8))),
+        "sdpa": (ex.SDPA(), (r(2, 4, 17, 32), r(2, 4, 29, 32), r(2, 4, 29, 32))),
+        "sdpa_causal_gqa": (ex.SDPA(is_causal=True, enable_gqa=True), (r(1, 8, 33, 16), r(1, 2, 33, 16),
+                                                                         r(1, 2, 33, 16))),
+        "handwritten": (ex.HandWritten(scale=0.2), (r(3, 2, 5, 8), r(3, 2, 7, 8), r(3, 2, 7, 8))),
         "gpt_block": (ex.GPTBlock(), (r(2, 19, 64),)),
     }
 
