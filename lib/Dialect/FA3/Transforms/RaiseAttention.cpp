@@ -287,7 +287,9 @@ static Value peelCausalMask(Value v, bool &causal) {
   auto cmpG = cond.getDefiningOp<linalg::GenericOp>();
   auto cmp = cmpG ? dyn_cast_or_null<arith::CmpIOp>(singleBodyOp(cmpG))
                   : arith::CmpIOp();
-  if (!cmp || cmp.getPredicate() != arith::CmpIPredicate::sle ||
+  if (!cmp || cmpG.getNumDpsInputs() != 1 ||
+      cmp.getPredicate() != arith::CmpIPredicate::sle ||
+      cmp.getLhs() != cmpG.getRegion().front().getArgument(0) ||
       !matchPattern(cmp.getRhs(), m_Zero()))
     return v;
   auto subG = cmpG.getDpsInputs()[0].getDefiningOp<linalg::GenericOp>();
