@@ -44,6 +44,7 @@ def cases():
     yield "sdpa_causal_sq_lt_sk", SDPA(is_causal=True), (q, k, v)  # Sq 17 < Sk 23: not raised
     yield "sdpa_gqa", SDPA(enable_gqa=True), (q, k[:, :2].contiguous(), v[:, :2].contiguous())
     yield "sdpa_bf16", SDPA(), (q.bfloat16(), k.bfloat16(), v.bfloat16())
+    yield "sdpa_f16", SDPA(is_causal=True), (qs.half(), k.half(), v.half())
     yield "handwritten", HandWritten(), (q, k, v)
     yield "softmax_over_queries", SoftmaxOverQueries(), (q, k, v)
     yield "arbitrary_mask", ArbitraryMask(), (q, k, v, torch.randn(sq, sk))

@@ -59,6 +59,13 @@
 // BF16-NOT: linalg.batch_matmul
 // BF16: arith.truncf %{{.+}} : f32 to bf16
 
+// f16, causal: the same f32 computation on upcast inputs.
+// RUN: fa3-opt %S/Inputs/sdpa_f16.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=F16
+// F16: arith.extf %{{.+}} : f16 to f32
+// F16: fa3.attention {{.+}} {causal, scale = 2.500000e-01 : f32} : (tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
+// F16-NOT: linalg.batch_matmul
+// F16: arith.truncf %{{.+}} : f32 to f16
+
 // softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v, written out: the
 // scale sits on S.
 // RUN: fa3-opt %S/Inputs/handwritten.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=HAND
