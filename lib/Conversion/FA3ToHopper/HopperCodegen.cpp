@@ -6,6 +6,8 @@
 
 #include "HopperCodegen.h"
 
+#include <limits>
+
 #include <cassert>
 
 using namespace mlir;
@@ -94,6 +96,24 @@ void HopperCodegen::namedBarrierSync(Value id, int64_t threads) {
 
 void HopperCodegen::namedBarrierArrive(Value id, int64_t threads) {
   ptxVoid("bar.arrive $0, $1;", "r,r", {id, ci(threads)});
+}
+
+SmallVector<Value>
+HopperCodegen::maskFragment(ArrayRef<Value> acc, Value needMask,
+                            llvm::function_ref<Value(int64_t)> hidden) {
+  float negInf = -std::numeric_limits<float>::infinity();
+  auto masked = scf::IfOp::create(
+      b, loc, TypeRange(SmallVector<Type>(acc.size(), f32)), needMask,
+      /*addElseBlock=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(masked.thenBlock());
+  SmallVector<Value> m;
+  for (int64_t r = 0, e = acc.size(); r < e; ++r)
+    m.push_back(select(hidden(r), cf(negInf), acc[r]));
+  scf::YieldOp::create(b, loc, m);
+  b.setInsertionPointToStart(masked.elseBlock());
+  scf::YieldOp::create(b, loc, acc);
+  return SmallVector<Value>(masked.getResults());
 }
 
 void HopperCodegen::fenceProxyAsyncShared() {

@@ -142,6 +142,11 @@ protected:
   /// Whether key `key` is hidden from query `query`.
   Value keyHidden(Value query, Value key, Value seqK, Value offset,
                   int64_t left, int64_t right);
+  /// `acc` (an f32 accumulator fragment) with the registers `hidden(r)`
+  /// says are masked set to -inf, under `scf.if needMask` so that blocks
+  /// without a mask edge skip the per-register tests.
+  SmallVector<Value> maskFragment(ArrayRef<Value> acc, Value needMask,
+                                  llvm::function_ref<Value(int64_t)> hidden);
 
   Value shflXor(Value v, int64_t lane) {
     return NVVM::ShflOp::create(b, loc, f32, ci(-1), v, ci(lane), ci(0x1f),

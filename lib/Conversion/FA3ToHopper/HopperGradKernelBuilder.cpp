@@ -391,7 +391,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                      add(add(add(kStart, mul(slab, ci(64))), rowInSlab), ci(8))};
 
   float c = s.scale * static_cast<float>(M_LOG2E);
-  float negInf = -std::numeric_limits<float>::infinity();
   const int64_t nS = bm / 2, nAcc = sliceW / 2;
   Value base = smemAddr(smem);
   Value kSlabAddr = add(add(base, ci(offK)), mul(slab, ci(64 * kAtomBytes)));
@@ -471,23 +470,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         Value qLast = sub(minsi(add(qStart, ci(bm)), seqQ), ci(1));
         Value needMask = blockNeedsMask(qStart, qLast, kStart, bn, seqK,
                                         offset, left, right);
-        auto masked = scf::IfOp::create(
-            b, loc, TypeRange(SmallVector<Type>(nS, f32)), needMask,
-            /*addElseBlock=*/true);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(masked.thenBlock());
-          SmallVector<Value> m;
-          for (int64_t r = 0; r < nS; ++r) {
-            Value key = keyRow[(r % 4) / 2];
-            Value query = add(add(qStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-            Value hidden = keyHidden(query, key, seqK, offset, left, right);
-            m.push_back(select(hidden, cf(negInf), sAcc[r]));
-          }
-          scf::YieldOp::create(b, loc, m);
-          b.setInsertionPointToStart(masked.elseBlock());
-          scf::YieldOp::create(b, loc, sAcc);
-        }
+        SmallVector<Value> masked =
+            maskFragment(sAcc, needMask, [&](int64_t r) {
+              Value key = keyRow[(r % 4) / 2];
+              Value query =
+                  add(add(qStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+              return keyHidden(query, key, seqK, offset, left, right);
+            });
 
         // Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − Δ), with softcap's derivative.
         SmallVector<Value> p(nS), ds(nS);
@@ -497,7 +486,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
             Value lse2 = r % 2 ? lse1 : lse0;
             Value delta = r % 2 ? delta1 : delta0;
-            p[r] = exp2(fsub(fmul(masked.getResult(r), cf(c)), lse2));
+            p[r] = exp2(fsub(fmul(masked[r], cf(c)), lse2));
             ds[r] = fmul(p[r], fsub(dpAcc[r], delta));
             if (s.softcap > 0) {
               Value t = fmul(capped[r], cf(s.scale / s.softcap));

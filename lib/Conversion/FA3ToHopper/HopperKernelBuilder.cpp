@@ -345,24 +345,11 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       // a window edge.
       Value needMask = blockNeedsMask(qStart, qLast, kStart, s.blockN, seqK,
                                       offset, left, right);
-      auto masked =
-          scf::IfOp::create(b, loc, TypeRange(SmallVector<Type>(nS, f32)),
-                            needMask, /*addElseBlock=*/true);
-      {
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(masked.thenBlock());
-        SmallVector<Value> m;
-        for (int64_t r = 0; r < nS; ++r) {
-          Value row = rowAbs[(r % 4) / 2];
-          Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-          Value hidden = keyHidden(row, col, seqK, offset, left, right);
-          m.push_back(select(hidden, cf(negInf), sAcc[r]));
-        }
-        scf::YieldOp::create(b, loc, m);
-        b.setInsertionPointToStart(masked.elseBlock());
-        scf::YieldOp::create(b, loc, sAcc);
-      }
-      SmallVector<Value> sv(masked.getResults());
+      SmallVector<Value> sv = maskFragment(sAcc, needMask, [&](int64_t r) {
+        Value row = rowAbs[(r % 4) / 2];
+        Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+        return keyHidden(row, col, seqK, offset, left, right);
+      });
 
       // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
       // quad. The sum stays per thread until the epilogue.
