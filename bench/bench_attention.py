@@ -4,7 +4,8 @@ hidden 2048 (heads = 2048 // headdim), bf16, causal and not. FLOPs: forward
 4·B·H·S²·D, backward 2.5 × that, halved when causal. Timings are medians of
 device-event timed runs after warm-up, all in this process through
 triton.testing.do_bench (its L2 flush between runs): fa3 through its C API
-(python/fa3/capi.py over libfa3.so, launching on torch's current stream), the
+(`fa3.compile_mlir` kernels of fa3._fa3 over libfa3.so's C API, launched into
+preallocated buffers on torch's current stream), the
 peers through torch.
 
 Backward timing, measuring only the backward and subtracting nothing:
@@ -37,7 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 import sys  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "python"))
-from fa3 import capi  # noqa: E402
+import fa3  # noqa: E402
 
 
 def flops(b, h, s, d, causal):
@@ -117,12 +118,12 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch
             row[name] = None
             row[name + "_error"] = repr(e)[:200]
     try:
-        kernel = capi.Kernel(mlir_for(h, d, causal), "attn")
+        kernel = fa3.compile_mlir(mlir_for(h, d, causal), "attn")
         o = torch.empty_like(q)
         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-        ms = do_bench(lambda: kernel.launch(q, k, v, o, lse), warmup=25, rep=100, return_mode="median")
+        ms = do_bench(lambda: kernel.launch_into(q, k, v, o, lse), warmup=25, rep=100, return_mode="median")
         row["fa3_kernel"] = kernel.name
-    except capi.Fa3Error as e:
+    except fa3.Error as e:
         ms, o = None, str(e)
     if ms is None:
         row["fa3"] = None
@@ -135,15 +136,15 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch
     # A/B in the same process: the same tiles with another kernel structure.
     for variant, schedule in {**schedule_variants(d), **(extra or {})}.items():
         try:
-            other = capi.Kernel(mlir_for(h, d, causal, schedule), "attn")
+            other = fa3.compile_mlir(mlir_for(h, d, causal, schedule), "attn")
             o2 = torch.empty_like(q)
             lse2 = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-            ms2 = do_bench(lambda: other.launch(q, k, v, o2, lse2), warmup=25, rep=100,
+            ms2 = do_bench(lambda: other.launch_into(q, k, v, o2, lse2), warmup=25, rep=100,
                            return_mode="median")
             row["fa3_" + variant] = f / ms2 / 1e9
             if ref is not None:
                 row[f"fa3_{variant}_max_abs_diff_vs_sdpa"] = (o2.float() - ref).abs().max().item()
-        except capi.Fa3Error as e:
+        except fa3.Error as e:
             row[f"fa3_{variant}_error"] = str(e)[:300]
     if dispatch:
         # End to end through fa3.attention (the torch custom op: its
@@ -168,8 +169,8 @@ def _grad_kernels(h, d, causal):
     compiled once per process."""
     key = (h, d, causal)
     if key not in _GRAD_KERNELS:
-        _GRAD_KERNELS[key] = (capi.Kernel(mlir_for(h, d, causal), "attn"),
-                              capi.GradKernel(mlir_grad_for(h, d, causal), "attn_grad"))
+        _GRAD_KERNELS[key] = (fa3.compile_mlir(mlir_for(h, d, causal), "attn"),
+                              fa3.compile_mlir(mlir_grad_for(h, d, causal), "attn_grad", backward=True))
     return _GRAD_KERNELS[key]
 
 
@@ -201,12 +202,12 @@ def bench_backward(d, causal, s, dev="cuda"):
         fwd, bwd = _grad_kernels(h, d, causal)
         o = torch.empty_like(q)
         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-        fwd.launch(q, k, v, o, lse)
+        fwd.launch_into(q, k, v, o, lse)
         dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
         ws = torch.empty(max(bwd.workspace_bytes(b, s, s), 1), device=dev, dtype=torch.uint8)
         row["workspace_bytes"] = bwd.workspace_bytes(b, s, s)
-        ms = do_bench(lambda: bwd.launch(do, q, k, v, o, lse, dq, dk, dv, workspace=ws), warmup=25, rep=100,
-                      return_mode="median")
+        ms = do_bench(lambda: bwd.launch_grad_into(do, q, k, v, o, lse, dq, dk, dv, workspace=ws),
+                      warmup=25, rep=100, return_mode="median")
         row["fa3_kernel"] = bwd.name
         row["fa3"] = f / ms / 1e9
         # Sanity: the timed launch's gradients agree with cuDNN's/FLASH's.
@@ -214,7 +215,7 @@ def bench_backward(d, causal, s, dev="cuda"):
             for name, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref):
                 row[f"{name}_max_abs_diff_vs_sdpa"] = (x.float() - r).abs().max().item()
                 row[f"{name}_max_abs_sdpa"] = r.abs().max().item()
-    except capi.Fa3Error as e:
+    except fa3.Error as e:
         row["fa3"] = None
         row["fa3_error"] = str(e)[:300]
     if row.get("cudnn") and row.get("fa3"):
@@ -239,14 +240,14 @@ def bench_fp8(d, causal, s, dev="cuda"):
     scale = 1.0 / d ** 0.5
     out = torch.empty_like(q)
     lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-    bf16 = _jit.get(AttentionSpec("bf16", h, h, d, d, causal, scale), "cuda", "fwd")
+    bf16 = _jit.get(AttentionSpec("bf16", h, h, d, d, causal, scale), "cuda:0", "fwd")
     ms = do_bench(lambda: bf16.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                                       b, s, s, stream), warmup=25, rep=100, return_mode="median")
     row["fa3_bf16"] = f / ms / 1e9
     ref = out.float().clone()
     descale = torch.full((b, h), 1.0 / 64, device=dev)
     q8, k8, v8 = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v))
-    fp8 = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda", "fwd")
+    fp8 = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda:0", "fwd")
     ws = torch.empty(max(fp8.forward_workspace_bytes(b, s, s), 256), device=dev, dtype=torch.uint8)
     ms = do_bench(lambda: fp8.launch_fp8(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(),
                                          lse.data_ptr(), descale.data_ptr(), descale.data_ptr(),

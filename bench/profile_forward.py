@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_attention import mlir_for  # noqa: E402
-from fa3 import capi  # noqa: E402
+import fa3  # noqa: E402
 
 
 def main():
@@ -28,11 +28,11 @@ def main():
     s, d = args.seqlen, args.d
     b, h = 16384 // s, 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    kernel = capi.Kernel(mlir_for(h, d, args.causal, args.schedule), "attn")
+    kernel = fa3.compile_mlir(mlir_for(h, d, args.causal, args.schedule), "attn")
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
     for _ in range(args.launches):
-        kernel.launch(q, k, v, o, lse)
+        kernel.launch_into(q, k, v, o, lse)
     torch.cuda.synchronize()
     print(kernel.name, "launched", args.launches, "times")
 

@@ -9,7 +9,7 @@ if [ ! -f "$FA3_BUILD_DIR/build.ninja" ]; then
     -DPython3_EXECUTABLE="$FA3_PYTHON" \
     -DLLVM_ENABLE_ASSERTIONS=OFF >/dev/null
 fi
-ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run fa3-cuda-info fa3-cache mlir-doc FA3CAPI FA3Plugin
+ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run fa3-cuda-info fa3-cache mlir-doc FA3CAPI FA3Plugin fa3-capi-test
 
 # The Python extension fa3._fa3 (python/src), in place next to the package,
 # linked against the C API library just built. Skipped when up to date.

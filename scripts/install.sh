@@ -25,6 +25,10 @@ source "$(dirname "$0")/env.sh"
 # Pinned: torch-mlir's wheels are built against one torch.
 "$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
   torch==2.15.0 torch-mlir==20261001 2>&1 | grep -v "Running pip as the 'root'" || true
-"$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes, torch, torch_mlir" \
+# transformers for fa3.integrations.transformers' tests (the CPU suite checks
+# the registration and its errors; the GPU suite trains a model with it).
+"$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
+  transformers==5.24.0 2>&1 | grep -v "Running pip as the 'root'" || true
+"$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes, torch, torch_mlir, transformers" \
   || { echo "install.sh: Python packages missing for $FA3_PYTHON" >&2; exit 1; }
 echo "install.sh: LLVM $(/usr/lib/llvm-22/bin/llvm-config --version), $("$FA3_PYTHON" --version)"

@@ -14,7 +14,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "FA3"
 # The internal shell: the only one lit supports from LLVM 23 on.
 config.test_format = lit.formats.ShTest()
-config.suffixes = [".mlir", ".test"]
+config.suffixes = [".mlir", ".test", ".c"]
 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.fa3_obj_root, "test")
@@ -57,6 +57,7 @@ tools = [
     # The runtime's tools; like fa3-run, their tests say `REQUIRES: <tool>`.
     ToolSubst("fa3-cuda-info", unresolved="ignore"),
     ToolSubst("fa3-cache", unresolved="ignore"),
+    ToolSubst("fa3-capi-test", unresolved="fatal"),
     ToolSubst("split-file", unresolved="fatal"),
     ToolSubst("not", unresolved="fatal"),
     ToolSubst("count", unresolved="fatal"),

@@ -31,7 +31,11 @@ int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8, int causal,
 
 /** Compiles `function` of `mlir_source` (a function whose body is one
  *  fa3.attention on its three arguments, returning its O and LSE) for the
- *  Hopper GPU of the current CUDA context, or loads it from the kernel cache.
+ *  Hopper GPU of the calling thread's current CUDA context (device 0 when it
+ *  has none; PyTorch's current device, `torch.cuda.device(n)`), or loads it
+ *  from the kernel cache. The kernel stays on that device: launches run in
+ *  its context whatever context is current then, and leave the caller's
+ *  current context as it was; the stream and buffers must be that device's.
  *  `block_m`/`block_n` override the tiles (0: the cost model's choice).
  *  Returns NULL and sets `*error` on failure. `*cache_hit` (may be NULL) is
  *  set to 1 when the kernel came from the cache. */
@@ -91,6 +95,10 @@ int fa3_launch_attention_grad(const fa3_kernel *kernel, uint64_t grad_out,
                               int64_t batch, int64_t seq_q, int64_t seq_k,
                               void *stream, char **error);
 
+/** The ordinal of the CUDA device the kernel is loaded on; -1 for a kernel
+ *  compiled with fa3_compile_ptx. */
+int fa3_kernel_device(const fa3_kernel *kernel);
+
 /** The kernel's name (for a backward, its main kernel's) and PTX (owned by
  *  the kernel). */
 const char *fa3_kernel_name(const fa3_kernel *kernel);
@@ -106,6 +114,24 @@ double fa3_kernel_compile_ms(const fa3_kernel *kernel);
 fa3_kernel *fa3_compile_ptx(const char *mlir_source, const char *function,
                             int64_t block_m, int64_t block_n, int *cache_hit,
                             char **error);
+
+/** Compiles `function` of `mlir_source`, a function whose body is one
+ *  fa3.quantize of its [B, S, H, D] argument (f32, f16 or bf16; with
+ *  `hadamard_seed`, of its Hadamard transform) returning the e4m3 tensor and
+ *  the f32 [B, G] descales, into its kernels on the current device. */
+fa3_kernel *fa3_compile_quantize(const char *mlir_source, const char *function,
+                                 int *cache_hit, char **error);
+
+/** Bytes of device workspace one quantization of `batch` needs (the
+ *  per-group amax, zeroed by the launch); -1 for another kernel. */
+int64_t fa3_quantize_workspace_size(const fa3_kernel *kernel, int64_t batch);
+
+/** Quantizes input [batch, seq, H, D] (contiguous) into output (e4m3, same
+ *  shape) and descale (f32 [batch, G]) on `stream`; workspace of
+ *  fa3_quantize_workspace_size bytes. Asynchronous. */
+int fa3_launch_quantize(const fa3_kernel *kernel, uint64_t input,
+                        uint64_t output, uint64_t descale, uint64_t workspace,
+                        int64_t batch, int64_t seq, void *stream, char **error);
 
 void fa3_destroy_kernel(fa3_kernel *kernel);
 void fa3_free_string(char *string);

@@ -11,6 +11,7 @@
 #include "fa3/JIT/HopperKernelCache.h"
 #include "fa3/Runtime/AttentionLauncher.h"
 #include "fa3/Runtime/CudaDriver.h"
+#include "fa3/Runtime/FP8PrepLauncher.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -27,12 +28,17 @@ using namespace fa3;
 
 struct fa3_kernel {
   HopperKernel kernel;
+  /// The device the kernel is loaded on (none for PTX only); launches run
+  /// in its context.
+  std::optional<runtime::CudaDevice> device;
   runtime::CudaModule module;
   /// The forward's kernel, or the backward's three.
   std::unique_ptr<runtime::CudaKernel> function;
   std::unique_ptr<runtime::AttentionGradKernels> gradKernels;
   /// FP8 forwards: the V' layout kernel.
   std::unique_ptr<runtime::CudaKernel> valueTranspose;
+  /// fa3.quantize functions: the amax and cast kernels.
+  std::unique_ptr<runtime::QuantizeKernels> quantizeKernels;
   double compileMs = 0;
 };
 
@@ -55,13 +61,18 @@ extern "C" int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8,
                                               seq_q);
 }
 
-/// Compiles (or fetches) the kernel(s) of `function` and loads them on
-/// device 0; `backward` says which kind of function `api` accepts.
-static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
-                                 bool load, const char *mlirSource,
+/// The kind of function an entry point compiles.
+enum class Accepts { Forward, Backward, Quantize, Any };
+
+/// Compiles (or fetches) the kernel(s) of `function` and loads them on the
+/// device of the calling thread's current CUDA context (device 0 when there
+/// is none) unless `accepts` is Any (PTX only).
+static fa3_kernel *compileKernel(const char *api, Accepts accepts,
+                                 const char *mlirSource,
                                  const char *function, int64_t blockM,
                                  int64_t blockN, int *cacheHit, char **error) {
   auto start = std::chrono::steady_clock::now();
+  bool load = accepts != Accepts::Any;
   if (!mlirSource || !function) {
     setError(error, std::string(api) +
                         ": mlir_source and function must not be NULL");
@@ -103,23 +114,32 @@ static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
     setError(error, kernel.takeError());
     return nullptr;
   }
-  // fa3.hadamard and fa3.quantize compile (fa3_compile_ptx shows their
-  // PTX) but have no launch entry point here: they run in HopperProgram's
-  // chains (fa3-run --device=cuda).
-  if (load && kernel->info.kind != runtime::AttentionKernelInfo::Kind::Attention) {
-    setError(error, std::string(api) + ": '" + function +
-                        "' is an fa3.hadamard or fa3.quantize function; the C "
-                        "API launches attention kernels only (fa3_compile_ptx "
-                        "gives its PTX; fa3-run --device=cuda runs it)");
-    return nullptr;
-  }
-  if (backward && kernel->info.backward != *backward) {
-    setError(error, std::string(api) + ": '" + function + "' is " +
-                        (*backward ? "a forward (fa3.attention) function; "
-                                    "compile it with fa3_compile_attention"
-                                  : "a backward (fa3.attention_grad) "
-                                    "function; compile it with "
-                                    "fa3_compile_attention_grad"));
+  using Kind = runtime::AttentionKernelInfo::Kind;
+  const runtime::AttentionKernelInfo &info = kernel->info;
+  // What the function is, and the entry point that compiles it.
+  const char *found = info.kind == Kind::Hadamard ? "an fa3.hadamard function"
+                      : info.kind == Kind::Quantize
+                          ? "an fa3.quantize function; compile it with "
+                            "fa3_compile_quantize"
+                      : info.backward ? "a backward (fa3.attention_grad) "
+                                        "function; compile it with "
+                                        "fa3_compile_attention_grad"
+                                      : "a forward (fa3.attention) function; "
+                                        "compile it with fa3_compile_attention";
+  bool matches =
+      accepts == Accepts::Any ||
+      (accepts == Accepts::Quantize && info.kind == Kind::Quantize) ||
+      (info.kind == Kind::Attention &&
+       info.backward == (accepts == Accepts::Backward) &&
+       accepts != Accepts::Quantize);
+  if (!matches) {
+    // fa3.hadamard alone has no launch entry point: fa3_compile_quantize
+    // takes the quantization with the transform folded in (hadamard_seed).
+    setError(error, std::string(api) + ": '" + function + "' is " + found +
+                        (info.kind == Kind::Hadamard
+                             ? " (fa3_compile_ptx gives its PTX; fa3-run "
+                               "--device=cuda runs it)"
+                             : ""));
     return nullptr;
   }
   if (cacheHit)
@@ -132,7 +152,7 @@ static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
                             .count();
     return result.release();
   }
-  auto device = runtime::CudaDevice::get(0);
+  auto device = runtime::CudaDevice::getCurrent();
   if (!device) {
     setError(error, device.takeError());
     return nullptr;
@@ -150,7 +170,15 @@ static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
     setError(error, cudaModule.takeError());
     return nullptr;
   }
-  if (kernel->info.backward) {
+  if (info.kind == Kind::Quantize) {
+    auto kernels = runtime::getQuantizeKernels(*cudaModule, info);
+    if (!kernels) {
+      setError(error, kernels.takeError());
+      return nullptr;
+    }
+    result->quantizeKernels =
+        std::make_unique<runtime::QuantizeKernels>(std::move(*kernels));
+  } else if (kernel->info.backward) {
     auto kernels = runtime::getAttentionGradKernels(*cudaModule, kernel->info);
     if (!kernels) {
       setError(error, kernels.takeError());
@@ -176,7 +204,18 @@ static fa3_kernel *compileKernel(const char *api, std::optional<bool> backward,
           std::make_unique<runtime::CudaKernel>(std::move(*transpose));
     }
   }
+  // Kernels above 48 KiB of shared memory opt in once, at load.
+  for (const runtime::CudaKernel *function :
+       {result->function.get(),
+        result->gradKernels ? &result->gradKernels->main : nullptr})
+    if (function)
+      if (llvm::Error err = function->setMaxDynamicSharedMemory(
+              unsigned(kernel->info.sharedMemory))) {
+        setError(error, std::move(err));
+        return nullptr;
+      }
   result->kernel = std::move(*kernel);
+  result->device = *device;
   result->module = std::move(*cudaModule);
   result->compileMs = std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - start)
@@ -188,9 +227,8 @@ extern "C" fa3_kernel *fa3_compile_attention(const char *mlirSource,
                                              const char *function,
                                              int64_t blockM, int64_t blockN,
                                              int *cacheHit, char **error) {
-  return compileKernel("fa3_compile_attention", /*backward=*/false,
-                       /*load=*/true, mlirSource, function, blockM, blockN,
-                       cacheHit, error);
+  return compileKernel("fa3_compile_attention", Accepts::Forward, mlirSource,
+                       function, blockM, blockN, cacheHit, error);
 }
 
 extern "C" fa3_kernel *fa3_compile_attention_grad(const char *mlirSource,
@@ -198,17 +236,61 @@ extern "C" fa3_kernel *fa3_compile_attention_grad(const char *mlirSource,
                                                   int64_t blockM,
                                                   int64_t blockN, int *cacheHit,
                                                   char **error) {
-  return compileKernel("fa3_compile_attention_grad", /*backward=*/true,
-                       /*load=*/true, mlirSource, function, blockM, blockN,
-                       cacheHit, error);
+  return compileKernel("fa3_compile_attention_grad", Accepts::Backward,
+                       mlirSource, function, blockM, blockN, cacheHit, error);
 }
 
 extern "C" fa3_kernel *fa3_compile_ptx(const char *mlirSource,
                                        const char *function, int64_t blockM,
                                        int64_t blockN, int *cacheHit,
                                        char **error) {
-  return compileKernel("fa3_compile_ptx", std::nullopt, /*load=*/false,
-                       mlirSource, function, blockM, blockN, cacheHit, error);
+  return compileKernel("fa3_compile_ptx", Accepts::Any, mlirSource, function,
+                       blockM, blockN, cacheHit, error);
+}
+
+extern "C" fa3_kernel *fa3_compile_quantize(const char *mlirSource,
+                                            const char *function,
+                                            int *cacheHit, char **error) {
+  return compileKernel("fa3_compile_quantize", Accepts::Quantize, mlirSource,
+                       function, 0, 0, cacheHit, error);
+}
+
+extern "C" int64_t fa3_quantize_workspace_size(const fa3_kernel *kernel,
+                                               int64_t batch) {
+  if (!kernel || !kernel->quantizeKernels || batch < 0)
+    return -1;
+  return runtime::quantizeWorkspaceBytes(kernel->kernel.info, batch);
+}
+
+extern "C" int fa3_launch_quantize(const fa3_kernel *kernel, uint64_t input,
+                                   uint64_t output, uint64_t descale,
+                                   uint64_t workspace, int64_t batch,
+                                   int64_t seq, void *stream, char **error) {
+  if (!kernel || !kernel->quantizeKernels) {
+    setError(error, kernel ? "fa3_launch_quantize: not a loaded fa3.quantize "
+                             "kernel (fa3_compile_quantize)"
+                           : "fa3_launch_quantize: kernel is NULL");
+    return 1;
+  }
+  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
+  if (!scope) {
+    setError(error, scope.takeError());
+    return 1;
+  }
+  runtime::QuantizeDeviceArgs args;
+  args.input = input;
+  args.output = output;
+  args.descale = descale;
+  args.workspace = workspace;
+  args.batch = batch;
+  args.seq = seq;
+  if (llvm::Error err =
+          runtime::launchQuantize(*kernel->quantizeKernels, kernel->kernel.info,
+                                  args, static_cast<runtime::CudaStream>(stream))) {
+    setError(error, std::move(err));
+    return 1;
+  }
+  return 0;
 }
 
 extern "C" double fa3_kernel_compile_ms(const fa3_kernel *kernel) {
@@ -236,6 +318,11 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
   if (kernel->kernel.info.fp8) {
     setError(error, "fa3_launch_attention: the kernel is an FP8 forward; "
                     "launch it with fa3_launch_attention_fp8");
+    return 1;
+  }
+  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
+  if (!scope) {
+    setError(error, scope.takeError());
     return 1;
   }
   runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
@@ -272,6 +359,11 @@ extern "C" int fa3_launch_attention_fp8(
   if (batch < 0 || seqQ < 0 || seqK < 0) {
     setError(error,
              "fa3_launch_attention_fp8: negative batch or sequence length");
+    return 1;
+  }
+  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
+  if (!scope) {
+    setError(error, scope.takeError());
     return 1;
   }
   runtime::AttentionDeviceArgs args{q,        k,        v,        out,
@@ -316,6 +408,11 @@ extern "C" int fa3_launch_attention_grad(
              "fa3_launch_attention_grad: negative batch or sequence length");
     return 1;
   }
+  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
+  if (!scope) {
+    setError(error, scope.takeError());
+    return 1;
+  }
   runtime::AttentionGradDeviceArgs args;
   args.gradOut = gradOut;
   args.q = q;
@@ -341,6 +438,10 @@ extern "C" int fa3_launch_attention_grad(
 
 extern "C" const char *fa3_kernel_name(const fa3_kernel *kernel) {
   return kernel ? kernel->kernel.info.name.c_str() : "";
+}
+
+extern "C" int fa3_kernel_device(const fa3_kernel *kernel) {
+  return kernel && kernel->device ? kernel->device->getOrdinal() : -1;
 }
 
 extern "C" const char *fa3_kernel_ptx(const fa3_kernel *kernel) {

@@ -267,9 +267,10 @@ Expected<CudaDevice> CudaDevice::get(int ordinal) {
       }
     }
     device.context = primary;
-    if (Error err = callDriver("cuCtxSetCurrent", api.cuCtxSetCurrent, subject,
-                               primary))
-      return std::move(err);
+    if (!current)
+      if (Error err = callDriver("cuCtxSetCurrent", api.cuCtxSetCurrent,
+                                 subject, primary))
+        return std::move(err);
   }
 
   char name[256] = {};
@@ -315,6 +316,61 @@ Expected<CudaDevice> CudaDevice::get(int ordinal) {
                              &device.totalMemoryBytes, device.handle))
     return std::move(err);
   return device;
+}
+
+Expected<CudaDevice> CudaDevice::getCurrent() {
+  auto api = getInitializedApi();
+  if (!api)
+    return api.takeError();
+  CUcontext current = nullptr;
+  if (Error err =
+          callDriver("cuCtxGetCurrent", (*api)->cuCtxGetCurrent, "", &current))
+    return std::move(err);
+  if (!current)
+    return get(0);
+  CUdevice handle = -1;
+  if (Error err = callDriver("cuCtxGetDevice", (*api)->cuCtxGetDevice,
+                             "the current context", &handle))
+    return std::move(err);
+  auto count = cudaDeviceCount();
+  if (!count)
+    return count.takeError();
+  for (int ordinal = 0; ordinal < *count; ++ordinal) {
+    CUdevice candidate = -1;
+    if (Error err = callDriver("cuDeviceGet", (*api)->cuDeviceGet,
+                               "device " + std::to_string(ordinal), &candidate,
+                               ordinal))
+      return std::move(err);
+    if (candidate == handle)
+      return get(ordinal);
+  }
+  return invalidArgument("the current CUDA context's device is not among "
+                         "the driver's " +
+                         llvm::Twine(*count) + " device(s)");
+}
+
+Expected<ScopedCudaContext> ScopedCudaContext::enter(const CudaDevice &device) {
+  auto api = getInitializedApi();
+  if (!api)
+    return api.takeError();
+  CUcontext current = nullptr;
+  if (Error err =
+          callDriver("cuCtxGetCurrent", (*api)->cuCtxGetCurrent, "", &current))
+    return std::move(err);
+  if (current == device.getContext())
+    return ScopedCudaContext(false);
+  if (Error err = callDriver("cuCtxPushCurrent", (*api)->cuCtxPushCurrent,
+                             "device " + std::to_string(device.getOrdinal()),
+                             device.getContext()))
+    return std::move(err);
+  return ScopedCudaContext(true);
+}
+
+ScopedCudaContext::~ScopedCudaContext() {
+  if (!pushed)
+    return;
+  CUcontext popped = nullptr;
+  (void)getDriver().api.cuCtxPopCurrent(&popped);
 }
 
 std::string CudaDevice::getSmArch() const {
@@ -459,8 +515,9 @@ static bool isBinaryImage(StringRef image) {
 
 Expected<CudaModule> CudaModule::load(const CudaDevice &device, StringRef image,
                                       StringRef name) {
-  if (Error err = device.makeCurrent())
-    return std::move(err);
+  auto scope = ScopedCudaContext::enter(device);
+  if (!scope)
+    return scope.takeError();
   if (image.empty())
     return invalidArgument("cannot load CUDA module '" + name +
                            "': the image is empty");
@@ -486,6 +543,7 @@ Expected<CudaModule> CudaModule::load(const CudaDevice &device, StringRef image,
 
   CudaModule module;
   module.name = name.str();
+  module.context = device.getContext();
   const DriverApi &api = getDriver().api;
   if (!api.cuModuleLoadDataEx)
     return missingEntryPoint("cuModuleLoadDataEx");
@@ -506,14 +564,29 @@ Expected<CudaModule> CudaModule::load(const CudaDevice &device, StringRef image,
 }
 
 CudaModule::CudaModule(CudaModule &&other) noexcept
-    : module(std::exchange(other.module, nullptr)), name(std::move(other.name)),
-      jitLog(std::move(other.jitLog)) {}
+    : module(std::exchange(other.module, nullptr)),
+      context(std::exchange(other.context, nullptr)),
+      name(std::move(other.name)), jitLog(std::move(other.jitLog)) {}
+
+/// Unloads `module` in its own context (cuModuleUnload acts on the current
+/// one), restoring the caller's.
+static void unloadModule(CUmodule module, CUcontext context) {
+  const DriverApi &api = getDriver().api;
+  CUcontext current = nullptr;
+  bool push = context && api.cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
+              current != context &&
+              api.cuCtxPushCurrent(context) == CUDA_SUCCESS;
+  (void)api.cuModuleUnload(module);
+  if (push)
+    (void)api.cuCtxPopCurrent(&current);
+}
 
 CudaModule &CudaModule::operator=(CudaModule &&other) noexcept {
   if (this != &other) {
     if (module)
-      (void)getDriver().api.cuModuleUnload(module);
+      unloadModule(module, context);
     module = std::exchange(other.module, nullptr);
+    context = std::exchange(other.context, nullptr);
     name = std::move(other.name);
     jitLog = std::move(other.jitLog);
   }
@@ -522,7 +595,7 @@ CudaModule &CudaModule::operator=(CudaModule &&other) noexcept {
 
 CudaModule::~CudaModule() {
   if (module)
-    (void)getDriver().api.cuModuleUnload(module);
+    unloadModule(module, context);
 }
 
 Expected<CudaKernel> CudaModule::getFunction(StringRef kernelName) const {
@@ -539,14 +612,18 @@ Expected<CudaKernel> CudaModule::getFunction(StringRef kernelName) const {
 }
 
 Error CudaKernel::setMaxDynamicSharedMemory(unsigned bytes) const {
+  if (bytes <= dynamicSharedLimit.load(std::memory_order_relaxed))
+    return Error::success();
   const DriverApi &api = getDriver().api;
   if (!api.cuFuncSetAttribute)
     return missingEntryPoint("cuFuncSetAttribute");
   CUresult result = api.cuFuncSetAttribute(
       function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
       static_cast<int>(bytes));
-  if (result == CUDA_SUCCESS)
+  if (result == CUDA_SUCCESS) {
+    dynamicSharedLimit.store(bytes, std::memory_order_relaxed);
     return Error::success();
+  }
   return driverError(result, "cuFuncSetAttribute", name,
                      "MAX_DYNAMIC_SHARED_SIZE_BYTES = " +
                          std::to_string(bytes));

@@ -217,6 +217,8 @@ constexpr int kRequestedCudaVersion = 12000;
   X(cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext * context))                 \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext context))                   \
   X(cuCtxGetDevice, "cuCtxGetDevice", (CUdevice * device))                     \
+  X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", (CUcontext context))              \
+  X(cuCtxPopCurrent, "cuCtxPopCurrent_v2", (CUcontext * context))              \
   X(cuCtxSynchronize, "cuCtxSynchronize", ())                                  \
   X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr * ptr, size_t bytes))            \
   X(cuMemFree, "cuMemFree_v2", (CUdeviceptr ptr))                              \

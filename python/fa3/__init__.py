@@ -11,12 +11,14 @@ cached in memory per process and, for CUDA, on disk (`FA3_CACHE_DIR`).
 Compile and CUDA failures raise RuntimeError (`fa3.Error`); bad arguments
 raise ValueError/TypeError naming the argument.
 
-Submodules that need no compiled extension: `fa3.reference` (float64
-NumPy reference) and `fa3.capi` (a ctypes binding of libfa3).
+`fa3.compile_mlir` compiles an MLIR function of your own (any schedule
+attribute) into the same kind of kernel. `fa3.reference` (float64 NumPy
+reference) needs no compiled extension; `fa3.integrations.transformers`
+registers fa3 as a Hugging Face transformers attention implementation.
 """
 
 from . import _jit
-from .api import Kernel, attention, compile
+from .api import Kernel, attention, compile, compile_mlir
 
 __version__ = "0.1.0"
 
@@ -34,4 +36,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'fa3' has no attribute {name!r}")
 
 
-__all__ = ["attention", "compile", "Kernel", "cache_info", "Error"]
+__all__ = ["attention", "compile", "compile_mlir", "Kernel", "cache_info", "Error"]

@@ -1,20 +1,27 @@
 """The in-process JIT cache over fa3._fa3.
 
-Each (spec, device, direction, tiles) compiles once per process and is then
-served from memory. Every compile also goes through fa3's on-disk kernel
-cache (`FA3_CACHE_DIR`, else `$XDG_CACHE_HOME/fa3` or `~/.cache/fa3`):
-entries are written atomically, keyed by the fa3 version and build, the
-function's IR (the spec) and the tile options, plus the arch and CUDA driver
+Each (MLIR function, device, direction, tiles) compiles once per process
+and is then served from memory. Every compile also goes through fa3's
+on-disk kernel cache (`FA3_CACHE_DIR`, else `$XDG_CACHE_HOME/fa3` or
+`~/.cache/fa3`): entries are written atomically, keyed by the fa3 version and
+build, the function's IR and the tile options, plus the arch and CUDA driver
 version for kernels or the host CPU for CPU object code, so a new process
 skips the MLIR pipeline and LLVM (a CPU function loads in a few milliseconds
 instead of tens). `FA3_DUMP_IR=1` keeps each stage's IR and the PTX next to
 a CUDA cache entry.
+
+Devices are "cpu", "ptx" (sm_90a PTX only, no GPU needed) and "cuda:N": a
+CUDA kernel is loaded on device N (compiled under `torch.cuda.device(N)`,
+whose context libfa3 then uses) and launches there whatever device is
+current.
 
 CUDA forwards are compiled per length bucket: `forward_block_m` asks the
 cost model for the query tile of a launch's Sq, and each distinct tile is
 its own kernel.
 """
 
+import contextlib
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -33,29 +40,91 @@ def _module():
     return _fa3
 
 
-def get(spec, device, direction, block_m=0, block_n=0):
-    """The compiled object for `spec`: a `_fa3.CpuFunction` (device "cpu") or
-    a `_fa3.CudaKernel` (device "cuda": loaded on the GPU; "ptx": PTX only).
-    `direction` is "fwd" or "bwd"."""
-    key = (spec, device, direction, block_m, block_n)
+def device_key(device):
+    """"cpu", "ptx" or "cuda:N" for a device argument: "cuda" is torch's
+    current device (device 0 without torch), "cuda:N" and torch.device are
+    taken as they are. Raises ValueError for anything else."""
+    text = str(device)
+    if text in ("cpu", "ptx"):
+        return text
+    if text == "cuda":
+        torch = sys.modules.get("torch")
+        index = torch.cuda.current_device() if torch is not None and torch.cuda.is_initialized() else 0
+        return f"cuda:{index}"
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return f"cuda:{int(text[5:])}"
+    raise ValueError(f"device must be 'cuda', 'cuda:N', 'ptx' or 'cpu', got {device!r}")
+
+
+def _on_device(key):
+    """The context to compile a "cuda:N" kernel in: torch.cuda.device(N), so
+    that libfa3 sees device N's context as current."""
+    index = int(key[5:])
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if index != 0:
+            raise ValueError(f"compiling for {key} needs torch (to select the device); import torch first")
+        return contextlib.nullcontext()
+    count = torch.cuda.device_count()
+    if count == 0:  # no usable driver or device: libfa3 reports the driver's error
+        return contextlib.nullcontext()
+    if index >= count:
+        raise ValueError(f"{key} does not exist: torch sees {count} CUDA device(s)")
+    return torch.cuda.device(index)
+
+
+def get_mlir(source, function, device, direction, block_m=0, block_n=0):
+    """The compiled object for `function` of the MLIR `source`: a
+    `_fa3.CpuFunction` (device "cpu"), a `_fa3.CudaKernel` (device "cuda:N":
+    loaded on device N; "ptx": PTX only) or, for direction "quantize", a
+    `_fa3.QuantizeKernel`. `direction` is "fwd", "bwd" or "quantize"."""
+    device = device_key(device)
+    key = (source, function, device, direction, block_m, block_n)
     with _lock:
         obj = _cache.get(key)
         if obj is not None:
             _stats["hits"] += 1
             return obj
     m = _module()
-    source = spec.forward_mlir() if direction == "fwd" else spec.backward_mlir()
-    function = "attention" if direction == "fwd" else "attention_grad"
     if device == "cpu":
         obj = m.CpuFunction(source, function, block_m, block_n)
+    elif direction == "quantize":
+        if device == "ptx":
+            obj = m.CudaKernel(source, function, m.CudaKernel.Kind.PTX_ONLY, 0, 0)
+        else:
+            with _on_device(device):
+                obj = m.QuantizeKernel(source, function)
+    elif device == "ptx":
+        obj = m.CudaKernel(source, function, m.CudaKernel.Kind.PTX_ONLY, block_m, block_n)
     else:
-        kind = (m.CudaKernel.Kind.PTX_ONLY if device == "ptx"
-                else m.CudaKernel.Kind.FORWARD if direction == "fwd" else m.CudaKernel.Kind.BACKWARD)
-        obj = m.CudaKernel(source, function, kind, block_m, block_n)
+        kind = m.CudaKernel.Kind.FORWARD if direction == "fwd" else m.CudaKernel.Kind.BACKWARD
+        with _on_device(device):
+            obj = m.CudaKernel(source, function, kind, block_m, block_n)
+        if obj.device != int(device[5:]):
+            raise RuntimeError(f"fa3 loaded the kernel on cuda:{obj.device}, not on {device}")
     with _lock:
         _stats["misses"] += 1
         _stats["compile_ms"].append(obj.compile_ms)
         return _cache.setdefault(key, obj)
+
+
+def get(spec, device, direction, block_m=0, block_n=0):
+    """`get_mlir` of the function fa3 compiles for the AttentionSpec `spec`."""
+    source = spec.forward_mlir() if direction == "fwd" else spec.backward_mlir()
+    function = "attention" if direction == "fwd" else "attention_grad"
+    return get_mlir(source, function, device, direction, block_m, block_n)
+
+
+def quantize_mlir(dtype, num_heads, num_groups, head_dim, hadamard_seed=None):
+    """`@quantize(x) -> (x8, descale)`: fa3.quantize of a [B, S, H, D] tensor
+    into e4m3 with one descale per (batch, group of H / G heads)."""
+    x = f"tensor<?x?x{num_heads}x{head_dim}x{dtype}>"
+    x8 = f"tensor<?x?x{num_heads}x{head_dim}xf8E4M3FN>"
+    d = f"tensor<?x{num_groups}xf32>"
+    attrs = "" if hadamard_seed is None else f" {{hadamard_seed = {int(hadamard_seed)} : i64}}"
+    return (f"func.func @quantize(%x: {x}) -> ({x8}, {d}) {{\n"
+            f"  %x8, %d = fa3.quantize %x{attrs} : {x} -> {x8}, {d}\n"
+            f"  return %x8, %d : {x8}, {d}\n}}\n")
 
 
 _block_m = {}

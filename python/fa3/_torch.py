@@ -1,7 +1,14 @@
-"""fa3 as PyTorch operators: `fa3::attention_fwd` and `fa3::attention_bwd`
-are `torch.library` custom ops with fake (meta) implementations, so
-`torch.compile` traces them without graph breaks, and the forward's autograd
-formula runs the backward kernels. Both launch on the current CUDA stream.
+"""fa3 on torch CUDA tensors.
+
+Eager calls take a cached plan: the first call of a (shapes, dtypes,
+devices, options) combination checks everything and compiles (or fetches)
+the kernels; later calls look the plan up in one dict and launch, with the
+forward's autograd formula a `torch.autograd.Function` whose backward runs
+the backward kernels. Under torch.compile the same launches are the
+`torch.library` custom ops `fa3::attention_fwd` and `fa3::attention_bwd`,
+with fake (meta) implementations, so the compiler traces them without graph
+breaks. Every launch goes to the current CUDA stream of the tensors' device,
+and the kernels are loaded on that device (`cuda:N`).
 
 Imported only when torch tensors reach fa3 (numpy users need no torch).
 """
@@ -9,35 +16,160 @@ Imported only when torch tensors reach fa3 (numpy users need no torch).
 import torch
 
 from . import _jit
-from ._spec import AttentionSpec
+from ._spec import AttentionSpec, check_options, check_shapes
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 FP8 = torch.float8_e4m3fn
+_QUANTIZE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+
+# The raw current-stream handle of a device (what inductor's generated code
+# calls); the public API builds a Stream object per call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+if _raw_stream is None:  # pragma: no cover - older torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
 
 
-def _spec(q, k, v, causal, scale, window_left, window_right, softcap):
-    return AttentionSpec(dtype="f8E4M3FN" if q.dtype == FP8 else DTYPES[q.dtype], num_heads=q.shape[2], num_kv_heads=k.shape[2],
-                         head_dim=q.shape[3], head_dim_v=v.shape[3], causal=causal, scale=scale,
-                         window=(window_left, window_right), softcap=softcap)
+class Plan:
+    """What one (shapes, dtypes, device, options) combination launches: the
+    spec, the device, the forward kernel of its length bucket and, once a
+    backward has run, the backward kernel."""
+
+    __slots__ = ("spec", "device", "index", "fwd", "bwd", "out_shape", "lse_shape")
+
+    def __init__(self, spec, device, seq_q, out_shape, lse_shape):
+        self.spec = spec
+        self.device = device
+        self.index = device.index
+        key = f"cuda:{self.index}"
+        self.fwd = _jit.get(spec, key, "fwd", block_m=_jit.forward_block_m(spec, seq_q))
+        self.bwd = None
+        self.out_shape = out_shape
+        self.lse_shape = lse_shape
+
+    def backward_kernel(self):
+        if self.bwd is None:
+            self.bwd = _jit.get(self.spec, f"cuda:{self.index}", "bwd")
+        return self.bwd
 
 
-def _stream(t):
-    return torch.cuda.current_stream(t.device).cuda_stream
+def _check_tensors(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; fa3 runs torch tensors on CUDA "
+                             "(use numpy arrays for the CPU pipeline)")
+        if t.dtype not in DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all three on one device")
+
+
+def _make_spec(q, k, v, causal, scale, window, softcap):
+    return AttentionSpec(dtype="f8E4M3FN" if q.dtype == FP8 else DTYPES[q.dtype], num_heads=q.shape[2],
+                         num_kv_heads=k.shape[2], head_dim=q.shape[3], head_dim_v=v.shape[3], causal=causal,
+                         scale=scale, window=window, softcap=softcap)
+
+
+_plans = {}
+_MAX_PLANS = 4096  # a bound for workloads that see many distinct shapes
+
+
+def _plan(q, k, v, causal, softmax_scale, window_size, softcap):
+    """The plan of this call, from the cache or checked and built."""
+    key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
+           causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap))
+    try:
+        plan = _plans.get(key)
+    except TypeError:  # an unhashable option (a list window): the checks below decide
+        key, plan = None, None
+    if plan is not None:
+        return plan
+    hq, _, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=True)
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    _check_tensors(q, k, v)
+    b, sq = q.shape[0], q.shape[1]
+    plan = Plan(_make_spec(q, k, v, causal, scale, window, softcap), q.device, sq, (b, sq, hq, dv), (b, hq, sq))
+    if key is not None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def _forward(plan, q, k, v):
+    # The kernel reads dense [B, S, H, D] tensors: other layouts are copied.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty(plan.out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
+    plan.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                    q.shape[0], q.shape[1], k.shape[1], _raw_stream(plan.index))
+    return q, k, v, out, lse
+
+
+def _backward(plan, grad_out, q, k, v, out, lse):
+    kernel = plan.backward_kernel()
+    grad_out = grad_out.contiguous()
+    b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # Scratch the launch initializes itself: the f32 dQ accumulator, LSE in
+    # base 2 and the row dot products (O(N), from torch's caching allocator).
+    workspace = torch.empty(max(kernel.workspace_bytes(b, sq, sk), 256), dtype=torch.uint8, device=q.device)
+    kernel.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                       lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
+                       b, sq, sk, _raw_stream(plan.index))
+    return dq, dk, dv
+
+
+class _Attention(torch.autograd.Function):
+    """The eager forward with its backward (the LSE carries no gradient)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan):
+        q, k, v, out, lse = _forward(plan, q, k, v)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan = plan
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(ctx.plan, grad_out, q, k, v, out, lse)
+        return dq, dk, dv, None
+
+
+def attention(q, k, v, causal, softmax_scale, window_size, softcap):
+    """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16)."""
+    if torch.compiler.is_compiling():
+        hq, _, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
+        causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+        _check_tensors(q, k, v)
+        return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap)
+    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap)
+    if (q.stride(-1) != 1 and q.shape[-1] > 1) or (k.stride(-1) != 1 and k.shape[-1] > 1) or \
+            (v.stride(-1) != 1 and v.shape[-1] > 1):
+        _check_tensors(q, k, v)  # raises, naming the tensor
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v, plan)
+    return _forward(plan, q, k, v)[3:]
+
+
+# --- torch.compile: the same launches as custom ops --------------------------
+
+def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap):
+    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap)
 
 
 @torch.library.custom_op("fa3::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    spec = _spec(q, k, v, causal, scale, window_left, window_right, softcap)
-    kernel = _jit.get(spec, "cuda", "fwd", block_m=_jit.forward_block_m(spec, q.shape[1]))
-    # The kernel reads dense [B, S, H, D] tensors: other layouts are copied.
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    b, sq, hq, _ = q.shape
-    out = torch.empty((b, sq, hq, v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-    kernel.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                  b, sq, k.shape[1], _stream(q))
-    return out, lse
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap)
+    return _forward(plan, q, k, v)[3:]
 
 
 @attention_fwd.register_fake
@@ -51,17 +183,9 @@ def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softc
 def attention_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float, window_left: int,
                   window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    kernel = _jit.get(_spec(q, k, v, causal, scale, window_left, window_right, softcap), "cuda", "bwd")
-    grad_out, q, k, v, out, lse = (t.contiguous() for t in (grad_out, q, k, v, out, lse))
-    b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    # Scratch the launch initializes itself: the f32 dQ accumulator, LSE in
-    # base 2 and the row dot products (O(N), from torch's caching allocator).
-    workspace = torch.empty(max(kernel.workspace_bytes(b, sq, sk), 256), dtype=torch.uint8, device=q.device)
-    kernel.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                       lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
-                       b, sq, sk, _stream(q))
-    return dq, dk, dv
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap)
+    q, k, v, out, lse = (t.contiguous() for t in (q, k, v, out, lse))
+    return _backward(plan, grad_out, q, k, v, out, lse)
 
 
 @attention_bwd.register_fake
@@ -78,14 +202,16 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _backward(ctx, grad_out, grad_lse):
+def _op_backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, *ctx.options)
     return dq, dk, dv, None, None, None, None, None
 
 
-attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+attention_fwd.register_autograd(_op_backward, setup_context=_setup_context)
 
+
+# --- FP8 ----------------------------------------------------------------------
 
 @torch.library.custom_op("fa3::attention_fp8_fwd", mutates_args=())
 def attention_fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor,
@@ -93,7 +219,8 @@ def attention_fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_desca
                       window_left: int, window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The FP8 forward (no autograd: e4m3 tensors carry no gradient). The
     launch first writes V' (V transposed, keys permuted) into a workspace."""
-    kernel = _jit.get(_spec(q, k, v, causal, scale, window_left, window_right, softcap), "cuda", "fwd")
+    spec = _make_spec(q, k, v, causal, scale, (window_left, window_right), softcap)
+    kernel = _jit.get(spec, f"cuda:{q.device.index}", "fwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     q_descale, k_descale, v_descale = (d.contiguous().float() for d in (q_descale, k_descale, v_descale))
     b, sq, hq, _ = q.shape
@@ -103,7 +230,7 @@ def attention_fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_desca
     workspace = torch.empty(max(kernel.forward_workspace_bytes(b, sq, sk), 256), dtype=torch.uint8, device=q.device)
     kernel.launch_fp8(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                       q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr(), workspace.data_ptr(),
-                      b, sq, sk, _stream(q))
+                      b, sq, sk, _raw_stream(q.device.index))
     return out, lse
 
 
@@ -113,3 +240,40 @@ def _attention_fp8_fwd_fake(q, k, v, q_descale, k_descale, v_descale, causal, sc
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v.shape[3]), dtype=torch.bfloat16),
             q.new_empty((b, hq, sq), dtype=torch.float32))
+
+
+def _quantize(x, num_groups, hadamard_seed):
+    """fa3.quantize of x [B, S, H, D] on its device through the compiler's
+    kernels: (e4m3 tensor, f32 descales [B, G])."""
+    x = x.contiguous()
+    b, s, h, d = x.shape
+    source = _jit.quantize_mlir(_QUANTIZE_DTYPES[x.dtype], h, num_groups, d, hadamard_seed)
+    kernel = _jit.get_mlir(source, "quantize", f"cuda:{x.device.index}", "quantize")
+    out = torch.empty(x.shape, dtype=FP8, device=x.device)
+    descale = torch.empty((b, num_groups), dtype=torch.float32, device=x.device)
+    workspace = torch.empty(max(kernel.workspace_bytes(b), 4), dtype=torch.uint8, device=x.device)
+    kernel.launch(x.data_ptr(), out.data_ptr(), descale.data_ptr(), workspace.data_ptr(), b, s,
+                  _raw_stream(x.device.index))
+    return out, descale
+
+
+def quantize_for_fp8(q, k, v, hadamard):
+    """(q8, k8, v8, (q_descale, k_descale, v_descale)) for fa3's FP8 kernels,
+    computed by the compiler's fa3.quantize kernels: FA3's per-(batch, kv
+    head) descales (amax / 448) and, with `hadamard`, q and k multiplied by
+    the random-sign Hadamard matrix of seed 0 first (fa3-cast-fp8's
+    #fa3.fp8<hadamard = true>, so the GPU and CPU paths agree)."""
+    if (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled():
+        raise ValueError("fp8=True is forward-only (the FP8 kernels have no backward); "
+                         "call it under torch.no_grad() or on tensors that do not require grad")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; fp8=True runs on CUDA tensors")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all three on one device")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+    kv_heads = k.shape[2]
+    seed = 0 if hadamard else None
+    (q8, qd), (k8, kd), (v8, vd) = (_quantize(x, kv_heads, s) for x, s in ((q, seed), (k, seed), (v, None)))
+    return q8, k8, v8, (qd, kd, vd)

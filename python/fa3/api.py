@@ -33,9 +33,12 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     applies `softcap * tanh(s / softcap)` to the scaled scores;
     `softmax_scale` defaults to 1/sqrt(head_dim).
 
-    * torch CUDA tensors (bf16/f16, on cuda:0): the sm_90a kernels on the
-      current stream; differentiable (the backward runs fa3.attention_grad)
-      and traceable by torch.compile (the op is `torch.ops.fa3.attention_fwd`).
+    * torch CUDA tensors (bf16/f16, on any `cuda:N`, all three on one
+      device): the sm_90a kernels, loaded on that device, on its current
+      stream; differentiable (the backward runs fa3.attention_grad),
+      traceable by torch.compile (the op is `torch.ops.fa3.attention_fwd`)
+      and capturable in CUDA graphs. A repeated call of the same shapes and
+      options reuses a cached plan (no re-checking, no recompiling).
     * torch CUDA tensors of torch.float8_e4m3fn with `q_descale`,
       `k_descale`, `v_descale` (float32, (batch, num_kv_heads)): the FP8
       kernels (head dims 64, 128 and 256); the attention of `q * q_descale`,
@@ -45,6 +48,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
       `hadamard=True` first multiplies q and k by the same random-sign
       Hadamard matrix (O(d log d), "incoherent processing": it leaves q kᵀ
       unchanged and spreads outliers across the head dim before the cast).
+      Both run as the compiler's fa3.quantize kernels (what fa3-cast-fp8
+      emits), so the GPU and the CPU quantize alike.
     * numpy arrays (float32, float16 or ml_dtypes.bfloat16): the CPU pipeline;
       returns numpy arrays. With `fp8=True` (and optionally `hadamard=True`)
       the inputs are rounded to bf16 and the compiler quantizes them
@@ -57,6 +62,15 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     or `(out, lse)` with the natural-log LSE (batch, num_heads, seqlen_q),
     float32, -inf for rows that see no key; the LSE carries no gradient.
     """
+    torch = sys.modules.get("torch")
+    if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and not fp8 and q_descale is None and k_descale is None and v_descale is None
+            and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
+        # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
+        from . import _torch
+
+        out, lse = _torch.attention(q, k, v, causal, softmax_scale, window_size, softcap)
+        return (out, lse) if return_lse else out
     names = ("q", "k", "v")
     tensors = (q, k, v)
     kinds = ["torch" if _is_torch(t) else "numpy" if isinstance(t, np.ndarray) else None for t in tensors]
@@ -89,7 +103,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
         if str(q.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
             raise TypeError("fp8=True quantizes bf16/f16/f32 torch CUDA tensors; pass torch.float8_e4m3fn "
                             "tensors with descales to use your own quantization")
-        from ._quantize import quantize_for_fp8
+        from ._torch import quantize_for_fp8
 
         q, k, v, descales = quantize_for_fp8(q, k, v, hadamard)
     if cuda and str(q.dtype) == "torch.float8_e4m3fn":
@@ -103,26 +117,9 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
 
 
 def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse):
-    import torch
+    from . import _torch
 
-    from ._torch import DTYPES
-
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} is on {t.device}; fa3 runs torch tensors on CUDA "
-                             "(use numpy arrays for the CPU pipeline)")
-        if t.device.index not in (None, 0) and t.device != torch.device("cuda", 0):
-            raise ValueError(f"{name} is on {t.device}; fa3 runs on cuda:0 only")
-        if t.dtype not in DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    out, lse = torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap)
+    out, lse = _torch.attention(q, k, v, causal, scale, window, softcap)
     return (out, lse) if return_lse else out
 
 
@@ -133,8 +130,10 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
     from ._torch import FP8
 
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.device != torch.device("cuda", 0) and t.device != torch.device("cuda"):
-            raise ValueError(f"{name} is on {t.device}; fa3 runs on cuda:0 only")
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; the FP8 kernels run on CUDA")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all three on one device")
         if t.dtype != FP8:
             raise TypeError(f"{name} has dtype {t.dtype} but q has torch.float8_e4m3fn; they must match")
         if t.shape[-1] > 1 and t.stride(-1) != 1:
@@ -147,6 +146,8 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
         if not _is_torch(x) or x.device.type != "cuda" or x.dtype != torch.float32:
             raise TypeError(f"{name} must be a float32 CUDA tensor, got "
                             f"{getattr(x, 'dtype', type(x).__name__)} on {getattr(x, 'device', '?')}")
+        if x.device != q.device:
+            raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
         if tuple(x.shape) != (q.shape[0], hkv):
             raise ValueError(f"{name} must have shape (batch, num_kv_heads) = {(q.shape[0], hkv)}, got {tuple(x.shape)}")
     out, lse = torch.ops.fa3.attention_fp8_fwd(q, k, v, *descales, causal, scale, window[0], window[1], softcap)
@@ -180,16 +181,17 @@ def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, re
 
 
 class Kernel:
-    """A compiled attention (see `compile`). `mlir` is the function compiled;
-    on CUDA, `name` and `ptx` are the kernel's; `cache_hit` says whether it
-    came from the on-disk cache and `compile_ms` how long getting it took."""
+    """A compiled attention (see `compile` and `compile_mlir`). `mlir` is the
+    function compiled; on CUDA, `name` and `ptx` are the kernel's and
+    `device` the "cuda:N" it is loaded on; `cache_hit` says whether it came
+    from the on-disk cache and `compile_ms` how long getting it took."""
 
-    def __init__(self, spec, device, backward, block_m, block_n):
-        self.spec = spec
-        self.device = device
+    def __init__(self, mlir, function, device, backward, block_m, block_n):
+        self.mlir = mlir
+        self.function = function
+        self.device = _jit.device_key(device)
         self.backward = backward
-        self.mlir = spec.backward_mlir() if backward else spec.forward_mlir()
-        self._impl = _jit.get(spec, device, "bwd" if backward else "fwd", block_m, block_n)
+        self._impl = _jit.get_mlir(mlir, function, self.device, "bwd" if backward else "fwd", block_m, block_n)
 
     @property
     def compile_ms(self):
@@ -197,7 +199,7 @@ class Kernel:
 
     @property
     def name(self):
-        return getattr(self._impl, "name", "attention_grad" if self.backward else "attention")
+        return getattr(self._impl, "name", self.function)
 
     @property
     def ptx(self):
@@ -209,10 +211,64 @@ class Kernel:
     def cache_hit(self):
         return getattr(self._impl, "cache_hit", False)
 
+    def _cuda_args(self, names, tensors, method):
+        import torch
+
+        if self.device in ("cpu", "ptx"):
+            raise ValueError(f"{method} runs a kernel compiled with device='cuda', this one is {self.device!r}")
+        for name, t in zip(names, tensors):
+            if not _is_torch(t) or str(t.device) != self.device or not t.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous torch tensor on {self.device} (the kernel's "
+                                 f"device), got {'a ' + type(t).__name__ if not _is_torch(t) else t.device}")
+        return torch.cuda.current_stream(tensors[0].device).cuda_stream
+
+    def launch_into(self, q, k, v, out, lse):
+        """Forward into preallocated outputs on the current stream: q, k, v
+        [B, S, H, D], out [B, Sq, Hq, Dv] and lse [B, Hq, Sq] float32, all
+        contiguous on the kernel's device. Shapes are the caller's to get
+        right (the C API checks sizes only); the lowest dispatch cost fa3
+        offers (bench/bench_dispatch.py measures it)."""
+        if self.backward:
+            raise ValueError("launch_into runs a forward; use launch_grad_into for a backward kernel")
+        stream = self._cuda_args(("q", "k", "v", "out", "lse"), (q, k, v, out, lse), "launch_into")
+        self._impl.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                          q.shape[0], q.shape[1], k.shape[1], stream)
+
+    def workspace_bytes(self, batch, seq_q, seq_k):
+        """Bytes of device workspace one backward launch of these sizes needs."""
+        if not self.backward or self.device in ("cpu", "ptx"):
+            raise ValueError("workspace_bytes is a loaded backward kernel's")
+        return self._impl.workspace_bytes(batch, seq_q, seq_k)
+
+    def launch_grad_into(self, grad_out, q, k, v, out, lse, dq, dk, dv, workspace=None):
+        """Backward into preallocated dq, dk, dv on the current stream (the
+        forward's out and lse). `workspace`: a CUDA tensor of at least
+        workspace_bytes() bytes at a 256-byte aligned address, whose contents
+        the launch initializes (default: allocated here)."""
+        import torch
+
+        if not self.backward:
+            raise ValueError("launch_grad_into runs a backward; use launch_into for a forward kernel")
+        names = ("grad_out", "q", "k", "v", "out", "lse", "dq", "dk", "dv")
+        stream = self._cuda_args(names, (grad_out, q, k, v, out, lse, dq, dk, dv), "launch_grad_into")
+        b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+        need = self._impl.workspace_bytes(b, sq, sk)
+        if workspace is None:
+            workspace = torch.empty(max(need, 256), dtype=torch.uint8, device=q.device)
+        elif workspace.numel() * workspace.element_size() < need:
+            raise ValueError(f"workspace has {workspace.numel() * workspace.element_size()} bytes, "
+                             f"the launch needs {need}")
+        if workspace.data_ptr() % 256:
+            raise ValueError("workspace's data_ptr() must be 256-byte aligned")
+        self._impl.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                               lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                               workspace.data_ptr(), b, sq, sk, stream)
+
     def __call__(self, *tensors):
         """Forward: (q, k, v) -> (out, lse). Backward: (grad_out, q, k, v,
         out, lse) -> (dq, dk, dv). numpy arrays on the CPU, contiguous torch
-        tensors on CUDA (launched on the current stream)."""
+        tensors on the kernel's CUDA device (launched on its current
+        stream)."""
         want = 6 if self.backward else 3
         if len(tensors) != want:
             raise TypeError(f"this kernel takes {want} tensors, got {len(tensors)}")
@@ -224,28 +280,34 @@ class Kernel:
             return tuple(self._impl.run([np.ascontiguousarray(t) for t in tensors]))
         import torch
 
-        names = ("grad_out", "q", "k", "v", "out", "lse") if self.backward else ("q", "k", "v")
-        for name, t in zip(names, tensors):
-            if not _is_torch(t) or t.device.type != "cuda" or not t.is_contiguous():
-                raise ValueError(f"{name} must be a contiguous torch tensor on CUDA")
-        stream = torch.cuda.current_stream(tensors[0].device).cuda_stream
         if not self.backward:
             q, k, v = tensors
+            self._cuda_args(("q", "k", "v"), tensors, "calling the kernel")
             b, sq, hq, _ = q.shape
             out = torch.empty((b, sq, hq, v.shape[3]), dtype=q.dtype, device=q.device)
             lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-            self._impl.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                              b, sq, k.shape[1], stream)
+            self.launch_into(q, k, v, out, lse)
             return out, lse
         grad_out, q, k, v, out, lse = tensors
-        b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        workspace = torch.empty(max(self._impl.workspace_bytes(b, sq, sk), 256), dtype=torch.uint8,
-                                device=q.device)
-        self._impl.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                               lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                               workspace.data_ptr(), b, sq, sk, stream)
+        self.launch_grad_into(grad_out, q, k, v, out, lse, dq, dk, dv)
         return dq, dk, dv
+
+
+def compile_mlir(source, function, device="cuda", backward=False, block_m=0, block_n=0):
+    """Compiles `function` of the MLIR `source` and returns a `Kernel`: for
+    CUDA (or "ptx") a function whose body is one fa3.attention on its three
+    arguments returning (O, LSE), or with `backward=True` one
+    fa3.attention_grad on (dO, Q, K, V, O, LSE) returning (dQ, dK, dV) —
+    the form any schedule attribute (`#fa3.schedule<...>`) can be tried in;
+    on the CPU any fa3 function. Compile errors raise fa3.Error with the
+    compiler's diagnostics."""
+    for arg, value in (("source", source), ("function", function)):
+        if not isinstance(value, str):
+            raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+    if not isinstance(backward, bool):
+        raise TypeError(f"backward must be a bool, got {type(backward).__name__}")
+    return Kernel(source, function, device, backward, block_m, block_n)
 
 
 def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, causal=False,
@@ -254,7 +316,8 @@ def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, caus
     """Compiles one attention specialization and returns a `Kernel`.
 
     `dtype`: "bf16", "f16" or "f32" (or the torch/numpy dtype). `device`:
-    "cuda" (load on the GPU), "ptx" (sm_90a PTX only: needs no GPU) or "cpu".
+    "cuda" (load on torch's current GPU), "cuda:N", "ptx" (sm_90a PTX only:
+    needs no GPU) or "cpu".
     `backward=True` compiles fa3.attention_grad instead of the forward.
     `block_m`/`block_n` override the cost model's tiles (0: keep them).
     Batch and sequence lengths stay dynamic."""
@@ -262,8 +325,7 @@ def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, caus
         str(dtype).replace("torch.", ""), str(dtype))
     if name not in MLIR_TYPES:
         raise TypeError(f"dtype must be one of bf16, f16, f32 (or the torch/numpy dtype), got {dtype!r}")
-    if device not in ("cuda", "ptx", "cpu"):
-        raise ValueError(f"device must be 'cuda', 'ptx' or 'cpu', got {device!r}")
+    device = _jit.device_key(device)
     if device != "cpu" and name == "f32":
         raise TypeError("dtype f32 runs on the CPU only; CUDA kernels take bf16 or f16")
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -277,4 +339,6 @@ def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, caus
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, head_dim)
     spec = AttentionSpec(dtype=name, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                          head_dim_v=head_dim_v, causal=causal, scale=scale, window=window, softcap=softcap)
-    return Kernel(spec, device, backward, block_m, block_n)
+    if backward:
+        return Kernel(spec.backward_mlir(), "attention_grad", device, True, block_m, block_n)
+    return Kernel(spec.forward_mlir(), "attention", device, False, block_m, block_n)

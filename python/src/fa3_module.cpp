@@ -167,6 +167,7 @@ public:
   std::string name() const { return fa3_kernel_name(kernel); }
   std::string ptx() const { return fa3_kernel_ptx(kernel); }
   double compileMs() const { return fa3_kernel_compile_ms(kernel); }
+  int device() const { return fa3_kernel_device(kernel); }
 
   void launch(uint64_t q, uint64_t k, uint64_t v, uint64_t out, uint64_t lse,
               int64_t batch, int64_t seqQ, int64_t seqK, uint64_t stream) {
@@ -226,6 +227,46 @@ private:
   fa3_kernel *kernel = nullptr;
 };
 
+/// The kernels of an fa3.quantize function (FP8 input preparation).
+class QuantizeKernel {
+public:
+  QuantizeKernel(const std::string &mlir, const std::string &function) {
+    char *error = nullptr;
+    int hit = 0;
+    {
+      py::gil_scoped_release release;
+      kernel = fa3_compile_quantize(mlir.c_str(), function.c_str(), &hit,
+                                    &error);
+    }
+    if (!kernel)
+      raise(error, "fa3_compile_quantize failed");
+    cacheHit = hit != 0;
+  }
+  ~QuantizeKernel() { fa3_destroy_kernel(kernel); }
+  QuantizeKernel(const QuantizeKernel &) = delete;
+  QuantizeKernel &operator=(const QuantizeKernel &) = delete;
+
+  int64_t workspaceBytes(int64_t batch) const {
+    int64_t bytes = fa3_quantize_workspace_size(kernel, batch);
+    if (bytes < 0)
+      throw py::value_error("workspace_bytes: negative batch");
+    return bytes;
+  }
+
+  void launch(uint64_t input, uint64_t output, uint64_t descale,
+              uint64_t workspace, int64_t batch, int64_t seq,
+              uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_quantize(kernel, input, output, descale, workspace, batch,
+                            seq, reinterpret_cast<void *>(stream),
+                            &error) != 0)
+      raise(error, "fa3_launch_quantize failed");
+  }
+
+  bool cacheHit = false;
+  fa3_kernel *kernel = nullptr;
+};
+
 } // namespace
 
 PYBIND11_MODULE(_fa3, m) {
@@ -273,6 +314,9 @@ PYBIND11_MODULE(_fa3, m) {
       .def_property_readonly("name", &CudaKernel::name)
       .def_property_readonly("ptx", &CudaKernel::ptx)
       .def_property_readonly("compile_ms", &CudaKernel::compileMs)
+      .def_property_readonly("device", &CudaKernel::device,
+                             "The CUDA device ordinal it is loaded on (-1: "
+                             "PTX only)")
       .def("launch", &CudaKernel::launch, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"))
@@ -290,4 +334,20 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("lse"), py::arg("grad_q"), py::arg("grad_k"),
            py::arg("grad_v"), py::arg("workspace"), py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"));
+
+  py::class_<QuantizeKernel>(m, "QuantizeKernel",
+                             "The sm_90a kernels of an fa3.quantize function")
+      .def(py::init<const std::string &, const std::string &>(),
+           py::arg("mlir"), py::arg("function"))
+      .def_readonly("cache_hit", &QuantizeKernel::cacheHit)
+      .def_property_readonly(
+          "compile_ms",
+          [](const QuantizeKernel &k) { return fa3_kernel_compile_ms(k.kernel); })
+      .def_property_readonly(
+          "device",
+          [](const QuantizeKernel &k) { return fa3_kernel_device(k.kernel); })
+      .def("workspace_bytes", &QuantizeKernel::workspaceBytes, py::arg("batch"))
+      .def("launch", &QuantizeKernel::launch, py::arg("input"),
+           py::arg("output"), py::arg("descale"), py::arg("workspace"),
+           py::arg("batch"), py::arg("seq"), py::arg("stream"));
 }

@@ -40,6 +40,17 @@ ls python/fa3/_fa3*.so >/dev/null 2>&1 && echo "fa3._fa3 built: $(ls python/fa3/
 "$bin/fa3-cuda-info" | tee "$out/cuda-info.txt"
 status=0
 
+# The C API from C (test/CAPI/fa3-capi-test.c) against the bundle's libfa3.so.
+if gcc -O1 -Iinclude test/CAPI/fa3-capi-test.c -o /tmp/fa3-capi-test -L"$bin" -l:libfa3.so \
+     -Wl,-rpath,"$bin" -lm -ldl >"$out/capi-test.txt" 2>&1; then
+  for mode in "" --gpu; do
+    /tmp/fa3-capi-test $mode >>"$out/capi-test.txt" 2>&1 || { echo "fa3-capi-test $mode FAILED"; status=1; }
+  done
+  echo "fa3-capi-test: $(grep -c ': ok$' "$out/capi-test.txt") ok, $(grep -c 'FAIL' "$out/capi-test.txt") FAIL"
+else
+  echo "building fa3-capi-test failed"; status=1
+fi
+
 if [ "$what" = sass ] || [ "$what" = all ]; then
   echo "== SASS of the kernels (ptxas + cuobjdump)"
   for f in d64_full d128_causal d256_full; do
@@ -60,6 +71,11 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== benchmark"
   "$PY" bench/bench_attention.py --out "$out" 2>&1 | tee "$out/bench.txt" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = bench-dispatch ]; then
+  echo "== dispatch benchmark"
+  "$PY" bench/bench_dispatch.py --out "$out" 2>&1 | tee "$out/bench-dispatch.txt" | tail -12
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = bench-cast ]; then

@@ -55,7 +55,7 @@ def test_bfloat16_numpy_arrays_run():
 
 @pytest.mark.parametrize("kwargs, exc, match", [
     ({"dtype": "f64"}, TypeError, "dtype must be one of bf16, f16, f32"),
-    ({"device": "tpu"}, ValueError, "device must be 'cuda', 'ptx' or 'cpu'"),
+    ({"device": "tpu"}, ValueError, "device must be 'cuda', 'cuda:N', 'ptx' or 'cpu'"),
     ({"dtype": "f32", "device": "ptx"}, TypeError, "dtype f32 runs on the CPU only"),
     ({"head_dim": 96, "device": "ptx"}, ValueError, r"head_dim must be one of \(64, 128, 256\) on CUDA, got 96"),
     ({"num_heads": 6, "num_kv_heads": 4}, ValueError, "q's 6 heads must be a positive multiple"),
@@ -100,9 +100,8 @@ def test_kernel_call_checks():
 
 def test_capi_compiles_fp8_prep_ops_to_ptx_only():
     """fa3.hadamard and fa3.quantize compile through the C API to PTX (their
-    kernels are real). Loading one for a launch is refused with a message
-    naming the op (the C API launches attention kernels only); that path
-    needs a CUDA driver first and is not exercised here."""
+    kernels are real); fa3_compile_quantize loads a quantization for a
+    launch (test_fp8_gpu.py runs it on the H200)."""
     from fa3 import _fa3
 
     src = ("func.func @h(%x: tensor<?x?x2x128xbf16>) -> tensor<?x?x2x128xf32> {\n"

@@ -24,6 +24,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -91,8 +92,15 @@ llvm::Expected<int> cudaDeviceCount();
 /// that buffers and modules never outlive it. Cheap to copy.
 class CudaDevice {
 public:
-  /// Initializes the driver, picks the context and makes it current.
+  /// Initializes the driver and picks the context. It becomes the thread's
+  /// current context only when the thread has none (as the CUDA runtime's
+  /// lazy initialization does): a caller working on another device keeps
+  /// its context, and fa3 enters this one per call (ScopedCudaContext).
   static llvm::Expected<CudaDevice> get(int ordinal = 0);
+
+  /// The device of the calling thread's current context (PyTorch's current
+  /// device once it has touched CUDA), or device 0 when there is none.
+  static llvm::Expected<CudaDevice> getCurrent();
 
   int getOrdinal() const { return ordinal; }
   llvm::StringRef getName() const { return name; }
@@ -127,6 +135,27 @@ private:
   int maxThreadsPerBlock = 0, l2CacheBytes = 0;
   size_t totalMemoryBytes = 0;
   bool clusterLaunch = false;
+};
+
+/// Makes a device's context current for one scope and restores the caller's
+/// on exit (cuCtxPushCurrent/cuCtxPopCurrent), doing nothing when it already
+/// is current: a library call into fa3 on device N leaves the thread on the
+/// device it was on. Move-only.
+class ScopedCudaContext {
+public:
+  static llvm::Expected<ScopedCudaContext> enter(const CudaDevice &device);
+
+  ScopedCudaContext(ScopedCudaContext &&other) noexcept : pushed(other.pushed) {
+    other.pushed = false;
+  }
+  ScopedCudaContext(const ScopedCudaContext &) = delete;
+  ScopedCudaContext &operator=(const ScopedCudaContext &) = delete;
+  ScopedCudaContext &operator=(ScopedCudaContext &&) = delete;
+  ~ScopedCudaContext();
+
+private:
+  explicit ScopedCudaContext(bool pushed) : pushed(pushed) {}
+  bool pushed;
 };
 
 /// Waits for all work queued on `stream`.
@@ -187,12 +216,23 @@ struct KernelAttributes {
 /// A kernel of a loaded CudaModule; valid while the module is.
 class CudaKernel {
 public:
+  CudaKernel(const CudaKernel &other)
+      : function(other.function), name(other.name),
+        dynamicSharedLimit(other.dynamicSharedLimit.load()) {}
+  CudaKernel &operator=(const CudaKernel &other) {
+    function = other.function;
+    name = other.name;
+    dynamicSharedLimit = other.dynamicSharedLimit.load();
+    return *this;
+  }
+
   llvm::StringRef getName() const { return name; }
   /// The driver's CUfunction.
   CUfunc_st *getHandle() const { return function; }
 
   /// Lets launches use up to `bytes` of dynamic shared memory; needed above
-  /// 48 KiB (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+  /// 48 KiB (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). The driver is
+  /// called once per kernel and size, not per launch: the attribute stays.
   llvm::Error setMaxDynamicSharedMemory(unsigned bytes) const;
   llvm::Expected<KernelAttributes> getAttributes() const;
 
@@ -211,6 +251,8 @@ private:
 
   CUfunc_st *function;
   std::string name;
+  /// The largest size setMaxDynamicSharedMemory has set (0: none yet).
+  mutable std::atomic<unsigned> dynamicSharedLimit{0};
 };
 
 /// A cubin, fatbin or PTX image loaded with cuModuleLoadDataEx. Move-only;
@@ -240,6 +282,8 @@ public:
 
 private:
   CUmod_st *module = nullptr;
+  /// The context the module was loaded into.
+  CUctx_st *context = nullptr;
   std::string name;
   std::string jitLog;
 };

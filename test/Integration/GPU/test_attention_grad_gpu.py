@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fa3 import capi, reference
+import fa3
+from fa3 import reference
 
 
 @dataclasses.dataclass
@@ -313,13 +314,12 @@ def test_attention_grad_gpu_matches_reference(case, fa3_run, tmp_path):
 CAPI_CASE = GradCase(b=2, sq=777, sk=1234, d=128, causal=True)  # ragged both ways, Sq != Sk, GQA 8:2
 
 
-def test_capi_grad_causal_gqa_matches_reference():
-    assert os.environ.get("FA3_LIB"), "FA3_LIB must point at the bundle's libfa3.so"
+def test_compile_mlir_grad_causal_gqa_matches_reference():
     case = CAPI_CASE
     base, seed = _seed(case)
     q, k, v, do = _inputs(case, seed)
-    fwd = capi.Kernel(case.mlir_fwd(), "attn")
-    bwd = capi.GradKernel(case.mlir_grad(), "attn_grad")
+    fwd = fa3.compile_mlir(case.mlir_fwd(), "attn")
+    bwd = fa3.compile_mlir(case.mlir_grad(), "attn_grad", backward=True)
     need = bwd.workspace_bytes(case.b, case.sq, case.sk)
     assert need >= 0
     o = torch.full_like(q, float("nan"))
@@ -328,16 +328,16 @@ def test_capi_grad_causal_gqa_matches_reference():
     def poisoned():
         return torch.full_like(q, float("nan")), torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
 
-    # On a side stream, the workspace allocated by launch().
+    # On a side stream, the workspace allocated by launch_grad_into().
     dq, dk, dv = poisoned()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        fwd.launch(q, k, v, o, lse)
-        bwd.launch(do, q, k, v, o, lse, dq, dk, dv)
+        fwd.launch_into(q, k, v, o, lse)
+        bwd.launch_grad_into(do, q, k, v, o, lse, dq, dk, dv)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    print(f"GradKernel {bwd.name} (cache hit: {bwd.cache_hit}), workspace {need} bytes")
+    print(f"backward {bwd.name} (cache hit: {bwd.cache_hit}), workspace {need} bytes")
     _check(case, f"FA3_TEST_SEED={base}", o.double(), lse.double(), dq.double(), dk.double(), dv.double(),
            q, k, v, do)
 
@@ -346,16 +346,15 @@ def test_capi_grad_causal_gqa_matches_reference():
     ws = torch.full((max(need, 1),), 0xFF, dtype=torch.uint8, device="cuda")
     for _ in range(2):
         dq, dk, dv = poisoned()
-        bwd.launch(do, q, k, v, o, lse, dq, dk, dv, workspace=ws)
+        bwd.launch_grad_into(do, q, k, v, o, lse, dq, dk, dv, workspace=ws)
         torch.cuda.synchronize()
         _check(case, f"FA3_TEST_SEED={base}", o.double(), lse.double(), dq.double(), dk.double(), dv.double(),
                q, k, v, do)
 
 
-def test_capi_grad_reports_errors():
-    assert os.environ.get("FA3_LIB"), "FA3_LIB must point at the bundle's libfa3.so"
-    with pytest.raises(capi.Fa3Error):
-        capi.GradKernel(CAPI_CASE.mlir_grad(), "nope")
+def test_compile_mlir_grad_reports_errors():
+    with pytest.raises(fa3.Error, match="nope"):
+        fa3.compile_mlir(CAPI_CASE.mlir_grad(), "nope", backward=True)
     # A forward-only function is not a backward.
-    with pytest.raises(capi.Fa3Error):
-        capi.GradKernel(CAPI_CASE.mlir_fwd(), "attn")
+    with pytest.raises(fa3.Error, match="compile it with fa3_compile_attention"):
+        fa3.compile_mlir(CAPI_CASE.mlir_fwd(), "attn", backward=True)

@@ -1,14 +1,15 @@
-"""The C API (libfa3.so through python/fa3/capi.py) in this process on torch
-CUDA tensors: results against a float64 reference with SDPA's error as the
-yardstick, launches on a side stream, and errors that name the problem."""
+"""fa3.compile_mlir (an MLIR function through fa3._fa3 and libfa3's C API)
+in this process on torch CUDA tensors: results against a float64 reference
+with SDPA's error as the yardstick, launches on a side stream, and errors
+that name the problem. (The C API itself is tested from C by
+test/CAPI/fa3-capi-test.c, whose --gpu half scripts/gpu/run.sh runs.)"""
 
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from fa3 import capi
+import fa3
 
 MLIR = """func.func @attn(%q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
@@ -17,24 +18,20 @@ MLIR = """func.func @attn(%q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _need_lib():
-    assert os.environ.get("FA3_LIB"), "FA3_LIB must point at the bundle's libfa3.so"
-
-
-def test_capi_causal_gqa_matches_reference():
+def test_compile_mlir_causal_gqa_matches_reference():
     torch.manual_seed(1)
     b, sq, sk = 2, 777, 1234  # ragged in both directions, Sq != Sk
     q = torch.randn(b, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, sk, 2, 128, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, sk, 2, 128, device="cuda", dtype=torch.bfloat16)
-    kernel = capi.Kernel(MLIR, "attn")
+    kernel = fa3.compile_mlir(MLIR, "attn")
+    assert kernel.device == "cuda:0"
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, 8, sq), float("nan"), device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        kernel.launch(q, k, v, o, lse)
+        kernel.launch_into(q, k, v, o, lse)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     assert not torch.isnan(o).any() and not torch.isnan(lse).any()
@@ -55,17 +52,30 @@ def test_capi_causal_gqa_matches_reference():
     assert (lse.double() - ref_lse).abs().max().item() <= 1e-3 * (1 + ref_lse.abs().max().item())
 
 
-def test_capi_reports_bad_source():
-    with pytest.raises(capi.Fa3Error, match="cannot parse the MLIR source"):
-        capi.Kernel("func.func @attn(", "attn")
+def test_compile_mlir_reports_bad_source():
+    with pytest.raises(fa3.Error, match="cannot parse the MLIR source"):
+        fa3.compile_mlir("func.func @attn(", "attn")
 
 
-def test_capi_reports_unknown_function():
-    with pytest.raises(capi.Fa3Error, match="no function 'nope'"):
-        capi.Kernel(MLIR, "nope")
+def test_compile_mlir_reports_unknown_function():
+    with pytest.raises(fa3.Error, match="no function 'nope'"):
+        fa3.compile_mlir(MLIR, "nope")
 
 
-def test_capi_reports_unsupported_head_dim():
+def test_compile_mlir_reports_unsupported_head_dim():
     src = MLIR.replace("x128xbf16", "x96xbf16")
-    with pytest.raises(capi.Fa3Error, match="head dims 64, 128, 192 and 256"):
-        capi.Kernel(src, "attn")
+    with pytest.raises(fa3.Error, match="head dims 64, 128, 192 and 256"):
+        fa3.compile_mlir(src, "attn")
+
+
+def test_launch_into_checks_the_device_and_layout():
+    kernel = fa3.compile_mlir(MLIR, "attn")
+    q = torch.randn(1, 64, 8, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16)
+    o, lse = torch.empty_like(q), torch.empty(1, 8, 64, device="cuda")
+    with pytest.raises(ValueError, match="k must be a contiguous torch tensor on cuda:0"):
+        kernel.launch_into(q, k.cpu(), k, o, lse)
+    with pytest.raises(ValueError, match="q must be a contiguous"):
+        kernel.launch_into(q.transpose(1, 2), k, k, o, lse)
+    with pytest.raises(ValueError, match="launch_grad_into runs a backward"):
+        kernel.launch_grad_into(q, q, k, k, o, lse, q, k, k)

@@ -1,0 +1,424 @@
+/*===- fa3-capi-test.c - fa3's C API, tested from C ---------------*- C -*-===*\
+|*                                                                            *|
+|* Part of the fa3 project: an MLIR-based attention compiler for Hopper.      *|
+|*                                                                            *|
+|* Plain C against include/fa3-c/FA3.h and libfa3 (as MLIR's standalone       *|
+|* example tests its C API): the CPU JIT on host buffers against a float64    *|
+|* reference written here, PTX-only compiles, the cost model's query tile,    *|
+|* and the errors each entry point reports. `--gpu` runs a bf16 attention     *|
+|* through fa3_compile_attention / fa3_launch_attention on device buffers     *|
+|* (the CUDA driver opened with dlopen, so the program builds without the     *|
+|* CUDA toolkit). Each check prints one line the lit test matches; a failed   *|
+|* check prints FAIL and the program exits non-zero.                          *|
+\*===----------------------------------------------------------------------===*/
+
+// RUN: fa3-capi-test 2>&1 | FileCheck %s
+// The GPU half runs where a CUDA device is (the H200 runs it from
+// scripts/gpu/run.sh as well).
+// RUN: %if cuda %{ fa3-capi-test --gpu 2>&1 | FileCheck %s --check-prefix=GPU %}
+
+#include "fa3-c/FA3.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+static void check(int ok, const char *what) {
+  printf("%s: %s\n", what, ok ? "ok" : "FAIL");
+  if (!ok)
+    ++failures;
+}
+
+/* Deterministic inputs in [-1, 1): a 64-bit LCG. */
+static uint64_t lcgState = 0x2545F4914F6CDD1DULL;
+static float nextUniform(void) {
+  lcgState = lcgState * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((lcgState >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
+}
+
+/* Round-to-nearest-even f32 -> bf16 and back. */
+static uint16_t toBf16(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return (uint16_t)(bits >> 16);
+}
+static float fromBf16(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &bits, 4);
+  return x;
+}
+
+/* Attention in double over [B, S, H, D] inputs (GQA: query head h reads kv
+ * head h / (hq / hkv)), bottom-right causal when `causal`. Writes O [B, Sq,
+ * Hq, D] and the LSE [B, Hq, Sq]. */
+static void reference(const float *q, const float *k, const float *v, int b,
+                      int sq, int sk, int hq, int hkv, int d, int causal,
+                      double *o, double *lse) {
+  double scale = 1.0 / sqrt((double)d);
+  double *s = malloc(sizeof(double) * (size_t)(sk > 0 ? sk : 1));
+  for (int bi = 0; bi < b; ++bi)
+    for (int h = 0; h < hq; ++h)
+      for (int i = 0; i < sq; ++i) {
+        int g = h / (hq / hkv);
+        double m = -INFINITY;
+        for (int j = 0; j < sk; ++j) {
+          s[j] = -INFINITY;
+          if (causal && j > i + (sk - sq))
+            continue;
+          double dot = 0;
+          for (int x = 0; x < d; ++x)
+            dot += (double)q[(((size_t)bi * sq + i) * hq + h) * d + x] *
+                   k[(((size_t)bi * sk + j) * hkv + g) * d + x];
+          s[j] = dot * scale;
+          if (s[j] > m)
+            m = s[j];
+        }
+        double sum = 0;
+        for (int j = 0; j < sk; ++j)
+          sum += s[j] == -INFINITY ? 0 : exp(s[j] - m);
+        for (int x = 0; x < d; ++x) {
+          double acc = 0;
+          for (int j = 0; j < sk; ++j)
+            if (s[j] != -INFINITY)
+              acc += exp(s[j] - m) / sum *
+                     v[(((size_t)bi * sk + j) * hkv + g) * d + x];
+          o[(((size_t)bi * sq + i) * hq + h) * d + x] = acc;
+        }
+        lse[((size_t)bi * hq + h) * sq + i] = m + log(sum);
+      }
+  free(s);
+}
+
+static const char *kCausalF32 =
+    "func.func @attn(%q: tensor<?x?x4x16xf32>, %k: tensor<?x?x2x16xf32>, "
+    "%v: tensor<?x?x2x16xf32>) -> (tensor<?x?x4x16xf32>, tensor<?x4x?xf32>) "
+    "{\n"
+    "  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<?x?x4x16xf32>, "
+    "tensor<?x?x2x16xf32>, tensor<?x?x2x16xf32>) -> (tensor<?x?x4x16xf32>, "
+    "tensor<?x4x?xf32>)\n"
+    "  return %o, %lse : tensor<?x?x4x16xf32>, tensor<?x4x?xf32>\n}\n";
+
+/* Returns whether `error` is set and contains `needle`; frees it. */
+static int errorContains(char *error, const char *needle) {
+  int ok = error && strstr(error, needle) != NULL;
+  if (!ok)
+    fprintf(stderr, "expected an error containing '%s', got: %s\n", needle,
+            error ? error : "(none)");
+  fa3_free_string(error);
+  return ok;
+}
+
+static void testCpu(void) {
+  char *error = NULL;
+  fa3_cpu_function *fn = fa3_cpu_compile(kCausalF32, "attn", 0, 0, &error);
+  check(fn != NULL, "cpu compile");
+  if (!fn) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  check(fa3_cpu_num_inputs(fn) == 3 && fa3_cpu_num_results(fn) == 2,
+        "cpu signature 3 -> 2");
+  /* Sq = 17 < Sk = 33 (neither a tile multiple), GQA 4:2, causal. */
+  int b = 2, sq = 17, sk = 33, hq = 4, hkv = 2, d = 16;
+  size_t nq = (size_t)b * sq * hq * d, nk = (size_t)b * sk * hkv * d;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4);
+  for (size_t i = 0; i < nq; ++i)
+    q[i] = 2 * nextUniform();
+  for (size_t i = 0; i < nk; ++i) {
+    k[i] = 2 * nextUniform();
+    v[i] = nextUniform();
+  }
+  fa3_tensor inputs[3] = {{FA3_DTYPE_F32, 4, {b, sq, hq, d}, q},
+                          {FA3_DTYPE_F32, 4, {b, sk, hkv, d}, k},
+                          {FA3_DTYPE_F32, 4, {b, sk, hkv, d}, v}};
+  fa3_tensor outputs[2];
+  memset(outputs, 0, sizeof(outputs));
+  int rc = fa3_cpu_run(fn, inputs, 3, outputs, 2, &error);
+  check(rc == 0, "cpu run");
+  if (rc == 0) {
+    check(outputs[0].rank == 4 && outputs[0].shape[1] == sq &&
+              outputs[1].rank == 3 && outputs[1].shape[2] == sq,
+          "cpu result shapes");
+    double *o = malloc(nq * 8), *lse = malloc((size_t)b * hq * sq * 8);
+    reference(q, k, v, b, sq, sk, hq, hkv, d, 1, o, lse);
+    double errO = 0, errL = 0;
+    const float *got = outputs[0].data, *gotL = outputs[1].data;
+    for (size_t i = 0; i < nq; ++i)
+      errO = fmax(errO, fabs(got[i] - o[i]));
+    for (size_t i = 0; i < (size_t)b * hq * sq; ++i)
+      errL = fmax(errL, fabs(gotL[i] - lse[i]));
+    /* f32 arithmetic over 33 keys: a few ulps of |O| <= 1. */
+    printf("cpu max |O - ref| = %.2e, max |LSE - ref| = %.2e\n", errO, errL);
+    check(errO < 1e-5 && errL < 1e-5, "cpu matches the float64 reference");
+    free(o);
+    free(lse);
+    fa3_free_tensor_data(&outputs[0]);
+    fa3_free_tensor_data(&outputs[1]);
+  } else {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+  }
+
+  /* A wrong K shape (3 heads for a 2-head signature) names the input. */
+  inputs[1].shape[2] = 3;
+  error = NULL;
+  rc = fa3_cpu_run(fn, inputs, 3, outputs, 2, &error);
+  check(rc != 0 && errorContains(error, "input #1"),
+        "cpu run rejects a wrong shape, naming input #1");
+  error = NULL;
+  rc = fa3_cpu_run(fn, inputs, 2, outputs, 2, &error);
+  check(rc != 0 && error != NULL, "cpu run rejects a wrong input count");
+  fa3_free_string(error);
+  free(q);
+  free(k);
+  free(v);
+  fa3_cpu_destroy(fn);
+
+  error = NULL;
+  check(fa3_cpu_compile("func.func @attn(", "attn", 0, 0, &error) == NULL &&
+            errorContains(error, "cannot parse the MLIR source"),
+        "cpu compile reports a parse error");
+  error = NULL;
+  check(fa3_cpu_compile(NULL, "attn", 0, 0, &error) == NULL &&
+            errorContains(error, "must not be NULL"),
+        "cpu compile rejects NULL");
+}
+
+static char *bf16Source(int heads, int kvHeads, int d, int causal) {
+  char *buffer = malloc(2048);
+  char q[64], kv[64], l[64];
+  snprintf(q, sizeof(q), "tensor<?x?x%dx%dxbf16>", heads, d);
+  snprintf(kv, sizeof(kv), "tensor<?x?x%dx%dxbf16>", kvHeads, d);
+  snprintf(l, sizeof(l), "tensor<?x%dx?xf32>", heads);
+  snprintf(buffer, 2048,
+           "func.func @attn(%%q: %s, %%k: %s, %%v: %s) -> (%s, %s) {\n"
+           "  %%o, %%lse = fa3.attention %%q, %%k, %%v%s : (%s, %s, %s) -> "
+           "(%s, %s)\n"
+           "  return %%o, %%lse : %s, %s\n}\n",
+           q, kv, kv, q, l, causal ? " {causal}" : "", q, kv, kv, q, l, q, l);
+  return buffer;
+}
+
+static void testPtx(void) {
+  char *source = bf16Source(8, 2, 128, 1), *error = NULL;
+  int hit = -1;
+  fa3_kernel *kernel = fa3_compile_ptx(source, "attn", 0, 0, &hit, &error);
+  check(kernel != NULL, "ptx compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    free(source);
+    return;
+  }
+  check(hit == 0 || hit == 1, "ptx compile sets cache_hit");
+  check(strstr(fa3_kernel_ptx(kernel), ".target sm_90a") != NULL,
+        "ptx targets sm_90a");
+  check(strncmp(fa3_kernel_name(kernel), "fa3_fwd", 7) == 0,
+        "ptx kernel is named fa3_fwd*");
+  check(fa3_kernel_device(kernel) == -1, "ptx kernel has no device");
+  error = NULL;
+  check(fa3_launch_attention(kernel, 0, 0, 0, 0, 0, 1, 1, 1, NULL, &error) !=
+                0 &&
+            errorContains(error, "compiled to PTX only"),
+        "launching a PTX-only kernel is refused");
+  error = NULL;
+  check(fa3_launch_attention_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
+                                  1, NULL, &error) != 0 &&
+            errorContains(error, "is a forward"),
+        "a forward is not launched as a backward");
+  check(fa3_attention_grad_workspace_size(kernel, 1, 1, 1) == -1,
+        "a forward has no backward workspace");
+  fa3_destroy_kernel(kernel);
+
+  error = NULL;
+  check(fa3_compile_ptx(source, "nope", 0, 0, NULL, &error) == NULL &&
+            errorContains(error, "nope"),
+        "ptx compile names an unknown function");
+  free(source);
+  char *d96 = bf16Source(8, 2, 96, 0);
+  error = NULL;
+  check(fa3_compile_ptx(d96, "attn", 0, 0, NULL, &error) == NULL &&
+            errorContains(error, "head dim"),
+        "ptx compile rejects head dim 96");
+  free(d96);
+}
+
+static void testCostModel(void) {
+  /* d <= 64: the query tile follows the sequence length (ViT's 49 rows take
+   * 64-row tiles, long sequences 192); d128 keeps 128. */
+  int64_t short64 = fa3_select_forward_block_m(64, 0, 0, 49);
+  int64_t long64 = fa3_select_forward_block_m(64, 0, 0, 8192);
+  int64_t d128 = fa3_select_forward_block_m(128, 0, 0, 8192);
+  printf("block_m: d64 S=49 -> %lld, d64 S=8192 -> %lld, d128 -> %lld\n",
+         (long long)short64, (long long)long64, (long long)d128);
+  check(short64 == 64 && long64 == 192 && d128 == 128, "cost model block_m");
+  printf("version %s\n", fa3_version());
+}
+
+/*===----------------------------------------------------------------------===*
+ * --gpu: the CUDA half, with the driver through dlopen.
+ *===----------------------------------------------------------------------===*/
+
+typedef int (*CuInit)(unsigned);
+typedef int (*CuDeviceGet)(int *, int);
+typedef int (*CuCtxRetain)(void **, int);
+typedef int (*CuCtxSetCurrent)(void *);
+typedef int (*CuMemAlloc)(uint64_t *, size_t);
+typedef int (*CuMemFree)(uint64_t);
+typedef int (*CuMemcpyHtoD)(uint64_t, const void *, size_t);
+typedef int (*CuMemcpyDtoH)(void *, uint64_t, size_t);
+typedef int (*CuCtxSynchronize)(void);
+
+static int testGpu(void) {
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!cuda) {
+    printf("gpu: cannot open libcuda.so.1: FAIL\n");
+    return 1;
+  }
+#define LOAD(type, name)                                                       \
+  type name = (type)dlsym(cuda, #name);                                        \
+  if (!name) {                                                                 \
+    printf("gpu: no %s in libcuda: FAIL\n", #name);                            \
+    return 1;                                                                  \
+  }
+  LOAD(CuInit, cuInit)
+  LOAD(CuDeviceGet, cuDeviceGet)
+  LOAD(CuCtxRetain, cuDevicePrimaryCtxRetain)
+  LOAD(CuCtxSetCurrent, cuCtxSetCurrent)
+  CuMemAlloc cuMemAlloc = (CuMemAlloc)dlsym(cuda, "cuMemAlloc_v2");
+  CuMemFree cuMemFree = (CuMemFree)dlsym(cuda, "cuMemFree_v2");
+  CuMemcpyHtoD cuMemcpyHtoD = (CuMemcpyHtoD)dlsym(cuda, "cuMemcpyHtoD_v2");
+  CuMemcpyDtoH cuMemcpyDtoH = (CuMemcpyDtoH)dlsym(cuda, "cuMemcpyDtoH_v2");
+  LOAD(CuCtxSynchronize, cuCtxSynchronize)
+#undef LOAD
+  int device = 0;
+  void *context = NULL;
+  if (cuInit(0) || cuDeviceGet(&device, 0) ||
+      cuDevicePrimaryCtxRetain(&context, device) || cuCtxSetCurrent(context)) {
+    printf("gpu: no CUDA context: FAIL\n");
+    return 1;
+  }
+
+  /* B=2, Sq=100, Sk=300, GQA 8:2, d64, causal: ragged lengths. */
+  int b = 2, sq = 100, sk = 300, hq = 8, hkv = 2, d = 64;
+  size_t nq = (size_t)b * sq * hq * d, nk = (size_t)b * sk * hkv * d,
+         nl = (size_t)b * hq * sq;
+  uint16_t *hq16 = malloc(nq * 2), *hk16 = malloc(nk * 2),
+           *hv16 = malloc(nk * 2), *ho16 = malloc(nq * 2);
+  float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4),
+        *lseGot = malloc(nl * 4);
+  for (size_t i = 0; i < nq; ++i)
+    qf[i] = fromBf16(hq16[i] = toBf16(2 * nextUniform()));
+  for (size_t i = 0; i < nk; ++i) {
+    kf[i] = fromBf16(hk16[i] = toBf16(2 * nextUniform()));
+    vf[i] = fromBf16(hv16[i] = toBf16(nextUniform()));
+  }
+  uint64_t dq = 0, dk = 0, dv = 0, dout = 0, dlse = 0;
+  if (cuMemAlloc(&dq, nq * 2) || cuMemAlloc(&dk, nk * 2) ||
+      cuMemAlloc(&dv, nk * 2) || cuMemAlloc(&dout, nq * 2) ||
+      cuMemAlloc(&dlse, nl * 4) || cuMemcpyHtoD(dq, hq16, nq * 2) ||
+      cuMemcpyHtoD(dk, hk16, nk * 2) || cuMemcpyHtoD(dv, hv16, nk * 2)) {
+    printf("gpu: allocation or copy failed: FAIL\n");
+    return 1;
+  }
+  char *source = bf16Source(hq, hkv, d, 1), *error = NULL;
+  int hit = -1;
+  fa3_kernel *kernel =
+      fa3_compile_attention(source, "attn", 0, 0, &hit, &error);
+  check(kernel != NULL, "gpu compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  check(fa3_kernel_device(kernel) == 0, "gpu kernel on device 0");
+  int rc = fa3_launch_attention(kernel, dq, dk, dv, dout, dlse, b, sq, sk,
+                                NULL, &error);
+  check(rc == 0, "gpu launch");
+  if (rc) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  cuCtxSynchronize();
+  cuMemcpyDtoH(ho16, dout, nq * 2);
+  cuMemcpyDtoH(lseGot, dlse, nl * 4);
+  double *o = malloc(nq * 8), *lse = malloc(nl * 8);
+  reference(qf, kf, vf, b, sq, sk, hq, hkv, d, 1, o, lse);
+  double errO = 0, errL = 0;
+  for (size_t i = 0; i < nq; ++i)
+    errO = fmax(errO, fabs(fromBf16(ho16[i]) - o[i]));
+  for (size_t i = 0; i < nl; ++i)
+    errL = fmax(errL, fabs(lseGot[i] - lse[i]));
+  /* O is rounded to bf16 once (|O| <= 1: 2^-8) on top of P rounded to bf16
+   * for the PV product (another 2^-8 relative to sum P|V| <= 1). */
+  printf("gpu max |O - ref| = %.2e, max |LSE - ref| = %.2e\n", errO, errL);
+  check(errO < 1.0 / 64 && errL < 1e-3, "gpu matches the float64 reference");
+  error = NULL;
+  check(fa3_launch_attention(kernel, dq, dk, dv, dout, dlse, -1, sq, sk, NULL,
+                             &error) != 0 &&
+            errorContains(error, "negative"),
+        "gpu launch rejects a negative batch");
+  fa3_destroy_kernel(kernel);
+  error = NULL;
+  check(fa3_compile_attention_grad(source, "attn", 0, 0, NULL, &error) ==
+                NULL &&
+            errorContains(error, "fa3_compile_attention"),
+        "gpu: a forward function is not a backward");
+  free(source);
+  cuMemFree(dq);
+  cuMemFree(dk);
+  cuMemFree(dv);
+  cuMemFree(dout);
+  cuMemFree(dlse);
+  return failures != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--gpu") == 0)
+    return testGpu();
+  testCostModel();
+  testCpu();
+  testPtx();
+  return failures != 0;
+}
+
+// CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128
+// CHECK: cost model block_m: ok
+// CHECK: version {{[0-9]+\.[0-9]+}}
+// CHECK: cpu compile: ok
+// CHECK: cpu signature 3 -> 2: ok
+// CHECK: cpu run: ok
+// CHECK: cpu result shapes: ok
+// CHECK: cpu matches the float64 reference: ok
+// CHECK: cpu run rejects a wrong shape, naming input #1: ok
+// CHECK: cpu run rejects a wrong input count: ok
+// CHECK: cpu compile reports a parse error: ok
+// CHECK: cpu compile rejects NULL: ok
+// CHECK: ptx compile: ok
+// CHECK: ptx compile sets cache_hit: ok
+// CHECK: ptx targets sm_90a: ok
+// CHECK: ptx kernel is named fa3_fwd*: ok
+// CHECK: ptx kernel has no device: ok
+// CHECK: launching a PTX-only kernel is refused: ok
+// CHECK: a forward is not launched as a backward: ok
+// CHECK: a forward has no backward workspace: ok
+// CHECK: ptx compile names an unknown function: ok
+// CHECK: ptx compile rejects head dim 96: ok
+// CHECK-NOT: FAIL
+
+// GPU: gpu compile: ok
+// GPU: gpu kernel on device 0: ok
+// GPU: gpu launch: ok
+// GPU: gpu matches the float64 reference: ok
+// GPU: gpu launch rejects a negative batch: ok
+// GPU: gpu: a forward function is not a backward: ok
+// GPU-NOT: FAIL

@@ -1,0 +1,128 @@
+"""fa3.integrations.transformers without a GPU: the registration, the
+options it takes from a model, the errors for what fa3 cannot express, and
+a whole random-init Llama (GQA) and Mistral (sliding window) forward whose
+attention runs fa3's compiled CPU pipeline (fa3.attention on numpy arrays,
+substituted for the CUDA call), against the same model under SDPA.
+
+Bound: the models run in float32 on the CPU; fa3's CPU attention computes
+in float32 too, so logits agree to float32 rounding through two layers
+(measured ~1e-6; asserted 1e-4 of the logits' scale). A wrong layout, GQA
+mapping, causal alignment or window moves logits by O(1)."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import fa3  # noqa: E402
+import fa3.integrations.transformers as fa3_hf  # noqa: E402
+
+_fa3_attention = fa3.attention  # the real one, before any monkeypatch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registered():
+    assert fa3_hf.register() == "fa3"
+
+
+class _Module(torch.nn.Module):
+    is_causal = True
+
+
+def _qkv(dtype=torch.bfloat16, sq=8, sk=8):
+    q = torch.randn(1, 4, sq, 64, dtype=dtype)
+    k = torch.randn(1, 2, sk, 64, dtype=dtype)
+    return q, k, k.clone()
+
+
+def test_register_adds_attention_and_mask_functions():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    assert AttentionInterface._global_mapping["fa3"] is fa3_hf.attention_forward
+    assert "fa3" in AttentionMaskInterface._global_mapping
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="fa3")
+    assert model.config._attn_implementation == "fa3"
+
+
+def test_options_reach_fa3(monkeypatch):
+    seen = {}
+
+    def fake_attention(q, k, v, **kwargs):
+        seen.update(kwargs, q=q.shape, k=k.shape)
+        return torch.zeros(q.shape[0], q.shape[1], q.shape[2], v.shape[3], dtype=q.dtype)
+
+    monkeypatch.setattr(fa3, "attention", fake_attention)
+    q, k, v = _qkv(sq=3, sk=8)
+    out, weights = fa3_hf.attention_forward(_Module(), q, k, v, None, scaling=0.2, sliding_window=4, softcap=30.0)
+    assert weights is None and out.shape == (1, 3, 4, 64)
+    assert seen["q"] == (1, 3, 4, 64) and seen["k"] == (1, 8, 2, 64)  # (B, S, H, D), GQA heads kept
+    assert seen["causal"] is True and seen["window_size"] == (3, 0)
+    assert seen["softmax_scale"] == pytest.approx(0.2) and seen["softcap"] == 30.0
+    fa3_hf.attention_forward(_Module(), q, k, v, None, is_causal=False)
+    assert seen["causal"] is False and seen["window_size"] == (-1, -1) and seen["softcap"] == 0.0
+    # Under autocast, float32 activations run in the autocast dtype (as SDPA).
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = fa3_hf.attention_forward(_Module(), *_qkv(torch.float32), None)
+    assert out.dtype == torch.bfloat16
+
+
+def test_inexpressible_inputs_are_errors():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="explicit attention mask"):
+        fa3_hf.attention_forward(_Module(), q, k, v, torch.ones(1, 8, dtype=torch.bool))
+    training = _Module().train()
+    with pytest.raises(ValueError, match="attention dropout"):
+        fa3_hf.attention_forward(training, q, k, v, None, dropout=0.1)
+    with pytest.raises(ValueError, match="attention sinks"):
+        fa3_hf.attention_forward(_Module(), q, k, v, None, s_aux=torch.zeros(4))
+    with pytest.raises(TypeError, match="bfloat16 or float16"):
+        fa3_hf.attention_forward(_Module(), *_qkv(torch.float32), None)
+    with pytest.raises(ValueError, match="non-causal"):
+        fa3_hf.attention_forward(_Module(), q, k, v, None, is_causal=False, sliding_window=4)
+
+
+def _cpu_fa3(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+    """fa3.attention's CPU pipeline on torch CPU tensors (numpy in and out)."""
+    out = _fa3_attention(*(np.ascontiguousarray(x.detach().float().numpy()) for x in (q, k, v)), causal=causal,
+                        softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
+    return torch.from_numpy(out)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_model_forward_through_fa3_cpu_matches_sdpa(family, monkeypatch):
+    torch.manual_seed(0)
+    common = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    if family == "llama":
+        config = transformers.LlamaConfig(**common)
+    else:
+        config = transformers.MistralConfig(**common, sliding_window=24)
+    # One config each: a model keeps (and from_config sets) its config's
+    # attention implementation.
+    sdpa = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="fa3").eval()
+    assert sdpa.config._attn_implementation == "sdpa" and ours.config._attn_implementation == "fa3"
+    ours.load_state_dict(sdpa.state_dict())
+    # The activations are float32 on the CPU: fa3's CPU pipeline takes them
+    # where the CUDA kernels would take bf16.
+    monkeypatch.setattr(fa3, "attention", _cpu_fa3)
+    monkeypatch.setattr(fa3_hf, "_CUDA_DTYPES", (torch.float32,))
+    tokens = torch.randint(0, 256, (2, 77))
+    with torch.no_grad():
+        want = sdpa(tokens).logits
+        got = ours(tokens).logits
+    scale = want.abs().max().item()
+    err = (got - want).abs().max().item()
+    print(f"{family}: max |logits fa3 - sdpa| = {err:.2e} (scale {scale:.2f})")
+    assert err <= 1e-4 * scale
+    # The sliding window matters at 77 tokens > 24: without it fa3 differs.
+    if family == "mistral":
+        monkeypatch.setattr(fa3, "attention", lambda q, k, v, **o: _cpu_fa3(q, k, v, **{**o, "window_size": (-1, -1)}))
+        with torch.no_grad():
+            assert (ours(tokens).logits - want).abs().max().item() > 100 * err
