@@ -64,7 +64,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     """
     torch = sys.modules.get("torch")
     if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
-            and not fp8 and q_descale is None and k_descale is None and v_descale is None
+            and not fp8 and not hadamard and q_descale is None and k_descale is None and v_descale is None
             and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
         # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
         from . import _torch
