@@ -53,6 +53,23 @@ static void setError(char **error, llvm::Error err) {
   setError(error, llvm::toString(std::move(err)));
 }
 
+/// Runs `launch` (returning llvm::Error) in the context of the kernel's
+/// device, restoring the caller's: 0, or 1 with `*error` set.
+template <typename Launch>
+static int launchOnDevice(const fa3_kernel &kernel, char **error,
+                          Launch &&launch) {
+  auto scope = runtime::ScopedCudaContext::enter(*kernel.device);
+  if (!scope) {
+    setError(error, scope.takeError());
+    return 1;
+  }
+  if (llvm::Error err = launch()) {
+    setError(error, std::move(err));
+    return 1;
+  }
+  return 0;
+}
+
 extern "C" const char *fa3_version(void) { return FA3_VERSION; }
 
 extern "C" int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8,
@@ -272,11 +289,6 @@ extern "C" int fa3_launch_quantize(const fa3_kernel *kernel, uint64_t input,
                            : "fa3_launch_quantize: kernel is NULL");
     return 1;
   }
-  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
-  if (!scope) {
-    setError(error, scope.takeError());
-    return 1;
-  }
   runtime::QuantizeDeviceArgs args;
   args.input = input;
   args.output = output;
@@ -284,13 +296,11 @@ extern "C" int fa3_launch_quantize(const fa3_kernel *kernel, uint64_t input,
   args.workspace = workspace;
   args.batch = batch;
   args.seq = seq;
-  if (llvm::Error err =
-          runtime::launchQuantize(*kernel->quantizeKernels, kernel->kernel.info,
-                                  args, static_cast<runtime::CudaStream>(stream))) {
-    setError(error, std::move(err));
-    return 1;
-  }
-  return 0;
+  return launchOnDevice(*kernel, error, [&] {
+    return runtime::launchQuantize(*kernel->quantizeKernels,
+                                   kernel->kernel.info, args,
+                                   static_cast<runtime::CudaStream>(stream));
+  });
 }
 
 extern "C" double fa3_kernel_compile_ms(const fa3_kernel *kernel) {
@@ -320,19 +330,12 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                     "launch it with fa3_launch_attention_fp8");
     return 1;
   }
-  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
-  if (!scope) {
-    setError(error, scope.takeError());
-    return 1;
-  }
   runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
-  if (llvm::Error err = runtime::launchAttentionForward(
-          *kernel->function, kernel->kernel.info, args,
-          static_cast<runtime::CudaStream>(stream))) {
-    setError(error, std::move(err));
-    return 1;
-  }
-  return 0;
+  return launchOnDevice(*kernel, error, [&] {
+    return runtime::launchAttentionForward(
+        *kernel->function, kernel->kernel.info, args,
+        static_cast<runtime::CudaStream>(stream));
+  });
 }
 
 extern "C" int64_t fa3_attention_workspace_size(const fa3_kernel *kernel,
@@ -361,21 +364,14 @@ extern "C" int fa3_launch_attention_fp8(
              "fa3_launch_attention_fp8: negative batch or sequence length");
     return 1;
   }
-  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
-  if (!scope) {
-    setError(error, scope.takeError());
-    return 1;
-  }
   runtime::AttentionDeviceArgs args{q,        k,        v,        out,
                                     lse,      batch,    seqQ,     seqK,
                                     qDescale, kDescale, vDescale, workspace};
-  if (llvm::Error err = runtime::launchAttentionForwardFP8(
-          *kernel->valueTranspose, *kernel->function, kernel->kernel.info,
-          args, static_cast<runtime::CudaStream>(stream))) {
-    setError(error, std::move(err));
-    return 1;
-  }
-  return 0;
+  return launchOnDevice(*kernel, error, [&] {
+    return runtime::launchAttentionForwardFP8(
+        *kernel->valueTranspose, *kernel->function, kernel->kernel.info, args,
+        static_cast<runtime::CudaStream>(stream));
+  });
 }
 
 extern "C" int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
@@ -408,11 +404,6 @@ extern "C" int fa3_launch_attention_grad(
              "fa3_launch_attention_grad: negative batch or sequence length");
     return 1;
   }
-  auto scope = runtime::ScopedCudaContext::enter(*kernel->device);
-  if (!scope) {
-    setError(error, scope.takeError());
-    return 1;
-  }
   runtime::AttentionGradDeviceArgs args;
   args.gradOut = gradOut;
   args.q = q;
@@ -427,13 +418,11 @@ extern "C" int fa3_launch_attention_grad(
   args.batch = batch;
   args.seqQ = seqQ;
   args.seqK = seqK;
-  if (llvm::Error err = runtime::launchAttentionBackward(
-          *kernel->gradKernels, kernel->kernel.info, args,
-          static_cast<runtime::CudaStream>(stream))) {
-    setError(error, std::move(err));
-    return 1;
-  }
-  return 0;
+  return launchOnDevice(*kernel, error, [&] {
+    return runtime::launchAttentionBackward(
+        *kernel->gradKernels, kernel->kernel.info, args,
+        static_cast<runtime::CudaStream>(stream));
+  });
 }
 
 extern "C" const char *fa3_kernel_name(const fa3_kernel *kernel) {

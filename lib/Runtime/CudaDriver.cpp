@@ -223,6 +223,15 @@ Expected<int> fa3::runtime::cudaDeviceCount() {
 // Devices
 //===----------------------------------------------------------------------===//
 
+/// The calling thread's current context (null when it has none).
+static Expected<CUcontext> currentContext(const DriverApi &api) {
+  CUcontext current = nullptr;
+  if (Error err =
+          callDriver("cuCtxGetCurrent", api.cuCtxGetCurrent, "", &current))
+    return std::move(err);
+  return current;
+}
+
 Expected<CudaDevice> CudaDevice::get(int ordinal) {
   auto apiOrErr = getInitializedApi();
   if (!apiOrErr)
@@ -246,10 +255,10 @@ Expected<CudaDevice> CudaDevice::get(int ordinal) {
 
   // Work in the caller's context when it is on this device, as PyTorch's is,
   // so that its allocations and ours are one address space.
-  CUcontext current = nullptr;
-  if (Error err =
-          callDriver("cuCtxGetCurrent", api.cuCtxGetCurrent, "", &current))
-    return std::move(err);
+  auto currentOrErr = currentContext(api);
+  if (!currentOrErr)
+    return currentOrErr.takeError();
+  CUcontext current = *currentOrErr;
   CUdevice currentDevice = -1;
   if (current && api.cuCtxGetDevice(&currentDevice) == CUDA_SUCCESS &&
       currentDevice == device.handle) {
@@ -322,10 +331,10 @@ Expected<CudaDevice> CudaDevice::getCurrent() {
   auto api = getInitializedApi();
   if (!api)
     return api.takeError();
-  CUcontext current = nullptr;
-  if (Error err =
-          callDriver("cuCtxGetCurrent", (*api)->cuCtxGetCurrent, "", &current))
-    return std::move(err);
+  auto currentOrErr = currentContext(**api);
+  if (!currentOrErr)
+    return currentOrErr.takeError();
+  CUcontext current = *currentOrErr;
   if (!current)
     return get(0);
   CUdevice handle = -1;
@@ -353,10 +362,10 @@ Expected<ScopedCudaContext> ScopedCudaContext::enter(const CudaDevice &device) {
   auto api = getInitializedApi();
   if (!api)
     return api.takeError();
-  CUcontext current = nullptr;
-  if (Error err =
-          callDriver("cuCtxGetCurrent", (*api)->cuCtxGetCurrent, "", &current))
-    return std::move(err);
+  auto currentOrErr = currentContext(**api);
+  if (!currentOrErr)
+    return currentOrErr.takeError();
+  CUcontext current = *currentOrErr;
   if (current == device.getContext())
     return ScopedCudaContext(false);
   if (Error err = callDriver("cuCtxPushCurrent", (*api)->cuCtxPushCurrent,
@@ -381,11 +390,10 @@ Error CudaDevice::makeCurrent() const {
   auto api = getInitializedApi();
   if (!api)
     return api.takeError();
-  CUcontext current = nullptr;
-  if (Error err =
-          callDriver("cuCtxGetCurrent", (*api)->cuCtxGetCurrent, "", &current))
-    return err;
-  if (current == context)
+  auto current = currentContext(**api);
+  if (!current)
+    return current.takeError();
+  if (*current == context)
     return Error::success();
   return callDriver("cuCtxSetCurrent", (*api)->cuCtxSetCurrent,
                     "device " + std::to_string(ordinal), context);

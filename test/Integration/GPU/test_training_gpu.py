@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fa3
+import synthetic_task
 
 VOCAB, D_MODEL, HEADS, LAYERS, SEQ, BATCH, STEPS = 512, 512, 4, 4, 256, 16, 200
 
@@ -61,18 +62,7 @@ def sdpa_attention(backend):
 
 
 def _data():
-    """[STEPS, BATCH, SEQ + 1] tokens: a fixed random permutation of the
-    token two positions back gives the next token (x[t+1] = perm[x[t-1]])
-    except for 10% uniform noise, so the model must learn to attend to the
-    previous position. The same for every run."""
-    gen = torch.Generator().manual_seed(99)
-    perm = torch.randperm(VOCAB, generator=gen)
-    n = STEPS * BATCH
-    seq = [torch.randint(VOCAB, (n,), generator=gen) for _ in range(2)]
-    for _ in range(SEQ - 1):
-        noise = torch.rand(n, generator=gen) < 0.1
-        seq.append(torch.where(noise, torch.randint(VOCAB, (n,), generator=gen), perm[seq[-2]]))
-    return torch.stack(seq, 1).view(STEPS, BATCH, SEQ + 1)
+    return synthetic_task.tokens(VOCAB, SEQ, BATCH, STEPS, seed=99)
 
 
 DATA = None
@@ -103,7 +93,7 @@ def train(attention):
 
 
 def _smooth(xs, n=10):
-    return [sum(xs[max(0, i - n + 1):i + 1]) / len(xs[max(0, i - n + 1):i + 1]) for i in range(len(xs))]
+    return synthetic_task.moving_average(xs, n)
 
 
 def test_training_matches_sdpa():

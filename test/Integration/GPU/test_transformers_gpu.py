@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 transformers = pytest.importorskip("transformers")
 
 import fa3.integrations.transformers as fa3_hf  # noqa: E402
+import synthetic_task  # noqa: E402
 
 VOCAB, SEQ, BATCH, STEPS = 256, 256, 16, 120
 
@@ -44,14 +45,7 @@ def _llama_config():
 
 
 def _data():
-    gen = torch.Generator().manual_seed(5)
-    perm = torch.randperm(VOCAB, generator=gen)
-    n = STEPS * BATCH
-    seq = [torch.randint(VOCAB, (n,), generator=gen) for _ in range(2)]
-    for _ in range(SEQ - 1):
-        noise = torch.rand(n, generator=gen) < 0.1
-        seq.append(torch.where(noise, torch.randint(VOCAB, (n,), generator=gen), perm[seq[-2]]))
-    return torch.stack(seq, 1).view(STEPS, BATCH, SEQ + 1).cuda()
+    return synthetic_task.tokens(VOCAB, SEQ, BATCH, STEPS, seed=5).cuda()
 
 
 def _train(implementation, backend=None):
@@ -73,7 +67,7 @@ def _train(implementation, backend=None):
 
 
 def _smooth(xs, n=10):
-    return [sum(xs[max(0, i - n + 1):i + 1]) / len(xs[max(0, i - n + 1):i + 1]) for i in range(len(xs))]
+    return synthetic_task.moving_average(xs, n)
 
 
 def test_llama_trains_on_the_sdpa_loss_curve():
