@@ -1,6 +1,8 @@
 """Builds and installs the fa3 Python package: the pure-Python `fa3` package
 and its extension `fa3._fa3` (python/src/fa3_module.cpp), which links fa3's C
-API library.
+API library. Where jax is installed, also `fa3._fa3_jax`
+(python/src/fa3_jax_ffi.cpp: the XLA FFI handlers of `fa3.jax`, built
+against the FFI headers of that jaxlib, `jax.ffi.include_dir()`).
 
     FA3_LIBRARY=/path/to/libfa3.so pip install --no-build-isolation ./python
     FA3_LIBRARY=/path/to/libfa3.so python setup.py build_ext --inplace   # in-tree
@@ -23,20 +25,27 @@ if not library.is_file():
                      "or point FA3_LIBRARY at the bundle's libfa3.so")
 
 os.chdir(here)  # setuptools wants paths relative to setup.py
-extension = Pybind11Extension(
-    "fa3._fa3",
-    ["src/fa3_module.cpp"],
-    include_dirs=[str(root / "include")],
-    extra_link_args=[f"-L{library.parent}", f"-l:{library.name}", f"-Wl,-rpath,{library.parent}"],
-    cxx_std=17,
-)
+link_args = [f"-L{library.parent}", f"-l:{library.name}", f"-Wl,-rpath,{library.parent}"]
+extensions = [Pybind11Extension("fa3._fa3", ["src/fa3_module.cpp"], include_dirs=[str(root / "include")],
+                                extra_link_args=link_args, cxx_std=17)]
+try:
+    import jax.ffi
+except ImportError:
+    jax = None
+if jax is not None:
+    extensions.append(Pybind11Extension(
+        "fa3._fa3_jax", ["src/fa3_jax_ffi.cpp"],
+        include_dirs=[str(root / "include")],
+        # -isystem: the warnings of jaxlib's headers are not fa3's.
+        extra_compile_args=["-isystem", jax.ffi.include_dir()],
+        extra_link_args=link_args, cxx_std=17))
 
 setup(
     name="fa3",
     version="0.1.0",
     description="fa3: an MLIR attention compiler for Hopper, from Python",
     packages=["fa3"],
-    ext_modules=[extension],
+    ext_modules=extensions,
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.10",
     install_requires=["numpy"],

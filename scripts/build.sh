@@ -11,11 +11,21 @@ if [ ! -f "$FA3_BUILD_DIR/build.ninja" ]; then
 fi
 ninja -C "$FA3_BUILD_DIR" fa3-opt fa3-run fa3-cuda-info fa3-cache mlir-doc FA3CAPI FA3Plugin fa3-capi-test
 
-# The Python extension fa3._fa3 (python/src), in place next to the package,
-# linked against the C API library just built. Skipped when up to date.
-ext="$(ls "$FA3_ROOT"/python/fa3/_fa3*.so 2>/dev/null | head -1 || true)"
-if [ -z "$ext" ] || [ "$FA3_ROOT/python/src/fa3_module.cpp" -nt "$ext" ] || \
-   [ "$FA3_ROOT/include/fa3-c/FA3.h" -nt "$ext" ]; then
+# The Python extensions fa3._fa3 and (with jax installed) fa3._fa3_jax
+# (python/src), in place next to the package, linked against the C API
+# library just built. Skipped when up to date.
+stale=0
+for pair in _fa3.:fa3_module.cpp _fa3_jax.:fa3_jax_ffi.cpp; do
+  ext="$(ls "$FA3_ROOT"/python/fa3/${pair%%:*}*so 2>/dev/null | head -1 || true)"
+  if [ "${pair%%:*}" = _fa3_jax. ] && ! "$FA3_PYTHON" -c "import jax" 2>/dev/null; then
+    continue
+  fi
+  if [ -z "$ext" ] || [ "$FA3_ROOT/python/src/${pair#*:}" -nt "$ext" ] || \
+     [ "$FA3_ROOT/include/fa3-c/FA3.h" -nt "$ext" ]; then
+    stale=1
+  fi
+done
+if [ "$stale" = 1 ]; then
   (cd "$FA3_ROOT/python" && FA3_LIBRARY="$FA3_BUILD_DIR/lib/libFA3CAPI.so" \
      "$FA3_PYTHON" setup.py -q build_ext --inplace >/dev/null)
 fi

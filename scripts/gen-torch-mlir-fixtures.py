@@ -25,6 +25,14 @@ class SoftmaxOverQueries(torch.nn.Module):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-2) @ v
 
 
+class TransposedV(torch.nn.Module):
+    """Not attention: P · Vᵀ contracts the key axis of P with V's head dim
+    (shape-compatible only because Sk = D)."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v.transpose(-1, -2)
+
+
 class ArbitraryMask(torch.nn.Module):
     """An additive mask from an input: not one of fa3's masks."""
 
@@ -47,6 +55,7 @@ def cases():
     yield "sdpa_f16", SDPA(is_causal=True), (qs.half(), k.half(), v.half())
     yield "handwritten", HandWritten(), (q, k, v)
     yield "softmax_over_queries", SoftmaxOverQueries(), (q, k, v)
+    yield "transposed_v", TransposedV(), (q, k[:, :, :d].contiguous(), v[:, :, :d].contiguous())  # Sk = D = 16
     yield "arbitrary_mask", ArbitraryMask(), (q, k, v, torch.randn(sq, sk))
     yield "gpt_block", GPTBlock(d_model=32).eval(), (torch.randn(2, 19, 32),)
 

@@ -29,6 +29,11 @@ source "$(dirname "$0")/env.sh"
 # the registration and its errors; the GPU suite trains a model with it).
 "$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
   transformers==5.24.0 2>&1 | grep -v "Running pip as the 'root'" || true
-"$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes, torch, torch_mlir, transformers" \
+# jax (CPU) for fa3.jax: scripts/build.sh builds fa3._fa3_jax, the XLA FFI
+# handlers, against this jaxlib's FFI headers; the CPU suite runs them on
+# jax's CPU platform (test/Integration/CPU/test_jax_cpu.py).
+"$FA3_PYTHON" -m pip install -q --disable-pip-version-check \
+  jax==0.10.2 jaxlib==0.10.2 2>&1 | grep -v "Running pip as the 'root'" || true
+"$FA3_PYTHON" -c "import numpy, pytest, pybind11, ml_dtypes, torch, torch_mlir, transformers, jax" \
   || { echo "install.sh: Python packages missing for $FA3_PYTHON" >&2; exit 1; }
 echo "install.sh: LLVM $(/usr/lib/llvm-22/bin/llvm-config --version), $("$FA3_PYTHON" --version)"

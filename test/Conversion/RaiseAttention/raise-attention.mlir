@@ -94,6 +94,13 @@
 // MASK: remark: fa3-raise-attention: not raised: the scores carry a mask fa3 does not model
 // MASK-NOT: fa3.attention
 
+// Not attention: P · Vᵀ contracts the key axis with V's head dim (Sk = D).
+// RUN: fa3-opt %S/Inputs/transposed_v.mlir --fa3-raise-attention 2>&1 | FileCheck %s --check-prefix=TRANSPOSED-V
+// TRANSPOSED-V: remark: fa3-raise-attention: not raised: V enters P·V through a transpose of its last two dims (P·Vᵀ): its rows are not keys, not attention
+// TRANSPOSED-V-NOT: fa3.attention
+// TRANSPOSED-V: linalg.batch_matmul
+// TRANSPOSED-V: linalg.batch_matmul
+
 // The raised module runs through the CPU pipeline like any fa3 IR.
 // RUN: fa3-opt %S/Inputs/sdpa_causal.mlir --fa3-raise-attention --fa3-cpu-pipeline | FileCheck %s --check-prefix=CPU
 // CPU: llvm.func @sdpa_causal

@@ -431,6 +431,15 @@ static Miss matchAttention(linalg::BatchMatmulOp pv, Attention &out) {
   else
     return Miss{"K enters Q·Kᵀ without a transpose of its last two dims"};
   v = peelHeadRepeat(v);
+  // V's rows must be keys, as K's are: a V that reaches P·V through a
+  // transpose of its last two dims indexes the keys by the head dim of the
+  // tensor it came from (P·Vᵀ, shape-compatible only because Sk = D).
+  if (auto vt = v.getDefiningOp<linalg::TransposeOp>()) {
+    ArrayRef<int64_t> perm = vt.getPermutation();
+    if (perm.size() == 4 && perm[2] == 3 && perm[3] == 2)
+      return Miss{"V enters P·V through a transpose of its last two dims "
+                  "(P·Vᵀ): its rows are not keys, not attention"};
+  }
   if (!asPlainBatchMatmul(pv.getResult(0)))
     return Miss{"the P·V accumulator is not zero-filled"};
   int64_t kvHeads = k ? cast<RankedTensorType>(k.getType()).getDimSize(1)

@@ -36,8 +36,8 @@ def FA3RaiseAttention : Pass<"fa3-raise-attention", "::mlir::func::FuncOp"> {
     the raise keeps that (an f32 attention of the upcast values).
 
     What is not attention is left alone with a remark naming the step that
-    differed, e.g. a softmax over the query dim or an additive mask from an
-    input. Static shapes.
+    differed, e.g. a softmax over the query dim, an additive mask from an
+    input, or P·Vᵀ (a V transposed in its last two dims). Static shapes.
 
     ```mlir
     %17 = linalg.batch_matmul ins(%c, %d : tensor<8x17x16xf32>, tensor<8x16x23xf32>) ...
