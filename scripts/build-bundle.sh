@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: fa3-run, fa3-cuda-info and libfa3.so (the C API)
+# Builds the GPU bundle: fa3-run, fa3-opt, fa3-cuda-info and libfa3.so (the C API)
 # linked statically
 # against LLVM/MLIR (they run on the GPU machine, which has no LLVM), packed
 # xz-compressed into .bundle/ (git-ignored) together with what the GPU run
@@ -11,10 +11,10 @@ if [ ! -f "$BUNDLE_BUILD/build.ninja" ]; then
   cmake -G Ninja -S "$FA3_ROOT" -B "$BUNDLE_BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DPython3_EXECUTABLE="$FA3_PYTHON" -DFA3_BUILD_STATIC_BUNDLE=ON >/dev/null
 fi
-ninja -C "$BUNDLE_BUILD" fa3-run-static fa3-cuda-info-static fa3-shared-static
+ninja -C "$BUNDLE_BUILD" fa3-run-static fa3-opt-static fa3-cuda-info-static fa3-shared-static
 mkdir -p "$FA3_ROOT/.bundle"
 rm -f "$FA3_ROOT/.bundle/"*.xz
-for tool in fa3-run fa3-cuda-info; do
+for tool in fa3-run fa3-opt fa3-cuda-info; do
   strip -o "$FA3_ROOT/.bundle/$tool" "$BUNDLE_BUILD/bundle/bin/$tool-static"
   xz -T2 -6 -f "$FA3_ROOT/.bundle/$tool"
 done

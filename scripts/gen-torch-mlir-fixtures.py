@@ -58,6 +58,13 @@ def cases():
     yield "transposed_v", TransposedV(), (q, k[:, :, :d].contiguous(), v[:, :, :d].contiguous())  # Sk = D = 16
     yield "arbitrary_mask", ArbitraryMask(), (q, k, v, torch.randn(sq, sk))
     yield "gpt_block", GPTBlock(d_model=32).eval(), (torch.randn(2, 19, 32),)
+    # Shapes and dtypes the Hopper kernels take (head dims 64/128/256, bf16/f16):
+    # the GPU test runs their raised attention through the Hopper pipeline.
+    yield "sdpa_bf16_d64_causal_gqa", SDPA(is_causal=True, enable_gqa=True), (
+        torch.randn(1, 8, 200, 64).bfloat16(), torch.randn(1, 2, 200, 64).bfloat16(),
+        torch.randn(1, 2, 200, 64).bfloat16())
+    yield "sdpa_f16_d128", SDPA(), (torch.randn(2, 4, 77, 128).half(), torch.randn(2, 4, 300, 128).half(),
+                                    torch.randn(2, 4, 300, 128).half())
 
 
 def main():

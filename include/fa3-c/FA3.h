@@ -78,7 +78,8 @@ fa3_kernel *fa3_compile_attention_grad(const char *mlir_source,
 
 /** Bytes of device workspace one backward launch of these sizes needs (the
  *  f32 dQ accumulator and per-row statistics); -1 for a forward kernel or a
- *  negative size. The launch initializes the workspace itself. */
+ *  negative size. A backward compiled with fa3_compile_ptx answers as well.
+ *  The launch initializes the workspace itself. */
 int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
                                           int64_t batch, int64_t seq_q,
                                           int64_t seq_k);

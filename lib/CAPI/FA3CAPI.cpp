@@ -378,7 +378,10 @@ extern "C" int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
                                                      int64_t batch,
                                                      int64_t seqQ,
                                                      int64_t seqK) {
-  if (!kernel || !kernel->gradKernels || batch < 0 || seqQ < 0 || seqK < 0)
+  // A PTX-only backward answers too: the size is a function of the kernel's
+  // info (a caller sizes buffers before any kernel is loaded, e.g. XLA).
+  if (!kernel || !kernel->kernel.info.backward || batch < 0 || seqQ < 0 ||
+      seqK < 0)
     return -1;
   return runtime::attentionGradWorkspaceBytes(kernel->kernel.info, batch, seqQ,
                                               seqK);

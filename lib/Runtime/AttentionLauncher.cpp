@@ -110,7 +110,7 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
 /// one 128-byte swizzle atom of head-dim elements (64 16-bit or 128 e4m3
 /// values) by `rows` sequence rows. e4m3 is described as UINT8: TMA only
 /// moves bytes.
-static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
+static llvm::Expected<TensorMap> encodeBshdTensorMap(DevicePtr base, bool bf16,
                                                int64_t batch, int64_t seq,
                                                int64_t heads, int64_t dim,
                                                int64_t rows,
@@ -137,6 +137,58 @@ static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
   desc.l2Promotion = TensorMapL2Promotion::Bytes128;
   desc.oobFill = TensorMapOOBFill::None; // zero fill past the end
   return encodeTiledTensorMap(desc, what);
+}
+
+namespace {
+/// What a [B, S, H, D] descriptor is a function of (encodeBshdTensorMap).
+struct BshdMapKey {
+  DevicePtr base;
+  int64_t batch, seq, heads, dim, rows;
+  uint8_t elementKind; // 0 f16, 1 bf16, 2 e4m3
+  bool operator==(const BshdMapKey &o) const {
+    return base == o.base && batch == o.batch && seq == o.seq &&
+           heads == o.heads && dim == o.dim && rows == o.rows &&
+           elementKind == o.elementKind;
+  }
+};
+} // namespace
+
+/// The descriptor of encodeBshdTensorMap, from a small per-thread cache.
+/// Encoding (cuTensorMapEncodeTiled plus the validation before it) costs
+/// microseconds of host time per tensor on every launch, while a training or
+/// serving loop launches the same shapes on addresses that PyTorch's caching
+/// allocator hands out again and again. A descriptor is a pure function of
+/// its key (no device or context state), so a hit is exact. Per thread: no
+/// lock on the launch path; 16 entries, replaced round-robin, hold the Q, K,
+/// V (and backward dO, O) descriptors of a few interleaved calls.
+static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
+                                               int64_t batch, int64_t seq,
+                                               int64_t heads, int64_t dim,
+                                               int64_t rows,
+                                               llvm::StringRef what,
+                                               bool fp8 = false) {
+  struct Entry {
+    BshdMapKey key;
+    TensorMap map;
+    bool valid = false;
+  };
+  constexpr unsigned kEntries = 16;
+  thread_local Entry entries[kEntries];
+  thread_local unsigned next = 0;
+  BshdMapKey key{base, batch, seq, heads, dim, rows,
+                 uint8_t(fp8 ? 2 : bf16 ? 1 : 0)};
+  for (Entry &e : entries)
+    if (e.valid && e.key == key)
+      return e.map;
+  auto map =
+      encodeBshdTensorMap(base, bf16, batch, seq, heads, dim, rows, what, fp8);
+  if (!map)
+    return map.takeError();
+  Entry &slot = entries[next++ % kEntries];
+  slot.key = key;
+  slot.map = *map;
+  slot.valid = true;
+  return *map;
 }
 
 llvm::Error fa3::runtime::launchAttentionForward(

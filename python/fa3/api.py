@@ -20,6 +20,20 @@ def _numpy_dtype_name(a):
     return {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(name)
 
 
+_torch_path = None
+
+
+def _torch_module():
+    """fa3._torch, imported on first use (numpy users need no torch) and then
+    held, so a cached call does not pay for an import statement."""
+    global _torch_path
+    if _torch_path is None:
+        from . import _torch
+
+        _torch_path = _torch
+    return _torch_path
+
+
 def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None, fp8=False, hadamard=False):
     """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
@@ -67,9 +81,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
             and not fp8 and not hadamard and q_descale is None and k_descale is None and v_descale is None
             and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
         # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
-        from . import _torch
-
-        out, lse = _torch.attention(q, k, v, causal, softmax_scale, window_size, softcap)
+        out, lse = _torch_module().attention(q, k, v, causal, softmax_scale, window_size, softcap)
         return (out, lse) if return_lse else out
     names = ("q", "k", "v")
     tensors = (q, k, v)
@@ -235,9 +247,10 @@ class Kernel:
                           q.shape[0], q.shape[1], k.shape[1], stream)
 
     def workspace_bytes(self, batch, seq_q, seq_k):
-        """Bytes of device workspace one backward launch of these sizes needs."""
-        if not self.backward or self.device in ("cpu", "ptx"):
-            raise ValueError("workspace_bytes is a loaded backward kernel's")
+        """Bytes of device workspace one backward launch of these sizes needs
+        (a "ptx" backward answers too, without a GPU)."""
+        if not self.backward or self.device == "cpu":
+            raise ValueError("workspace_bytes is a CUDA (or ptx) backward kernel's")
         return self._impl.workspace_bytes(batch, seq_q, seq_k)
 
     def launch_grad_into(self, grad_out, q, k, v, out, lse, dq, dk, dv, workspace=None):

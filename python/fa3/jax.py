@@ -12,8 +12,9 @@ num_kv_heads, head_dim(_v)]. The call lowers to the custom-call targets
 registered for two platforms:
 
 * "CUDA" (jax's GPU backend): fa3's sm_90a kernels (bf16/f16, head dims 64,
-  128, 256), launched on XLA's stream; the backward's workspace comes from
-  XLA's scratch allocator.
+  128, 256), launched on XLA's stream; the backward's workspace is an extra
+  result of its call, sized at trace time by the backward kernel compiled
+  to PTX.
 * "cpu": fa3's CPU pipeline on host buffers (f32/f16/bf16, any head dim that
   is a multiple of 8 up to 256).
 
@@ -80,7 +81,7 @@ def _spec_for(q, k, v, causal, softmax_scale, window_size, softcap):
     causal, scale, window, softcap = _spec.check_options(causal, softmax_scale, window_size, softcap, d)
     spec = _spec.AttentionSpec(_DTYPES[dtype], hq, hkv, d, dv, causal, scale, window, softcap)
     block_m = _jit.forward_block_m(spec, q.shape[1]) if cuda else 0
-    return spec, block_m
+    return spec, cuda, block_m
 
 
 def _forward(q, k, v, spec, block_m):
@@ -91,25 +92,37 @@ def _forward(q, k, v, spec, block_m):
     return call(q, k, v, source=spec.forward_mlir(), block_m=np.int64(block_m))
 
 
-def _backward(do, q, k, v, o, lse, spec):
-    out_types = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v))
+def _workspace_bytes(spec, q, k, cuda):
+    """The backward workspace the CUDA handler needs, plus 256 bytes for its
+    alignment (asked of the backward kernel compiled to PTX, which needs no
+    GPU; the handler checks it). The CPU handler needs none."""
+    if not cuda:
+        return 0
+    kernel = _jit.get(spec, "ptx", "bwd")
+    return kernel.workspace_bytes(q.shape[0], q.shape[1], k.shape[1]) + 256
+
+
+def _backward(do, q, k, v, o, lse, spec, cuda):
+    out_types = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)) + (
+        jax.ShapeDtypeStruct((_workspace_bytes(spec, q, k, cuda),), jnp.uint8),)
     call = jax.ffi.ffi_call("fa3_attention_bwd", out_types)
-    return call(do, q, k, v, o, lse, source=spec.backward_mlir(), block_m=np.int64(0))
+    dq, dk, dv, _ = call(do, q, k, v, o, lse, source=spec.backward_mlir(), block_m=np.int64(0))
+    return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _attention(q, k, v, spec, block_m):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _attention(q, k, v, spec, cuda, block_m):
     return _forward(q, k, v, spec, block_m)
 
 
-def _attention_fwd(q, k, v, spec, block_m):
+def _attention_fwd(q, k, v, spec, cuda, block_m):
     # symbolic_zeros=True: the primals arrive wrapped (value, perturbed).
     q, k, v = q.value, k.value, v.value
     o, lse = _forward(q, k, v, spec, block_m)
     return (o, lse), (q, k, v, o, lse)
 
 
-def _attention_bwd(spec, block_m, residuals, cotangents):
+def _attention_bwd(spec, cuda, block_m, residuals, cotangents):
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     zero = jax.custom_derivatives.SymbolicZero
@@ -119,7 +132,7 @@ def _attention_bwd(spec, block_m, residuals, cotangents):
             "jax.lax.stop_gradient to it, or differentiate only through the output")
     if isinstance(do, zero):
         return tuple(jnp.zeros(x.shape, x.dtype) for x in (q, k, v))
-    return _backward(do.astype(o.dtype), q, k, v, o, lse, spec)
+    return _backward(do.astype(o.dtype), q, k, v, o, lse, spec, cuda)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd, symbolic_zeros=True)
@@ -138,8 +151,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     `(out, lse)` with the natural-log LSE [batch, num_heads, seqlen_q]
     (float32, -inf for rows that see no key).
     """
-    spec, block_m = _spec_for(q, k, v, causal, softmax_scale, window_size, softcap)
-    o, lse = _attention(q, k, v, spec, block_m)
+    spec, cuda, block_m = _spec_for(q, k, v, causal, softmax_scale, window_size, softcap)
+    o, lse = _attention(q, k, v, spec, cuda, block_m)
     return (o, lse) if return_lse else o
 
 

@@ -228,14 +228,14 @@ ffi::Error forwardCuda(void *stream, int32_t device, ffi::AnyBuffer q,
   return ffi::Error::Success();
 }
 
-ffi::Error backwardCuda(void *stream, int32_t device,
-                        ffi::ScratchAllocator scratch, ffi::AnyBuffer dO,
+ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
                         ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                         ffi::AnyBuffer o, ffi::AnyBuffer lse,
                         ffi::Result<ffi::AnyBuffer> dQ,
                         ffi::Result<ffi::AnyBuffer> dK,
-                        ffi::Result<ffi::AnyBuffer> dV, std::string_view source,
-                        int64_t blockM) {
+                        ffi::Result<ffi::AnyBuffer> dV,
+                        ffi::Result<ffi::AnyBuffer> workspace,
+                        std::string_view source, int64_t blockM) {
   auto dims = sizes(q, k, lse);
   if (dims.has_error())
     return dims.error();
@@ -246,14 +246,17 @@ ffi::Error backwardCuda(void *stream, int32_t device,
   int64_t bytes = fa3_attention_grad_workspace_size(*kernel, batch, seqQ, seqK);
   if (bytes < 0)
     return ffi::Error::Internal("fa3: fa3_attention_grad_workspace_size failed");
-  // The workspace (the f32 dQ accumulator, per-row statistics) comes from
-  // XLA's scratch allocator: it belongs to this call and the launch
-  // initializes it.
-  std::optional<void *> workspace = scratch.Allocate(size_t(bytes), 256);
-  if (!workspace)
-    return ffi::Error::Internal("fa3: XLA could not allocate the " +
-                                std::to_string(bytes) +
-                                "-byte backward workspace");
+  // The workspace (the f32 dQ accumulator, per-row statistics) is the call's
+  // last result, sized by fa3.jax with 256 bytes to spare for the alignment
+  // the launch needs (XLA's FFI scratch allocator gives nothing on jax's GPU
+  // backend). The launch initializes it.
+  uint64_t base = reinterpret_cast<uint64_t>(workspace->untyped_data());
+  uint64_t aligned = (base + 255) / 256 * 256;
+  if (aligned - base + uint64_t(bytes) > workspace->size_bytes())
+    return ffi::Error::InvalidArgument(
+        "fa3: the backward workspace has " +
+        std::to_string(workspace->size_bytes()) + " bytes; this launch needs " +
+        std::to_string(bytes) + " at a 256-byte aligned address");
   char *error = nullptr;
   if (fa3_launch_attention_grad(
           *kernel, address(dO), address(q), address(k), address(v), address(o),
@@ -261,7 +264,7 @@ ffi::Error backwardCuda(void *stream, int32_t device,
           reinterpret_cast<uint64_t>(dQ->untyped_data()),
           reinterpret_cast<uint64_t>(dK->untyped_data()),
           reinterpret_cast<uint64_t>(dV->untyped_data()),
-          reinterpret_cast<uint64_t>(*workspace), batch, seqQ, seqK, stream,
+          aligned, batch, seqQ, seqK, stream,
           &error) != 0)
     return takeError(error, "fa3_launch_attention_grad");
   return ffi::Error::Success();
@@ -282,8 +285,9 @@ ffi::Error backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
                        ffi::AnyBuffer lse,
                        ffi::Result<ffi::AnyBuffer> dQ,
                        ffi::Result<ffi::AnyBuffer> dK,
-                       ffi::Result<ffi::AnyBuffer> dV, std::string_view source,
-                       int64_t blockM) {
+                       ffi::Result<ffi::AnyBuffer> dV,
+                       ffi::Result<ffi::AnyBuffer> /*workspace: none on the CPU*/,
+                       std::string_view source, int64_t blockM) {
   auto fn = cpuFunction(source, /*backward=*/true, blockM);
   if (fn.has_error())
     return fn.error();
@@ -310,7 +314,6 @@ XLA_FFI_DEFINE_HANDLER(kBackwardCuda, backwardCuda,
                        ffi::Ffi::Bind()
                            .Ctx<ffi::PlatformStream<void *>>()
                            .Ctx<ffi::DeviceOrdinal>()
-                           .Ctx<ffi::ScratchAllocator>()
                            .Arg<ffi::AnyBuffer>() // grad_out
                            .Arg<ffi::AnyBuffer>() // q
                            .Arg<ffi::AnyBuffer>() // k
@@ -320,6 +323,7 @@ XLA_FFI_DEFINE_HANDLER(kBackwardCuda, backwardCuda,
                            .Ret<ffi::AnyBuffer>() // grad_q
                            .Ret<ffi::AnyBuffer>() // grad_k
                            .Ret<ffi::AnyBuffer>() // grad_v
+                           .Ret<ffi::AnyBuffer>() // workspace
                            .Attr<std::string_view>("source")
                            .Attr<int64_t>("block_m"));
 
@@ -344,6 +348,7 @@ XLA_FFI_DEFINE_HANDLER(kBackwardCpu, backwardCpu,
                            .Ret<ffi::AnyBuffer>() // grad_q
                            .Ret<ffi::AnyBuffer>() // grad_k
                            .Ret<ffi::AnyBuffer>() // grad_v
+                           .Ret<ffi::AnyBuffer>() // workspace
                            .Attr<std::string_view>("source")
                            .Attr<int64_t>("block_m"));
 

@@ -50,21 +50,41 @@
 // GQA: fa3.attention %{{.+}}, %[[KT]], %[[VT]] {scale = 2.500000e-01 : f32} : (tensor<2x17x4x16xf32>, tensor<2x23x2x16xf32>, tensor<2x23x2x16xf32>)
 // GQA-NOT: linalg.batch_matmul
 
-// bf16: torch-mlir computes SDPA in f32 on the upcast inputs and rounds O
-// to bf16 once; the raise keeps exactly that (an f32 attention of the
-// upcast inputs, the final truncf kept).
+// bf16: torch-mlir computes SDPA in f32 on inputs extended from bf16 and
+// truncates O to bf16. The raise runs the attention in bf16 on the
+// unextended inputs (the casts die with the matmuls); O is bf16.
 // RUN: fa3-opt %S/Inputs/sdpa_bf16.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=BF16
-// BF16: arith.extf %{{.+}} : bf16 to f32
-// BF16: fa3.attention {{.+}} : (tensor<2x17x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
+// BF16-LABEL: func.func @sdpa_bf16(
+// BF16-NOT: arith.extf
+// BF16: %[[O:.+]], %{{.+}} = fa3.attention {{.+}} {scale = 2.500000e-01 : f32} : (tensor<2x17x4x16xbf16>, tensor<2x23x4x16xbf16>, tensor<2x23x4x16xbf16>) -> (tensor<2x17x4x16xbf16>, tensor<2x4x17xf32>)
 // BF16-NOT: linalg.batch_matmul
-// BF16: arith.truncf %{{.+}} : f32 to bf16
+// BF16-NOT: arith.truncf
+// BF16: %[[T:.+]] = linalg.transpose ins(%[[O]] : tensor<2x17x4x16xbf16>)
+// BF16: return %[[T]] : tensor<2x4x17x16xbf16>
 
-// f16, causal: the same f32 computation on upcast inputs.
+// narrow=false keeps the export's arithmetic: an f32 attention of the
+// extended inputs, the final truncf kept.
+// RUN: fa3-opt %S/Inputs/sdpa_bf16.mlir --fa3-raise-attention=narrow=false --canonicalize --cse | FileCheck %s --check-prefix=BF16-F32
+// BF16-F32: arith.extf %{{.+}} : bf16 to f32
+// BF16-F32: fa3.attention {{.+}} : (tensor<2x17x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
+// BF16-F32-NOT: linalg.batch_matmul
+// BF16-F32: arith.truncf %{{.+}} : f32 to bf16
+
+// f16, causal: the same narrowing.
 // RUN: fa3-opt %S/Inputs/sdpa_f16.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=F16
-// F16: arith.extf %{{.+}} : f16 to f32
-// F16: fa3.attention {{.+}} {causal, scale = 2.500000e-01 : f32} : (tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>, tensor<2x23x4x16xf32>)
+// F16-NOT: arith.extf
+// F16: fa3.attention {{.+}} {causal, scale = 2.500000e-01 : f32} : (tensor<2x23x4x16xf16>, tensor<2x23x4x16xf16>, tensor<2x23x4x16xf16>) -> (tensor<2x23x4x16xf16>, tensor<2x4x23xf32>)
 // F16-NOT: linalg.batch_matmul
-// F16: arith.truncf %{{.+}} : f32 to f16
+// F16-NOT: arith.truncf
+
+// Shapes the Hopper kernels take (test/Integration/GPU/test_raised_attention_gpu.py
+// runs them): bf16 d64 causal GQA 8:2, and f16 d128 with Sq 77 != Sk 300.
+// RUN: fa3-opt %S/Inputs/sdpa_bf16_d64_causal_gqa.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=HOPPER-BF16
+// HOPPER-BF16: fa3.attention {{.+}} {causal, scale = 0.124999993 : f32} : (tensor<1x200x8x64xbf16>, tensor<1x200x2x64xbf16>, tensor<1x200x2x64xbf16>) -> (tensor<1x200x8x64xbf16>, tensor<1x8x200xf32>)
+// HOPPER-BF16-NOT: linalg.batch_matmul
+// RUN: fa3-opt %S/Inputs/sdpa_f16_d128.mlir --fa3-raise-attention --canonicalize --cse | FileCheck %s --check-prefix=HOPPER-F16
+// HOPPER-F16: fa3.attention {{.+}} {scale = 0.0883883387 : f32} : (tensor<2x77x4x128xf16>, tensor<2x300x4x128xf16>, tensor<2x300x4x128xf16>) -> (tensor<2x77x4x128xf16>, tensor<2x4x77xf32>)
+// HOPPER-F16-NOT: linalg.batch_matmul
 
 // softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v, written out: the
 // scale sits on S.

@@ -35,3 +35,10 @@ def fa3_run():
     tool = os.environ.get("FA3_RUN") or shutil.which("fa3-run") or str(REPO / "build" / "bin" / "fa3-run")
     assert os.path.isfile(tool), f"fa3-run not found at {tool}; set FA3_RUN"
     return tool
+
+
+@pytest.fixture(scope="session")
+def fa3_opt():
+    tool = os.environ.get("FA3_OPT") or shutil.which("fa3-opt") or str(REPO / "build" / "bin" / "fa3-opt")
+    assert os.path.isfile(tool), f"fa3-opt not found at {tool}; set FA3_OPT"
+    return tool

@@ -103,7 +103,7 @@ def test_jit_and_eager_agree_bit_for_bit_and_repeat():
 
 def test_value_and_grad_in_one_jitted_step():
     # A training-style step: loss and gradients from one executable; the
-    # backward's workspace comes from XLA's scratch allocator.
+    # backward's workspace is an extra result of its custom call.
     q, k, v, do = _inputs(11, 2, 512, 512, 8, 8, 64, jnp.bfloat16)
     step = jax.jit(jax.value_and_grad(_loss(lambda q, k, v: fa3_jax.attention(q, k, v, causal=True), do),
                                       argnums=(0, 1, 2)))

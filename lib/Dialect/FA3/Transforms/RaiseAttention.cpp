@@ -451,6 +451,44 @@ static Miss matchAttention(linalg::BatchMatmulOp pv, Attention &out) {
   return {};
 }
 
+/// An elementwise linalg.generic of one input whose body is a single `OpTy`
+/// of that input: the casts torch-mlir puts around a 16-bit SDPA.
+template <typename OpTy>
+static OpTy elementwiseCast(linalg::GenericOp g) {
+  if (!g || g.getNumDpsInputs() != 1 || g.getNumDpsInits() != 1 ||
+      !allParallel(g) ||
+      !llvm::all_of(g.getIndexingMapsArray(),
+                    [](AffineMap m) { return m.isIdentity(); }))
+    return {};
+  auto cast = dyn_cast_or_null<OpTy>(singleBodyOp(g));
+  if (!cast || cast->getOperand(0) != g.getRegion().front().getArgument(0))
+    return {};
+  return cast;
+}
+
+/// The bf16/f16 tensor that the f32 tensor `x` extends (arith.extf), if any.
+static Value extendedFrom16Bit(Value x) {
+  auto g = x.getDefiningOp<linalg::GenericOp>();
+  auto ext = elementwiseCast<arith::ExtFOp>(g);
+  if (!ext || !ext.getResult().getType().isF32())
+    return {};
+  Type from = ext.getIn().getType();
+  if (!from.isBF16() && !from.isF16())
+    return {};
+  return g.getDpsInputs()[0];
+}
+
+/// The only use of the f32 tensor `o` when it truncates `o` to `to`.
+static linalg::GenericOp truncatedTo(Value o, Type to) {
+  if (!o.hasOneUse())
+    return {};
+  auto g = dyn_cast<linalg::GenericOp>(*o.getUsers().begin());
+  auto trunc = elementwiseCast<arith::TruncFOp>(g);
+  if (!trunc || trunc.getResult().getType() != to || g.getDpsInputs()[0] != o)
+    return {};
+  return g;
+}
+
 /// [B, H, S, D] <-> [B, S, H, D].
 static Value swapHeadsAndSequence(OpBuilder &b, Location loc, Value x) {
   auto type = cast<RankedTensorType>(x.getType());
@@ -462,7 +500,7 @@ static Value swapHeadsAndSequence(OpBuilder &b, Location loc, Value x) {
       ->getResult(0);
 }
 
-static Miss raise(OpBuilder &b, const Attention &a) {
+static Miss raise(OpBuilder &b, const Attention &a, bool narrow) {
   auto qType = cast<RankedTensorType>(a.q.getType());
   // K's type in torch's [B, H, S, D] either way.
   RankedTensorType kType;
@@ -501,14 +539,35 @@ static Miss raise(OpBuilder &b, const Attention &a) {
                   " < " + std::to_string(sk) +
                   ") hides keys fa3's masks cannot express"};
   }
+  // A 16-bit export: Q, K and V extended from one bf16/f16 type and O
+  // truncated back to it. The attention then runs in that type on the
+  // unextended tensors (the values are the same; fa3's 16-bit attention
+  // accumulates in f32 and rounds O once, like the export).
+  Value qIn = a.q, kIn = a.k ? a.k : a.kBSHD, vIn = a.v;
+  linalg::GenericOp truncation;
+  if (narrow) {
+    Value q16 = extendedFrom16Bit(qIn), k16 = extendedFrom16Bit(kIn),
+          v16 = extendedFrom16Bit(vIn);
+    if (q16 && k16 && v16) {
+      Type t = cast<RankedTensorType>(q16.getType()).getElementType();
+      if (cast<RankedTensorType>(k16.getType()).getElementType() == t &&
+          cast<RankedTensorType>(v16.getType()).getElementType() == t &&
+          (truncation = truncatedTo(a.root->getResult(0), t))) {
+        qIn = q16;
+        kIn = k16;
+        vIn = v16;
+      }
+    }
+  }
+  Type elementType = cast<RankedTensorType>(qIn.getType()).getElementType();
   Location loc = a.root->getLoc();
   b.setInsertionPoint(a.root);
-  Value q = swapHeadsAndSequence(b, loc, a.q);
-  Value k = a.k ? swapHeadsAndSequence(b, loc, a.k) : a.kBSHD;
-  Value v = swapHeadsAndSequence(b, loc, a.v);
+  Value q = swapHeadsAndSequence(b, loc, qIn);
+  Value k = a.k ? swapHeadsAndSequence(b, loc, kIn) : kIn;
+  Value v = swapHeadsAndSequence(b, loc, vIn);
   auto oType = RankedTensorType::get({qType.getDimSize(0), sq,
                                       qType.getDimSize(1), vType.getDimSize(3)},
-                                     qType.getElementType());
+                                     elementType);
   auto lseType = RankedTensorType::get(
       {qType.getDimSize(0), qType.getDimSize(1), sq}, b.getF32Type());
   SmallVector<NamedAttribute> attrs = {
@@ -521,12 +580,17 @@ static Miss raise(OpBuilder &b, const Attention &a) {
   auto attention = AttentionOp::create(b, loc, TypeRange{oType, lseType},
                                        ValueRange{q, k, v}, attrs);
   Value o = swapHeadsAndSequence(b, loc, attention.getOutput());
-  a.root->getResult(0).replaceAllUsesWith(o);
+  if (truncation)
+    truncation->getResult(0).replaceAllUsesWith(o);
+  else
+    a.root->getResult(0).replaceAllUsesWith(o);
   return {};
 }
 
 struct FA3RaiseAttentionPass
     : public fa3::impl::FA3RaiseAttentionBase<FA3RaiseAttentionPass> {
+  using Base::Base;
+
   void runOnOperation() override {
     SmallVector<linalg::BatchMatmulOp> candidates;
     getOperation()->walk([&](linalg::BatchMatmulOp mm) {
@@ -547,7 +611,7 @@ struct FA3RaiseAttentionPass
       Attention a;
       Miss miss = matchAttention(mm, a);
       if (!miss)
-        miss = raise(b, a);
+        miss = raise(b, a, narrow);
       if (miss)
         mm->emitRemark() << "fa3-raise-attention: not raised: " << miss.reason;
     }

@@ -31,9 +31,17 @@ def FA3RaiseAttention : Pass<"fa3-raise-attention", "::mlir::func::FuncOp"> {
     for Sq < Sk it hides keys no fa3 mask does and is not raised.
 
     GQA (`enable_gqa=True`: K and V broadcast from Hkv heads, head h reading
-    kv head h / G) raises to an fa3.attention on the Hkv-head tensors. A
-    bf16/f16 export computes in f32 on upcast inputs and rounds O once;
-    the raise keeps that (an f32 attention of the upcast values).
+    kv head h / G) raises to an fa3.attention on the Hkv-head tensors.
+
+    A bf16/f16 export computes in f32 on inputs extended from the 16-bit
+    type (`arith.extf`) and truncates O back to it. With `narrow` (the
+    default) the raised attention runs in the 16-bit type on the tensors
+    before the extension, which is what the Hopper kernels take. The inputs
+    are the same values and fa3's 16-bit attention accumulates in f32, but
+    it rounds P to the 16-bit type for the P·V product (on the CPU as on
+    Hopper, as FlashAttention does) besides rounding O once, so O moves by
+    up to about 2^-8 · max|V| (bf16). `narrow=false` keeps the f32
+    attention of the extended values (exactly the export's arithmetic).
 
     What is not attention is left alone with a remark naming the step that
     differed, e.g. a softmax over the query dim, an additive mask from an
@@ -51,9 +59,54 @@ def FA3RaiseAttention : Pass<"fa3-raise-attention", "::mlir::func::FuncOp"> {
     %transposed = linalg.transpose ins(%o ...) permutation = [0, 2, 1, 3]
     ```
   }];
+  let options = [
+    Option<"narrow", "narrow", "bool", /*default=*/"true",
+           "Raise the attention of a bf16/f16 export in that type (false: "
+           "an f32 attention of the extended inputs)">,
+  ];
   let dependentDialects = ["::mlir::fa3::FA3Dialect",
                            "::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect"];
+}
+
+def FA3OutlineAttention : Pass<"fa3-outline-attention", "::mlir::ModuleOp"> {
+  let summary = "Move each fa3.attention into a function of its own, called from where it was";
+  let description = [{
+    Replaces every `fa3.attention` inside a function `@f` with a `func.call`
+    of a new function `@f_attention_N` (N counts the attentions of
+    `@f` in order) whose body is that op alone on its arguments, returning
+    its results. That is the form fa3's kernel entry points compile (the C
+    API's `fa3_compile_attention`, `fa3.compile_mlir`, `fa3-run
+    --device=cuda`): after `fa3-raise-attention`, it separates the attention
+    of another compiler's graph from the layout changes and projections
+    around it, so the attention can run through the Hopper pipeline while
+    the rest of the module runs wherever it runs. The module computes what
+    it did: the CPU pipeline lowers the calls and the outlined functions
+    alike. The new functions are public, so each is an entry point of its own
+    (the C API and `fa3-run --function` look them up by name).
+
+    ```mlir
+    func.func @sdpa(...) {
+      ...
+      %o, %lse = fa3.attention %q, %k, %v {scale = 0.25 : f32} : (...) -> (...)
+      ...
+    }
+    // becomes
+    func.func @sdpa(...) {
+      ...
+      %0:2 = call @sdpa_attention_0(%q, %k, %v) : (...) -> (...)
+      ...
+    }
+    func.func @sdpa_attention_0(%q: ..., %k: ..., %v: ...) -> (...) {
+      %o, %lse = fa3.attention %q, %k, %v {scale = 0.25 : f32} : (...) -> (...)
+      return %o, %lse : ...
+    }
+    ```
+
+    A name already taken gets a numeric suffix (the symbol table's
+    uniquing).
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
 def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
