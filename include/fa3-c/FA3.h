@@ -86,12 +86,15 @@ int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
 
 /** Launches the backward on `stream`: grad_out, q, out: [B, Sq, Hq, D];
  *  k, v: [B, Sk, Hkv, D], all contiguous in the kernel's element type; lse:
- *  [B, Hq, Sq] f32 (the forward's); grad_q/k/v shaped like q/k/v;
- *  workspace: fa3_attention_grad_workspace_size bytes, 256-byte aligned.
- *  Returns 0, or non-zero with `*error` set. Asynchronous. */
+ *  [B, Hq, Sq] f32 (the forward's); grad_lse: the gradient reaching the
+ *  LSE, [B, Hq, Sq] f32, or 0 when it has none (see fa3.attention_grad);
+ *  grad_q/k/v shaped like q/k/v; workspace:
+ *  fa3_attention_grad_workspace_size bytes, 256-byte aligned. Returns 0, or
+ *  non-zero with `*error` set. Asynchronous. */
 int fa3_launch_attention_grad(const fa3_kernel *kernel, uint64_t grad_out,
                               uint64_t q, uint64_t k, uint64_t v, uint64_t out,
-                              uint64_t lse, uint64_t grad_q, uint64_t grad_k,
+                              uint64_t lse, uint64_t grad_lse,
+                              uint64_t grad_q, uint64_t grad_k,
                               uint64_t grad_v, uint64_t workspace,
                               int64_t batch, int64_t seq_q, int64_t seq_k,
                               void *stream, char **error);

@@ -389,9 +389,9 @@ extern "C" int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
 
 extern "C" int fa3_launch_attention_grad(
     const fa3_kernel *kernel, uint64_t gradOut, uint64_t q, uint64_t k,
-    uint64_t v, uint64_t out, uint64_t lse, uint64_t gradQ, uint64_t gradK,
-    uint64_t gradV, uint64_t workspace, int64_t batch, int64_t seqQ,
-    int64_t seqK, void *stream, char **error) {
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t gradLse, uint64_t gradQ,
+    uint64_t gradK, uint64_t gradV, uint64_t workspace, int64_t batch,
+    int64_t seqQ, int64_t seqK, void *stream, char **error) {
   if (!kernel || !kernel->gradKernels) {
     setError(error, kernel ? (kernel->kernel.info.backward
                                   ? "fa3_launch_attention_grad: the kernel was "
@@ -414,6 +414,7 @@ extern "C" int fa3_launch_attention_grad(
   args.v = v;
   args.out = out;
   args.lse = lse;
+  args.gradLse = gradLse;
   args.gradQ = gradQ;
   args.gradK = gradK;
   args.gradV = gradV;

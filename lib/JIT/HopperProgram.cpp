@@ -386,6 +386,9 @@ HopperProgram::run(const CudaDevice &device,
     std::vector<int64_t> lseShape = {batch, info.numQHeads, seqQ};
     if (operand(5).type != ElementType::F32 || operand(5).shape != lseShape)
       return error("lse of " + info.name + " must be [B, Hq, Sq] f32");
+    if (step.operands.size() > 6 && (operand(6).type != ElementType::F32 ||
+                                     operand(6).shape != lseShape))
+      return error("grad_lse of " + info.name + " must be [B, Hq, Sq] f32");
     std::vector<std::optional<DeviceValue>> grads;
     for (unsigned i = 1; i <= 3; ++i) {
       auto g = allocate(device, elt, operand(i).shape);
@@ -412,6 +415,8 @@ HopperProgram::run(const CudaDevice &device,
     args.v = operand(3).buffer.ptr();
     args.out = operand(4).buffer.ptr();
     args.lse = operand(5).buffer.ptr();
+    if (step.operands.size() > 6) // fa3.attention_grad's optional grad_lse
+      args.gradLse = operand(6).buffer.ptr();
     args.gradQ = values[step.results[0]]->buffer.ptr();
     args.gradK = values[step.results[1]]->buffer.ptr();
     args.gradV = values[step.results[2]]->buffer.ptr();

@@ -371,8 +371,9 @@ llvm::Error fa3::runtime::launchAttentionBackward(
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
 
   if (args.seqQ > 0) {
-    DevicePtr dO = args.gradOut, o = args.out, lse = args.lse;
-    void *params[] = {&dO, &o, &lse, &acc, &lse2, &delta, &seqQ32};
+    DevicePtr dO = args.gradOut, o = args.out, lse = args.lse,
+              gradLse = args.gradLse;
+    void *params[] = {&dO, &o, &lse, &gradLse, &acc, &lse2, &delta, &seqQ32};
     Dim3 grid{unsigned(seqPad / 4), unsigned(info.numQHeads),
               unsigned(args.batch)};
     if (llvm::Error err =

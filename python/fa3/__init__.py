@@ -14,11 +14,14 @@ raise ValueError/TypeError naming the argument.
 `fa3.compile_mlir` compiles an MLIR function of your own (any schedule
 attribute) into the same kind of kernel. `fa3.reference` (float64 NumPy
 reference) needs no compiled extension; `fa3.integrations.transformers`
-registers fa3 as a Hugging Face transformers attention implementation.
+registers fa3 as a Hugging Face transformers attention implementation;
+`fa3.merge_attention` merges partial attentions by their LSE (split keys,
+ring attention), differentiably with torch; `fa3.jax` is fa3 for JAX.
 """
 
 from . import _jit
 from .api import Kernel, attention, compile, compile_mlir
+from .merge import merge_attention
 
 __version__ = "0.1.0"
 
@@ -36,4 +39,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'fa3' has no attribute {name!r}")
 
 
-__all__ = ["attention", "compile", "compile_mlir", "Kernel", "cache_info", "Error"]
+__all__ = ["attention", "compile", "compile_mlir", "merge_attention", "Kernel", "cache_info", "Error"]

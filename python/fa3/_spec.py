@@ -78,13 +78,15 @@ class AttentionSpec:
                 f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs()} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
-    def backward_mlir(self):
-        """`@attention_grad(do, q, k, v, o, lse) -> (dq, dk, dv)`."""
+    def backward_mlir(self, grad_lse=False):
+        """`@attention_grad(do, q, k, v, o, lse) -> (dq, dk, dv)`; with
+        `grad_lse`, a seventh argument: the gradient reaching the LSE."""
         q, k, v, o, lse = self._types()
-        return (f"func.func @attention_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse})"
-                f" -> ({q}, {k}, {v}) {{\n"
-                f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{self._attrs()}"
-                f" : ({o}, {q}, {k}, {v}, {o}, {lse}) -> ({q}, {k}, {v})\n"
+        extra_arg, extra_operand, extra_type = (f", %dlse: {lse}", ", %dlse", f", {lse}") if grad_lse else ("", "", "")
+        return (f"func.func @attention_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse}"
+                f"{extra_arg}) -> ({q}, {k}, {v}) {{\n"
+                f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{extra_operand}{self._attrs()}"
+                f" : ({o}, {q}, {k}, {v}, {o}, {lse}{extra_type}) -> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
 
 

@@ -113,9 +113,15 @@ def _forward(plan, q, k, v):
     return q, k, v, out, lse
 
 
-def _backward(plan, grad_out, q, k, v, out, lse):
+def _backward(plan, grad_out, q, k, v, out, lse, grad_lse=None):
+    """dq, dk, dv; `grad_out` or `grad_lse` may be None (no gradient reaches
+    that output). A grad_lse runs the same kernels with Δ − dLSE."""
     kernel = plan.backward_kernel()
-    grad_out = grad_out.contiguous()
+    grad_out = torch.zeros_like(out) if grad_out is None else grad_out.contiguous()
+    grad_lse_ptr = 0
+    if grad_lse is not None:
+        grad_lse = grad_lse.to(torch.float32).contiguous()
+        grad_lse_ptr = grad_lse.data_ptr()
     b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # Scratch the launch initializes itself: the f32 dQ accumulator, LSE in
@@ -123,25 +129,29 @@ def _backward(plan, grad_out, q, k, v, out, lse):
     workspace = q.new_empty(max(kernel.workspace_bytes(b, sq, sk), 256), dtype=torch.uint8)
     kernel.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
-                       b, sq, sk, _raw_stream(plan.index))
+                       b, sq, sk, _raw_stream(plan.index), grad_lse_ptr)
     return dq, dk, dv
 
 
 class _Attention(torch.autograd.Function):
-    """The eager forward with its backward (the LSE carries no gradient)."""
+    """The eager forward with its backward. Gradients reach q, k and v from
+    both outputs: through O, and through the LSE (fa3.attention_grad's
+    grad_lse) when the caller uses it, e.g. to merge partial attentions."""
 
     @staticmethod
     def forward(ctx, q, k, v, plan):
         q, k, v, out, lse = _forward(plan, q, k, v)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.plan = plan
-        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(ctx.plan, grad_out, q, k, v, out, lse)
+        if grad_out is None and grad_lse is None:
+            return None, None, None, None
+        dq, dk, dv = _backward(ctx.plan, grad_out, q, k, v, out, lse, grad_lse)
         return dq, dk, dv, None
 
 
@@ -183,15 +193,17 @@ def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softc
 
 @torch.library.custom_op("fa3::attention_bwd", mutates_args=())
 def attention_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float, window_left: int,
-                  window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool, scale: float,
+                  window_left: int, window_right: int,
+                  softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap)
     q, k, v, out, lse = (t.contiguous() for t in (q, k, v, out, lse))
-    return _backward(plan, grad_out, q, k, v, out, lse)
+    return _backward(plan, grad_out, q, k, v, out, lse, grad_lse)
 
 
 @attention_bwd.register_fake
-def _attention_bwd_fake(grad_out, q, k, v, out, lse, causal, scale, window_left, window_right, softcap):
+def _attention_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, causal, scale, window_left, window_right,
+                        softcap):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -200,13 +212,15 @@ def _setup_context(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.options = (causal, scale, window_left, window_right, softcap)
-    # The LSE is an output for inspection; gradients do not flow through it.
-    ctx.mark_non_differentiable(lse)
 
 
 def _op_backward(ctx, grad_out, grad_lse):
+    # Both outputs' gradients, as in _Attention (torch.compile materializes
+    # an unused one as zeros: a zero dLSE leaves Δ as it is).
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, *ctx.options)
+    grad_out = torch.zeros_like(out) if grad_out is None else grad_out
+    grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
+    dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, *ctx.options)
     return dq, dk, dv, None, None, None, None, None
 
 

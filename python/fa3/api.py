@@ -74,7 +74,9 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     accepted and the input is copied to a dense layout first (one read and
     one write of it). Returns `out` (batch, seqlen_q, num_heads, head_dim_v)
     or `(out, lse)` with the natural-log LSE (batch, num_heads, seqlen_q),
-    float32, -inf for rows that see no key; the LSE carries no gradient.
+    float32, -inf for rows that see no key. On torch CUDA tensors the LSE is
+    differentiable too (its gradient runs through fa3.attention_grad's
+    grad_lse): partial attentions merged by their LSE train correctly.
     """
     torch = sys.modules.get("torch")
     if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
@@ -253,17 +255,24 @@ class Kernel:
             raise ValueError("workspace_bytes is a CUDA (or ptx) backward kernel's")
         return self._impl.workspace_bytes(batch, seq_q, seq_k)
 
-    def launch_grad_into(self, grad_out, q, k, v, out, lse, dq, dk, dv, workspace=None):
+    def launch_grad_into(self, grad_out, q, k, v, out, lse, dq, dk, dv, workspace=None, grad_lse=None):
         """Backward into preallocated dq, dk, dv on the current stream (the
         forward's out and lse). `workspace`: a CUDA tensor of at least
         workspace_bytes() bytes at a 256-byte aligned address, whose contents
-        the launch initializes (default: allocated here)."""
+        the launch initializes (default: allocated here). `grad_lse`: the
+        gradient reaching the LSE (float32 [B, Hq, Sq]), if any."""
         import torch
 
         if not self.backward:
             raise ValueError("launch_grad_into runs a backward; use launch_into for a forward kernel")
         names = ("grad_out", "q", "k", "v", "out", "lse", "dq", "dk", "dv")
-        stream = self._cuda_args(names, (grad_out, q, k, v, out, lse, dq, dk, dv), "launch_grad_into")
+        tensors = (grad_out, q, k, v, out, lse, dq, dk, dv)
+        if grad_lse is not None:
+            names, tensors = names + ("grad_lse",), tensors + (grad_lse,)
+            if grad_lse.dtype != torch.float32 or tuple(grad_lse.shape) != tuple(lse.shape):
+                raise ValueError(f"grad_lse must be float32 shaped like lse {tuple(lse.shape)}, got "
+                                 f"{grad_lse.dtype} {tuple(grad_lse.shape)}")
+        stream = self._cuda_args(names, tensors, "launch_grad_into")
         b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
         need = self._impl.workspace_bytes(b, sq, sk)
         if workspace is None:
@@ -275,16 +284,20 @@ class Kernel:
             raise ValueError("workspace's data_ptr() must be 256-byte aligned")
         self._impl.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                                lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                               workspace.data_ptr(), b, sq, sk, stream)
+                               workspace.data_ptr(), b, sq, sk, stream,
+                               0 if grad_lse is None else grad_lse.data_ptr())
 
     def __call__(self, *tensors):
         """Forward: (q, k, v) -> (out, lse). Backward: (grad_out, q, k, v,
-        out, lse) -> (dq, dk, dv). numpy arrays on the CPU, contiguous torch
-        tensors on the kernel's CUDA device (launched on its current
-        stream)."""
-        want = 6 if self.backward else 3
-        if len(tensors) != want:
-            raise TypeError(f"this kernel takes {want} tensors, got {len(tensors)}")
+        out, lse[, grad_lse]) -> (dq, dk, dv). numpy arrays on the CPU (as
+        many as the function's arguments), contiguous torch tensors on the
+        kernel's CUDA device (launched on its current stream)."""
+        if self.device == "cpu":
+            want = (self._impl.num_inputs,)
+        else:
+            want = (6, 7) if self.backward else (3,)
+        if len(tensors) not in want:
+            raise TypeError(f"this kernel takes {' or '.join(map(str, want))} tensors, got {len(tensors)}")
         if self.device == "ptx":
             raise ValueError("a kernel compiled with device='ptx' cannot run; compile with device='cuda'")
         if self.device == "cpu":
@@ -301,9 +314,10 @@ class Kernel:
             lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
             self.launch_into(q, k, v, out, lse)
             return out, lse
-        grad_out, q, k, v, out, lse = tensors
+        grad_out, q, k, v, out, lse = tensors[:6]
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        self.launch_grad_into(grad_out, q, k, v, out, lse, dq, dk, dv)
+        self.launch_grad_into(grad_out, q, k, v, out, lse, dq, dk, dv,
+                              grad_lse=tensors[6] if len(tensors) == 7 else None)
         return dq, dk, dv
 
 
@@ -325,13 +339,16 @@ def compile_mlir(source, function, device="cuda", backward=False, block_m=0, blo
 
 def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, causal=False,
             softmax_scale=None, window_size=(-1, -1), softcap=0.0, device="cuda", backward=False,
-            block_m=0, block_n=0):
+            block_m=0, block_n=0, grad_lse=False):
     """Compiles one attention specialization and returns a `Kernel`.
 
     `dtype`: "bf16", "f16" or "f32" (or the torch/numpy dtype). `device`:
     "cuda" (load on torch's current GPU), "cuda:N", "ptx" (sm_90a PTX only:
     needs no GPU) or "cpu".
-    `backward=True` compiles fa3.attention_grad instead of the forward.
+    `backward=True` compiles fa3.attention_grad instead of the forward;
+    with `grad_lse=True` its function takes a seventh argument, the gradient
+    reaching the LSE (a CUDA backward takes it either way, as
+    `launch_grad_into(..., grad_lse=...)`).
     `block_m`/`block_n` override the cost model's tiles (0: keep them).
     Batch and sequence lengths stay dynamic."""
     name = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "half": "f16"}.get(
@@ -352,6 +369,8 @@ def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, caus
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, head_dim)
     spec = AttentionSpec(dtype=name, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                          head_dim_v=head_dim_v, causal=causal, scale=scale, window=window, softcap=softcap)
+    if not isinstance(grad_lse, bool) or (grad_lse and not backward):
+        raise TypeError(f"grad_lse must be a bool, and True only with backward=True, got {grad_lse!r}")
     if backward:
-        return Kernel(spec.backward_mlir(), "attention_grad", device, True, block_m, block_n)
+        return Kernel(spec.backward_mlir(grad_lse), "attention_grad", device, True, block_m, block_n)
     return Kernel(spec.forward_mlir(), "attention", device, False, block_m, block_n)

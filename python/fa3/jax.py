@@ -21,8 +21,9 @@ registered for two platforms:
 The MLIR function of the specialization is an attribute of the call, and
 each handler compiles it on first use (fa3's kernel cache on disk serves
 later processes). `jax.grad`/`jax.vjp` run fa3.attention_grad through
-`jax.custom_vjp`; the LSE (`return_lse=True`) carries no gradient, and
-differentiating through it raises instead of returning a wrong gradient.
+`jax.custom_vjp`, through the output and through the LSE (`return_lse=True`:
+its gradient runs as fa3.attention_grad's grad_lse), so attentions merged by
+their LSE differentiate correctly.
 """
 
 import functools
@@ -102,11 +103,12 @@ def _workspace_bytes(spec, q, k, cuda):
     return kernel.workspace_bytes(q.shape[0], q.shape[1], k.shape[1]) + 256
 
 
-def _backward(do, q, k, v, o, lse, spec, cuda):
+def _backward(do, q, k, v, o, lse, dlse, spec, cuda):
     out_types = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)) + (
         jax.ShapeDtypeStruct((_workspace_bytes(spec, q, k, cuda),), jnp.uint8),)
     call = jax.ffi.ffi_call("fa3_attention_bwd", out_types)
-    dq, dk, dv, _ = call(do, q, k, v, o, lse, source=spec.backward_mlir(), block_m=np.int64(0))
+    dq, dk, dv, _ = call(do, q, k, v, o, lse, dlse, source=spec.backward_mlir(grad_lse=True),
+                         block_m=np.int64(0))
     return dq, dk, dv
 
 
@@ -126,13 +128,13 @@ def _attention_bwd(spec, cuda, block_m, residuals, cotangents):
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     zero = jax.custom_derivatives.SymbolicZero
-    if not isinstance(dlse, zero):
-        raise NotImplementedError(
-            "fa3.jax.attention: the LSE (return_lse=True) carries no gradient; apply "
-            "jax.lax.stop_gradient to it, or differentiate only through the output")
-    if isinstance(do, zero):
+    if isinstance(do, zero) and isinstance(dlse, zero):
         return tuple(jnp.zeros(x.shape, x.dtype) for x in (q, k, v))
-    return _backward(do.astype(o.dtype), q, k, v, o, lse, spec, cuda)
+    # An output nothing differentiates arrives as a symbolic zero: a zero
+    # dO adds nothing, a zero dLSE leaves the backward's Δ as it is.
+    do = jnp.zeros(o.shape, o.dtype) if isinstance(do, zero) else do.astype(o.dtype)
+    dlse = jnp.zeros(lse.shape, jnp.float32) if isinstance(dlse, zero) else dlse.astype(jnp.float32)
+    return _backward(do, q, k, v, o, lse, dlse, spec, cuda)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd, symbolic_zeros=True)
@@ -146,7 +148,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     `softcap`, `softmax_scale` defaulting to 1/sqrt(head_dim)).
 
     Jit-able (the options are Python values fixed at trace time: pass them as
-    static arguments) and differentiable in q, k and v. Returns `out`
+    static arguments) and differentiable in q, k and v through both outputs.
+    Returns `out`
     [batch, seqlen_q, num_heads, head_dim_v] in the inputs' dtype, or
     `(out, lse)` with the natural-log LSE [batch, num_heads, seqlen_q]
     (float32, -inf for rows that see no key).

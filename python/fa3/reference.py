@@ -59,10 +59,12 @@ def attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0):
     return o, lse
 
 
-def attention_grad(q, k, v, do, causal=False, scale=None, window=(-1, -1), softcap=0.0):
+def attention_grad(q, k, v, do, causal=False, scale=None, window=(-1, -1), softcap=0.0, dlse=None):
     """Returns (dq, dk, dv) in float64: the gradient of `attention`'s output o
     with upstream gradient do (the gradient of sum(o * do) with respect to
-    q, k and v), shaped like q, k and v.
+    q, k and v), shaped like q, k and v. With `dlse` [B, Hq, Sq], the
+    gradient of sum(o * do) + sum(lse * dlse): since dLSE_i/dS_ij = P_ij,
+    dS gains P * dLSE (Delta - dLSE in place of Delta below).
 
     Written independently of `attention`: query heads are grouped as
     [B, Sq, Hkv, G, D] (G = Hq / Hkv) instead of repeating k and v, so that
@@ -112,6 +114,11 @@ def attention_grad(q, k, v, do, causal=False, scale=None, window=(-1, -1), softc
     dv = np.einsum("bhgqk,bqhgd->bkhd", p, dog)
     dp = np.einsum("bqhgd,bkhd->bhgqk", dog, v)
     delta = np.einsum("bqhgd,bqhgd->bhgq", dog, o)[..., None]
+    if dlse is not None:
+        dlse = np.asarray(dlse, dtype=np.float64)
+        if dlse.shape != (b, hq, sq):
+            raise ValueError(f"dlse of shape {dlse.shape}, expected {(b, hq, sq)}")
+        delta = delta - dlse.reshape(b, hkv, g, sq)[..., None]
     ds = p * (dp - delta)
     if softcap > 0:
         ds = ds * (1.0 - (s / softcap) ** 2)

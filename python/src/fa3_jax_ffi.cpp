@@ -8,6 +8,7 @@
 // registers them as the custom-call targets `fa3_attention_fwd` and
 // `fa3_attention_bwd`, one handler per platform: "CUDA" launches the sm_90a
 // kernels on XLA's stream, "cpu" runs the CPU pipeline on host buffers.
+// The backward takes the LSE's gradient (zeros when nothing uses the LSE).
 //
 // The MLIR function to compile travels as a string attribute of the call, so
 // a jitted or serialized computation carries everything its handler needs;
@@ -231,6 +232,7 @@ ffi::Error forwardCuda(void *stream, int32_t device, ffi::AnyBuffer q,
 ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
                         ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                         ffi::AnyBuffer o, ffi::AnyBuffer lse,
+                        ffi::AnyBuffer gradLse,
                         ffi::Result<ffi::AnyBuffer> dQ,
                         ffi::Result<ffi::AnyBuffer> dK,
                         ffi::Result<ffi::AnyBuffer> dV,
@@ -260,7 +262,7 @@ ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
   char *error = nullptr;
   if (fa3_launch_attention_grad(
           *kernel, address(dO), address(q), address(k), address(v), address(o),
-          reinterpret_cast<uint64_t>(lse.untyped_data()),
+          reinterpret_cast<uint64_t>(lse.untyped_data()), address(gradLse),
           reinterpret_cast<uint64_t>(dQ->untyped_data()),
           reinterpret_cast<uint64_t>(dK->untyped_data()),
           reinterpret_cast<uint64_t>(dV->untyped_data()),
@@ -282,7 +284,7 @@ ffi::Error forwardCpu(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
 
 ffi::Error backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
                        ffi::AnyBuffer v, ffi::AnyBuffer o,
-                       ffi::AnyBuffer lse,
+                       ffi::AnyBuffer lse, ffi::AnyBuffer gradLse,
                        ffi::Result<ffi::AnyBuffer> dQ,
                        ffi::Result<ffi::AnyBuffer> dK,
                        ffi::Result<ffi::AnyBuffer> dV,
@@ -291,8 +293,8 @@ ffi::Error backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
   auto fn = cpuFunction(source, /*backward=*/true, blockM);
   if (fn.has_error())
     return fn.error();
-  return runOnHost<6, 3>(*fn, {&dO, &q, &k, &v, &o, &lse},
-                         {"grad_out", "q", "k", "v", "out", "lse"},
+  return runOnHost<7, 3>(*fn, {&dO, &q, &k, &v, &o, &lse, &gradLse},
+                         {"grad_out", "q", "k", "v", "out", "lse", "grad_lse"},
                          {&*dQ, &*dK, &*dV});
 }
 
@@ -320,6 +322,7 @@ XLA_FFI_DEFINE_HANDLER(kBackwardCuda, backwardCuda,
                            .Arg<ffi::AnyBuffer>() // v
                            .Arg<ffi::AnyBuffer>() // out
                            .Arg<ffi::AnyBuffer>() // lse
+                           .Arg<ffi::AnyBuffer>() // grad_lse
                            .Ret<ffi::AnyBuffer>() // grad_q
                            .Ret<ffi::AnyBuffer>() // grad_k
                            .Ret<ffi::AnyBuffer>() // grad_v
@@ -345,6 +348,7 @@ XLA_FFI_DEFINE_HANDLER(kBackwardCpu, backwardCpu,
                            .Arg<ffi::AnyBuffer>() // v
                            .Arg<ffi::AnyBuffer>() // out
                            .Arg<ffi::AnyBuffer>() // lse
+                           .Arg<ffi::AnyBuffer>() // grad_lse
                            .Ret<ffi::AnyBuffer>() // grad_q
                            .Ret<ffi::AnyBuffer>() // grad_k
                            .Ret<ffi::AnyBuffer>() // grad_v

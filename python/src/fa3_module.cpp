@@ -211,10 +211,12 @@ public:
   void launchGrad(uint64_t gradOut, uint64_t q, uint64_t k, uint64_t v,
                   uint64_t out, uint64_t lse, uint64_t gradQ, uint64_t gradK,
                   uint64_t gradV, uint64_t workspace, int64_t batch,
-                  int64_t seqQ, int64_t seqK, uint64_t stream) {
+                  int64_t seqQ, int64_t seqK, uint64_t stream,
+                  uint64_t gradLse) {
     char *error = nullptr;
-    if (fa3_launch_attention_grad(kernel, gradOut, q, k, v, out, lse, gradQ,
-                                  gradK, gradV, workspace, batch, seqQ, seqK,
+    if (fa3_launch_attention_grad(kernel, gradOut, q, k, v, out, lse, gradLse,
+                                  gradQ, gradK, gradV, workspace, batch, seqQ,
+                                  seqK,
                                   reinterpret_cast<void *>(stream),
                                   &error) != 0)
       raise(error, "fa3_launch_attention_grad failed");
@@ -333,7 +335,8 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
            py::arg("lse"), py::arg("grad_q"), py::arg("grad_k"),
            py::arg("grad_v"), py::arg("workspace"), py::arg("batch"),
-           py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"));
+           py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"),
+           py::arg("grad_lse") = 0);
 
   py::class_<QuantizeKernel>(m, "QuantizeKernel",
                              "The sm_90a kernels of an fa3.quantize function")

@@ -230,8 +230,8 @@ static void testPtx(void) {
             errorContains(error, "compiled to PTX only"),
         "launching a PTX-only kernel is refused");
   error = NULL;
-  check(fa3_launch_attention_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
-                                  1, NULL, &error) != 0 &&
+  check(fa3_launch_attention_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                  1, 1, NULL, &error) != 0 &&
             errorContains(error, "is a forward"),
         "a forward is not launched as a backward");
   check(fa3_attention_grad_workspace_size(kernel, 1, 1, 1) == -1,

@@ -87,6 +87,8 @@ llvm::Error launchAttentionForward(const CudaKernel &kernel,
 /// initializes the workspace itself.
 struct AttentionGradDeviceArgs {
   DevicePtr gradOut = 0, q = 0, k = 0, v = 0, out = 0, lse = 0;
+  /// dLSE [B, Hq, Sq] f32, or 0 when the LSE has no gradient.
+  DevicePtr gradLse = 0;
   DevicePtr gradQ = 0, gradK = 0, gradV = 0, workspace = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
 };

@@ -142,17 +142,21 @@ std::pair<Value, Value> GradKernelBuilder::loadPair(Value ptr) {
 //===----------------------------------------------------------------------===//
 
 void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
+  // (dO, O, LSE, dLSE or null, dQ accumulator, LSE₂, Δ, Sq).
   auto fn = createKernel(module, s.preprocessKernelName(),
                          {globalPtr, globalPtr, globalPtr, globalPtr, globalPtr,
-                          globalPtr, i32},
+                          globalPtr, globalPtr, i32},
                          HopperAttentionGradSpec::kPreThreads);
   OpBuilder::InsertionGuard guard(b);
   Block *entry = &fn.getBody().front();
   b.setInsertionPointToStart(entry);
   Value dOPtr = entry->getArgument(0), oPtr = entry->getArgument(1);
-  Value lsePtr = entry->getArgument(2), accPtr = entry->getArgument(3);
-  Value lse2Ptr = entry->getArgument(4), deltaPtr = entry->getArgument(5);
-  Value seqQ = entry->getArgument(6);
+  Value lsePtr = entry->getArgument(2), gradLsePtr = entry->getArgument(3);
+  Value accPtr = entry->getArgument(4), lse2Ptr = entry->getArgument(5);
+  Value deltaPtr = entry->getArgument(6), seqQ = entry->getArgument(7);
+  Value hasGradLse =
+      cmp(arith::CmpIPredicate::ne,
+          LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), gradLsePtr), cl(0));
 
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value warp = divu(tid, ci(32)), lane = remu(tid, ci(32));
@@ -198,7 +202,21 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
     Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, lse,
                                         cf(-inf));
     Value lse2 = select(empty, cf(inf), fmul(lse, cf(float(M_LOG2E))));
-    scf::YieldOp::create(b, loc, ValueRange{warpSum(dot), lse2});
+    // With the LSE's gradient the backward runs with Δ − dLSE (dS = P ∘ (dP
+    // − Δ + dLSE), since ∂LSE/∂S = P).
+    Value delta = warpSum(dot);
+    auto withGradLse = scf::IfOp::create(b, loc, TypeRange{f32}, hasGradLse,
+                                         /*addElseBlock=*/true);
+    {
+      OpBuilder::InsertionGuard g2(b);
+      b.setInsertionPointToStart(withGradLse.thenBlock());
+      Value gradLse = LLVM::LoadOp::create(
+          b, loc, f32, elemPtr(gradLsePtr, f32, lseIdx), /*alignment=*/4);
+      scf::YieldOp::create(b, loc, ValueRange{fsub(delta, gradLse)});
+      b.setInsertionPointToStart(withGradLse.elseBlock());
+      scf::YieldOp::create(b, loc, ValueRange{delta});
+    }
+    scf::YieldOp::create(b, loc, ValueRange{withGradLse.getResult(0), lse2});
     b.setInsertionPointToStart(rowValues.elseBlock());
     scf::YieldOp::create(b, loc, ValueRange{cf(0), cf(inf)});
   }

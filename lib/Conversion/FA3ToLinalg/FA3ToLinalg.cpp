@@ -511,9 +511,20 @@ struct RowDotLowering : OpConversionPattern<RowDotOp> {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
     AffineMap ij = map(ctx, 2, {0, 1}), i = map(ctx, 2, {0});
+    // The sums start from -minus (Δ - dLSE in the backward) or from 0.
+    Value init = zeros(rewriter, loc, op.getType());
+    if (Value minus = op.getMinus())
+      init = generic(rewriter, loc, op.getType(), {minus}, init,
+                     {map(ctx, 1, {0}), map(ctx, 1, {0})}, {kPar},
+                     [](OpBuilder &b, Location loc, ValueRange args) {
+                       linalg::YieldOp::create(
+                           b, loc,
+                           ValueRange{arith::NegFOp::create(b, loc, args[0])});
+                     })
+                 .getResult(0);
     auto result = generic(
-        rewriter, loc, op.getType(), {op.getLhs(), op.getRhs()},
-        zeros(rewriter, loc, op.getType()), {ij, ij, i}, {kPar, kRed},
+        rewriter, loc, op.getType(), {op.getLhs(), op.getRhs()}, init,
+        {ij, ij, i}, {kPar, kRed},
         [](OpBuilder &b, Location loc, ValueRange args) {
           Value prod = arith::MulFOp::create(b, loc, toF32(b, loc, args[0]),
                                              toF32(b, loc, args[1]));

@@ -292,6 +292,14 @@ func.func @output_element_type(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16
 
 // -----
 
+func.func @grad_lse_shape(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>, %dlse: tensor<2x2x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_grad' op expects grad_lse of shape [2, 8, ?] and element type 'f32', got 'tensor<2x2x?xf32>'}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse, %dlse : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>, tensor<2x2x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+  return
+}
+
+// -----
+
 func.func @grad_key_shape(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) {
   // expected-error @+1 {{'fa3.attention_grad' op expects grad_key of shape [2, ?, 2, 64] and element type 'bf16', got 'tensor<2x?x8x64xbf16>'}}
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>)

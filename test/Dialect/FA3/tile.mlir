@@ -1,6 +1,7 @@
 // RUN: split-file %s %t
 // RUN: fa3-opt %t/tile.mlir --fa3-select-schedule --fa3-tile | FileCheck %s
 // RUN: fa3-opt %t/grad.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=GRAD
+// RUN: fa3-opt %t/grad_lse.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=GRAD-LSE
 // RUN: not fa3-opt %t/unscheduled.mlir --fa3-tile 2>&1 | FileCheck %s --check-prefix=NOSCHED
 
 //--- tile.mlir
@@ -116,6 +117,24 @@ func.func @dv_ne_d_schedule(%q: tensor<?x?x2x192xbf16>, %k: tensor<?x?x2x192xbf1
 // GRAD-NOT: tensor<{{[0-9?]+}}x?xf32>
 func.func @grad(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+  return %dq, %dk, %dv : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>
+}
+
+//--- grad_lse.mlir
+
+// With the LSE's gradient, the preprocessing loads dLSE per query tile and
+// forms Δ − dLSE; the rest of the backward is unchanged.
+// GRAD-LSE-LABEL: func.func @grad_lse(
+// GRAD-LSE-SAME: %[[DLSE:[^:]+]]: tensor<2x8x?xf32>)
+// GRAD-LSE: %[[DOT:.+]] = fa3.load_tile
+// GRAD-LSE: %[[OT:.+]] = fa3.load_tile
+// GRAD-LSE: %[[G:.+]] = fa3.load_stats %[[DLSE]][
+// GRAD-LSE: %[[D:.+]] = fa3.row_dot %[[DOT]], %[[OT]] minus %[[G]] : tensor<64x64xbf16>, tensor<64x64xbf16>, tensor<64xf32> -> tensor<64xf32>
+// GRAD-LSE: fa3.store_stats %[[D]]
+// GRAD-LSE: fa3.softmax_grad
+// GRAD-LSE-NOT: fa3.row_dot
+func.func @grad_lse(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>, %dlse: tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse, %dlse {causal} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
   return %dq, %dk, %dv : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>
 }
 

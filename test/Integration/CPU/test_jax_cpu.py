@@ -110,14 +110,27 @@ def test_jit_retraces_per_shape_on_one_compiled_function():
         assert np.abs(_f64(f(q, k, v)) - ref).max() <= 2e-5
 
 
-def test_gradient_through_lse_raises():
-    q, k, v, _ = _inputs(1, 1, 8, 8, 1, 1, 16, jnp.float32)
-    with pytest.raises(NotImplementedError, match="LSE"):
-        jax.grad(lambda q: fa3_jax.attention(q, k, v, return_lse=True)[1].sum())(q)
-    # stop_gradient on the LSE is the documented way: only O's gradient flows.
-    g = jax.grad(lambda q: fa3_jax.attention(q, k, v).sum()
-                 + jax.lax.stop_gradient(fa3_jax.attention(q, k, v, return_lse=True)[1]).sum())(q)
-    assert np.isfinite(np.asarray(g)).all()
+def test_gradient_through_the_lse():
+    # L = sum(O * dO) + sum(LSE * dLSE): the LSE's gradient runs through
+    # fa3.attention_grad's grad_lse, against the float64 reference.
+    q, k, v, do = _inputs(1, 2, 24, 40, 4, 2, 16, jnp.float32)
+    dlse = jnp.asarray(np.random.default_rng(2).standard_normal((2, 4, 24)), jnp.float32)
+
+    def loss(q, k, v):
+        o, lse = fa3_jax.attention(q, k, v, causal=True, return_lse=True)
+        return jnp.sum(o * do) + jnp.sum(lse * dlse)
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    ref = reference.attention_grad(_f64(q), _f64(k), _f64(v), _f64(do), causal=True, dlse=_f64(dlse))
+    without = reference.attention_grad(_f64(q), _f64(k), _f64(v), _f64(do), causal=True)
+    for name, g, r, w in zip("qkv", grads, ref, without):
+        assert np.abs(_f64(g) - r).max() <= 2e-5, name
+    assert np.abs(ref[0] - without[0]).max() > 0.1  # the LSE term matters here
+    # Only the LSE differentiated: dO is a symbolic zero.
+    g_lse = jax.grad(lambda q: jnp.sum(fa3_jax.attention(q, k, v, causal=True, return_lse=True)[1] * dlse))(q)
+    ref_lse = reference.attention_grad(_f64(q), _f64(k), _f64(v), np.zeros(do.shape), causal=True,
+                                       dlse=_f64(dlse))[0]
+    assert np.abs(_f64(g_lse) - ref_lse).max() <= 2e-5
 
 
 def test_argument_errors_name_the_argument():

@@ -114,3 +114,45 @@ def test_empty_keys():
     dq, dk, dv = reference.attention_grad(q, np.ones((1, 0, 2, 4)), np.ones((1, 0, 2, 4)), do)
     assert dq.shape == q.shape and (dq == 0).all()
     assert dk.shape == (1, 0, 2, 4) and dv.shape == (1, 0, 2, 4)
+
+
+def _loss_with_lse(q, k, v, do, dlse, kw):
+    o, lse = reference.attention(q, k, v, **kw)
+    # Rows without keys have lse = -inf and a constant value: no gradient.
+    return float(np.sum(o * do) + np.sum(np.where(np.isfinite(lse), lse * dlse, 0.0)))
+
+
+LSE_CASES = [c for c in CASES if c[2] > 0][:10] + [CASES[-3]]
+
+
+@pytest.mark.parametrize("case", LSE_CASES, ids=[_id(c) for c in LSE_CASES])
+def test_grad_with_lse_gradient_matches_finite_differences(case):
+    # L = sum(O * dO) + sum(LSE * dLSE): the gradient that reaches fa3's
+    # attention when a caller merges partial results by their LSE.
+    b, sq, sk, hq, hkv, d, dv, kw = case
+    rng = np.random.default_rng(zlib.crc32(("lse" + _id(case)).encode()))
+    q = rng.standard_normal((b, sq, hq, d))
+    k = rng.standard_normal((b, sk, hkv, d))
+    v = rng.standard_normal((b, sk, hkv, dv))
+    do = rng.standard_normal((b, sq, hq, dv))
+    dlse = rng.standard_normal((b, hq, sq))
+    grads = reference.attention_grad(q, k, v, do, dlse=dlse, **kw)
+    without = reference.attention_grad(q, k, v, do, **kw)
+    arrays = [q.copy(), k.copy(), v.copy()]
+    for index, name in enumerate(("dq", "dk", "dv")):
+        x = arrays[index]
+        fd = np.zeros_like(x)
+        for pos in np.ndindex(x.shape):
+            saved = x[pos]
+            x[pos] = saved + H
+            plus = _loss_with_lse(*arrays, do, dlse, kw)
+            x[pos] = saved - H
+            minus = _loss_with_lse(*arrays, do, dlse, kw)
+            x[pos] = saved
+            fd[pos] = (plus - minus) / (2 * H)
+        scale = max(np.abs(fd).max(initial=0.0), 1.0)
+        err = np.abs(grads[index] - fd).max(initial=0.0)
+        assert err <= RTOL * scale, f"{name}: |analytic - FD| = {err:.3g}, relative {err / scale:.3g}"
+    # The LSE's gradient moves dq and dk (dv does not depend on it).
+    assert np.abs(grads[0] - without[0]).max() > 1e-3
+    assert np.array_equal(grads[2], without[2])

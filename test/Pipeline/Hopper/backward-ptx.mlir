@@ -8,7 +8,16 @@
 
 // COMMON: .target sm_90a
 // COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m64n{{64|128}}s2{{.*}}_pre(
+// (dO, O, LSE, dLSE, dQ accumulator, LSE₂, Δ, Sq): dLSE may be null.
+// COMMON: .param .u64 .ptr .global .align 1 {{.*}}_pre_param_6,
+// COMMON-NEXT: .param .u32 {{.*}}_pre_param_7
+// COMMON: ld.param.b64 [[DLSE:%rd[0-9]+]], [{{.*}}_pre_param_3];
+// COMMON: setp.eq.b64 [[NULL:%p[0-9]+]], [[DLSE]], 0;
 // COMMON: shfl.sync.bfly.b32
+// Δ = rowsum(dO ∘ O), minus dLSE where the LSE has a gradient.
+// COMMON: @[[NULL]] bra
+// COMMON: ld.global.b32 [[G:%r[0-9]+]],
+// COMMON-NEXT: sub.rn.f32 %r{{[0-9]+}}, %r{{[0-9]+}}, [[G]];
 // The main kernel: four tensor maps by value (Q, K, V, dO).
 // COMMON: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_s{{[0-9a-f]+}}(
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_0[128],

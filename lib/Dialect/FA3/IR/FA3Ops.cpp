@@ -306,6 +306,10 @@ LogicalResult AttentionGradOp::verify() {
       failed(verifyResultType(*this, getLse().getType(), "lse",
                               lseShape(t->q), Float32Type::get(getContext()))))
     return failure();
+  if (Value gradLse = getGradLse())
+    if (failed(verifyResultType(*this, gradLse.getType(), "grad_lse",
+                                lseShape(t->q), Float32Type::get(getContext()))))
+      return failure();
   if (failed(verifyResultType(*this, getGradQuery().getType(), "grad_query",
                               t->q.getShape(), elt)) ||
       failed(verifyResultType(*this, getGradKey().getType(), "grad_key",

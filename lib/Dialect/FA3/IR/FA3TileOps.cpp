@@ -200,6 +200,9 @@ LogicalResult RowDotOp::verify() {
   if (lhs != rhs)
     return emitOpError() << "expects two tiles of one type, got " << lhs
                          << " and " << rhs;
+  if (getMinus() &&
+      failed(verifyRowStats(*this, getLhs(), getMinus(), "minus")))
+    return failure();
   return verifyRowStats(*this, getLhs(), getResult(), "the result");
 }
 

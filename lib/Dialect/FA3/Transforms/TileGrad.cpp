@@ -118,7 +118,8 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
   Value dqAccInit = emptyTensor(rewriter, loc, dqAccType,
                                 {batch, seqQ, m.cst(numQHeads), m.cst(headDim)});
 
-  // Phase 1, per query tile: Δ = rowsum(dO ∘ O) and a zeroed dQ accumulator.
+  // Phase 1, per query tile: Δ = rowsum(dO ∘ O) (− dLSE) and a zeroed dQ
+  // accumulator.
   ValueRange pre = buildLoopNest(
       rewriter, loc, {batch, m.cst(numQHeads), numQBlocks},
       ValueRange{deltaInit, dqAccInit},
@@ -130,7 +131,12 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
                                       bIdx, qStart, head);
         Value o = LoadTileOp::create(b, loc, oTileType, op.getOutput(), bIdx,
                                      qStart, head);
-        Value rowDot = RowDotOp::create(b, loc, rowType, dO, o);
+        // Δ = rowsum(dO ∘ O), or Δ − dLSE when the LSE has a gradient.
+        Value gradLse;
+        if (op.getGradLse())
+          gradLse = LoadStatsOp::create(b, loc, rowType, op.getGradLse(), bIdx,
+                                        head, qStart);
+        Value rowDot = RowDotOp::create(b, loc, rowType, dO, o, gradLse);
         Value delta = StoreStatsOp::create(b, loc, lseType, rowDot, iters[0],
                                            bIdx, head, qStart);
         Value dqAcc = StoreTileOp::create(

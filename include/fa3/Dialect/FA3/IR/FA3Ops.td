@@ -110,10 +110,18 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
   let description = [{
     The backward of `fa3.attention` with the same attributes. Operands, in
     order: `grad_output` (dO, shaped like the forward's output), `query`,
-    `key`, `value`, `output` (O of the forward) and `lse` (its LSE). Results:
-    `grad_query`, `grad_key`, `grad_value`, shaped and typed like `query`,
-    `key` and `value`. With GQA, `grad_key`/`grad_value` sum over the query
-    heads that share a key/value head.
+    `key`, `value`, `output` (O of the forward), `lse` (its LSE) and,
+    optionally, `grad_lse` (dLSE, f32 shaped like `lse`: the gradient that
+    reaches the LSE when a caller uses it, e.g. to merge partial attentions
+    by their LSE). Results: `grad_query`, `grad_key`, `grad_value`, shaped
+    and typed like `query`, `key` and `value`. With GQA,
+    `grad_key`/`grad_value` sum over the query heads that share a key/value
+    head.
+
+    Since ∂LSE_i/∂S_ij = P_ij, a `grad_lse` adds P ∘ dLSE to the score
+    gradient: dS = P ∘ (dP − Δ + dLSE) with Δ = rowsum(dO ∘ O), i.e. the
+    backward runs with Δ − dLSE in place of Δ. Rows that see no key (LSE =
+    -inf) have P = 0 and take no gradient from it.
 
     `fa3-tile` lowers it (for the CPU) to FlashAttention-2's backward over
     tiles; `convert-fa3-to-hopper` emits sm_90a kernels for it.
@@ -123,11 +131,15 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
         : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>,
            tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>)
         -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+    // with the LSE's gradient, a seventh operand:
+    %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse, %dlse {causal}
+        : (..., tensor<2x8x?xf32>, tensor<2x8x?xf32>) -> (...)
     ```
   }];
   let arguments = !con((ins AnyTensor:$grad_output, AnyTensor:$query,
                             AnyTensor:$key, AnyTensor:$value,
-                            AnyTensor:$output, AnyTensor:$lse),
+                            AnyTensor:$output, AnyTensor:$lse,
+                            Optional<AnyTensor>:$grad_lse),
                        FA3_AttentionAttrs);
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);

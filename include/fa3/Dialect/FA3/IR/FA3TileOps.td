@@ -325,18 +325,24 @@ def FA3_FinalizeOp : FA3_TileOp<"finalize",
 def FA3_RowDotOp : FA3_TileOp<"row_dot"> {
   let summary = "Row-wise dot product of two tiles, in f32";
   let description = [{
-    `result[i] = Σ_d lhs[i, d] · rhs[i, d]` accumulated in f32. The backward's
-    preprocessing forms `Δ = rowsum(dO ∘ O)` with it, the term the softmax
-    gradient subtracts from `dP`.
+    `result[i] = Σ_d lhs[i, d] · rhs[i, d] − minus[i]` accumulated in f32
+    (`minus` optional). The backward's preprocessing forms
+    `Δ = rowsum(dO ∘ O)` with it, the term the softmax gradient subtracts
+    from `dP`, and with the LSE's gradient as `minus`, `Δ − dLSE`.
 
     ```mlir
     %delta = fa3.row_dot %dot, %ot : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64xf32>
+    %delta2 = fa3.row_dot %dot, %ot minus %dlse
+        : tensor<64x64xbf16>, tensor<64x64xbf16>, tensor<64xf32> -> tensor<64xf32>
     ```
   }];
-  let arguments = (ins FA3_Tile2D:$lhs, FA3_Tile2D:$rhs);
+  let arguments = (ins FA3_Tile2D:$lhs, FA3_Tile2D:$rhs,
+                       Optional<Type<FA3_Tile1D.predicate, FA3_Tile1D.summary,
+                                     "::mlir::RankedTensorType">>:$minus);
   let results = (outs FA3_Tile1D:$result);
   let assemblyFormat = [{
-    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+    $lhs `,` $rhs (`minus` $minus^)? attr-dict `:` type($lhs) `,` type($rhs)
+    (`,` type($minus)^)? `->` type($result)
   }];
 }
 
