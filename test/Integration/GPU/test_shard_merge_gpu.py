@@ -130,3 +130,65 @@ def test_sharded_keys_train_like_the_whole_attention(case):
     for name, a, t, r in zip("qkv", ours, theirs, ref):
         err, yard = (a - r).abs().max().item(), (t - r).abs().max().item()
         assert err <= (parts + 1) * yard + 1e-4, (name, err, yard)
+
+
+@pytest.mark.parametrize("world_size,causal", [(2, True), (4, True), (3, False)])
+def test_context_parallel_ranks_simulated_in_one_process(world_size, causal):
+    # fa3.distributed.attention_gathered on every rank's zig-zag shard (the
+    # all-gather simulated: each rank sees every rank's K/V shard), the
+    # outputs unsharded, against the whole attention: what
+    # context_parallel_attention computes across processes, and its
+    # gradients (autograd through the sharding stands in for the
+    # all-gather's reduce-scatter). Bounds as for the shards above, with
+    # 2 x world_size key chunks per query chunk at most.
+    from fa3 import distributed
+
+    torch.manual_seed(world_size)
+    b, s, hq, hkv, d = 1, 4096, 8, 2, 128
+    q = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    do = torch.randn(b, s, hq, d, device="cuda")
+    zigzag = causal
+
+    def parallel(q32, k32, v32):
+        qs, ks, vs = ([distributed.zigzag_shard(x.to(torch.bfloat16), world_size, r, zigzag)
+                       for r in range(world_size)] for x in (q32, k32, v32))
+        outs = [distributed.attention_gathered(qs[r], ks, vs, r, causal=causal, return_lse=True)
+                for r in range(world_size)]
+        return (distributed.zigzag_unshard([o for o, _ in outs], zigzag),
+                distributed.zigzag_unshard([lse for _, lse in outs], zigzag, dim=2))
+
+    o, lse, ours = _grads(parallel, [x.float() for x in (q, k, v)], do, None)
+    o_ref, lse_ref, ref = _grads(lambda q, k, v: _attention64(q, k, v, causal), [x.double() for x in (q, k, v)],
+                                 do, None)
+
+    def sdpa(q, k, v):
+        g = hq // hkv
+        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(g, 2).transpose(1, 2),
+                                                 v.repeat_interleave(g, 2).transpose(1, 2),
+                                                 is_causal=causal).transpose(1, 2)
+        return out, torch.zeros(1, device=q.device)
+
+    o_sdpa, _, theirs = _grads(sdpa, (q, k, v), do, None)
+    err, yard = (o.double() - o_ref).abs().max().item(), (o_sdpa.double() - o_ref).abs().max().item()
+    assert err <= 2 * yard + 1e-5, ("O", err, yard)
+    assert (lse.double() - lse_ref).abs().max().item() <= 2e-3
+    chunks = 2 * world_size if zigzag else world_size
+    for name, a, t, r in zip("qkv", ours, theirs, ref):
+        err, yard = (a - r).abs().max().item(), (t - r).abs().max().item()
+        assert err <= (chunks + 1) * yard + 1e-4, (name, err, yard)
+
+
+def test_zigzag_shards_round_trip():
+    from fa3 import distributed
+
+    x = torch.arange(2 * 24 * 3, device="cuda").reshape(2, 24, 3)
+    for world_size, zigzag in ((2, True), (3, True), (4, False)):
+        shards = [distributed.zigzag_shard(x, world_size, r, zigzag) for r in range(world_size)]
+        assert torch.equal(distributed.zigzag_unshard(shards, zigzag), x)
+    # Zig-zag pairs an early and a late chunk: rank 0 of 2 holds chunks 0 and 3.
+    assert torch.equal(distributed.zigzag_shard(x, 2, 0)[:, :6], x[:, :6])
+    assert torch.equal(distributed.zigzag_shard(x, 2, 0)[:, 6:], x[:, 18:])
+    with pytest.raises(ValueError, match="not a multiple of 8"):
+        distributed.zigzag_shard(x[:, :20], 4, 0)
