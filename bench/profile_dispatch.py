@@ -68,6 +68,8 @@ def main():
         ("_torch._forward (all of the above)", lambda: _torch._forward(plan, q, k, v)),
         ("Kernel.launch_into (checked public launch)", lambda: kernel.launch_into(q, k, v, out, lse)),
         ("fa3.attention, no grad", lambda: fa3.attention(q, k, v)),
+        ("fa3.attention, no grad, return_lse=True", lambda: fa3.attention(q, k, v, return_lse=True)),
+        ("torch.cuda.is_current_stream_capturing()", torch.cuda.is_current_stream_capturing),
         ("fa3.attention, requires_grad (autograd.Function)", lambda: fa3.attention(qg, kg, vg)),
         ("_torch._backward (dq/dk/dv, workspace, 3 launches)",
          lambda: _torch._backward(plan, do, q, k, v, out, lse)),

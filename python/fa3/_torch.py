@@ -35,7 +35,7 @@ class Plan:
     spec, the device, the forward kernel of its length bucket and, once a
     backward has run, the backward kernel."""
 
-    __slots__ = ("spec", "device", "index", "fwd", "bwd", "out_shape", "lse_shape")
+    __slots__ = ("spec", "device", "index", "fwd", "bwd", "out_shape", "lse_shape", "lse_scratch")
 
     def __init__(self, spec, device, seq_q, out_shape, lse_shape):
         self.spec = spec
@@ -46,6 +46,8 @@ class Plan:
         self.bwd = None
         self.out_shape = out_shape
         self.lse_shape = lse_shape
+        # Where inference calls that want no LSE let the kernel write it.
+        self.lse_scratch = None
 
     def backward_kernel(self):
         if self.bwd is None:
@@ -101,13 +103,23 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap):
     return plan
 
 
-def _forward(plan, q, k, v):
+def _forward(plan, q, k, v, need_lse=True):
     # The kernel reads dense [B, S, H, D] tensors: other layouts are copied.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    # new_empty: the dtype and device come from q without parsing keywords
-    # (about half of torch.empty's host time, bench/profile_dispatch.py).
+    # new_empty takes the dtype and device from q (about 1 µs of
+    # torch.empty's 3.4 µs per tensor; bench/profile_dispatch.py).
     out = q.new_empty(plan.out_shape)
-    lse = q.new_empty(plan.lse_shape, dtype=torch.float32)
+    if need_lse or torch.cuda.is_current_stream_capturing():
+        # (A captured graph gets its own LSE: it must not write a buffer the
+        # plan cache may drop while the graph lives.)
+        lse = q.new_empty(plan.lse_shape, dtype=torch.float32)
+    else:
+        # Nobody reads this LSE: every such call of the plan writes the same
+        # per-plan buffer (one allocation fewer per call; concurrent writers
+        # on other streams only race on values no one reads).
+        lse = plan.lse_scratch
+        if lse is None:
+            lse = plan.lse_scratch = q.new_empty(plan.lse_shape, dtype=torch.float32)
     plan.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                     q.shape[0], q.shape[1], k.shape[1], _raw_stream(plan.index))
     return q, k, v, out, lse
@@ -155,8 +167,10 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def attention(q, k, v, causal, softmax_scale, window_size, softcap):
-    """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16)."""
+def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True):
+    """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16); with
+    `need_lse=False` and no autograd, lse is a scratch buffer the caller must
+    not use."""
     if torch.compiler.is_compiling():
         hq, _, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
@@ -168,7 +182,7 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap):
         _check_tensors(q, k, v)  # raises, naming the tensor
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _Attention.apply(q, k, v, plan)
-    return _forward(plan, q, k, v)[3:]
+    return _forward(plan, q, k, v, need_lse)[3:]
 
 
 # --- torch.compile: the same launches as custom ops --------------------------

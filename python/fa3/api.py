@@ -83,7 +83,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
             and not fp8 and not hadamard and q_descale is None and k_descale is None and v_descale is None
             and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
         # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
-        out, lse = _torch_module().attention(q, k, v, causal, softmax_scale, window_size, softcap)
+        out, lse = _torch_module().attention(q, k, v, causal, softmax_scale, window_size, softcap,
+                                             need_lse=return_lse)
         return (out, lse) if return_lse else out
     names = ("q", "k", "v")
     tensors = (q, k, v)

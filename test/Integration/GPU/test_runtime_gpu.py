@@ -140,3 +140,34 @@ def test_fp8_preparation_runs_on_the_tensors_stream():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     assert torch.equal(out, expected)
+
+
+def test_inference_without_lse_uses_a_scratch_lse_safely():
+    # fa3.attention without return_lse and without autograd lets the kernel
+    # write its LSE into one buffer per plan (one allocation fewer per call):
+    # outputs are unchanged, an LSE handed out earlier is never that buffer,
+    # and a captured graph gets an LSE of its own.
+    torch.manual_seed(11)
+    q = torch.randn(2, 200, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 300, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o1 = fa3.attention(q, k, v, causal=True)
+    o2, lse = fa3.attention(q, k, v, causal=True, return_lse=True)
+    kept = lse.clone()
+    o3 = fa3.attention(q * 2, k, v, causal=True)  # writes the scratch LSE, not `lse`
+    torch.cuda.synchronize()
+    assert torch.equal(o1, o2) and not torch.equal(o1, o3)
+    assert torch.equal(lse, kept)
+
+    static_q = q.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fa3.attention(static_q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fa3.attention(static_q, k, v, causal=True)
+    static_q.copy_(q * 2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, o3)

@@ -8,10 +8,13 @@ Yardsticks, float64 references on the same bf16 inputs:
 * LSE gradient: torch's own bf16 attention written out (bf16 matmuls,
   f32 softmax and logsumexp, P rounded to bf16), differentiated by autograd:
   max |fa3 - ref| <= 2 * max |torch - ref| + 1e-4.
-* Shards: SDPA's FLASH backend on the whole attention: O within 2x its error
-  + 1e-5; each shard's dQ is rounded to bf16 once before the shards' dQs
-  are summed (in f32), so with n shards the gradient bound is
-  (n + 1) x SDPA's error + 1e-4.
+* Shards: SDPA's FLASH backend on the whole attention. Each of n shards
+  rounds its O_i to bf16 at its own magnitude (a partial over fewer keys
+  averages fewer values: larger than O) before the f32 merge rounds once
+  more, and each shard's dQ is rounded to bf16 once before the shards' dQs
+  are summed (in f32): O within (n + 1) x SDPA's error + 1e-5, gradients
+  within (n + 1) x its error + 1e-4 (measured: O at 2.2x for 3 shards of
+  1536 keys).
 """
 
 import math
@@ -125,7 +128,7 @@ def test_sharded_keys_train_like_the_whole_attention(case):
 
     o_sdpa, _, theirs = _grads(sdpa, (q, k, v), do, None)
     err, yard = (o.double() - o_ref).abs().max().item(), (o_sdpa.double() - o_ref).abs().max().item()
-    assert err <= 2 * yard + 1e-5, ("O", err, yard)
+    assert err <= (parts + 1) * yard + 1e-5, ("O", err, yard)
     assert (lse.double() - lse_ref).abs().max().item() <= 2e-3
     for name, a, t, r in zip("qkv", ours, theirs, ref):
         err, yard = (a - r).abs().max().item(), (t - r).abs().max().item()
@@ -139,12 +142,12 @@ def test_context_parallel_ranks_simulated_in_one_process(world_size, causal):
     # outputs unsharded, against the whole attention: what
     # context_parallel_attention computes across processes, and its
     # gradients (autograd through the sharding stands in for the
-    # all-gather's reduce-scatter). Bounds as for the shards above, with
-    # 2 x world_size key chunks per query chunk at most.
+    # all-gather's reduce-scatter). Bounds as for the shards above, with n
+    # the number of key chunks (2 x world_size with zig-zag).
     from fa3 import distributed
 
     torch.manual_seed(world_size)
-    b, s, hq, hkv, d = 1, 4096, 8, 2, 128
+    b, s, hq, hkv, d = 1, 1024 * world_size, 8, 2, 128  # chunks of 512 (zig-zag) or 1024
     q = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     do = torch.randn(b, s, hq, d, device="cuda")
@@ -171,10 +174,10 @@ def test_context_parallel_ranks_simulated_in_one_process(world_size, causal):
         return out, torch.zeros(1, device=q.device)
 
     o_sdpa, _, theirs = _grads(sdpa, (q, k, v), do, None)
-    err, yard = (o.double() - o_ref).abs().max().item(), (o_sdpa.double() - o_ref).abs().max().item()
-    assert err <= 2 * yard + 1e-5, ("O", err, yard)
-    assert (lse.double() - lse_ref).abs().max().item() <= 2e-3
     chunks = 2 * world_size if zigzag else world_size
+    err, yard = (o.double() - o_ref).abs().max().item(), (o_sdpa.double() - o_ref).abs().max().item()
+    assert err <= (chunks + 1) * yard + 1e-5, ("O", err, yard)
+    assert (lse.double() - lse_ref).abs().max().item() <= 2e-3
     for name, a, t, r in zip("qkv", ours, theirs, ref):
         err, yard = (a - r).abs().max().item(), (t - r).abs().max().item()
         assert err <= (chunks + 1) * yard + 1e-4, (name, err, yard)
