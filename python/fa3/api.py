@@ -206,6 +206,7 @@ class Kernel:
         self.function = function
         self.device = _jit.device_key(device)
         self.backward = backward
+        self._torch_device = None  # torch.device(self.device), made on the first CUDA launch
         self._impl = _jit.get_mlir(mlir, function, self.device, "bwd" if backward else "fwd", block_m, block_n)
 
     @property
@@ -227,15 +228,23 @@ class Kernel:
         return getattr(self._impl, "cache_hit", False)
 
     def _cuda_args(self, names, tensors, method):
-        import torch
-
+        """Checks the tensors of a launch; returns the raw current stream of
+        the kernel's device. Per call this is a few type and attribute tests
+        (a torch.device compared by value, no Stream object built): the
+        launch_into path is meant to cost little more than the C launch."""
         if self.device in ("cpu", "ptx"):
             raise ValueError(f"{method} runs a kernel compiled with device='cuda', this one is {self.device!r}")
+        torch_device = self._torch_device
+        if torch_device is None:
+            import torch
+
+            torch_device = self._torch_device = torch.device(self.device)
+        tensor_type = sys.modules["torch"].Tensor  # imported: torch_device exists
         for name, t in zip(names, tensors):
-            if not _is_torch(t) or str(t.device) != self.device or not t.is_contiguous():
+            if not isinstance(t, tensor_type) or t.device != torch_device or not t.is_contiguous():
                 raise ValueError(f"{name} must be a contiguous torch tensor on {self.device} (the kernel's "
                                  f"device), got {'a ' + type(t).__name__ if not _is_torch(t) else t.device}")
-        return torch.cuda.current_stream(tensors[0].device).cuda_stream
+        return _torch_module()._raw_stream(torch_device.index)
 
     def launch_into(self, q, k, v, out, lse):
         """Forward into preallocated outputs on the current stream: q, k, v

@@ -129,45 +129,63 @@ private:
   fa3_cpu_function *fn = nullptr;
 };
 
-/// A compiled Hopper kernel: a forward, a backward, or PTX only.
-class CudaKernel {
+/// Owns an fa3_kernel from one of the C API's compile entry points, called
+/// without the GIL (compiles take seconds); raises the C API's error.
+class OwnedKernel {
 public:
-  enum class Kind { Forward, Backward, PtxOnly };
-
-  CudaKernel(const std::string &mlir, const std::string &function, Kind kind,
-             int64_t blockM, int64_t blockN)
-      : kind(kind) {
-    char *error = nullptr;
-    int hit = 0;
-    {
-      py::gil_scoped_release release;
-      switch (kind) {
-      case Kind::Forward:
-        kernel = fa3_compile_attention(mlir.c_str(), function.c_str(), blockM,
-                                       blockN, &hit, &error);
-        break;
-      case Kind::Backward:
-        kernel = fa3_compile_attention_grad(mlir.c_str(), function.c_str(),
-                                            blockM, blockN, &hit, &error);
-        break;
-      case Kind::PtxOnly:
-        kernel = fa3_compile_ptx(mlir.c_str(), function.c_str(), blockM,
-                                 blockN, &hit, &error);
-        break;
-      }
-    }
-    if (!kernel)
-      raise(error, "fa3: compiling the kernel failed");
-    cacheHit = hit != 0;
-  }
-  ~CudaKernel() { fa3_destroy_kernel(kernel); }
-  CudaKernel(const CudaKernel &) = delete;
-  CudaKernel &operator=(const CudaKernel &) = delete;
+  OwnedKernel(const OwnedKernel &) = delete;
+  OwnedKernel &operator=(const OwnedKernel &) = delete;
+  ~OwnedKernel() { fa3_destroy_kernel(kernel); }
 
   std::string name() const { return fa3_kernel_name(kernel); }
   std::string ptx() const { return fa3_kernel_ptx(kernel); }
   double compileMs() const { return fa3_kernel_compile_ms(kernel); }
   int device() const { return fa3_kernel_device(kernel); }
+
+  bool cacheHit = false;
+
+protected:
+  /// `compile(&hit, &error)` returns the kernel or NULL.
+  template <typename Compile>
+  OwnedKernel(Compile &&compile, const char *failure) {
+    char *error = nullptr;
+    int hit = 0;
+    {
+      py::gil_scoped_release release;
+      kernel = compile(&hit, &error);
+    }
+    if (!kernel)
+      raise(error, failure);
+    cacheHit = hit != 0;
+  }
+
+  fa3_kernel *kernel = nullptr;
+};
+
+/// A compiled Hopper kernel: a forward, a backward, or PTX only.
+class CudaKernel : public OwnedKernel {
+public:
+  enum class Kind { Forward, Backward, PtxOnly };
+
+  CudaKernel(const std::string &mlir, const std::string &function, Kind kind,
+             int64_t blockM, int64_t blockN)
+      : OwnedKernel(
+            [&](int *hit, char **error) {
+              const char *src = mlir.c_str(), *fn = function.c_str();
+              switch (kind) {
+              case Kind::Forward:
+                return fa3_compile_attention(src, fn, blockM, blockN, hit,
+                                             error);
+              case Kind::Backward:
+                return fa3_compile_attention_grad(src, fn, blockM, blockN, hit,
+                                                  error);
+              case Kind::PtxOnly:
+                break;
+              }
+              return fa3_compile_ptx(src, fn, blockM, blockN, hit, error);
+            },
+            "fa3: compiling the kernel failed"),
+        kind(kind) {}
 
   void launch(uint64_t q, uint64_t k, uint64_t v, uint64_t out, uint64_t lse,
               int64_t batch, int64_t seqQ, int64_t seqK, uint64_t stream) {
@@ -223,30 +241,18 @@ public:
   }
 
   Kind kind;
-  bool cacheHit = false;
-
-private:
-  fa3_kernel *kernel = nullptr;
 };
 
 /// The kernels of an fa3.quantize function (FP8 input preparation).
-class QuantizeKernel {
+class QuantizeKernel : public OwnedKernel {
 public:
-  QuantizeKernel(const std::string &mlir, const std::string &function) {
-    char *error = nullptr;
-    int hit = 0;
-    {
-      py::gil_scoped_release release;
-      kernel = fa3_compile_quantize(mlir.c_str(), function.c_str(), &hit,
-                                    &error);
-    }
-    if (!kernel)
-      raise(error, "fa3_compile_quantize failed");
-    cacheHit = hit != 0;
-  }
-  ~QuantizeKernel() { fa3_destroy_kernel(kernel); }
-  QuantizeKernel(const QuantizeKernel &) = delete;
-  QuantizeKernel &operator=(const QuantizeKernel &) = delete;
+  QuantizeKernel(const std::string &mlir, const std::string &function)
+      : OwnedKernel(
+            [&](int *hit, char **error) {
+              return fa3_compile_quantize(mlir.c_str(), function.c_str(), hit,
+                                          error);
+            },
+            "fa3_compile_quantize failed") {}
 
   int64_t workspaceBytes(int64_t batch) const {
     int64_t bytes = fa3_quantize_workspace_size(kernel, batch);
@@ -264,9 +270,6 @@ public:
                             &error) != 0)
       raise(error, "fa3_launch_quantize failed");
   }
-
-  bool cacheHit = false;
-  fa3_kernel *kernel = nullptr;
 };
 
 } // namespace
@@ -343,12 +346,8 @@ PYBIND11_MODULE(_fa3, m) {
       .def(py::init<const std::string &, const std::string &>(),
            py::arg("mlir"), py::arg("function"))
       .def_readonly("cache_hit", &QuantizeKernel::cacheHit)
-      .def_property_readonly(
-          "compile_ms",
-          [](const QuantizeKernel &k) { return fa3_kernel_compile_ms(k.kernel); })
-      .def_property_readonly(
-          "device",
-          [](const QuantizeKernel &k) { return fa3_kernel_device(k.kernel); })
+      .def_property_readonly("compile_ms", &QuantizeKernel::compileMs)
+      .def_property_readonly("device", &QuantizeKernel::device)
       .def("workspace_bytes", &QuantizeKernel::workspaceBytes, py::arg("batch"))
       .def("launch", &QuantizeKernel::launch, py::arg("input"),
            py::arg("output"), py::arg("descale"), py::arg("workspace"),
