@@ -11,28 +11,16 @@ Usage: python bench/profile_dispatch.py [--out DIR]   (writes DIR/profile-dispat
 """
 import argparse
 import pathlib
-import statistics
 import sys
-import time
 
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
 import fa3  # noqa: E402
+from bench_dispatch import host_us  # noqa: E402  (the same timing as the whole-call benchmark)
 from fa3 import _torch  # noqa: E402
-
-
-def host_us(fn, calls=200, reps=25):
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main():

@@ -1,4 +1,4 @@
-//===- fa3_jax_ffi.cpp - XLA FFI handlers for fa3.jax -------------------------===//
+//===- fa3_jax_ffi.cpp - XLA FFI handlers for fa3.jax ---------------------===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 namespace py = pybind11;
 namespace ffi = xla::ffi;
@@ -79,8 +80,9 @@ ffi::ErrorOr<const fa3_kernel *> cudaKernel(int device, std::string_view source,
                : fa3_compile_attention(text.c_str(), kForwardFunction, blockM,
                                        0, nullptr, &error);
   if (!kernel)
-    return ffi::Unexpected(takeError(
-        error, backward ? "fa3_compile_attention_grad" : "fa3_compile_attention"));
+    return ffi::Unexpected(takeError(error, backward
+                                                ? "fa3_compile_attention_grad"
+                                                : "fa3_compile_attention"));
   if (fa3_kernel_device(kernel) != device) {
     int loadedOn = fa3_kernel_device(kernel);
     fa3_destroy_kernel(kernel);
@@ -193,9 +195,10 @@ ffi::Error runOnHost(const fa3_cpu_function *fn,
       elements *= out[i].shape[d];
     size_t bytes = size_t(elements) * (out[i].dtype == FA3_DTYPE_F32 ? 4 : 2);
     if (bytes != results[i]->size_bytes()) {
-      status = ffi::Error::Internal(
-          "fa3: result #" + std::to_string(i) + " has " + std::to_string(bytes) +
-          " bytes, XLA expects " + std::to_string(results[i]->size_bytes()));
+      status =
+          ffi::Error::Internal("fa3: result #" + std::to_string(i) + " has " +
+                               std::to_string(bytes) + " bytes, XLA expects " +
+                               std::to_string(results[i]->size_bytes()));
     } else if (bytes) {
       std::memcpy(results[i]->untyped_data(), out[i].data, bytes);
     }
@@ -211,8 +214,8 @@ ffi::Error runOnHost(const fa3_cpu_function *fn,
 ffi::Error forwardCuda(void *stream, int32_t device, ffi::AnyBuffer q,
                        ffi::AnyBuffer k, ffi::AnyBuffer v,
                        ffi::Result<ffi::AnyBuffer> o,
-                       ffi::Result<ffi::AnyBuffer> lse,
-                       std::string_view source, int64_t blockM) {
+                       ffi::Result<ffi::AnyBuffer> lse, std::string_view source,
+                       int64_t blockM) {
   auto dims = sizes(q, k, *lse);
   if (dims.has_error())
     return dims.error();
@@ -232,8 +235,7 @@ ffi::Error forwardCuda(void *stream, int32_t device, ffi::AnyBuffer q,
 ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
                         ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                         ffi::AnyBuffer o, ffi::AnyBuffer lse,
-                        ffi::AnyBuffer gradLse,
-                        ffi::Result<ffi::AnyBuffer> dQ,
+                        ffi::AnyBuffer gradLse, ffi::Result<ffi::AnyBuffer> dQ,
                         ffi::Result<ffi::AnyBuffer> dK,
                         ffi::Result<ffi::AnyBuffer> dV,
                         ffi::Result<ffi::AnyBuffer> workspace,
@@ -247,7 +249,8 @@ ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
     return kernel.error();
   int64_t bytes = fa3_attention_grad_workspace_size(*kernel, batch, seqQ, seqK);
   if (bytes < 0)
-    return ffi::Error::Internal("fa3: fa3_attention_grad_workspace_size failed");
+    return ffi::Error::Internal(
+        "fa3: fa3_attention_grad_workspace_size failed");
   // The workspace (the f32 dQ accumulator, per-row statistics) is the call's
   // last result, sized by fa3.jax with 256 bytes to spare for the alignment
   // the launch needs (XLA's FFI scratch allocator gives nothing on jax's GPU
@@ -265,31 +268,29 @@ ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
           reinterpret_cast<uint64_t>(lse.untyped_data()), address(gradLse),
           reinterpret_cast<uint64_t>(dQ->untyped_data()),
           reinterpret_cast<uint64_t>(dK->untyped_data()),
-          reinterpret_cast<uint64_t>(dV->untyped_data()),
-          aligned, batch, seqQ, seqK, stream,
-          &error) != 0)
+          reinterpret_cast<uint64_t>(dV->untyped_data()), aligned, batch, seqQ,
+          seqK, stream, &error) != 0)
     return takeError(error, "fa3_launch_attention_grad");
   return ffi::Error::Success();
 }
 
 ffi::Error forwardCpu(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                       ffi::Result<ffi::AnyBuffer> o,
-                      ffi::Result<ffi::AnyBuffer> lse,
-                      std::string_view source, int64_t blockM) {
+                      ffi::Result<ffi::AnyBuffer> lse, std::string_view source,
+                      int64_t blockM) {
   auto fn = cpuFunction(source, /*backward=*/false, blockM);
   if (fn.has_error())
     return fn.error();
   return runOnHost<3, 2>(*fn, {&q, &k, &v}, {"q", "k", "v"}, {&*o, &*lse});
 }
 
-ffi::Error backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
-                       ffi::AnyBuffer v, ffi::AnyBuffer o,
-                       ffi::AnyBuffer lse, ffi::AnyBuffer gradLse,
-                       ffi::Result<ffi::AnyBuffer> dQ,
-                       ffi::Result<ffi::AnyBuffer> dK,
-                       ffi::Result<ffi::AnyBuffer> dV,
-                       ffi::Result<ffi::AnyBuffer> /*workspace: none on the CPU*/,
-                       std::string_view source, int64_t blockM) {
+ffi::Error
+backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
+            ffi::AnyBuffer v, ffi::AnyBuffer o, ffi::AnyBuffer lse,
+            ffi::AnyBuffer gradLse, ffi::Result<ffi::AnyBuffer> dQ,
+            ffi::Result<ffi::AnyBuffer> dK, ffi::Result<ffi::AnyBuffer> dV,
+            ffi::Result<ffi::AnyBuffer> /*workspace: none on the CPU*/,
+            std::string_view source, int64_t blockM) {
   auto fn = cpuFunction(source, /*backward=*/true, blockM);
   if (fn.has_error())
     return fn.error();
@@ -300,61 +301,55 @@ ffi::Error backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
 
 } // namespace
 
+// One call signature per direction, shared by the platforms' handlers
+// (what fa3.jax's ffi_call passes); each platform prepends its context.
+
+/// (q, k, v) -> (o, lse), attributes source and block_m.
+template <typename Binding> static auto forwardSignature(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>() // q
+      .template Arg<ffi::AnyBuffer>() // k
+      .template Arg<ffi::AnyBuffer>() // v
+      .template Ret<ffi::AnyBuffer>() // o
+      .template Ret<ffi::AnyBuffer>() // lse
+      .template Attr<std::string_view>("source")
+      .template Attr<int64_t>("block_m");
+}
+
+/// (grad_out, q, k, v, out, lse, grad_lse) -> (grad_q, grad_k, grad_v,
+/// workspace), attributes source and block_m.
+template <typename Binding> static auto backwardSignature(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>() // grad_out
+      .template Arg<ffi::AnyBuffer>() // q
+      .template Arg<ffi::AnyBuffer>() // k
+      .template Arg<ffi::AnyBuffer>() // v
+      .template Arg<ffi::AnyBuffer>() // out
+      .template Arg<ffi::AnyBuffer>() // lse
+      .template Arg<ffi::AnyBuffer>() // grad_lse
+      .template Ret<ffi::AnyBuffer>() // grad_q
+      .template Ret<ffi::AnyBuffer>() // grad_k
+      .template Ret<ffi::AnyBuffer>() // grad_v
+      .template Ret<ffi::AnyBuffer>() // workspace
+      .template Attr<std::string_view>("source")
+      .template Attr<int64_t>("block_m");
+}
+
+/// XLA's stream and device ordinal, for the CUDA handlers.
+static auto cudaContext() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<void *>>()
+      .Ctx<ffi::DeviceOrdinal>();
+}
+
 XLA_FFI_DEFINE_HANDLER(kForwardCuda, forwardCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<void *>>()
-                           .Ctx<ffi::DeviceOrdinal>()
-                           .Arg<ffi::AnyBuffer>() // q
-                           .Arg<ffi::AnyBuffer>() // k
-                           .Arg<ffi::AnyBuffer>() // v
-                           .Ret<ffi::AnyBuffer>() // o
-                           .Ret<ffi::AnyBuffer>() // lse
-                           .Attr<std::string_view>("source")
-                           .Attr<int64_t>("block_m"));
-
+                       forwardSignature(cudaContext()));
 XLA_FFI_DEFINE_HANDLER(kBackwardCuda, backwardCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<void *>>()
-                           .Ctx<ffi::DeviceOrdinal>()
-                           .Arg<ffi::AnyBuffer>() // grad_out
-                           .Arg<ffi::AnyBuffer>() // q
-                           .Arg<ffi::AnyBuffer>() // k
-                           .Arg<ffi::AnyBuffer>() // v
-                           .Arg<ffi::AnyBuffer>() // out
-                           .Arg<ffi::AnyBuffer>() // lse
-                           .Arg<ffi::AnyBuffer>() // grad_lse
-                           .Ret<ffi::AnyBuffer>() // grad_q
-                           .Ret<ffi::AnyBuffer>() // grad_k
-                           .Ret<ffi::AnyBuffer>() // grad_v
-                           .Ret<ffi::AnyBuffer>() // workspace
-                           .Attr<std::string_view>("source")
-                           .Attr<int64_t>("block_m"));
-
+                       backwardSignature(cudaContext()));
 XLA_FFI_DEFINE_HANDLER(kForwardCpu, forwardCpu,
-                       ffi::Ffi::Bind()
-                           .Arg<ffi::AnyBuffer>() // q
-                           .Arg<ffi::AnyBuffer>() // k
-                           .Arg<ffi::AnyBuffer>() // v
-                           .Ret<ffi::AnyBuffer>() // o
-                           .Ret<ffi::AnyBuffer>() // lse
-                           .Attr<std::string_view>("source")
-                           .Attr<int64_t>("block_m"));
-
+                       forwardSignature(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER(kBackwardCpu, backwardCpu,
-                       ffi::Ffi::Bind()
-                           .Arg<ffi::AnyBuffer>() // grad_out
-                           .Arg<ffi::AnyBuffer>() // q
-                           .Arg<ffi::AnyBuffer>() // k
-                           .Arg<ffi::AnyBuffer>() // v
-                           .Arg<ffi::AnyBuffer>() // out
-                           .Arg<ffi::AnyBuffer>() // lse
-                           .Arg<ffi::AnyBuffer>() // grad_lse
-                           .Ret<ffi::AnyBuffer>() // grad_q
-                           .Ret<ffi::AnyBuffer>() // grad_k
-                           .Ret<ffi::AnyBuffer>() // grad_v
-                           .Ret<ffi::AnyBuffer>() // workspace
-                           .Attr<std::string_view>("source")
-                           .Attr<int64_t>("block_m"));
+                       backwardSignature(ffi::Ffi::Bind()));
 
 PYBIND11_MODULE(_fa3_jax, m) {
   m.doc() = "XLA FFI handlers of fa3's attention (see fa3.jax)";

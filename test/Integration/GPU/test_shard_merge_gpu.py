@@ -52,6 +52,17 @@ def _torch_bf16(q, k, v, causal):
     return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
 
 
+def _sdpa_flash(q, k, v, causal):
+    """SDPA's FLASH backend on [B, S, H, D] tensors (GQA by repeating K/V),
+    with a placeholder LSE: the yardstick of the shard tests."""
+    g = q.shape[2] // k.shape[2]
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(g, 2).transpose(1, 2),
+                                             v.repeat_interleave(g, 2).transpose(1, 2),
+                                             is_causal=causal).transpose(1, 2)
+    return out, torch.zeros(1, device=q.device)
+
+
 def _grads(fn, inputs, do, dlse):
     leaves = [x.detach().clone().requires_grad_() for x in inputs]
     o, lse = fn(*leaves)
@@ -118,15 +129,7 @@ def test_sharded_keys_train_like_the_whole_attention(case):
     o_ref, lse_ref, ref = _grads(lambda q, k, v: _attention64(q, k, v, causal), [x.double() for x in (q, k, v)],
                                  do, None)
 
-    def sdpa(q, k, v):
-        g = hq // hkv
-        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(g, 2).transpose(1, 2),
-                                                 v.repeat_interleave(g, 2).transpose(1, 2),
-                                                 is_causal=causal).transpose(1, 2)
-        return out, torch.zeros(1, device=q.device)
-
-    o_sdpa, _, theirs = _grads(sdpa, (q, k, v), do, None)
+    o_sdpa, _, theirs = _grads(lambda q, k, v: _sdpa_flash(q, k, v, causal), (q, k, v), do, None)
     err, yard = (o.double() - o_ref).abs().max().item(), (o_sdpa.double() - o_ref).abs().max().item()
     assert err <= (parts + 1) * yard + 1e-5, ("O", err, yard)
     assert (lse.double() - lse_ref).abs().max().item() <= 2e-3
@@ -165,15 +168,7 @@ def test_context_parallel_ranks_simulated_in_one_process(world_size, causal):
     o_ref, lse_ref, ref = _grads(lambda q, k, v: _attention64(q, k, v, causal), [x.double() for x in (q, k, v)],
                                  do, None)
 
-    def sdpa(q, k, v):
-        g = hq // hkv
-        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(g, 2).transpose(1, 2),
-                                                 v.repeat_interleave(g, 2).transpose(1, 2),
-                                                 is_causal=causal).transpose(1, 2)
-        return out, torch.zeros(1, device=q.device)
-
-    o_sdpa, _, theirs = _grads(sdpa, (q, k, v), do, None)
+    o_sdpa, _, theirs = _grads(lambda q, k, v: _sdpa_flash(q, k, v, causal), (q, k, v), do, None)
     chunks = 2 * world_size if zigzag else world_size
     err, yard = (o.double() - o_ref).abs().max().item(), (o_sdpa.double() - o_ref).abs().max().item()
     assert err <= (chunks + 1) * yard + 1e-5, ("O", err, yard)

@@ -1,4 +1,4 @@
-//===- OutlineAttention.cpp - One function per fa3.attention -----------------===//
+//===- OutlineAttention.cpp - One function per fa3.attention --------------===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
