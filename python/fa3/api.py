@@ -132,9 +132,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
 
 
 def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse):
-    from . import _torch
-
-    out, lse = _torch.attention(q, k, v, causal, scale, window, softcap)
+    out, lse = _torch_module().attention(q, k, v, causal, scale, window, softcap)
     return (out, lse) if return_lse else out
 
 
