@@ -608,3 +608,39 @@ func.func @quantize_hadamard_power_of_two(%x: tensor<2x16x6x48xbf16>) {
   %r, %d = fa3.quantize %x {hadamard_seed = 1 : i64} : tensor<2x16x6x48xbf16> -> tensor<2x16x6x48xf8E4M3FN>, tensor<2x3xf32>
   return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// fa3.parallel_store_tile / fa3.parallel_store_stats
+//===----------------------------------------------------------------------===//
+
+func.func @parallel_store_outside_forall(%t: tensor<64x64xf16>, %o: tensor<1x?x2x64xf16>, %i: index) {
+  // expected-error @+1 {{'fa3.parallel_store_tile' op must be in the scf.forall.in_parallel region of an scf.forall}}
+  fa3.parallel_store_tile %t into %o[%i, %i, %i] : tensor<64x64xf16> into tensor<1x?x2x64xf16>
+  return
+}
+
+// -----
+
+func.func @parallel_store_not_shared(%t: tensor<64xf32>, %l: tensor<1x2x?xf32>, %other: tensor<1x2x?xf32>) -> tensor<1x2x?xf32> {
+  %r = scf.forall (%i) in (4) shared_outs(%s = %l) -> (tensor<1x2x?xf32>) {
+    scf.forall.in_parallel {
+      // expected-error @+1 {{'fa3.parallel_store_stats' op may only insert into an output block argument}}
+      fa3.parallel_store_stats %t into %other[%i, %i, %i] : tensor<64xf32> into tensor<1x2x?xf32>
+    }
+  }
+  return %r : tensor<1x2x?xf32>
+}
+
+// -----
+
+func.func @parallel_store_columns(%t: tensor<64x32xf16>, %o: tensor<1x?x2x64xf16>) -> tensor<1x?x2x64xf16> {
+  %r = scf.forall (%i) in (4) shared_outs(%s = %o) -> (tensor<1x?x2x64xf16>) {
+    scf.forall.in_parallel {
+      // expected-error @+1 {{'fa3.parallel_store_tile' op tile has 32 columns but the tensor's head dim is 64}}
+      fa3.parallel_store_tile %t into %s[%i, %i, %i] : tensor<64x32xf16> into tensor<1x?x2x64xf16>
+    }
+  }
+  return %r : tensor<1x?x2x64xf16>
+}

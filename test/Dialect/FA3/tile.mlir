@@ -2,6 +2,8 @@
 // RUN: fa3-opt %t/tile.mlir --fa3-select-schedule --fa3-tile | FileCheck %s
 // RUN: fa3-opt %t/grad.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=GRAD
 // RUN: fa3-opt %t/grad_lse.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=GRAD-LSE
+// RUN: fa3-opt %t/grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true | FileCheck %s --check-prefix=GRID
+// RUN: fa3-opt %t/grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true --fa3-fuse-softmax | FileCheck %s --check-prefix=GRID-FUSED
 // RUN: not fa3-opt %t/unscheduled.mlir --fa3-tile 2>&1 | FileCheck %s --check-prefix=NOSCHED
 
 //--- tile.mlir
@@ -21,9 +23,9 @@
 // CHECK: %[[RES:.+]]:2 = scf.for %[[BI:.+]] = %[[C0]] to %[[B]] step %[[C1]] iter_args(%[[BO:.+]] = %[[O0]], %[[BL:.+]] = %[[L0]]) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>) {
 // CHECK: %[[C8:.+]] = arith.constant 8 : index
 // CHECK: scf.for %[[H:.+]] = %[[C0]] to %[[C8]] step %[[C1]] iter_args(%[[HO:.+]] = %[[BO]], %[[HL:.+]] = %[[BL]])
+// CHECK: scf.for %[[QB:.+]] = %[[C0]] to %[[NQB]] step %[[C1]] iter_args(%[[O:.+]] = %[[HO]], %[[L:.+]] = %[[HL]])
 // CHECK: %[[GROUP:.+]] = arith.constant 4 : index
 // CHECK: %[[HKV:.+]] = arith.divui %[[H]], %[[GROUP]] : index
-// CHECK: scf.for %[[QB:.+]] = %[[C0]] to %[[NQB]] step %[[C1]] iter_args(%[[O:.+]] = %[[HO]], %[[L:.+]] = %[[HL]])
 // CHECK: %[[Q0:.+]] = arith.muli %[[QB]], %{{.+}} : index
 // CHECK: %[[QT:.+]] = fa3.load_tile %[[Q]][%[[BI]], %[[Q0]], %[[H]]] : tensor<2x?x8x64xf16> -> tensor<64x64xf16>
 // CHECK: %[[OT:.+]], %[[LT:.+]] = fa3.attention_block %[[QT]], %[[K]], %[[V]], %[[BI]], %[[HKV]], %[[Q0]], %[[SQ]] {causal, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, {{.+}}>} : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16> -> tensor<64x64xf16>, tensor<64xf32>
@@ -144,4 +146,43 @@ func.func @grad_lse(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: t
 func.func @unscheduled(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
   return %o, %lse : tensor<2x?x8x64xf16>, tensor<2x8x?xf32>
+}
+
+//--- grid.mlir
+
+// grid=true: one scf.forall over (query block, query head, batch) mapped to
+// the GPU grid (x, y, z); each iteration is one CTA's query tile and
+// contributes its output and LSE rows through the parallel stores.
+// GRID-LABEL: func.func @causal_gqa
+// GRID-SAME: (%[[Q:.+]]: tensor<2x?x8x64xbf16>, %[[K:.+]]: tensor<2x?x2x64xbf16>, %[[V:.+]]: tensor<2x?x2x64xbf16>)
+// GRID: %[[B:.+]] = tensor.dim %[[Q]], %{{.+}} : tensor<2x?x8x64xbf16>
+// GRID: %[[SQ:.+]] = tensor.dim %[[Q]], %{{.+}} : tensor<2x?x8x64xbf16>
+// GRID: %[[NQB:.+]] = arith.ceildivui %[[SQ]], %{{.+}} : index
+// GRID: %[[O0:.+]] = tensor.empty(%[[SQ]]) : tensor<2x?x8x64xbf16>
+// GRID: %[[L0:.+]] = tensor.empty(%[[SQ]]) : tensor<2x8x?xf32>
+// GRID: %[[RES:.+]]:2 = scf.forall (%[[QB:.+]], %[[H:.+]], %[[BI:.+]]) in (%[[NQB]], 8, %[[B]]) shared_outs(%[[O:.+]] = %[[O0]], %[[L:.+]] = %[[L0]]) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) {
+// GRID: %[[HKV:.+]] = arith.divui %[[H]], %{{.+}} : index
+// GRID: %[[Q0:.+]] = arith.muli %[[QB]], %{{.+}} : index
+// GRID: %[[QT:.+]] = fa3.load_tile %[[Q]][%[[BI]], %[[Q0]], %[[H]]] : tensor<2x?x8x64xbf16> -> tensor<192x64xbf16>
+// GRID: %[[OT:.+]], %[[LT:.+]] = fa3.attention_block %[[QT]], %[[K]], %[[V]], %[[BI]], %[[HKV]], %[[Q0]], %[[SQ]] {causal
+// GRID: scf.forall.in_parallel {
+// GRID-NEXT: fa3.parallel_store_tile %[[OT]] into %[[O]][%[[BI]], %[[Q0]], %[[H]]] : tensor<192x64xbf16> into tensor<2x?x8x64xbf16>
+// GRID-NEXT: fa3.parallel_store_stats %[[LT]] into %[[L]][%[[BI]], %[[H]], %[[Q0]]] : tensor<192xf32> into tensor<2x8x?xf32>
+// GRID-NEXT: }
+// GRID-NEXT: } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+// GRID: return %[[RES]]#0, %[[RES]]#1
+
+// fa3-fuse-softmax expands the block inside the forall as it does in loops.
+// GRID-FUSED: scf.forall
+// GRID-FUSED-NOT: fa3.attention_block
+// GRID-FUSED: scf.for
+// GRID-FUSED: fa3.qk
+// GRID-FUSED: fa3.online_softmax
+// GRID-FUSED: fa3.pv
+// GRID-FUSED: fa3.finalize
+// GRID-FUSED: scf.forall.in_parallel
+// GRID-FUSED: fa3.parallel_store_tile
+func.func @causal_gqa(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32} : (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>)
+  return %o, %lse : tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
 }

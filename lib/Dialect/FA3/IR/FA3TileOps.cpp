@@ -9,6 +9,8 @@
 
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
 #include <cmath>
 
 using namespace mlir;
@@ -77,6 +79,47 @@ LogicalResult LoadStatsOp::verify() {
 
 LogicalResult StoreStatsOp::verify() {
   return verifyStatsTensor(*this, getDest());
+}
+
+/// The parallel stores live in the in_parallel region of an scf.forall
+/// (whose verifier checks that they write into its shared outputs).
+static LogicalResult verifyInForall(Operation *op) {
+  Operation *parent = op->getParentOp();
+  if (!isa_and_nonnull<scf::InParallelOp>(parent) ||
+      !isa_and_nonnull<scf::ForallOp>(parent->getParentOp()))
+    return op->emitOpError()
+           << "must be in the scf.forall.in_parallel region of an scf.forall";
+  return success();
+}
+
+LogicalResult ParallelStoreTileOp::verify() {
+  if (failed(verifyTileOfBSHD(*this, getTile(), getDest())))
+    return failure();
+  return verifyInForall(*this);
+}
+
+MutableOperandRange ParallelStoreTileOp::getUpdatedDestinations() {
+  return getDestMutable();
+}
+
+Operation *ParallelStoreTileOp::getIteratingParent() {
+  Operation *inParallel = (*this)->getParentOp();
+  return inParallel ? inParallel->getParentOp() : nullptr;
+}
+
+LogicalResult ParallelStoreStatsOp::verify() {
+  if (failed(verifyStatsTensor(*this, getDest())))
+    return failure();
+  return verifyInForall(*this);
+}
+
+MutableOperandRange ParallelStoreStatsOp::getUpdatedDestinations() {
+  return getDestMutable();
+}
+
+Operation *ParallelStoreStatsOp::getIteratingParent() {
+  Operation *inParallel = (*this)->getParentOp();
+  return inParallel ? inParallel->getParentOp() : nullptr;
 }
 
 LogicalResult AttentionBlockOp::verify() {

@@ -10,6 +10,7 @@
 
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -29,8 +30,11 @@ using namespace mlir::fa3;
 /// with their results.
 /// `probsScale`, when set, asks the fa3.pv steps to round P to e4m3 after
 /// multiplying by it (the CPU reference of an FP8 attention).
+/// With `grid`, the three loops are one scf.forall mapped to GPU blocks
+/// (query block -> x, head -> y, batch -> z).
 static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
-                                   FloatAttr probsScale = {}) {
+                                   FloatAttr probsScale = {},
+                                   bool grid = false) {
   ScheduleAttr schedule = op.getScheduleAttr();
   if (!schedule)
     return op.emitOpError()
@@ -81,28 +85,62 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
       op.getEffectiveSoftcap() > 0 ? op.getSoftcapAttr() : FloatAttr();
   UnitAttr causal = op.getCausal() ? rewriter.getUnitAttr() : UnitAttr();
 
+  // One query tile: its load, its attention block and where its results go.
+  auto buildTile = [&](OpBuilder &b, Location loc, Value bIdx, Value head,
+                       Value qBlock) {
+    Value kvHead = arith::DivUIOp::create(
+        b, loc, head, arith::ConstantIndexOp::create(b, loc, groupSize));
+    Value qStart = arith::MulIOp::create(
+        b, loc, qBlock, arith::ConstantIndexOp::create(b, loc, blockM));
+    Value qTile = LoadTileOp::create(b, loc, qTileType, op.getQuery(), bIdx,
+                                     qStart, head);
+    auto block = AttentionBlockOp::create(
+        b, loc, oTileType, lseTileType, qTile, op.getKey(), op.getValue(), bIdx,
+        kvHead, qStart, seqQ, causal, scale, op.getWindowAttr(), softcap,
+        schedule, probsScale);
+    return std::make_tuple(block, qStart);
+  };
+
+  if (grid) {
+    MLIRContext *ctx = rewriter.getContext();
+    auto mapping = rewriter.getArrayAttr(
+        {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
+         gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
+         gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
+    SmallVector<OpFoldResult> bounds = {
+        numQBlocks, rewriter.getIndexAttr(numQHeads), batch};
+    auto forall = scf::ForallOp::create(rewriter, loc, bounds,
+                                        ValueRange{outInit, lseInit}, mapping);
+    {
+      OpBuilder::InsertionGuard guard(rewriter);
+      scf::InParallelOp inParallel = forall.getTerminator();
+      rewriter.setInsertionPoint(inParallel);
+      ValueRange ivs = forall.getInductionVars();
+      Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2];
+      auto [block, qStart] = buildTile(rewriter, loc, bIdx, head, qBlock);
+      rewriter.setInsertionPointToStart(inParallel.getBody());
+      ValueRange shared = forall.getRegionIterArgs();
+      ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
+                                  bIdx, qStart, head);
+      ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1],
+                                   bIdx, head, qStart);
+    }
+    rewriter.replaceOp(op, forall.getResults());
+    return success();
+  }
+
   auto batchLoop = scf::ForOp::create(
       rewriter, loc, c0, batch, c1, ValueRange{outInit, lseInit},
       [&](OpBuilder &b, Location loc, Value bIdx, ValueRange batchIters) {
         auto headLoop = scf::ForOp::create(
             b, loc, c0, cst(numQHeads), c1, batchIters,
             [&](OpBuilder &b, Location loc, Value head, ValueRange headIters) {
-              Value kvHead = arith::DivUIOp::create(
-                  b, loc, head, arith::ConstantIndexOp::create(b, loc, groupSize));
               auto blockLoop = scf::ForOp::create(
                   b, loc, c0, numQBlocks, c1, headIters,
                   [&](OpBuilder &b, Location loc, Value qBlock,
                       ValueRange iters) {
-                    Value qStart = arith::MulIOp::create(
-                        b, loc, qBlock,
-                        arith::ConstantIndexOp::create(b, loc, blockM));
-                    Value qTile = LoadTileOp::create(b, loc, qTileType,
-                                                     op.getQuery(), bIdx,
-                                                     qStart, head);
-                    auto block = AttentionBlockOp::create(
-                        b, loc, oTileType, lseTileType, qTile, op.getKey(),
-                        op.getValue(), bIdx, kvHead, qStart, seqQ, causal,
-                        scale, op.getWindowAttr(), softcap, schedule, probsScale);
+                    auto [block, qStart] =
+                        buildTile(b, loc, bIdx, head, qBlock);
                     Value out = StoreTileOp::create(b, loc, outType,
                                                     block.getOutput(), iters[0],
                                                     bIdx, qStart, head);
@@ -214,7 +252,8 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
         op = dequantizeFP8(op, rewriter);
         probsScale = rewriter.getF32FloatAttr(kFP8ProbsScale);
       }
-      if (failed(tileAttention(op, rewriter, probsScale)))
+      // The FP8 reference stays serial: no Hopper kernel reads its tiles.
+      if (failed(tileAttention(op, rewriter, probsScale, grid && !probsScale)))
         failedAny = true;
     }
     for (AttentionGradOp op : gradOps)

@@ -13,6 +13,7 @@
 
 include "fa3/Dialect/FA3/IR/FA3Dialect.td"
 include "fa3/Dialect/FA3/IR/FA3Attrs.td"
+include "mlir/Interfaces/ParallelCombiningOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/CommonTypeConstraints.td"
@@ -125,6 +126,52 @@ def FA3_StoreStatsOp : FA3_TileOp<"store_stats",
     $tile `into` $dest `[` $batch `,` $head `,` $row `]` attr-dict `:`
     type($tile) `into` type($dest)
   }];
+}
+
+def FA3_ParallelStoreTileOp : FA3_Op<"parallel_store_tile", [
+    DeclareOpInterfaceMethods<ParallelCombiningOpInterface>]> {
+  let summary = "store_tile as one parallel iteration's contribution";
+  let description = [{
+    The form of `fa3.store_tile` inside `scf.forall.in_parallel`: the
+    iteration's tile goes into rows `[row, row + R)` of `dest`, a shared
+    output of the enclosing `scf.forall` (rows past the end are dropped). The
+    iterations write disjoint rows, so the forall's result is the union of
+    their tiles. `fa3-tile{grid=true}` emits it.
+
+    ```mlir
+    scf.forall.in_parallel {
+      fa3.parallel_store_tile %ot into %o[%b, %q0, %h] : tensor<128x64xbf16> into tensor<?x?x8x64xbf16>
+    }
+    ```
+  }];
+  let arguments = (ins FA3_Tile2D:$tile, FA3_BSHDTensor:$dest, Index:$batch,
+                       Index:$row, Index:$head);
+  let assemblyFormat = [{
+    $tile `into` $dest `[` $batch `,` $row `,` $head `]` attr-dict `:`
+    type($tile) `into` type($dest)
+  }];
+  let hasVerifier = 1;
+}
+
+def FA3_ParallelStoreStatsOp : FA3_Op<"parallel_store_stats", [
+    DeclareOpInterfaceMethods<ParallelCombiningOpInterface>]> {
+  let summary = "store_stats as one parallel iteration's contribution";
+  let description = [{
+    The form of `fa3.store_stats` inside `scf.forall.in_parallel`:
+    `dest[batch, head, row + i] = tile[i]` for the rows inside the sequence,
+    `dest` a shared output of the enclosing `scf.forall`.
+
+    ```mlir
+    fa3.parallel_store_stats %lt into %l[%b, %h, %q0] : tensor<128xf32> into tensor<?x8x?xf32>
+    ```
+  }];
+  let arguments = (ins FA3_Tile1D:$tile, FA3_BHSTensor:$dest, Index:$batch,
+                       Index:$head, Index:$row);
+  let assemblyFormat = [{
+    $tile `into` $dest `[` $batch `,` $head `,` $row `]` attr-dict `:`
+    type($tile) `into` type($dest)
+  }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

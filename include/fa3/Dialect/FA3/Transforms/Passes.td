@@ -270,8 +270,21 @@ def FA3Tile : Pass<"fa3-tile"> {
     as the Hopper kernel rounds it (`fa3.pv` with `probs_scale = 256`:
     e4m3 of `P · 2^8`, divided by 2^8 again); the row sums use P before
     that rounding, as in the kernel.
+
+    With `grid=true` (what `fa3-hopper-pipeline` runs) the forward's three
+    loops are one `scf.forall` over (query block, query head, batch) mapped
+    to `#gpu.block<x>`, `<y>` and `<z>`: the grid of the kernel, one CTA per
+    query tile. Its iterations contribute their tiles with
+    `fa3.parallel_store_tile` / `fa3.parallel_store_stats`. FP8 attentions
+    and `fa3.attention_grad` keep the serial loops (their Hopper kernels do
+    not read the tile level yet).
   }];
+  let options = [
+    Option<"grid", "grid", "bool", /*default=*/"false",
+           "Tile the forward into an scf.forall mapped to GPU blocks">,
+  ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::gpu::GPUDialect",
                            "::mlir::linalg::LinalgDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::tensor::TensorDialect"];
