@@ -81,12 +81,19 @@ LogicalResult StoreStatsOp::verify() {
   return verifyStatsTensor(*this, getDest());
 }
 
-/// The parallel stores live in the in_parallel region of an scf.forall
-/// (whose verifier checks that they write into its shared outputs).
-static LogicalResult verifyInForall(Operation *op) {
+/// The scf.forall whose in_parallel region holds a parallel store, or null
+/// when it is anywhere else (scf.forall's verifier checks that the store
+/// writes into one of its shared outputs).
+static Operation *iteratingForall(Operation *op) {
   Operation *parent = op->getParentOp();
   if (!isa_and_nonnull<scf::InParallelOp>(parent) ||
       !isa_and_nonnull<scf::ForallOp>(parent->getParentOp()))
+    return nullptr;
+  return parent->getParentOp();
+}
+
+static LogicalResult verifyInForall(Operation *op) {
+  if (!iteratingForall(op))
     return op->emitOpError()
            << "must be in the scf.forall.in_parallel region of an scf.forall";
   return success();
@@ -103,8 +110,7 @@ MutableOperandRange ParallelStoreTileOp::getUpdatedDestinations() {
 }
 
 Operation *ParallelStoreTileOp::getIteratingParent() {
-  Operation *inParallel = (*this)->getParentOp();
-  return inParallel ? inParallel->getParentOp() : nullptr;
+  return iteratingForall(*this);
 }
 
 LogicalResult ParallelStoreStatsOp::verify() {
@@ -118,8 +124,7 @@ MutableOperandRange ParallelStoreStatsOp::getUpdatedDestinations() {
 }
 
 Operation *ParallelStoreStatsOp::getIteratingParent() {
-  Operation *inParallel = (*this)->getParentOp();
-  return inParallel ? inParallel->getParentOp() : nullptr;
+  return iteratingForall(*this);
 }
 
 LogicalResult AttentionBlockOp::verify() {
