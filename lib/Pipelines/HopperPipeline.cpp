@@ -9,6 +9,7 @@
 #include "fa3/Pipelines/Pipelines.h"
 
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
@@ -27,6 +28,18 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   schedule.blockM = options.blockM;
   schedule.blockN = options.blockN;
   pm.addPass(createFA3SelectSchedule(schedule));
+  // The 16-bit forward: a kernel function at the tensor level, taken to the
+  // tile level by the CPU pipeline's passes, then to a kernel.
+  FA3OutlineHopperKernelsOptions outline;
+  outline.chip = options.chip;
+  pm.addPass(createFA3OutlineHopperKernels(outline));
+  OpPassManager &tiled = pm.nest<gpu::GPUModuleOp>();
+  FA3TileOptions tile;
+  tile.grid = true;
+  tiled.addNestedPass<func::FuncOp>(createFA3Tile(tile));
+  tiled.addNestedPass<func::FuncOp>(createFA3FuseSoftmax());
+  tiled.addPass(createConvertFA3TileToHopper());
+  // The other kernels (FP8 forward, backward, FP8 preparation) from L0.
   ConvertFA3ToHopperOptions hopper;
   hopper.chip = options.chip;
   pm.addPass(createConvertFA3ToHopper(hopper));

@@ -10,6 +10,7 @@
 #include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
 #include "fa3/Conversion/FA3ToLinalg/FA3ToLinalg.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"

@@ -130,4 +130,91 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def FA3OutlineHopperKernels
+    : Pass<"fa3-outline-hopper-kernels", "::mlir::ModuleOp"> {
+  let summary = "Give each 16-bit fa3.attention a tensor-level kernel function in @fa3_kernels";
+  let description = [{
+    The first step of the Hopper forward's lowering. For each scheduled
+    f16/bf16 `fa3.attention`, checks the schedule as `convert-fa3-to-hopper`
+    does (the same diagnostics), creates in `gpu.module @fa3_kernels` a
+    function named after the kernel's spec that holds the attention on
+    dynamic batch and sequence lengths, with the schedule as its
+    `fa3.schedule` attribute, and annotates the host op with `fa3.kernel`
+    and `fa3.launch` (threads, dynamic shared memory, tile sizes), the
+    metadata the runtime launches it with. The host side stays at the tensor
+    level. Attentions of one spec share one function.
+
+    `fa3-hopper-pipeline` then runs `fa3-tile{grid=true}` and
+    `fa3-fuse-softmax` on the function (the passes and tile ops of the CPU
+    pipeline) and `convert-fa3-tile-to-hopper` turns it into the kernel.
+    FP8 attentions keep `convert-fa3-to-hopper`'s kernel.
+
+    ```mlir
+    %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : (tensor<2x?x8x64xbf16>, ...) -> ...
+    // becomes
+    %o, %lse = fa3.attention %q, %k, %v {causal, fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d64_..., fa3.launch = {...}, ...}
+    gpu.module @fa3_kernels [#nvvm.target<...>] {
+      func.func @fa3_fwd_bf16_d64_...(%q: tensor<?x?x8x64xbf16>, %k: tensor<?x?x2x64xbf16>, %v: tensor<?x?x2x64xbf16>)
+          -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>) attributes {fa3.schedule = #fa3.schedule<...>} {
+        %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : ...
+        return %o, %lse : ...
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+           "The GPU of the kernel module (only sm_90a)">,
+  ];
+  let dependentDialects = ["::mlir::func::FuncDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::NVVM::NVVMDialect"];
+}
+
+def ConvertFA3TileToHopper
+    : Pass<"convert-fa3-tile-to-hopper", "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Turn tile-level forward kernel functions into sm_90a kernels";
+  let description = [{
+    Converts each function with an `fa3.schedule` in the kernel module (made
+    by `fa3-outline-hopper-kernels`, then `fa3-tile{grid=true}` and
+    `fa3-fuse-softmax`) into an `llvm.func` kernel of the same name with the
+    ABI of the forward kernel: the CUtensorMaps of Q, K and V by value
+    (`__grid_constant__`), the O and LSE pointers, Sq and Sk as i32.
+
+    What the kernel computes is read from the IR:
+    * the grid: the `scf.forall`'s induction variables are the block ids of
+      its `#gpu.block` mapping;
+    * the index arithmetic of the function, the forall body and the key loop
+      is emitted as is in i32 (`tensor.dim` of Q/K dim 1 is Sq/Sk); the key
+      loop's bounds give the key blocks a CTA visits;
+    * `fa3.load_tile` of Q: a TMA load (128-byte swizzled atoms of 64
+      columns) on an mbarrier, at the op's coordinates; of K and V in the key
+      loop: TMA loads into a `stages`-deep ring, issued by a producer that
+      replays the loads' coordinate arithmetic for each iteration;
+    * `fa3.qk`: shared-memory wgmma; `fa3.softcap`: `tanh.approx`; the
+      `scf.if` around `fa3.mask`: the mask applied on the accumulator
+      fragment only where its condition holds, with the mask's operands
+      (q_start, k_start, the lengths) and attributes; `fa3.online_softmax`:
+      quad shuffles and `ex2.approx` with its `exp2_scale`; `fa3.rescale`;
+      `fa3.pv`: register-A wgmma (P, packed to 16 bits, never leaves the
+      registers); `fa3.finalize`: the normalization and LSE with its
+      `scale`; `fa3.parallel_store_tile`/`_stats`: masked global stores of
+      the rows inside Sq at the ops' coordinates.
+
+    How it computes comes from the `#fa3.schedule`: the ring depth
+    (`stages`), warp specialization (`producer_regs`/`consumer_regs`: a
+    producer warpgroup with `setmaxnreg.dec` issuing the loads, consumers
+    with `setmaxnreg.inc`), `pingpong` (named barriers ordering the two
+    consumers' wgmmas) and `intra_wg_overlap` (the key loop rotated by one
+    stage: iteration i+1's QKᵀ issued before iteration i's PV). Each
+    consumer warpgroup owns 64 rows of the query tile. A function of another
+    form (other ops, other dataflow in the key loop) is an error naming the
+    op.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 #endif // FA3_CONVERSION_PASSES_TD

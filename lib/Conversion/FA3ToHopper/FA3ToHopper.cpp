@@ -218,6 +218,43 @@ HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
   return spec;
 }
 
+gpu::GPUModuleOp mlir::fa3::getOrCreateHopperKernelModule(ModuleOp module,
+                                                          StringRef chip) {
+  if (auto existing = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName))
+    return existing;
+  MLIRContext *ctx = module.getContext();
+  OpBuilder builder(ctx);
+  builder.setInsertionPointToEnd(module.getBody());
+  auto target = NVVM::NVVMTargetAttr::get(
+      ctx, /*optLevel=*/3, "nvptx64-nvidia-cuda", chip, "+ptx86");
+  auto kernels =
+      gpu::GPUModuleOp::create(builder, module.getLoc(), kKernelModuleName,
+                               builder.getArrayAttr({target}));
+  module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                  builder.getUnitAttr());
+  return kernels;
+}
+
+void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
+                                     StringRef name, int64_t threads,
+                                     int64_t sharedMemory, int64_t blockM,
+                                     int64_t blockN) {
+  MLIRContext *ctx = op->getContext();
+  Builder builder(ctx);
+  op->setAttr(kKernelAttrName,
+              SymbolRefAttr::get(kernels.getSymNameAttr(),
+                                 {FlatSymbolRefAttr::get(ctx, name)}));
+  op->setAttr(
+      kLaunchAttrName,
+      builder.getDictionaryAttr({
+          builder.getNamedAttr("threads", builder.getI64IntegerAttr(threads)),
+          builder.getNamedAttr("shared_memory",
+                               builder.getI64IntegerAttr(sharedMemory)),
+          builder.getNamedAttr("block_m", builder.getI64IntegerAttr(blockM)),
+          builder.getNamedAttr("block_n", builder.getI64IntegerAttr(blockN)),
+      }));
+}
+
 namespace {
 struct ConvertFA3ToHopperPass
     : public fa3::impl::ConvertFA3ToHopperBase<ConvertFA3ToHopperPass> {
@@ -225,44 +262,25 @@ struct ConvertFA3ToHopperPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    MLIRContext *ctx = &getContext();
-    OpBuilder builder(ctx);
+    OpBuilder builder(&getContext());
     gpu::GPUModuleOp kernels;
     bool failedAny = false;
     auto getKernels = [&] {
-      if (!kernels) {
-        builder.setInsertionPointToEnd(module.getBody());
-        auto target = NVVM::NVVMTargetAttr::get(
-            ctx, /*optLevel=*/3, "nvptx64-nvidia-cuda", chip, "+ptx86");
-        kernels = gpu::GPUModuleOp::create(builder, module.getLoc(),
-                                           "fa3_kernels",
-                                           builder.getArrayAttr({target}));
-        module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
-                        builder.getUnitAttr());
-      }
+      if (!kernels)
+        kernels = getOrCreateHopperKernelModule(module, chip);
       return kernels;
     };
     // The host side stays at L0; the runtime launches the kernels with this
     // metadata.
     auto annotate = [&](Operation *op, StringRef name, int64_t threads,
                         int64_t sharedMemory, int64_t blockM, int64_t blockN) {
-      op->setAttr("fa3.kernel",
-                  SymbolRefAttr::get(kernels.getSymNameAttr(),
-                                     {FlatSymbolRefAttr::get(ctx, name)}));
-      op->setAttr("fa3.launch",
-                  builder.getDictionaryAttr({
-                      builder.getNamedAttr("threads",
-                                           builder.getI64IntegerAttr(threads)),
-                      builder.getNamedAttr(
-                          "shared_memory",
-                          builder.getI64IntegerAttr(sharedMemory)),
-                      builder.getNamedAttr("block_m",
-                                           builder.getI64IntegerAttr(blockM)),
-                      builder.getNamedAttr("block_n",
-                                           builder.getI64IntegerAttr(blockN)),
-                  }));
+      annotateHopperLaunch(op, getKernels(), name, threads, sharedMemory,
+                           blockM, blockN);
     };
     module.walk([&](Operation *op) {
+      // fa3-outline-hopper-kernels took this op's kernel to the tile level.
+      if (op->hasAttr(kKernelAttrName))
+        return;
       if (auto attention = dyn_cast<AttentionOp>(op)) {
         FailureOr<HopperAttentionSpec> spec =
             HopperAttentionSpec::fromOp(attention);

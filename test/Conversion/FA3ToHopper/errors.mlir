@@ -1,4 +1,4 @@
-// RUN: fa3-opt %s --fa3-select-schedule=target=sm_90a --convert-fa3-to-hopper --split-input-file -verify-diagnostics
+// RUN: fa3-opt %s --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels --convert-fa3-to-hopper --split-input-file -verify-diagnostics
 
 // What the Hopper backend does not support is a diagnostic naming it.
 func.func @f32(%q: tensor<1x?x4x64xf32>, %k: tensor<1x?x4x64xf32>, %v: tensor<1x?x4x64xf32>) -> (tensor<1x?x4x64xf32>, tensor<1x4x?xf32>) {

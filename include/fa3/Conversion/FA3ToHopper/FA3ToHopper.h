@@ -18,11 +18,30 @@ namespace gpu {
 class GPUModuleOp;
 } // namespace gpu
 
+class ModuleOp;
 namespace fa3 {
 class AttentionOp;
 class AttentionGradOp;
 class HadamardOp;
 class QuantizeOp;
+
+/// The `gpu.module` that holds fa3's kernels, and the attributes naming a
+/// host op's kernel (a symbol ref into it) and its launch (threads, dynamic
+/// shared memory, block_m, block_n) for the runtime.
+inline constexpr llvm::StringLiteral kKernelModuleName = "fa3_kernels";
+inline constexpr llvm::StringLiteral kKernelAttrName = "fa3.kernel";
+inline constexpr llvm::StringLiteral kLaunchAttrName = "fa3.launch";
+/// The `#fa3.schedule` of a kernel function outlined by
+/// fa3-outline-hopper-kernels, which convert-fa3-tile-to-hopper builds.
+inline constexpr llvm::StringLiteral kScheduleAttrName = "fa3.schedule";
+
+/// `module`'s @fa3_kernels, created for `chip` (with the container-module
+/// attribute on `module`) when absent.
+gpu::GPUModuleOp getOrCreateHopperKernelModule(ModuleOp module, StringRef chip);
+/// Sets `fa3.kernel` = @fa3_kernels::@`name` and `fa3.launch` on `op`.
+void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
+                          StringRef name, int64_t threads, int64_t sharedMemory,
+                          int64_t blockM, int64_t blockN);
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.

@@ -1,0 +1,103 @@
+//===- OutlineHopperKernels.cpp - Forward kernels as tensor-level functions
+//===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The first step of the Hopper forward's progressive lowering: each 16-bit
+// fa3.attention gets a tensor-level kernel function in @fa3_kernels, which
+// fa3-tile{grid=true} and fa3-fuse-softmax then take to the tile level and
+// convert-fa3-tile-to-hopper to an LLVM/NVVM kernel. The host op stays at L0,
+// annotated with the kernel it launches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
+#include "fa3/Conversion/Passes.h"
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_FA3OUTLINEHOPPERKERNELS
+#include "fa3/Conversion/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+/// `type` with its batch and sequence dims (0 and 1 of BSHD, 0 and 2 of the
+/// LSE's BHS) dynamic: one kernel serves every batch and length.
+static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
+  auto tensor = cast<RankedTensorType>(type);
+  SmallVector<int64_t> shape(tensor.getShape());
+  shape[0] = ShapedType::kDynamic;
+  shape[seqDim] = ShapedType::kDynamic;
+  return RankedTensorType::get(shape, tensor.getElementType());
+}
+
+/// Creates `@name(q, k, v) -> (o, lse)` in `kernels`: `attention` on
+/// dynamic batch and lengths, with the schedule also kept on the function
+/// (the tile level's ops do not carry it).
+static void outlineKernel(AttentionOp attention, gpu::GPUModuleOp kernels,
+                          StringRef name) {
+  OpBuilder builder(attention.getContext());
+  builder.setInsertionPointToEnd(kernels.getBody());
+  Location loc = attention.getLoc();
+  SmallVector<Type> inputs = {
+      dynamicBatchAndLength(attention.getQuery().getType(), 1),
+      dynamicBatchAndLength(attention.getKey().getType(), 1),
+      dynamicBatchAndLength(attention.getValue().getType(), 1)};
+  SmallVector<Type> results = {
+      dynamicBatchAndLength(attention.getOutput().getType(), 1),
+      dynamicBatchAndLength(attention.getLse().getType(), 2)};
+  auto func = func::FuncOp::create(builder, loc, name,
+                                   builder.getFunctionType(inputs, results));
+  func->setAttr(kScheduleAttrName, attention.getScheduleAttr());
+  Block *entry = func.addEntryBlock();
+  builder.setInsertionPointToStart(entry);
+  OperationState state(loc, attention->getName());
+  state.addOperands(entry->getArguments());
+  state.addTypes(results);
+  for (NamedAttribute attr : attention->getAttrs())
+    if (!attr.getName().strref().starts_with("fa3."))
+      state.addAttribute(attr.getName(), attr.getValue());
+  Operation *kernelOp = builder.create(state);
+  func::ReturnOp::create(builder, loc, kernelOp->getResults());
+}
+
+namespace {
+struct FA3OutlineHopperKernelsPass
+    : public fa3::impl::FA3OutlineHopperKernelsBase<
+          FA3OutlineHopperKernelsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    bool failedAny = false;
+    module.walk([&](AttentionOp attention) {
+      // FP8 keeps convert-fa3-to-hopper's kernel until it reads the tile
+      // level too; so do already annotated ops.
+      if (attention.isFP8() || attention->hasAttr(kKernelAttrName))
+        return;
+      // The same checks (and diagnostics) as the L0 kernel's spec.
+      FailureOr<HopperAttentionSpec> spec =
+          HopperAttentionSpec::fromOp(attention);
+      if (failed(spec)) {
+        failedAny = true;
+        return;
+      }
+      gpu::GPUModuleOp kernels = getOrCreateHopperKernelModule(module, chip);
+      std::string name = spec->kernelName();
+      if (!kernels.lookupSymbol(name))
+        outlineKernel(attention, kernels, name);
+      annotateHopperLaunch(attention, kernels, name, spec->numThreads(),
+                           spec->sharedMemoryBytes(), spec->blockM,
+                           spec->blockN);
+    });
+    if (failedAny)
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,1024 @@
+//===- TileToHopper.cpp - Tile-level forward kernels to sm_90a
+//---------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// Converts a kernel function at the tile level (what fa3-tile{grid=true} and
+// fa3-fuse-softmax make of an outlined fa3.attention) into an LLVM/NVVM
+// kernel. What the kernel computes comes from the IR: the grid from the
+// scf.forall and its #gpu.block mapping, the tile shapes from the tile ops,
+// the key range from the key loop's bounds, the TMA coordinates from the
+// fa3.load_tile indices, which key blocks are masked from the scf.if around
+// fa3.mask and what it hides from the mask's operands, the scales from
+// fa3.softcap, fa3.online_softmax and fa3.finalize, the store coordinates
+// from the parallel stores. All index arithmetic of the IR is emitted as is
+// (in i32); nothing of it is recomputed here. How the kernel computes it
+// comes from the function's #fa3.schedule: the K/V ring depth, warp
+// specialization, pingpong and intra-warpgroup overlap.
+//
+// Register fragments: each consumer warpgroup owns 64 rows of the query
+// tile; a thread holds two of them (lane / 4 and lane / 4 + 8 of its warp's
+// 16). An f32 [R, C] tile is C / 2 registers a thread (the wgmma
+// accumulator layout), a [R] statistics tile 2. A running row sum stays per
+// thread (a quarter of its row) until fa3.finalize reduces it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
+#include "fa3/Conversion/Passes.h"
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include "HopperCodegen.h"
+
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <cmath>
+#include <limits>
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_CONVERTFA3TILETOHOPPER
+#include "fa3/Conversion/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+using namespace mlir::fa3::detail;
+
+/// The named barriers of pingpong: consumer warpgroup w waits on
+/// kPingpongBarrier + w (0 is __syncthreads').
+static constexpr int64_t kPingpongBarrier = 1;
+
+//===----------------------------------------------------------------------===//
+// Matching the tile-level kernel function
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The key loop fa3-fuse-softmax emits: per key block, load K and V, S = Q Kᵀ,
+/// an optional softcap and boundary mask, the online-softmax step, the
+/// rescale and O += P V.
+struct KeyLoop {
+  scf::ForOp loop;
+  LoadTileOp keyLoad, valueLoad;
+  QKOp qk;
+  SoftcapOp softcap;
+  scf::IfOp maskIf;
+  MaskOp mask;
+  OnlineSoftmaxOp softmax;
+  RescaleOp rescale;
+  PVOp pv;
+};
+
+/// The tile-level kernel function: one scf.forall over the grid whose body
+/// loads the query tile, runs the key loop and finalizes into the two
+/// parallel stores.
+struct TileKernel {
+  func::FuncOp func;
+  ScheduleAttr schedule;
+  scf::ForallOp grid;
+  LoadTileOp queryLoad;
+  KeyLoop keys;
+  FinalizeOp finalize;
+  ParallelStoreTileOp storeOutput;
+  ParallelStoreStatsOp storeLse;
+  /// The splat values the loop's accumulator, max and sum start from.
+  float initAcc = 0, initMax = 0, initSum = 0;
+};
+
+} // namespace
+
+/// Index (or i1) arithmetic that the kernel emits in i32.
+static bool isScalarOp(Operation *op) {
+  if (auto constant = dyn_cast<arith::ConstantOp>(op))
+    return isa<IntegerAttr>(constant.getValue()) &&
+           (constant.getType().isIndex() || constant.getType().isInteger(1));
+  if (!isa<arith::ArithDialect>(op->getDialect()) || op->getNumRegions() ||
+      op->getNumResults() != 1)
+    return false;
+  auto scalarType = [](Type t) { return t.isIndex() || t.isInteger(1); };
+  return llvm::all_of(op->getOperandTypes(), scalarType) &&
+         llvm::all_of(op->getResultTypes(), scalarType);
+}
+
+/// tensor.dim of a kernel argument at a constant dim.
+static bool isArgumentDim(Operation *op, func::FuncOp func) {
+  auto dim = dyn_cast<tensor::DimOp>(op);
+  if (!dim || !dim.getConstantIndex())
+    return false;
+  auto arg = dyn_cast<BlockArgument>(dim.getSource());
+  return arg && arg.getOwner() == &func.getBody().front();
+}
+
+/// The splat float of an arith.constant dense tensor.
+static std::optional<float> splatValue(Value v) {
+  DenseElementsAttr dense;
+  if (!matchPattern(v, m_Constant(&dense)) || !dense.isSplat() ||
+      !isa<FloatType>(dense.getElementType()))
+    return std::nullopt;
+  return dense.getSplatValue<APFloat>().convertToFloat();
+}
+
+static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
+  KeyLoop keys;
+  keys.loop = loop;
+  auto fail = [&](Operation *at, const Twine &what) {
+    at->emitOpError() << "is not the key loop convert-fa3-tile-to-hopper "
+                         "implements: "
+                      << what;
+    return failure();
+  };
+  if (getConstantIntValue(loop.getStep()) != 1)
+    return fail(loop, "its step must be 1");
+  if (loop.getNumRegionIterArgs() != 3)
+    return fail(loop, "it must carry the accumulator, the max and the sum");
+  Block &body = *loop.getBody();
+  func::FuncOp func = kernel.func;
+  Value k = func.getArgument(1), v = func.getArgument(2);
+  for (Operation &op : body.without_terminator()) {
+    if (isScalarOp(&op) || isArgumentDim(&op, func))
+      continue;
+    if (auto load = dyn_cast<LoadTileOp>(op)) {
+      LoadTileOp &slot = load.getSource() == k ? keys.keyLoad : keys.valueLoad;
+      if ((load.getSource() != k && load.getSource() != v) || slot)
+        return fail(load, "it must load one key and one value tile");
+      slot = load;
+    } else if (auto qk = dyn_cast<QKOp>(op)) {
+      if (keys.qk || qk.getQuery() != kernel.queryLoad.getResult() ||
+          !keys.keyLoad || qk.getKey() != keys.keyLoad.getResult())
+        return fail(qk, "S must be the query tile times the key tile");
+      keys.qk = qk;
+    } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+      if (keys.softcap || !keys.qk || softcap.getScores() != keys.qk)
+        return fail(softcap, "the softcap must take S");
+      keys.softcap = softcap;
+    } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+      Value scores = keys.softcap ? keys.softcap.getResult() : keys.qk;
+      // scf.if %boundary { fa3.mask S } else { S }
+      auto thenYield = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator());
+      MaskOp mask = thenYield.getNumOperands() == 1
+                        ? thenYield.getOperand(0).getDefiningOp<MaskOp>()
+                        : MaskOp();
+      if (keys.maskIf || ifOp.getNumResults() != 1 || !ifOp.elseBlock() ||
+          !mask || mask.getScores() != scores ||
+          ifOp.elseYield().getOperand(0) != scores)
+        return fail(ifOp, "the only branch must mask S on boundary blocks");
+      for (Operation &inner : ifOp.thenBlock()->without_terminator())
+        if (&inner != mask.getOperation() && !isScalarOp(&inner))
+          return fail(&inner, "the mask branch may only compute indices");
+      keys.maskIf = ifOp;
+      keys.mask = mask;
+    } else if (auto softmax = dyn_cast<OnlineSoftmaxOp>(op)) {
+      Value scores = keys.maskIf    ? keys.maskIf.getResult(0)
+                     : keys.softcap ? keys.softcap.getResult()
+                                    : Value(keys.qk);
+      if (keys.softmax || !scores || softmax.getScores() != scores ||
+          softmax.getRowMax() != loop.getRegionIterArg(1) ||
+          softmax.getRowSum() != loop.getRegionIterArg(2))
+        return fail(softmax, "the softmax must take the (masked) S and the "
+                             "carried max and sum");
+      keys.softmax = softmax;
+    } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+      if (keys.rescale || !keys.softmax ||
+          rescale.getAcc() != loop.getRegionIterArg(0) ||
+          rescale.getCorrection() != keys.softmax.getCorrection())
+        return fail(rescale, "the rescale must take the carried accumulator "
+                             "and the softmax's correction");
+      keys.rescale = rescale;
+    } else if (auto pv = dyn_cast<PVOp>(op)) {
+      if (keys.pv || !keys.rescale || !keys.valueLoad ||
+          pv.getProbs() != keys.softmax.getProbs() ||
+          pv.getValue() != keys.valueLoad.getResult() ||
+          pv.getAcc() != keys.rescale.getResult() || pv.getProbsScaleAttr())
+        return fail(pv, "O += P V must take the softmax's P, the value tile "
+                        "and the rescaled accumulator (no probs_scale)");
+      keys.pv = pv;
+    } else {
+      return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
+    }
+  }
+  if (!keys.pv)
+    return fail(loop, "it has no fa3.pv");
+  auto yield = cast<scf::YieldOp>(body.getTerminator());
+  if (yield.getOperand(0) != keys.pv.getResult() ||
+      yield.getOperand(1) != keys.softmax.getNewMax() ||
+      yield.getOperand(2) != keys.softmax.getNewSum())
+    return fail(yield, "it must yield O, the new max and the new sum");
+  std::optional<float> acc = splatValue(loop.getInitArgs()[0]),
+                       max = splatValue(loop.getInitArgs()[1]),
+                       sum = splatValue(loop.getInitArgs()[2]);
+  if (!acc || !max || !sum)
+    return fail(loop, "its accumulator, max and sum must start from splat "
+                      "constants");
+  kernel.initAcc = *acc;
+  kernel.initMax = *max;
+  kernel.initSum = *sum;
+  return keys;
+}
+
+static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
+  TileKernel kernel;
+  kernel.func = func;
+  auto fail = [&](Operation *at, const Twine &what) {
+    at->emitOpError() << "is not a tile-level forward kernel "
+                         "convert-fa3-tile-to-hopper implements: "
+                      << what;
+    return failure();
+  };
+  kernel.schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
+  if (!kernel.schedule)
+    return fail(func, "it has no fa3.schedule");
+  if (func.getNumArguments() != 3 || func.getNumResults() != 2)
+    return fail(func, "it must take Q, K, V and return O and the LSE");
+  Block &entry = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  for (Operation &op : entry.without_terminator()) {
+    if (isScalarOp(&op) || isArgumentDim(&op, func) ||
+        isa<tensor::EmptyOp>(op) ||
+        (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      continue;
+    auto forall = dyn_cast<scf::ForallOp>(op);
+    if (!forall || kernel.grid)
+      return fail(&op, "its body must be one scf.forall (fa3-tile{grid=true}), "
+                       "index arithmetic and splat constants");
+    kernel.grid = forall;
+  }
+  if (!kernel.grid)
+    return fail(func, "it has no scf.forall over the grid");
+  scf::ForallOp grid = kernel.grid;
+  std::optional<ArrayAttr> mapping = grid.getMapping();
+  if (!mapping || mapping->size() != 3 || grid.getRank() != 3 ||
+      !llvm::all_of(*mapping, [](Attribute a) {
+        auto block = dyn_cast<gpu::GPUBlockMappingAttr>(a);
+        return block && block.getBlock() <= gpu::MappingId::DimZ;
+      }))
+    return fail(grid, "the forall must be 3-D and mapped to #gpu.block<x/y/z>");
+  if (ret.getOperand(0) != grid.getResult(0) ||
+      ret.getOperand(1) != grid.getResult(1))
+    return fail(ret, "it must return the forall's O and LSE");
+
+  for (Operation &op : grid.getBody()->without_terminator()) {
+    if (isScalarOp(&op) || isArgumentDim(&op, func) ||
+        (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      continue;
+    if (auto load = dyn_cast<LoadTileOp>(op)) {
+      if (kernel.queryLoad || load.getSource() != func.getArgument(0))
+        return fail(load, "the forall body loads one query tile");
+      kernel.queryLoad = load;
+    } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      if (kernel.keys.loop || !kernel.queryLoad)
+        return fail(loop, "the forall body has one key loop, after the "
+                          "query tile's load");
+      FailureOr<KeyLoop> keys = matchKeyLoop(loop, kernel);
+      if (failed(keys))
+        return failure();
+      kernel.keys = *keys;
+    } else if (auto finalize = dyn_cast<FinalizeOp>(op)) {
+      scf::ForOp loop = kernel.keys.loop;
+      if (kernel.finalize || !loop || finalize.getAcc() != loop.getResult(0) ||
+          finalize.getRowMax() != loop.getResult(1) ||
+          finalize.getRowSum() != loop.getResult(2))
+        return fail(finalize, "fa3.finalize must take the key loop's results");
+      kernel.finalize = finalize;
+    } else {
+      return fail(&op, "unexpected op '" + op.getName().getStringRef() +
+                           "' in the forall body");
+    }
+  }
+  if (!kernel.finalize)
+    return fail(grid, "its body has no fa3.finalize");
+  for (Operation &op : grid.getTerminator().getYieldingOps()) {
+    if (auto store = dyn_cast<ParallelStoreTileOp>(op)) {
+      if (store.getTile() == kernel.finalize.getOutput() &&
+          store.getDest() == grid.getRegionIterArgs()[0] && !kernel.storeOutput)
+        kernel.storeOutput = store;
+      else
+        return fail(store, "O must be stored once into the first output");
+    } else if (auto store = dyn_cast<ParallelStoreStatsOp>(op)) {
+      if (store.getTile() == kernel.finalize.getLse() &&
+          store.getDest() == grid.getRegionIterArgs()[1] && !kernel.storeLse)
+        kernel.storeLse = store;
+      else
+        return fail(store,
+                    "the LSE must be stored once into the second output");
+    }
+  }
+  if (!kernel.storeOutput || !kernel.storeLse)
+    return fail(grid, "the forall must store O and the LSE");
+  return kernel;
+}
+
+/// The kernel's spec, from the tile shapes and the schedule, with the same
+/// checks as the L0 kernel's (fa3-outline-hopper-kernels ran those on the
+/// attention; here they guard hand-written tile-level input).
+static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
+  HopperAttentionSpec spec;
+  auto qTile = cast<RankedTensorType>(kernel.queryLoad.getType());
+  auto kTile = cast<RankedTensorType>(kernel.keys.keyLoad.getType());
+  auto vTile = cast<RankedTensorType>(kernel.keys.valueLoad.getType());
+  Type elt = qTile.getElementType();
+  if (!elt.isBF16() && !elt.isF16())
+    return kernel.queryLoad.emitOpError()
+           << "convert-fa3-tile-to-hopper implements f16 and bf16 tiles, got "
+           << elt;
+  spec.bf16 = elt.isBF16();
+  spec.headDim = qTile.getDimSize(1);
+  if (spec.headDim % 64 != 0 || vTile.getDimSize(1) != spec.headDim)
+    return kernel.queryLoad.emitOpError()
+           << "the Hopper forward needs D a multiple of 64 with Dv = D, got "
+           << spec.headDim << " and " << vTile.getDimSize(1);
+  ScheduleAttr schedule = kernel.schedule;
+  spec.blockM = qTile.getDimSize(0);
+  spec.blockN = kTile.getDimSize(0);
+  if (spec.blockM != schedule.getBlockM() ||
+      spec.blockN != schedule.getBlockN())
+    return kernel.func.emitOpError()
+           << "tile shapes " << spec.blockM << "x" << spec.blockN
+           << " do not match the schedule's block_m = " << schedule.getBlockM()
+           << ", block_n = " << schedule.getBlockN();
+  spec.stages = schedule.getStages();
+  spec.producerRegs = schedule.getProducerRegs();
+  spec.consumerRegs = schedule.getConsumerRegs();
+  spec.pingpong = schedule.getPingpong();
+  spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  if (spec.blockM % 64 != 0 || spec.blockM > 256 || spec.blockN % 16 != 0 ||
+      spec.blockN > 256 || schedule.getConsumerWgs() != spec.blockM / 64 ||
+      schedule.getPersistent() || schedule.getCluster() != 1 ||
+      (spec.pingpong &&
+       (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2)))
+    return kernel.func.emitOpError()
+           << "schedule " << schedule
+           << " is not one the Hopper forward implements (see "
+              "convert-fa3-to-hopper's checks)";
+  return spec;
+}
+
+//===----------------------------------------------------------------------===//
+// Emitting the kernel
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+class TileKernelEmitter : public HopperCodegen {
+public:
+  TileKernelEmitter(OpBuilder &b, TileKernel &kernel,
+                    const HopperAttentionSpec &spec)
+      : HopperCodegen(b, kernel.func.getLoc(), spec.bf16), k(kernel), s(spec) {}
+
+  LLVM::LLVMFuncOp emit(gpu::GPUModuleOp module);
+
+private:
+  /// `op` (isScalarOp or isArgumentDim) in i32 with `operands`.
+  Value emitScalar(Operation *op, ArrayRef<Value> operands);
+  /// The i32 value of kernel-level index `v` (defined outside the key loop).
+  Value scalar(Value v) { return scalars.lookup(v); }
+  /// Index `v` of the key loop's body for the iteration with induction
+  /// variable `iv`: its defining ops replayed from the IR, memoized in
+  /// `local` (one map per emitted iteration).
+  Value replay(Value v, Value iv, DenseMap<Value, Value> &local);
+  /// Thread 0: TMA loads of the key block whose loop induction variable is
+  /// `iv` into ring slot `stage`, at the coordinates of the IR's loads.
+  void issueKV(Value stage, Value iv);
+
+  TileKernel &k;
+  const HopperAttentionSpec &s;
+  DenseMap<Value, Value> scalars;
+
+  Value tmaQ, tmaK, tmaV, seqQ, seqK;
+  int64_t offQ = 0, offK = 0, offV = 0, offBar = 0;
+  Value barQ() { return smemAt(ci(offBar)); }
+  Value barFull(int64_t kind, Value stage) { // kind 0 = K, 1 = V, 2 = empty
+    return smemAt(
+        add(ci(offBar + 8 * (1 + kind * s.stages)), mul(stage, ci(8))));
+  }
+  int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
+  Value qkDescriptor(Value addr) {
+    return descriptor(addr, 16, 8 * kAtomBytes, kAtomBytes);
+  }
+};
+
+} // namespace
+
+Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
+  if (auto dim = dyn_cast<tensor::DimOp>(op)) {
+    // Dim 1 of Q is Sq, of K and V Sk; dim 0 (the batch) is the grid's z.
+    auto arg = cast<BlockArgument>(dim.getSource());
+    int64_t index = *dim.getConstantIndex();
+    if (index == 0)
+      return NVVM::GridDimZOp::create(b, loc, i32);
+    if (index == 1)
+      return arg.getArgNumber() == 0 ? seqQ : seqK;
+    return ci(cast<RankedTensorType>(arg.getType()).getDimSize(index));
+  }
+  if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+    int64_t value = cast<IntegerAttr>(constant.getValue()).getInt();
+    return constant.getType().isIndex()
+               ? ci(value)
+               : arith::ConstantIntOp::create(b, loc, i1, value).getResult();
+  }
+  OperationState state(loc, op->getName());
+  state.addOperands(operands);
+  for (Type t : op->getResultTypes())
+    state.addTypes(t.isIndex() ? i32 : t);
+  state.addAttributes(op->getAttrs());
+  return b.create(state)->getResult(0);
+}
+
+Value TileKernelEmitter::replay(Value v, Value iv,
+                                DenseMap<Value, Value> &local) {
+  if (v == k.keys.loop.getInductionVar())
+    return iv;
+  if (Value known = scalars.lookup(v))
+    return known;
+  if (Value known = local.lookup(v))
+    return known;
+  Operation *def = v.getDefiningOp();
+  SmallVector<Value> operands;
+  for (Value operand : def->getOperands())
+    if (operand.getType().isIndex() || operand.getType().isInteger(1))
+      operands.push_back(replay(operand, iv, local));
+  Value result = emitScalar(def, operands);
+  local[v] = result;
+  return result;
+}
+
+void TileKernelEmitter::issueKV(Value stage, Value iv) {
+  int64_t bytes = tileBytes(s.blockN);
+  DenseMap<Value, Value> local;
+  for (auto [kind, map, base, load] :
+       {std::tuple<int64_t, Value, int64_t, LoadTileOp>{0, tmaK, offK,
+                                                        k.keys.keyLoad},
+        {1, tmaV, offV, k.keys.valueLoad}}) {
+    Value bar = barFull(kind, stage);
+    expectTx(bar, bytes);
+    Value row = replay(load.getRow(), iv, local);
+    Value head = replay(load.getHead(), iv, local);
+    Value batch = replay(load.getBatch(), iv, local);
+    Value tile = add(ci(base), mul(stage, ci(bytes)));
+    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
+      Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
+      tmaLoad(dst, map, {ci(atom * kAtomCols), row, head, batch}, bar);
+    }
+  }
+}
+
+LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
+  MLIRContext *ctx = b.getContext();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  declareDynamicSmem(module);
+
+  // The ABI of the L0 forward kernel: Q/K/V tensor maps, O, LSE, Sq, Sk.
+  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, globalPtr,
+                              globalPtr,  i32,        i32};
+  auto fnType =
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
+  auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
+  fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
+              b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
+  // The tensor maps travel by value in parameter space (__grid_constant__).
+  auto mapType = LLVM::LLVMArrayType::get(i64, 16);
+  for (unsigned i = 0; i < 3; ++i) {
+    fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
+                  TypeAttr::get(mapType));
+    fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
+                  b.getI64IntegerAttr(64));
+    fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
+                  b.getUnitAttr());
+  }
+  for (unsigned i = 3; i < 5; ++i)
+    fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+
+  Block *entry = fn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  tmaQ = entry->getArgument(0);
+  tmaK = entry->getArgument(1);
+  tmaV = entry->getArgument(2);
+  Value outPtr = entry->getArgument(3), lsePtr = entry->getArgument(4);
+  seqQ = entry->getArgument(5);
+  seqK = entry->getArgument(6);
+
+  // The grid: the forall's induction variables are the block ids of its
+  // mapping.
+  Value blockIds[3] = {NVVM::BlockIdXOp::create(b, loc, i32),
+                       NVVM::BlockIdYOp::create(b, loc, i32),
+                       NVVM::BlockIdZOp::create(b, loc, i32)};
+  for (auto [iv, dim] :
+       llvm::zip(k.grid.getInductionVars(), *k.grid.getMapping()))
+    scalars[iv] = blockIds[static_cast<int64_t>(
+        cast<gpu::GPUBlockMappingAttr>(dim).getBlock())];
+
+  // Kernel-level index arithmetic, in IR order: the function body's and
+  // the forall body's (the key loop's is replayed per iteration).
+  auto emitKernelScalars = [&](Block &block) {
+    for (Operation &op : block.without_terminator()) {
+      if (!isScalarOp(&op) && !isArgumentDim(&op, k.func))
+        continue;
+      SmallVector<Value> operands;
+      for (Value operand : op.getOperands())
+        if (operand.getType().isIndex() || operand.getType().isInteger(1))
+          operands.push_back(scalar(operand));
+      scalars[op.getResult(0)] = emitScalar(&op, operands);
+    }
+  };
+  emitKernelScalars(k.func.getBody().front());
+  emitKernelScalars(*k.grid.getBody());
+
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+  Value wg = divu(tid, ci(128));
+  Value warp = divu(remu(tid, ci(128)), ci(32));
+  Value lane = remu(tid, ci(32));
+
+  setAlignedDynamicSmem();
+  offQ = 0;
+  offK = tileBytes(s.blockM);
+  offV = offK + s.stages * tileBytes(s.blockN);
+  offBar = offV + s.stages * tileBytes(s.blockN);
+
+  Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
+  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+    barrierInit(barQ(), 1);
+    for (int64_t st = 0; st < s.stages; ++st) {
+      barrierInit(barFull(0, ci(st)), 1);
+      barrierInit(barFull(1, ci(st)), 1);
+      barrierInit(barFull(2, ci(st)), s.numConsumerThreads());
+    }
+    NVVM::FenceMbarrierInitOp::create(b, loc);
+    scf::YieldOp::create(b, loc);
+  });
+  NVVM::Barrier0Op::create(b, loc);
+
+  // The key loop's range, from the IR; iteration `it` (0-based) is key
+  // block lo + it and uses ring slot it % stages.
+  scf::ForOp loop = k.keys.loop;
+  Value blockLo = scalar(loop.getLowerBound());
+  Value numBlocks = maxsi(sub(scalar(loop.getUpperBound()), blockLo), ci(0));
+  auto ivOf = [&](Value it) { return add(blockLo, it); };
+
+  // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
+  // rows' loop over the key blocks and the epilogue.
+  auto buildConsumer = [&](Value wg) {
+    waitParity(barQ(), ci(0));
+
+    // This thread's two rows in the tile and the first of its column pairs
+    // in each 8-column block.
+    Value rowInTile =
+        add(add(mul(wg, ci(64)), mul(warp, ci(16))), divu(lane, ci(4)));
+    Value colInBlock = mul(remu(lane, ci(4)), ci(2));
+
+    float negInf = -std::numeric_limits<float>::infinity();
+    int64_t nS = s.blockN / 2, nO = s.headDim / 2;
+
+    SmallVector<Value> init = {cf(k.initMax), cf(k.initMax), cf(k.initSum),
+                               cf(k.initSum)};
+    for (int64_t i = 0; i < nO; ++i)
+      init.push_back(cf(k.initAcc));
+
+    Value qTileAddr = add(smemAddr(smem), ci(offQ));
+    Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
+
+    auto slotOf = [&](Value it) {
+      return std::make_pair(remu(it, ci(s.stages)),
+                            andi(divu(it, ci(s.stages)), ci(1)));
+    };
+
+    // Pingpong: a consumer's wgmmas of one turn are issued between
+    // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
+    // Both named barriers count 256 threads: 128 waiting plus 128 arriving.
+    Value otherWg = sub(ci(1), wg);
+    auto takeTurn = [&] {
+      if (s.pingpong)
+        namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
+    };
+    auto passTurn = [&] {
+      if (s.pingpong)
+        namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
+    };
+    enum Turn { kNoTurn = 0, kTake = 1, kPass = 2, kWhole = 3 };
+
+    // fa3.qk of iteration `it`: S = Q Kᵀ, both from shared memory.
+    auto issueQK = [&](Value it, int turn) {
+      auto [stage, parity] = slotOf(it);
+      waitParity(barFull(0, stage), parity);
+      if (turn & kTake)
+        takeTurn();
+      Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
+                            mul(stage, ci(tileBytes(s.blockN))));
+      SmallVector<Value> sAcc(nS, cf(0));
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      for (int64_t kk = 0; kk < s.headDim / mmaK(); ++kk) {
+        int64_t atom = kk / 4, inAtom = (kk % 4) * 32;
+        Value a = qkDescriptor(
+            add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)));
+        Value bd = qkDescriptor(
+            add(kTileAddr, ci(atom * s.blockN * kAtomBytes + inAtom)));
+        sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      if (turn & kPass)
+        passTurn();
+      return sAcc;
+    };
+
+    // fa3.softcap, the masking scf.if and fa3.online_softmax of iteration
+    // `it` on the S fragment.
+    struct SoftmaxStep {
+      SmallVector<Value> p;
+      Value m[2], l[2], alpha[2];
+    };
+    auto softmax = [&](SmallVector<Value> sAcc, Value it, const Value *mOld,
+                       const Value *lOld) {
+      Value iv = ivOf(it);
+      DenseMap<Value, Value> local;
+      if (SoftcapOp softcap = k.keys.softcap) {
+        float scale = softcap.getScale().convertToFloat();
+        float cap = softcap.getSoftcap().convertToFloat();
+        Value in = cf(scale / cap), out = cf(cap / scale);
+        for (Value &v : sAcc)
+          v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+      }
+      SmallVector<Value> sv = sAcc;
+      if (MaskOp mask = k.keys.mask) {
+        // Everything the mask reads, replayed before its branch.
+        Value needMask = replay(k.keys.maskIf.getCondition(), iv, local);
+        Value qStart = replay(mask.getQStart(), iv, local);
+        Value kStart = replay(mask.getKStart(), iv, local);
+        Value qLen = replay(mask.getQLen(), iv, local);
+        Value kLen = replay(mask.getKLen(), iv, local);
+        Value offset = sub(kLen, qLen);
+        auto [left, right] = resolveWindow(mask.getCausal(), mask.getWindow());
+        Value rows[2] = {add(qStart, rowInTile),
+                         add(qStart, add(rowInTile, ci(8)))};
+        sv = maskFragment(sAcc, needMask, [&](int64_t r) {
+          Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+          return keyHidden(rows[(r % 4) / 2], col, kLen, offset, left, right);
+        });
+      }
+
+      // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
+      // quad. The sum stays per thread until fa3.finalize.
+      Value cLog2 = cf(k.keys.softmax.getExp2Scale().convertToFloat());
+      SoftmaxStep step;
+      Value mScaled[2];
+      for (int64_t row = 0; row < 2; ++row) {
+        Value mx = mOld[row];
+        for (int64_t r = 0; r < nS; ++r)
+          if ((r % 4) / 2 == row)
+            mx = fmax(mx, sv[r]);
+        step.m[row] = quadReduce(mx, /*isMax=*/true);
+        Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                            step.m[row], cf(negInf));
+        mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cLog2);
+        step.alpha[row] = exp2(fsub(fmul(mOld[row], cLog2), mScaled[row]));
+      }
+      step.p.resize(nS);
+      Value rowSum[2] = {cf(0), cf(0)};
+      for (int64_t r = 0; r < nS; ++r) {
+        int64_t row = (r % 4) / 2;
+        step.p[r] = exp2(fsub(fmul(sv[r], cLog2), mScaled[row]));
+        rowSum[row] = fadd(rowSum[row], step.p[r]);
+      }
+      for (int64_t row = 0; row < 2; ++row)
+        step.l[row] = fadd(fmul(lOld[row], step.alpha[row]), rowSum[row]);
+      return step;
+    };
+
+    // P as the A operand of fa3.pv: the S accumulator, pairwise converted,
+    // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
+    // 8k+7), so P never goes through shared memory.
+    auto packP = [&](ArrayRef<Value> p) {
+      SmallVector<Value> packed;
+      for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
+        packed.append(packAFragment(p, kk));
+      return packed;
+    };
+
+    // fa3.pv of iteration `it`: O += P V, V read MN-major from shared memory.
+    auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value it,
+                       int turn) {
+      auto [stage, parity] = slotOf(it);
+      waitParity(barFull(1, stage), parity);
+      if (turn & kTake)
+        takeTurn();
+      Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
+                            mul(stage, ci(tileBytes(s.blockN))));
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      for (int64_t kk = 0; kk < s.blockN / 16; ++kk) {
+        Value bd = descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
+                              s.blockN * kAtomBytes, 1024);
+        o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      if (turn & kPass)
+        passTurn();
+      return o;
+    };
+
+    // After iteration `it`'s wgmmas completed: release its ring slot. With
+    // a producer warpgroup that is all; otherwise warp 0 refills the slot
+    // with iteration it + stages once every consumer is done.
+    auto release = [&](Value it) {
+      auto [stage, parity] = slotOf(it);
+      arrive(barFull(2, stage));
+      if (s.warpSpecialized())
+        return;
+      Value next = add(it, ci(s.stages));
+      Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                          cmp(arith::CmpIPredicate::slt, next, numBlocks));
+      scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+        waitParity(barFull(2, stage), parity);
+        scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+          issueKV(stage, ivOf(next));
+          scf::YieldOp::create(b, loc);
+        });
+        scf::YieldOp::create(b, loc);
+      });
+    };
+    auto waitGroups = [&](int64_t pending) {
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending);
+    };
+    // fa3.rescale.
+    auto rescale = [&](SmallVector<Value> &o, const Value *alpha) {
+      for (int64_t r = 0; r < nO; ++r)
+        o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+    };
+
+    // Pingpong: consumer 0 goes first (an arrive on its own barrier that
+    // its first takeTurn() completes).
+    if (s.pingpong) {
+      Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+        namedBarrierArrive(ci(kPingpongBarrier), 256);
+        scf::YieldOp::create(b, loc);
+      });
+    }
+
+    SmallVector<Value> results;
+    if (!s.intraWarpgroupOverlap) {
+      // The key loop in IR order: QKᵀ, wait, softmax, rescale, PV, wait.
+      auto forOp = scf::ForOp::create(
+          b, loc, ci(0), numBlocks, ci(1), init,
+          [&](OpBuilder &, Location, Value it, ValueRange iters) {
+            SmallVector<Value> sAcc = issueQK(it, kWhole);
+            waitGroups(0);
+            Value mOld[2] = {iters[0], iters[1]},
+                  lOld[2] = {iters[2], iters[3]};
+            SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
+            SmallVector<Value> o(iters.begin() + 4, iters.end());
+            rescale(o, step.alpha);
+            o = issuePV(packP(step.p), o, it, kNoTurn);
+            waitGroups(0);
+            release(it);
+            SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
+                                         step.l[1]};
+            yields.append(o);
+            scf::YieldOp::create(b, loc, yields);
+          });
+      results.assign(forOp.getResults().begin(), forOp.getResults().end());
+    } else {
+      // The key loop rotated by one stage (intra-warpgroup overlap):
+      // iteration it + 1's QKᵀ and iteration it's PV are in flight
+      // together, and it + 1's softmax runs while that PV computes. The
+      // first QKᵀ + softmax is peeled before the loop and the last PV after
+      // it, so no wgmma sits under a branch.
+      Value any = cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0));
+      auto guarded = scf::IfOp::create(
+          b, loc, TypeRange(SmallVector<Type>(init.size(), f32)), any,
+          /*addElseBlock=*/true);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(guarded.thenBlock());
+        SmallVector<Value> s0 = issueQK(ci(0), kWhole);
+        waitGroups(0);
+        Value m0[2] = {init[0], init[1]}, l0[2] = {init[2], init[3]};
+        SoftmaxStep first = softmax(s0, ci(0), m0, l0);
+        // The loop carries iteration it's P already packed, the running
+        // max and sum, and O (rescaled for iteration it).
+        SmallVector<Value> o0(init.begin() + 4, init.end());
+        rescale(o0, first.alpha);
+        SmallVector<Value> loopInit = packP(first.p);
+        int64_t nP = loopInit.size();
+        loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
+        loopInit.append(o0);
+        auto forOp = scf::ForOp::create(
+            b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
+            [&](OpBuilder &, Location, Value it, ValueRange iters) {
+              SmallVector<Value> p(iters.begin(), iters.begin() + nP);
+              Value mOld[2] = {iters[nP], iters[nP + 1]};
+              Value lOld[2] = {iters[nP + 2], iters[nP + 3]};
+              SmallVector<Value> o(iters.begin() + nP + 4, iters.end());
+              Value itNext = add(it, ci(1));
+              // One turn: QKᵀ of it + 1, then PV of it.
+              SmallVector<Value> sNext = issueQK(itNext, kTake);
+              o = issuePV(p, o, it, kPass);
+              waitGroups(1); // QKᵀ of it + 1 done, PV of it in flight
+              SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
+              SmallVector<Value> yields = packP(step.p);
+              waitGroups(0); // PV done: O readable, the slot free
+              release(it);
+              rescale(o, step.alpha);
+              yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
+              yields.append(o);
+              scf::YieldOp::create(b, loc, yields);
+            });
+        SmallVector<Value> res(forOp.getResults());
+        SmallVector<Value> p(res.begin(), res.begin() + nP);
+        SmallVector<Value> o(res.begin() + nP + 4, res.end());
+        Value last = sub(numBlocks, ci(1));
+        o = issuePV(p, o, last, kWhole);
+        waitGroups(0);
+        release(last);
+        SmallVector<Value> yields(res.begin() + nP, res.begin() + nP + 4);
+        yields.append(o);
+        scf::YieldOp::create(b, loc, yields);
+        b.setInsertionPointToStart(guarded.elseBlock());
+        scf::YieldOp::create(b, loc, init);
+      }
+      results.assign(guarded.getResults().begin(), guarded.getResults().end());
+    }
+
+    // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
+    // both named barriers end with every phase complete.
+    if (s.pingpong) {
+      Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+        takeTurn();
+        scf::YieldOp::create(b, loc);
+      });
+    }
+
+    // fa3.finalize: O / l and LSE = scale · m + ln(l); rows with l = 0 saw
+    // no key.
+    float scale = k.finalize.getScale().convertToFloat();
+    Value inv[2], lse[2];
+    for (int64_t row = 0; row < 2; ++row) {
+      Value l = quadReduce(results[2 + row], /*isMax=*/false);
+      Value empty =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
+      inv[row] = select(empty, cf(0),
+                        arith::DivFOp::create(b, loc, cf(1.0f), l).getResult());
+      Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
+                      cf(static_cast<float>(M_LN2)));
+      lse[row] =
+          select(empty, cf(negInf), fadd(fmul(results[row], cf(scale)), ln));
+    }
+
+    // fa3.parallel_store_tile / _stats: rows past Sq are dropped.
+    ParallelStoreTileOp storeO = k.storeOutput;
+    ParallelStoreStatsOp storeL = k.storeLse;
+    auto oType = cast<RankedTensorType>(storeO.getDest().getType());
+    auto lType = cast<RankedTensorType>(storeL.getDest().getType());
+    int64_t oHeads = oType.getDimSize(2), lHeads = lType.getDimSize(1);
+    Value oBatch = scalar(storeO.getBatch()), oHead = scalar(storeO.getHead());
+    Value lBatch = scalar(storeL.getBatch()), lHead = scalar(storeL.getHead());
+    for (int64_t row = 0; row < 2; ++row) {
+      Value inTile = add(rowInTile, ci(8 * row));
+      Value oRow = add(scalar(storeO.getRow()), inTile);
+      Value lRow = add(scalar(storeL.getRow()), inTile);
+      scf::IfOp::create(
+          b, loc, cmp(arith::CmpIPredicate::slt, oRow, seqQ),
+          [&](OpBuilder &, Location) {
+            // O[b, row, h, :] at ((b * Sq + row) * Hq + h) * D elements.
+            Value rowIndex =
+                add(mul(add(mul(sext64(oBatch), sext64(seqQ)), sext64(oRow)),
+                        cl(oHeads)),
+                    sext64(oHead));
+            Value rowBase = mul(rowIndex, cl(s.headDim * 2));
+            for (int64_t j = 0; j < s.headDim / 8; ++j) {
+              int64_t r = 4 * j + 2 * row;
+              Value packed = pack(fmul(results[4 + r], inv[row]),
+                                  fmul(results[4 + r + 1], inv[row]));
+              Value byte =
+                  add(rowBase, zext64(mul(add(ci(j * 8), colInBlock), ci(2))));
+              Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(),
+                                              outPtr, ValueRange{byte});
+              LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/4);
+            }
+            scf::YieldOp::create(b, loc);
+          });
+      // LSE[b, h, row] at (b * Hq + h) * Sq + row, from one lane per row.
+      Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
+      scf::IfOp::create(
+          b, loc, andi(lane0, cmp(arith::CmpIPredicate::slt, lRow, seqQ)),
+          [&](OpBuilder &, Location) {
+            Value idx =
+                add(mul(add(mul(sext64(lBatch), cl(lHeads)), sext64(lHead)),
+                        sext64(seqQ)),
+                    sext64(lRow));
+            Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32, lsePtr,
+                                            ValueRange{idx});
+            LLVM::StoreOp::create(b, loc, lse[row], ptr, /*alignment=*/4);
+            scf::YieldOp::create(b, loc);
+          });
+    }
+  };
+
+  // fa3.load_tile of Q, at its IR coordinates.
+  auto loadQ = [&] {
+    LoadTileOp load = k.queryLoad;
+    Value row = scalar(load.getRow()), head = scalar(load.getHead()),
+          batch = scalar(load.getBatch());
+    expectTx(barQ(), tileBytes(s.blockM));
+    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
+      tmaLoad(smemAt(ci(offQ + atom * s.blockM * kAtomBytes)), tmaQ,
+              {ci(atom * kAtomCols), row, head, batch}, barQ());
+  };
+  if (!s.warpSpecialized()) {
+    // Prologue: Q, then the first `stages` key blocks; the consumers refill
+    // the ring themselves (see `release`).
+    scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+      loadQ();
+      for (int64_t st = 0; st < s.stages; ++st) {
+        Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
+        scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
+          issueKV(ci(st), ivOf(ci(st)));
+          scf::YieldOp::create(b, loc);
+        });
+      }
+      scf::YieldOp::create(b, loc);
+    });
+    buildConsumer(wg);
+  } else {
+    // Warp specialization: warpgroup 0 produces, the others consume. Each
+    // side resizes its register file first (setmaxnreg is warpgroup-wide).
+    Value isProducer = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+    scf::IfOp::create(
+        b, loc, isProducer,
+        [&](OpBuilder &, Location) {
+          NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
+                                         NVVM::SetMaxRegisterAction::decrease);
+          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+            loadQ();
+            // Iteration `it` goes into slot it % stages once the consumers
+            // have released that slot's previous block (it - stages).
+            scf::ForOp::create(
+                b, loc, ci(0), numBlocks, ci(1), ValueRange(),
+                [&](OpBuilder &, Location, Value it, ValueRange) {
+                  Value stage = remu(it, ci(s.stages));
+                  Value parity = andi(divu(it, ci(s.stages)), ci(1));
+                  Value reused =
+                      cmp(arith::CmpIPredicate::uge, it, ci(s.stages));
+                  scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
+                    waitParity(barFull(2, stage), xori(parity, ci(1)));
+                    scf::YieldOp::create(b, loc);
+                  });
+                  issueKV(stage, ivOf(it));
+                  scf::YieldOp::create(b, loc);
+                });
+            scf::YieldOp::create(b, loc);
+          });
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          NVVM::SetMaxRegisterOp::create(b, loc, s.consumerRegs,
+                                         NVVM::SetMaxRegisterAction::increase);
+          buildConsumer(sub(wg, ci(1)));
+          scf::YieldOp::create(b, loc);
+        });
+  }
+  LLVM::ReturnOp::create(b, loc, ValueRange());
+  return fn;
+}
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct ConvertFA3TileToHopperPass
+    : public fa3::impl::ConvertFA3TileToHopperBase<ConvertFA3TileToHopperPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    gpu::GPUModuleOp module = getOperation();
+    OpBuilder builder(&getContext());
+    SmallVector<func::FuncOp> kernels;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func->hasAttr(kScheduleAttrName))
+        kernels.push_back(func);
+    for (func::FuncOp func : kernels) {
+      FailureOr<TileKernel> kernel = matchTileKernel(func);
+      if (failed(kernel))
+        return signalPassFailure();
+      FailureOr<HopperAttentionSpec> spec = specOf(*kernel);
+      if (failed(spec))
+        return signalPassFailure();
+      LLVM::LLVMFuncOp fn =
+          TileKernelEmitter(builder, *kernel, *spec).emit(module);
+      func.erase();
+      // The IR's ceildiv/floordiv in the add/div/select form arith-to-llvm
+      // converts.
+      RewritePatternSet patterns(&getContext());
+      arith::populateCeilFloorDivExpandOpsPatterns(patterns);
+      if (failed(applyPatternsGreedily(fn, std::move(patterns))))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,258 @@
+// RUN: split-file %s %t
+// RUN: fa3-opt %t/kernel.mlir --convert-fa3-tile-to-hopper | FileCheck %s
+// RUN: fa3-opt %t/errors.mlir --convert-fa3-tile-to-hopper --split-input-file -verify-diagnostics
+
+//--- kernel.mlir
+
+// The input is what fa3-outline-hopper-kernels, fa3-tile{grid=true},
+// fa3-fuse-softmax and canonicalize make of a causal GQA attention (Hq = 4,
+// Hkv = 2, D = 64) scheduled with block_m = 128, block_n = 64 and a producer
+// warpgroup. The kernel keeps the function's name and takes the forward
+// kernel's ABI.
+// CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000
+// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32)
+// CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
+// The forall's induction variables are the block ids of its mapping, and
+// its index arithmetic is emitted in i32: the GQA head h / 2, the query
+// tile's first row, Sk - Sq and the key loop's upper bound.
+// CHECK: %[[QB:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
+// CHECK: %[[H:.+]] = nvvm.read.ptx.sreg.ctaid.y : i32
+// CHECK: %[[B:.+]] = nvvm.read.ptx.sreg.ctaid.z : i32
+// CHECK: %[[HKV:.+]] = arith.divui %[[H]], %c2_i32 : i32
+// CHECK: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
+// CHECK: arith.subi %[[SK]], %[[SQ]] : i32
+// CHECK: arith.minsi %[[SK]], %{{.+}} : i32
+// The producer warpgroup loads Q at the load_tile's coordinates, then K
+// and V of every key block into the ring, replaying the key loop's
+// row = kb * 64 per iteration.
+// CHECK: nvvm.setmaxregister  decrease 24
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
+// CHECK: scf.for %[[IT:.+]] = %c0_i32 to %{{.+}} step %c1_i32  : i32 {
+// CHECK: nvvm.mbarrier.try_wait.parity
+// CHECK: %[[ROW:.+]] = arith.muli %[[IT]], %c64_i32 : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %[[ROW]], %[[HKV]], %[[B]]]
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg2, %{{.+}}, box[%c0_i32, %[[ROW]], %[[HKV]], %[[B]]]
+// The consumers: fa3.qk as 4 shared-memory wgmmas (k16 over D = 64), the
+// mask under the IR's boundary condition, the softmax's exp2 and quad
+// reductions, fa3.pv as 4 register-A wgmmas (k16 over block_n = 64), then
+// the slot's release.
+// CHECK: nvvm.setmaxregister  increase 240
+// CHECK: scf.for
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, $64, $65, p, 1, 1, 0, 0;
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: arith.cmpi sgt
+// CHECK: %{{.+}}:32 = scf.if
+// CHECK: llvm.intr.exp2
+// CHECK: nvvm.shfl.sync bfly
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, {$64, $65, $66, $67}, $68, p, 1, 1, 1;
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.mbarrier.arrive
+// CHECK: scf.yield
+// fa3.finalize and the parallel stores: O rows and LSE entries inside Sq.
+// CHECK: lg2.approx.f32
+// CHECK: arith.cmpi slt, %{{.+}}, %[[SQ]] : i32
+// CHECK-COUNT-8: llvm.store %{{.+}}, %{{.+}} {alignment = 4 : i64} : i32, !llvm.ptr<1>
+// CHECK: llvm.store %{{.+}}, %{{.+}} {alignment = 4 : i64} : f32, !llvm.ptr<1>
+// CHECK-NOT: func.func
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.subi %dim_3, %dim_2 : index
+      %8 = arith.addi %5, %c128 : index
+      %9 = arith.minsi %8, %dim_2 : index
+      %10 = arith.subi %9, %c1 : index
+      %11 = arith.addi %10, %7 : index
+      %12 = arith.addi %11, %c1 : index
+      %13 = arith.minsi %dim_3, %12 : index
+      %14 = arith.ceildivsi %13, %c64 : index
+      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %16 = arith.muli %arg8, %c64 : index
+        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %20 = arith.addi %16, %c64 : index
+        %21 = arith.cmpi sgt, %20, %dim_3 : index
+        %22 = arith.addi %5, %7 : index
+        %23 = arith.addi %16, %c63 : index
+        %24 = arith.cmpi sgt, %23, %22 : index
+        %25 = arith.ori %21, %24 : i1
+        %26 = scf.if %25 -> (tensor<128x64xf32>) {
+          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+          scf.yield %29 : tensor<128x64xf32>
+        } else {
+          scf.yield %19 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+//--- errors.mlir
+
+// The L0 attention itself: fa3-tile{grid=true} and fa3-fuse-softmax have
+// not run.
+gpu.module @fa3_kernels {
+  func.func @l0(%q: tensor<?x?x4x64xbf16>, %k: tensor<?x?x4x64xbf16>, %v: tensor<?x?x4x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    // expected-error @+1 {{is not a tile-level forward kernel convert-fa3-tile-to-hopper implements: its body must be one scf.forall (fa3-tile{grid=true}), index arithmetic and splat constants}}
+    %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<?x?x4x64xbf16>, tensor<?x?x4x64xbf16>, tensor<?x?x4x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>)
+    return %o, %lse : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// The accumulator is not rescaled before O += P V.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.subi %dim_3, %dim_2 : index
+      %8 = arith.addi %5, %c128 : index
+      %9 = arith.minsi %8, %dim_2 : index
+      %10 = arith.subi %9, %c1 : index
+      %11 = arith.addi %10, %7 : index
+      %12 = arith.addi %11, %c1 : index
+      %13 = arith.minsi %dim_3, %12 : index
+      %14 = arith.ceildivsi %13, %c64 : index
+      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %16 = arith.muli %arg8, %c64 : index
+        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %20 = arith.addi %16, %c64 : index
+        %21 = arith.cmpi sgt, %20, %dim_3 : index
+        %22 = arith.addi %5, %7 : index
+        %23 = arith.addi %16, %c63 : index
+        %24 = arith.cmpi sgt, %23, %22 : index
+        %25 = arith.ori %21, %24 : i1
+        %26 = scf.if %25 -> (tensor<128x64xf32>) {
+          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+          scf.yield %29 : tensor<128x64xf32>
+        } else {
+          scf.yield %19 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+        // expected-error @+1 {{is not the key loop convert-fa3-tile-to-hopper implements: O += P V must take the softmax's P, the value tile and the rescaled accumulator (no probs_scale)}}
+        %28 = fa3.pv %probs, %18, %arg9 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// Tiles of another schedule than the function's.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{tile shapes 128x64 do not match the schedule's block_m = 128, block_n = 128}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.subi %dim_3, %dim_2 : index
+      %8 = arith.addi %5, %c128 : index
+      %9 = arith.minsi %8, %dim_2 : index
+      %10 = arith.subi %9, %c1 : index
+      %11 = arith.addi %10, %7 : index
+      %12 = arith.addi %11, %c1 : index
+      %13 = arith.minsi %dim_3, %12 : index
+      %14 = arith.ceildivsi %13, %c64 : index
+      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %16 = arith.muli %arg8, %c64 : index
+        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %20 = arith.addi %16, %c64 : index
+        %21 = arith.cmpi sgt, %20, %dim_3 : index
+        %22 = arith.addi %5, %7 : index
+        %23 = arith.addi %16, %c63 : index
+        %24 = arith.cmpi sgt, %23, %22 : index
+        %25 = arith.ori %21, %24 : i1
+        %26 = scf.if %25 -> (tensor<128x64xf32>) {
+          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+          scf.yield %29 : tensor<128x64xf32>
+        } else {
+          scf.yield %19 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
