@@ -149,7 +149,6 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch
     if dispatch:
         # End to end through fa3.attention (the torch custom op: its
         # length-bucket dispatch, host work and output allocation included).
-        import fa3  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
         fa3.attention(q, k, v, causal=causal)
         ms3 = do_bench(lambda: fa3.attention(q, k, v, causal=causal), warmup=25, rep=100, return_mode="median")
         row["fa3_attention"] = f / ms3 / 1e9

@@ -41,38 +41,16 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
 }
 
 def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
-  let summary = "Generate sm_90a kernels for every scheduled fa3.attention and fa3.attention_grad, and for fa3.hadamard and fa3.quantize";
+  let summary = "Generate sm_90a kernels for the FP8 fa3.attention, fa3.attention_grad, fa3.hadamard and fa3.quantize from L0";
   let description = [{
-    For each `fa3.attention` with a `#fa3.schedule`, emits the forward kernel
-    of one query tile into `gpu.module @fa3_kernels` (targeting
-    `#nvvm.target<chip = "sm_90a", features = "+ptx86">`) and annotates the
-    op with `fa3.kernel` (the kernel symbol) and `fa3.launch` (threads,
-    dynamic shared memory, tile sizes). The host side stays at the tensor
-    level: the runtime encodes the TMA descriptors and launches the kernel
-    on a grid of ceildiv(Sq, block_m) x Hq x B.
-
-    The kernel realizes the tile level on Hopper: TMA loads of Q once and of
-    K/V on a `stages`-deep mbarrier ring (128-byte swizzled tiles), S = Q Kᵀ
-    with shared-memory wgmma, the online softmax on the accumulator fragment
-    (quad shuffles, `ex2.approx`, masking only on boundary blocks), O += P V
-    with register-A wgmma (P never leaves registers) and an epilogue storing
-    O and the LSE with ragged rows skipped. Each consumer warpgroup owns 64
-    query rows. Supported: f16/bf16, head dims 64/128/192/256 with Dv = D,
-    GQA, causal, windows, softcap, dynamic B/Sq/Sk.
-
-    The schedule picks the kernel's structure:
-    * `producer_regs`/`consumer_regs` > 0: warp specialization. Warpgroup 0
-      runs `setmaxnreg.dec` and one of its threads issues every TMA load
-      (Q, then K/V of each key block once the consumers released the
-      slot's previous block on its "empty" mbarrier); the consumer
-      warpgroups run `setmaxnreg.inc` and only compute. Without it, thread
-      0 of the consumers issues the loads between its own blocks.
-    * `pingpong` (two consumers, with a producer): the consumers take turns
-      issuing their wgmmas through named barriers 1 and 2 (`bar.sync` on
-      their own, `bar.arrive` on the other's), so one warpgroup's softmax
-      overlaps the other's GEMMs.
-    * `intra_wg_overlap`: block i+1's QKᵀ is issued before block i's PV and
-      its softmax runs while that PV computes.
+    The Hopper kernels that do not go through the tile level yet. Each is
+    emitted into `gpu.module @fa3_kernels` (targeting
+    `#nvvm.target<chip = "sm_90a", features = "+ptx86">`) and its host op is
+    annotated with `fa3.kernel` (the kernel symbol) and `fa3.launch`
+    (threads, dynamic shared memory, tile sizes); the host side stays at the
+    tensor level. Ops that already carry `fa3.kernel` (the 16-bit forwards
+    `fa3-outline-hopper-kernels` took) are skipped; a 16-bit `fa3.attention`
+    without one is an error (it is built by `convert-fa3-tile-to-hopper`).
     Schedule fields no kernel implements (`persistent`, `cluster` > 1, a
     `consumer_wgs` other than `block_m` / 64, a register split that
     `setmaxnreg` cannot make) are errors.
@@ -90,15 +68,17 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     The runtime launches them in order with a workspace it sizes
     (`attentionGradWorkspaceBytes`).
 
-    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) gets the same
-    forward kernel with e4m3 wgmma (k32, both operands K-major) for both
-    GEMMs, q/k descales folded into the softmax scale, P·2⁸ packed to e4m3 in
+    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) gets a forward
+    kernel of one query tile per CTA (grid ceildiv(Sq, block_m) x Hq x B; the
+    K/V ring, warp specialization and pingpong as in
+    `convert-fa3-tile-to-hopper`, no intra-warpgroup overlap) with e4m3
+    wgmma (k32, both operands K-major) for both GEMMs, q/k descales folded into the softmax scale, P·2⁸ packed to e4m3 in
     registers, v_descale/2⁸ in the epilogue and bf16 output, plus a layout
     kernel `<name>_vt` writing V' (V transposed to keys-innermost, keys
     permuted within groups of 32 to match the register fragments) into a
     workspace; head dims 64 (64-byte swizzled Q/K tiles), 128 and 256,
-    block_n 128. Supported: f16/bf16, head dims 64, 128
-    and 256, the same masks, GQA and dynamic shapes as the forward.
+    block_n 128; the same masks, GQA and dynamic shapes as the 16-bit
+    forward.
 
     The ops `fa3-cast-fp8` inserts before an FP8 attention get kernels too:
     `fa3.hadamard` one warp per row of 32 to 256 elements (`fa3_hadamard_*`;
@@ -109,13 +89,15 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     (`FP8PrepLauncher.h`).
 
     ```mlir
-    %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : ...
+    %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, schedule = #fa3.schedule<...>} : ...
     // becomes
-    %o, %lse = fa3.attention %q, %k, %v {causal, fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d128_...,
-        fa3.launch = {block_m = 128, block_n = 128, shared_memory = 164929, threads = 256}, ...} : ...
+    %dq, %dk, %dv = fa3.attention_grad ... {causal, fa3.kernel = @fa3_kernels::@fa3_bwd_bf16_d128_...,
+        fa3.launch = {block_m = 64, block_n = 128, shared_memory = ..., threads = 256}, ...} : ...
     gpu.module @fa3_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx86", O = 3>] {
-      llvm.func @fa3_fwd_bf16_d128_...(%tq: !llvm.ptr {llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}, ...)
+      llvm.func @fa3_bwd_bf16_d128_..._pre(...) attributes {nvvm.kernel, ...} { ... }
+      llvm.func @fa3_bwd_bf16_d128_...(%tq: !llvm.ptr {llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, ...)
           attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} { ... }
+      llvm.func @fa3_bwd_bf16_d128_..._post(...) attributes {nvvm.kernel, ...} { ... }
     }
     ```
   }];

@@ -282,6 +282,15 @@ struct ConvertFA3ToHopperPass
       if (op->hasAttr(kKernelAttrName))
         return;
       if (auto attention = dyn_cast<AttentionOp>(op)) {
+        if (!attention.isFP8()) {
+          attention.emitOpError()
+              << "a 16-bit forward is built from the tile level: run "
+                 "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "
+                 "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
+                 "fa3-hopper-pipeline does)";
+          failedAny = true;
+          return;
+        }
         FailureOr<HopperAttentionSpec> spec =
             HopperAttentionSpec::fromOp(attention);
         if (failed(spec)) {

@@ -1,28 +1,32 @@
-//===- HopperKernelBuilder.cpp - The sm_90a forward attention kernel ---------===//
+//===- HopperKernelBuilder.cpp - The sm_90a FP8 forward attention kernel
+//----===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
-// Emits one CTA's work of the tile level (a query tile, its loop over key
-// blocks with the online softmax) as an LLVM/NVVM-dialect kernel:
+// Emits the FP8 (e4m3) forward of one CTA from the L0 op's spec, as an
+// LLVM/NVVM-dialect kernel. (The 16-bit forward is built from the tile level
+// by convert-fa3-tile-to-hopper; this builder follows until the FP8 forward
+// goes through the tile level too.)
 //
-//   * TMA (cp.async.bulk.tensor) loads of the Q tile once and of K and V
+//   * TMA (cp.async.bulk.tensor) loads of the Q tile once and of K and V'
 //     tiles on a ring of `stages` buffers, each completing on an mbarrier
-//     with an expected byte count; tiles are 128-byte swizzled in shared
-//     memory, in atoms of 64 columns.
-//   * S = Q Kᵀ with wgmma, both operands read from shared memory through
-//     matrix descriptors (K-major).
-//   * The online softmax on the wgmma accumulator fragment: each thread
-//     holds two rows' worth of columns; row max and row sum reduce across the
-//     4 lanes of a quad with shfl.bfly; exp2 with scale·log2(e) folded.
-//   * O += P V with register-A wgmma: the f32 S fragment, converted to
-//     bf16/f16 pairs, is exactly the A-operand fragment of the next wgmma, so
-//     P never goes through shared memory. V is read MN-major (transposed).
-//   * An epilogue that normalizes O, forms the LSE and stores both, skipping
-//     rows past the end of the sequence.
+//     with an expected byte count; Q and K are swizzled in shared memory in
+//     atoms of 128 (64 at D = 64) bytes, V' (V transposed by the _vt kernel)
+//     in one 128-key atom per row.
+//   * S = Q Kᵀ with e4m3 wgmma (k32), both operands K-major from shared
+//     memory; q/k descales folded into the softmax scale.
+//   * The online softmax on the accumulator fragment: each thread holds two
+//     rows' worth of columns; row max and row sum reduce across the 4 lanes
+//     of a quad with shfl.bfly; exp2 with scale·log2(e) folded.
+//   * O += P V with register-A wgmma: P·2⁸ packed to e4m3 in registers is
+//     the A fragment of P V'ᵀ (V' stores its keys permuted to match).
+//   * An epilogue that normalizes O (with v_descale / 2⁸), forms the LSE and
+//     stores both as bf16 / f32, skipping rows past the end of the sequence.
 //
-// Every consumer warpgroup owns 64 query rows. Thread 0 issues the TMA loads;
-// after each key block all consumer threads arrive on the stage's "empty"
-// mbarrier and warp 0 waits for it before refilling that stage.
+// Every consumer warpgroup owns 64 query rows. Without warp specialization
+// thread 0 issues the TMA loads; after each key block all consumer threads
+// arrive on the stage's "empty" mbarrier and warp 0 waits for it before
+// refilling that stage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -141,7 +145,7 @@ void KernelBuilder::issueKV(Value stage, Value kBlock) {
     Value bar = barFull(kind, stage);
     expectTx(bar, bytes);
     Value tile = add(ci(base), mul(stage, ci(bytes)));
-    if (kind == 1 && s.fp8) {
+    if (kind == 1) {
       // V'ᵀ: D rows of block_n = 128 keys (one atom), keys innermost.
       tmaLoad(smemAt(tile), map, {row, ci(0), kvHead, batch}, bar);
       continue;
@@ -160,12 +164,11 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
 
   declareDynamicSmem(module);
 
-  // FP8 adds the three descale arrays ([B, Hkv] f32) after O and LSE.
+  // Q, K, V' tensor maps, O, LSE, the three descale arrays ([B, Hkv] f32),
+  // Sq, Sk.
   SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, globalPtr,
-                              globalPtr};
-  if (s.fp8)
-    params.append({globalPtr, globalPtr, globalPtr});
-  params.append({i32, i32});
+                              globalPtr,  globalPtr,  globalPtr,  globalPtr,
+                              i32,        i32};
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, s.kernelName(), fnType);
@@ -192,8 +195,7 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   tmaK = entry->getArgument(1);
   tmaV = entry->getArgument(2);
   Value outPtr = entry->getArgument(3), lsePtr = entry->getArgument(4);
-  unsigned lenArg = s.fp8 ? 8 : 5;
-  Value seqQ = entry->getArgument(lenArg), seqK = entry->getArgument(lenArg + 1);
+  Value seqQ = entry->getArgument(8), seqK = entry->getArgument(9);
 
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value qBlock = NVVM::BlockIdXOp::create(b, loc, i32);
@@ -204,22 +206,18 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
   Value warp = divu(remu(tid, ci(128)), ci(32));
   Value lane = remu(tid, ci(32));
 
-  // The softmax scale in log2 units, and the factor O gets in the epilogue.
-  // FP8 folds q_descale · k_descale into the former and v_descale / 2^8 (P
-  // is scaled by 2^8 before its e4m3 cast) into the latter.
-  Value scaleQK = cf(s.scale), outScale = cf(1.0f);
-  if (s.fp8) {
-    Value idx = add(mul(batch, ci(s.numKVHeads)), kvHead);
-    auto load = [&](unsigned arg) -> Value {
-      Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32,
-                                      entry->getArgument(arg), ValueRange{idx});
-      return LLVM::LoadOp::create(b, loc, f32, ptr, /*alignment=*/4);
-    };
-    scaleQK = fmul(scaleQK, fmul(load(5), load(6)));
-    outScale = fmul(load(7), cf(1.0f / kFP8ProbsScale));
-  }
-  Value cLog2 = s.fp8 ? fmul(scaleQK, cf(static_cast<float>(M_LOG2E)))
-                      : cf(s.scale * static_cast<float>(M_LOG2E));
+  // The softmax scale in log2 units, and the factor O gets in the epilogue:
+  // q_descale · k_descale fold into the former, v_descale / 2^8 (P is scaled
+  // by 2^8 before its e4m3 cast) into the latter.
+  Value idx = add(mul(batch, ci(s.numKVHeads)), kvHead);
+  auto loadDescale = [&](unsigned arg) -> Value {
+    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32,
+                                    entry->getArgument(arg), ValueRange{idx});
+    return LLVM::LoadOp::create(b, loc, f32, ptr, /*alignment=*/4);
+  };
+  Value scaleQK = fmul(cf(s.scale), fmul(loadDescale(5), loadDescale(6)));
+  Value outScale = fmul(loadDescale(7), cf(1.0f / kFP8ProbsScale));
+  Value cLog2 = fmul(scaleQK, cf(static_cast<float>(M_LOG2E)));
 
   setAlignedDynamicSmem();
   offQ = 0;
@@ -378,31 +376,23 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       return step;
     };
 
-    // P as the A operand of O += P V: the S accumulator, pairwise converted,
-    // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
-    // 8k+7); four 32-bit registers per k-chunk. Converting right after the
-    // softmax halves what the overlapped loop carries across iterations.
+    // P as the A operand of O += P V'ᵀ: the e4m3 A fragment of k-chunk c
+    // (32 keys): register i holds 4 keys of row r (i even) or r + 8 (i odd),
+    // keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
+    // 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
+    // to match, so the bytes are taken in register order. P is scaled by
+    // 2^8 first.
     auto packP = [&](ArrayRef<Value> p) {
       SmallVector<Value> packed;
-      if (s.fp8) {
-        // e4m3 A fragment of k-chunk c (32 keys): register i holds 4 keys of
-        // row r (i even) or r + 8 (i odd), keys 4t..4t+3 (i < 2) or
-        // 16+4t..16+4t+3. The S registers 16c .. 16c+15 hold keys
-        // {2t, 2t+1} + 8j instead; V' stores its keys permuted to match, so
-        // the bytes are taken in register order. P is scaled by 2^8 first.
-        for (int64_t c = 0; c < s.blockN / 32; ++c) {
-          int64_t base = 16 * c;
-          auto q = [&](int64_t i) {
-            return fmul(p[base + i], cf(kFP8ProbsScale));
-          };
-          packed.append({packE4M3(q(0), q(1), q(4), q(5)),
-                         packE4M3(q(2), q(3), q(6), q(7)),
-                         packE4M3(q(8), q(9), q(12), q(13)),
-                         packE4M3(q(10), q(11), q(14), q(15))});
-        }
-      } else {
-        for (int64_t k = 0; k < s.blockN / 16; ++k)
-          packed.append(packAFragment(p, k));
+      for (int64_t c = 0; c < s.blockN / 32; ++c) {
+        int64_t base = 16 * c;
+        auto q = [&](int64_t i) {
+          return fmul(p[base + i], cf(kFP8ProbsScale));
+        };
+        packed.append({packE4M3(q(0), q(1), q(4), q(5)),
+                       packE4M3(q(2), q(3), q(6), q(7)),
+                       packE4M3(q(8), q(9), q(12), q(13)),
+                       packE4M3(q(10), q(11), q(14), q(15))});
       }
       return packed;
     };
@@ -423,11 +413,8 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
                             mul(stage, ci(tileBytes(s.blockN))));
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
       for (int64_t k = 0; k < s.blockN / mmaK(); ++k) {
-        // 16-bit: V MN-major, 16 key rows per step. e4m3: V'ᵀ K-major (D rows
-        // of 128 keys), 32 keys = 32 bytes per step.
-        Value bd = s.fp8 ? descriptor(add(vTileAddr, ci(k * 32)), 16, 1024)
-                         : descriptor(add(vTileAddr, ci(k * 16 * kAtomBytes)),
-                                      s.blockN * kAtomBytes, 1024);
+        // V'ᵀ K-major (D rows of 128 keys), 32 keys = 32 bytes per step.
+        Value bd = descriptor(add(vTileAddr, ci(k * 32)), 16, 1024);
         o = wgmmaRS(o, aFrags[k], bd);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -474,87 +461,28 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       });
     }
 
+    // One block at a time: QKᵀ, wait, softmax, PV, wait (the FP8 schedule
+    // has no intra-warpgroup overlap).
     SmallVector<Value> results;
-    if (!s.intraWarpgroupOverlap) {
-      // One block at a time: QKᵀ, wait, softmax, PV, wait.
-      auto loop = scf::ForOp::create(
-          b, loc, ci(0), numBlocks, ci(1), init,
-          [&](OpBuilder &, Location, Value it, ValueRange iters) {
-            // Pingpong orders the QKᵀ issues; PV runs in the other's turn.
-            SmallVector<Value> sAcc = issueQK(it, kWhole);
-            waitGroups(0);
-            Value mOld[2] = {iters[0], iters[1]},
-                  lOld[2] = {iters[2], iters[3]};
-            SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
-            SmallVector<Value> o(iters.begin() + 4, iters.end());
-            rescale(o, step.alpha);
-            o = issuePV(packP(step.p), o, it, kNoTurn);
-            waitGroups(0);
-            release(it);
-            SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
-                                         step.l[1]};
-            yields.append(o);
-            scf::YieldOp::create(b, loc, yields);
-          });
-      results.assign(loop.getResults().begin(), loop.getResults().end());
-    } else {
-      // Intra-warpgroup overlap (FA3): block i+1's QKᵀ and block i's PV are in
-      // flight together, and block i+1's softmax runs while PV computes. The
-      // first QKᵀ+softmax is peeled before the loop and the last PV after it,
-      // so no wgmma sits under a branch.
-      Value any = cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0));
-      auto guarded = scf::IfOp::create(
-          b, loc, TypeRange(SmallVector<Type>(init.size(), f32)), any,
-          /*addElseBlock=*/true);
-      {
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(guarded.thenBlock());
-        SmallVector<Value> s0 = issueQK(ci(0), kWhole);
-        waitGroups(0);
-        Value m0[2] = {cf(negInf), cf(negInf)}, l0[2] = {cf(0), cf(0)};
-        SoftmaxStep first = softmax(s0, ci(0), m0, l0);
-        // The loop carries block i's P already packed (nP registers of
-        // 16-bit pairs), the running max and sum, and O.
-        SmallVector<Value> loopInit = packP(first.p);
-        int64_t nP = loopInit.size();
-        loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
-        loopInit.append(init.begin() + 4, init.end());
-        auto loop = scf::ForOp::create(
-            b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
-            [&](OpBuilder &, Location, Value it, ValueRange iters) {
-              SmallVector<Value> p(iters.begin(), iters.begin() + nP);
-              Value mOld[2] = {iters[nP], iters[nP + 1]};
-              Value lOld[2] = {iters[nP + 2], iters[nP + 3]};
-              SmallVector<Value> o(iters.begin() + nP + 4, iters.end());
-              Value itNext = add(it, ci(1));
-              // One turn: QKᵀ of block it+1, then PV of block it.
-              SmallVector<Value> sNext = issueQK(itNext, kTake);
-              o = issuePV(p, o, it, kPass);
-              waitGroups(1); // QKᵀ of block it+1 done, PV of block it in flight
-              SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
-              SmallVector<Value> yields = packP(step.p);
-              waitGroups(0); // PV done: O readable, the slot free
-              release(it);
-              rescale(o, step.alpha);
-              yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
-              yields.append(o);
-              scf::YieldOp::create(b, loc, yields);
-            });
-        SmallVector<Value> res(loop.getResults());
-        SmallVector<Value> p(res.begin(), res.begin() + nP);
-        SmallVector<Value> o(res.begin() + nP + 4, res.end());
-        Value last = sub(numBlocks, ci(1));
-        o = issuePV(p, o, last, kWhole);
-        waitGroups(0);
-        release(last);
-        SmallVector<Value> yields(res.begin() + nP, res.begin() + nP + 4);
-        yields.append(o);
-        scf::YieldOp::create(b, loc, yields);
-        b.setInsertionPointToStart(guarded.elseBlock());
-        scf::YieldOp::create(b, loc, init);
-      }
-      results.assign(guarded.getResults().begin(), guarded.getResults().end());
-    }
+    auto loop = scf::ForOp::create(
+        b, loc, ci(0), numBlocks, ci(1), init,
+        [&](OpBuilder &, Location, Value it, ValueRange iters) {
+          // Pingpong orders the QKᵀ issues; PV runs in the other's turn.
+          SmallVector<Value> sAcc = issueQK(it, kWhole);
+          waitGroups(0);
+          Value mOld[2] = {iters[0], iters[1]}, lOld[2] = {iters[2], iters[3]};
+          SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
+          SmallVector<Value> o(iters.begin() + 4, iters.end());
+          rescale(o, step.alpha);
+          o = issuePV(packP(step.p), o, it, kNoTurn);
+          waitGroups(0);
+          release(it);
+          SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
+                                       step.l[1]};
+          yields.append(o);
+          scf::YieldOp::create(b, loc, yields);
+        });
+    results.assign(loop.getResults().begin(), loop.getResults().end());
 
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.

@@ -92,6 +92,10 @@ def test_raised_module_computes_the_original(name, narrow, fa3_run, fa3_opt, tmp
     elif dtype == "f16":  # fa3-run reads f16 as float16; O rounds to f16 once (2^-11)
         q, k, v = (x.astype(np.float16) for x in (q, k, v))
         bound = 2.0 ** -10
+    # The 16-bit bounds above are one ulp of O below 2; |O| can reach a few
+    # (a softmax average of standard normals), where the ulp doubles.
+    if dtype != "f32":
+        bound *= max(1.0, float(2.0 ** np.floor(np.log2(np.abs(_reference(q, k, v, scale, causal)).max()))))
     outlined = tmp_path / "outlined.mlir"
     proc = subprocess.run([fa3_opt, str(raised), "--fa3-outline-attention"], capture_output=True, text=True,
                           timeout=120)
