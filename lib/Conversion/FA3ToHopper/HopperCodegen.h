@@ -62,6 +62,24 @@ protected:
   Value fmax(Value x, Value y) {
     return arith::MaximumFOp::create(b, loc, x, y);
   }
+  /// x · y + z with one rounding (fma.rn.f32).
+  Value fma(Value x, Value y, Value z) {
+    return LLVM::FMAOp::create(b, loc, x, y, z);
+  }
+  /// The max or sum of `values` as a balanced tree of pairwise ops.
+  Value treeReduce(ArrayRef<Value> values, bool isMax) {
+    SmallVector<Value> level(values);
+    while (level.size() > 1) {
+      SmallVector<Value> next;
+      for (size_t i = 0; i + 1 < level.size(); i += 2)
+        next.push_back(isMax ? fmax(level[i], level[i + 1])
+                             : fadd(level[i], level[i + 1]));
+      if (level.size() % 2)
+        next.push_back(level.back());
+      level = std::move(next);
+    }
+    return level.front();
+  }
   Value select(Value c, Value x, Value y) {
     return arith::SelectOp::create(b, loc, c, x, y);
   }

@@ -662,30 +662,35 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       }
 
       // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
-      // quad. The sum stays per thread until fa3.finalize.
-      Value cLog2 = cf(k.keys.softmax.getExp2Scale().convertToFloat());
+      // quad. The sum stays per thread until fa3.finalize. The row max and
+      // sum reduce as balanced trees (depth log2(block_n / 4) instead of a
+      // chain of block_n / 4 dependent ops: this sits between the QKᵀ and
+      // PV wgmmas), and c·x − c·m is one fma.
+      float exp2Scale = k.keys.softmax.getExp2Scale().convertToFloat();
+      Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
       SoftmaxStep step;
-      Value mScaled[2];
+      Value negMScaled[2];
+      SmallVector<Value> rowValues[2];
+      for (int64_t r = 0; r < nS; ++r)
+        rowValues[(r % 4) / 2].push_back(sv[r]);
       for (int64_t row = 0; row < 2; ++row) {
-        Value mx = mOld[row];
-        for (int64_t r = 0; r < nS; ++r)
-          if ((r % 4) / 2 == row)
-            mx = fmax(mx, sv[r]);
+        Value mx = fmax(mOld[row], treeReduce(rowValues[row], /*isMax=*/true));
         step.m[row] = quadReduce(mx, /*isMax=*/true);
         Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                             step.m[row], cf(negInf));
-        mScaled[row] = fmul(select(empty, cf(0), step.m[row]), cLog2);
-        step.alpha[row] = exp2(fsub(fmul(mOld[row], cLog2), mScaled[row]));
+        negMScaled[row] = fmul(select(empty, cf(0), step.m[row]), negCLog2);
+        step.alpha[row] = exp2(fma(mOld[row], cLog2, negMScaled[row]));
       }
       step.p.resize(nS);
-      Value rowSum[2] = {cf(0), cf(0)};
+      SmallVector<Value> rowProbs[2];
       for (int64_t r = 0; r < nS; ++r) {
         int64_t row = (r % 4) / 2;
-        step.p[r] = exp2(fsub(fmul(sv[r], cLog2), mScaled[row]));
-        rowSum[row] = fadd(rowSum[row], step.p[r]);
+        step.p[r] = exp2(fma(sv[r], cLog2, negMScaled[row]));
+        rowProbs[row].push_back(step.p[r]);
       }
       for (int64_t row = 0; row < 2; ++row)
-        step.l[row] = fadd(fmul(lOld[row], step.alpha[row]), rowSum[row]);
+        step.l[row] = fma(lOld[row], step.alpha[row],
+                          treeReduce(rowProbs[row], /*isMax=*/false));
       return step;
     };
 
