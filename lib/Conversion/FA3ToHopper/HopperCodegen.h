@@ -92,6 +92,22 @@ protected:
   /// A PTX statement with operands and no results.
   void ptxVoid(StringRef ptx, StringRef constraints, ValueRange operands);
 
+  /// Marks the first `count` parameters of `fn` as CUtensorMaps passed by
+  /// value in parameter space (byval [16 x i64], 64-byte aligned,
+  /// __grid_constant__), so TMA reads them without a trip through global
+  /// memory.
+  void passTensorMapsByValue(LLVM::LLVMFuncOp fn, unsigned count) {
+    auto mapType = LLVM::LLVMArrayType::get(i64, 16);
+    for (unsigned i = 0; i < count; ++i) {
+      fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
+                    TypeAttr::get(mapType));
+      fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
+                    b.getI64IntegerAttr(64));
+      fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
+                    b.getUnitAttr());
+    }
+  }
+
   /// Declares the dynamic shared memory symbol at the end of `module` once.
   void declareDynamicSmem(gpu::GPUModuleOp module);
   /// Sets `smem` to the 1 KiB-aligned base of the dynamic shared memory (the

@@ -275,15 +275,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                           globalPtr, globalPtr, globalPtr, globalPtr, globalPtr,
                           i32, i32},
                          s.numThreads());
-  auto mapType = LLVM::LLVMArrayType::get(i64, 16);
-  for (unsigned i = 0; i < 4; ++i) {
-    fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
-                  TypeAttr::get(mapType));
-    fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
-                  b.getI64IntegerAttr(64));
-    fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
-                  b.getUnitAttr());
-  }
+  passTensorMapsByValue(fn, 4);
   OpBuilder::InsertionGuard guard(b);
   Block *entry = &fn.getBody().front();
   b.setInsertionPointToStart(entry);

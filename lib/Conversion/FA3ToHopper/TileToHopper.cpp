@@ -482,16 +482,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
               b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
-  // The tensor maps travel by value in parameter space (__grid_constant__).
-  auto mapType = LLVM::LLVMArrayType::get(i64, 16);
-  for (unsigned i = 0; i < 3; ++i) {
-    fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
-                  TypeAttr::get(mapType));
-    fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
-                  b.getI64IntegerAttr(64));
-    fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
-                  b.getUnitAttr());
-  }
+  passTensorMapsByValue(fn, 3);
   for (unsigned i = 3; i < 5; ++i)
     fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
 
