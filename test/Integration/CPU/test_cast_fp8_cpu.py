@@ -116,9 +116,13 @@ def test_table3_rmse_on_cpu(fa3_run, tmp_path):
     the CPU runs in seconds: Hadamard must cut the FP8 RMSE against float64
     attention of the unquantized inputs. The issue's targets (1.0e-2 with,
     2.6e-2 without) are for the paper's shape, which test_fp8_gpu.py and
-    test_cast_fp8_gpu.py run on the H200; with ~260 outliers per tensor here
-    the RMSE with Hadamard varies by about ±2e-3 between draws (6-10e-3 seen
-    over repeated runs), so this test allows 1.25e-2 for it."""
+    test_cast_fp8_gpu.py run on the H200. Here (~260 outliers per tensor)
+    the RMSE is a statistic of the draw with a heavy tail: fp8_model's
+    pipeline over 300 draws gave, with Hadamard, mean 8.7e-3, sd 1.0e-3,
+    largest 1.25e-2 (one CI run saw 1.28e-2 against a 1.25e-2 bound);
+    without, mean 1.29e-2, largest 1.78e-2; the ratio with/without at most
+    0.81. The bounds are 1.6e-2 with (mean + 7 sd) and 2.6e-2 without, and
+    Hadamard must help on every draw."""
     b, s, h, d = 1, 512, 4, 128
     rng = _rng("table3")
 
@@ -134,4 +138,4 @@ def test_table3_rmse_on_cpu(fa3_run, tmp_path):
         rmse[hadamard] = float(np.sqrt(np.mean((o - want) ** 2)))
     print(f"table3 cpu rmse: without hadamard {rmse[False]:.3e}, with {rmse[True]:.3e}")
     assert rmse[True] < rmse[False], rmse
-    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.25e-2, rmse
+    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.6e-2, rmse
