@@ -58,18 +58,21 @@ def _schedule(bm, bn, wgs, regs, pingpong, overlap):
 
 def schedule_variants(d):
     """The A/B columns, each the cost model's tiles for head dim d with one
-    structural choice changed: `no_ws` the kernel without a producer
-    warpgroup (fa3's default before warp specialization), `ws_no_pp` warp
-    specialization without pingpong, `ws_overlap` with intra-warpgroup
-    overlap on top (d <= 128: d256 has no registers for a second S tile)."""
+    choice changed: `no_ws` the kernel without a producer warpgroup (fa3's
+    default before warp specialization), `ws_no_pp` warp specialization
+    without pingpong, `ws_overlap` with intra-warpgroup overlap on top, and
+    at d128 `n176` / `n176_overlap` FlashAttention-3's non-causal 128 x 176
+    tile without and with overlap."""
     bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
     regs = (32, 160) if wgs == 3 else (24, 240)
     pp = wgs == 2
     variants = {"no_ws": _schedule(bm, bn, wgs, (0, 0), False, False)}
     if pp:
         variants["ws_no_pp"] = _schedule(bm, bn, wgs, regs, False, False)
-    if d <= 128:
-        variants["ws_overlap"] = _schedule(bm, bn, wgs, regs, pp, True)
+    variants["ws_overlap"] = _schedule(bm, bn, wgs, regs, pp, True)
+    if d == 128:
+        variants["n176"] = _schedule(bm, 176, wgs, regs, pp, False)
+        variants["n176_overlap"] = _schedule(bm, 176, wgs, regs, pp, True)
     return variants
 
 

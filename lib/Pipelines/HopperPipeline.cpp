@@ -38,6 +38,7 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   tile.grid = true;
   tiled.addNestedPass<func::FuncOp>(createFA3Tile(tile));
   tiled.addNestedPass<func::FuncOp>(createFA3FuseSoftmax());
+  tiled.addNestedPass<func::FuncOp>(createFA3OrderGrid());
   tiled.addPass(createConvertFA3TileToHopper());
   // The other kernels (FP8 forward, backward, FP8 preparation) from L0.
   ConvertFA3ToHopperOptions hopper;

@@ -128,7 +128,8 @@ def FA3OutlineHopperKernels
 
     `fa3-hopper-pipeline` then runs `fa3-tile{grid=true}` and
     `fa3-fuse-softmax` on the function (the passes and tile ops of the CPU
-    pipeline) and `convert-fa3-tile-to-hopper` turns it into the kernel.
+    pipeline), `fa3-order-grid` (longest-first tiles for causal grids) and
+    `convert-fa3-tile-to-hopper` turns it into the kernel.
     FP8 attentions keep `convert-fa3-to-hopper`'s kernel.
 
     ```mlir

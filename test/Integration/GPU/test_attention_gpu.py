@@ -63,11 +63,15 @@ def _structure(d, name):
     """The cost model's tiles for head dim d with the kernel structure
     `name`: no_ws (no producer warpgroup), ws_no_pp (warp-specialized, no
     pingpong), ws_overlap (warp-specialized, pingpong where there are two
-    consumers, intra-warpgroup overlap)."""
+    consumers, intra-warpgroup overlap); n176_overlap is ws_overlap with
+    FlashAttention-3's 176-key block (d128: 11 k-steps of 16, not a power
+    of two)."""
     bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
+    if name.startswith("n176"):
+        bn = 176
     regs = {"no_ws": (0, 0)}.get(name, (32, 160) if wgs == 3 else (24, 240))
-    pingpong = name == "ws_overlap" and wgs == 2
-    overlap = name == "ws_overlap"
+    overlap = name.endswith("overlap")
+    pingpong = overlap and wgs == 2
     return (f"#fa3.schedule<block_m = {bm}, block_n = {bn}, stages = 2, consumer_wgs = {wgs}, "
             f"producer_regs = {regs[0]}, consumer_regs = {regs[1]}, pingpong = {str(pingpong).lower()}, "
             f"intra_wg_overlap = {str(overlap).lower()}, persistent = false, cluster = 1>")
@@ -96,8 +100,8 @@ def _cases():
     # The other kernel structures the benchmark compares (the default is
     # warp-specialized with pingpong at d > 64): ragged, Sq != Sk, causal,
     # windowed, GQA.
-    for structure in ("no_ws", "ws_no_pp", "ws_overlap"):
-        dims = (64, 128) if structure == "ws_overlap" else (64, 128, 256)
+    for structure in ("no_ws", "ws_no_pp", "ws_overlap", "n176_overlap"):
+        dims = (128,) if structure.startswith("n176") else (64, 128, 256)
         for d in dims:
             cases.append(GpuCase(b=3, sq=1000, sk=1000, d=d, causal=True, structure=structure))
             cases.append(GpuCase(b=1, sq=17, sk=4096, d=d, structure=structure))

@@ -314,4 +314,39 @@ def FA3FuseSoftmax : Pass<"fa3-fuse-softmax"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
+  let summary = "Launch a causal grid's longest tiles first, in L2-sized head groups";
+  let description = [{
+    Renumbers the tiles of a causal forward grid (the 3-D `scf.forall`
+    over query tile, head and batch that `fa3-tile{grid=true}` makes and
+    that maps to `#gpu.block<x/y/z>`) so that the order in which the GPU
+    starts CTAs is longest-processing-time first. A causal query tile `t`
+    visits `t + 1` key blocks' worth of work; in the launch order the grid
+    has (query tile fastest) the heaviest tile of the last head starts last
+    and runs alone while the other SMs idle. After this pass the block
+    with linear id `L = x + X · (y + Y · z)` (the order CTAs are started)
+    takes:
+
+        group   = L / (G · T)          (T query tiles, G heads a group)
+        g       = min(G, B · Hq − group · G)
+        r       = L − group · G · T
+        tile    = T − 1 − r / g        (longest first within the group)
+        head·batch = group · G + r % g
+
+    The heads are taken in groups of `G = max(1, 32 MiB / (Sk · 2 · D · 2
+    bytes)) · (Hq / Hkv)` (the K and V of one group fit a conservative
+    32 MiB of the L2, FlashAttention-3's budget for its LPT scheduler), so
+    the CTAs running together share the K/V of few heads as the
+    query-tile-fastest order did. The map is a bijection of the same grid:
+    the launch is unchanged. Non-causal grids (every tile the same work)
+    are left as they are.
+
+    It runs on the tile-level kernel functions of the Hopper pipeline,
+    after `fa3-fuse-softmax`; the rewritten forall stays the form
+    `convert-fa3-tile-to-hopper` reads (its body's index arithmetic is
+    emitted as is).
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 #endif // FA3_DIALECT_FA3_TRANSFORMS_PASSES_TD

@@ -1,0 +1,187 @@
+//===- OrderGrid.cpp - Longest-first tile order for causal grids ----------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+//===----------------------------------------------------------------------===//
+//
+// A causal query tile t does t + 1 key blocks' work. The GPU starts CTAs in
+// linear block-id order, so with the query tile as the fastest grid dimension
+// the last head's heaviest tile starts last and runs alone at the end. This
+// pass renumbers the grid's tiles (a bijection, the launch is unchanged) so
+// that heavy tiles start first, in groups of heads whose K/V fit the L2.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_FA3ORDERGRID
+#include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+/// The L2 budget for the K and V of one head group: FlashAttention-3's LPT
+/// scheduler assumes 32 MiB of the H100/H200's 50 MB (the L2 is two
+/// partitions; data is not evenly shared between them).
+static constexpr int64_t kL2Budget = 32 << 20;
+
+namespace {
+/// The 3-D grid forall of a causal forward kernel and its induction
+/// variables' roles, found from the query tile's load.
+struct CausalGrid {
+  scf::ForallOp forall;
+  unsigned tileDim, headDim, batchDim;
+};
+} // namespace
+
+static std::optional<CausalGrid> matchCausalGrid(func::FuncOp func) {
+  if (func.getNumArguments() < 3)
+    return std::nullopt;
+  for (auto forall : func.getBody().front().getOps<scf::ForallOp>()) {
+    std::optional<ArrayAttr> mapping = forall.getMapping();
+    if (forall.getRank() != 3 || !mapping ||
+        !llvm::all_of(*mapping, [](Attribute a) {
+          auto block = dyn_cast<gpu::GPUBlockMappingAttr>(a);
+          return block && block.getBlock() <= gpu::MappingId::DimZ;
+        }))
+      continue;
+    bool causal = false;
+    forall.walk([&](MaskOp mask) { causal |= mask.getCausal(); });
+    if (!causal)
+      return std::nullopt;
+    // The query tile's load names the head and batch induction variables;
+    // the third is the query tile.
+    LoadTileOp queryLoad;
+    for (auto load : forall.getBody()->getOps<LoadTileOp>())
+      if (load.getSource() == func.getArgument(0))
+        queryLoad = load;
+    if (!queryLoad)
+      return std::nullopt;
+    auto ivIndex = [&](Value v) -> std::optional<unsigned> {
+      for (auto [i, iv] : llvm::enumerate(forall.getInductionVars()))
+        if (iv == v)
+          return i;
+      return std::nullopt;
+    };
+    std::optional<unsigned> head = ivIndex(queryLoad.getHead()),
+                            batch = ivIndex(queryLoad.getBatch());
+    if (!head || !batch || *head == *batch)
+      return std::nullopt;
+    return CausalGrid{forall, 3 - *head - *batch, *head, *batch};
+  }
+  return std::nullopt;
+}
+
+namespace {
+struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    std::optional<CausalGrid> grid = matchCausalGrid(func);
+    if (!grid)
+      return;
+    scf::ForallOp forall = grid->forall;
+    Location loc = forall.getLoc();
+    OpBuilder b(forall);
+
+    auto q = cast<RankedTensorType>(func.getArgument(0).getType());
+    auto k = cast<RankedTensorType>(func.getArgument(1).getType());
+    auto v = cast<RankedTensorType>(func.getArgument(2).getType());
+    if (q.isDynamicDim(2) || k.isDynamicDim(2) || k.isDynamicDim(3) ||
+        v.isDynamicDim(3))
+      return; // the kernels of the Hopper pipeline have static heads and D
+    // The grid's extents, at the function level.
+    SmallVector<Value> extents;
+    for (OpFoldResult ub : forall.getMixedUpperBound())
+      extents.push_back(getValueOrCreateConstantIndexOp(b, loc, ub));
+    auto c = [&](int64_t value) {
+      return arith::ConstantIndexOp::create(b, loc, value).getResult();
+    };
+    // Heads a group: as many K/V heads as fit the budget (at least one),
+    // each shared by Hq / Hkv query heads, and no more than B · Hq.
+    // (budget / bytes a key) / Sk: no product that could overflow the i32
+    // the kernel computes indices in.
+    Value seqK = tensor::DimOp::create(b, loc, func.getArgument(1), 1);
+    int64_t keyBytes = (k.getDimSize(3) + v.getDimSize(3)) * 2;
+    Value kvHeads = arith::MaxUIOp::create(
+        b, loc,
+        arith::DivUIOp::create(b, loc, c(kL2Budget / keyBytes),
+                               arith::MaxUIOp::create(b, loc, seqK, c(1))),
+        c(1));
+    Value tiles = extents[grid->tileDim];
+    Value heads = extents[grid->headDim];
+    Value headsTimesBatch =
+        arith::MulIOp::create(b, loc, heads, extents[grid->batchDim]);
+    Value groupHeads = arith::MinUIOp::create(
+        b, loc,
+        arith::MulIOp::create(b, loc, kvHeads,
+                              c(q.getDimSize(2) / k.getDimSize(2))),
+        headsTimesBatch);
+
+    // In the body: the linear block id in launch order, and the tile,
+    // head and batch it now stands for.
+    Block *body = forall.getBody();
+    Operation *oldFirst = &body->front();
+    b.setInsertionPointToStart(body);
+    Value ivByBlock[3], extentByBlock[3];
+    for (auto [i, dim] : llvm::enumerate(*forall.getMapping())) {
+      auto block =
+          static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock());
+      ivByBlock[block] = forall.getInductionVars()[i];
+      extentByBlock[block] = extents[i];
+    }
+    auto mul = [&](Value x, Value y) {
+      return arith::MulIOp::create(b, loc, x, y).getResult();
+    };
+    auto add = [&](Value x, Value y) {
+      return arith::AddIOp::create(b, loc, x, y).getResult();
+    };
+    auto sub = [&](Value x, Value y) {
+      return arith::SubIOp::create(b, loc, x, y).getResult();
+    };
+    auto div = [&](Value x, Value y) {
+      return arith::DivUIOp::create(b, loc, x, y).getResult();
+    };
+    auto rem = [&](Value x, Value y) {
+      return arith::RemUIOp::create(b, loc, x, y).getResult();
+    };
+    Value linear =
+        add(ivByBlock[0],
+            mul(extentByBlock[0],
+                add(ivByBlock[1], mul(extentByBlock[1], ivByBlock[2]))));
+    Value groupTiles = mul(groupHeads, tiles);
+    Value group = div(linear, groupTiles);
+    Value firstHead = mul(group, groupHeads);
+    Value inGroup = sub(linear, mul(group, groupTiles));
+    // The last group may hold fewer heads.
+    Value thisGroupHeads = arith::MinUIOp::create(
+        b, loc, groupHeads, sub(headsTimesBatch, firstHead));
+    Value tile = sub(sub(tiles, c(1)), div(inGroup, thisGroupHeads));
+    Value headBatch = add(firstHead, rem(inGroup, thisGroupHeads));
+    Value head = rem(headBatch, heads);
+    Value batch = div(headBatch, heads);
+
+    Value replacement[3];
+    replacement[grid->tileDim] = tile;
+    replacement[grid->headDim] = head;
+    replacement[grid->batchDim] = batch;
+    // Every use in the body except the renumbering's own (the ops now
+    // before the body's old first op).
+    auto isRenumbering = [&](Operation *user) {
+      return user->getBlock() == body && user->isBeforeInBlock(oldFirst);
+    };
+    for (auto [iv, to] : llvm::zip(forall.getInductionVars(), replacement))
+      iv.replaceUsesWithIf(
+          to, [&](OpOperand &use) { return !isRenumbering(use.getOwner()); });
+  }
+};
+} // namespace
