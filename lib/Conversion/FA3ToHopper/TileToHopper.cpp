@@ -27,6 +27,7 @@
 #include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/Dialect/FA3/Utils/GridMapping.h"
 
 #include "HopperCodegen.h"
 
@@ -251,12 +252,7 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
   if (!kernel.grid)
     return fail(func, "it has no scf.forall over the grid");
   scf::ForallOp grid = kernel.grid;
-  std::optional<ArrayAttr> mapping = grid.getMapping();
-  if (!mapping || mapping->size() != 3 || grid.getRank() != 3 ||
-      !llvm::all_of(*mapping, [](Attribute a) {
-        auto block = dyn_cast<gpu::GPUBlockMappingAttr>(a);
-        return block && block.getBlock() <= gpu::MappingId::DimZ;
-      }))
+  if (!isBlockGrid(grid))
     return fail(grid, "the forall must be 3-D and mapped to #gpu.block<x/y/z>");
   if (ret.getOperand(0) != grid.getResult(0) ||
       ret.getOperand(1) != grid.getResult(1))

@@ -4,7 +4,8 @@
 //
 // The visibility rules of the masks, as `index` arithmetic on run-time
 // sequence lengths, used by the forward (fa3-fuse-softmax) and the backward
-// (fa3-tile) tilings alike so that both skip and mask the same blocks.
+// (fa3-tile) tilings alike so that both skip and mask the same blocks; the
+// grid renumbering of fa3-order-grid uses its builders too.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +42,11 @@ struct IndexMath {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
   }
   Value orI(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  // Unsigned forms, for values known non-negative (grid ids and extents).
+  Value minU(Value x, Value y) { return arith::MinUIOp::create(b, loc, x, y); }
+  Value maxU(Value x, Value y) { return arith::MaxUIOp::create(b, loc, x, y); }
+  Value divU(Value x, Value y) { return arith::DivUIOp::create(b, loc, x, y); }
+  Value remU(Value x, Value y) { return arith::RemUIOp::create(b, loc, x, y); }
 
   /// Whether the block of query rows [qStart, qLast] and key columns
   /// [kStart, kStart + blockN) crosses the end of the keys, the diagonal

@@ -14,6 +14,9 @@
 
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
+#include "fa3/Dialect/FA3/Utils/GridMapping.h"
+
+#include "IndexMath.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
@@ -48,12 +51,7 @@ static std::optional<CausalGrid> matchCausalGrid(func::FuncOp func) {
   if (func.getNumArguments() < 3)
     return std::nullopt;
   for (auto forall : func.getBody().front().getOps<scf::ForallOp>()) {
-    std::optional<ArrayAttr> mapping = forall.getMapping();
-    if (forall.getRank() != 3 || !mapping ||
-        !llvm::all_of(*mapping, [](Attribute a) {
-          auto block = dyn_cast<gpu::GPUBlockMappingAttr>(a);
-          return block && block.getBlock() <= gpu::MappingId::DimZ;
-        }))
+    if (!isBlockGrid(forall))
       continue;
     bool causal = false;
     forall.walk([&](MaskOp mask) { causal |= mask.getCausal(); });
@@ -103,29 +101,21 @@ struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
     SmallVector<Value> extents;
     for (OpFoldResult ub : forall.getMixedUpperBound())
       extents.push_back(getValueOrCreateConstantIndexOp(b, loc, ub));
-    auto c = [&](int64_t value) {
-      return arith::ConstantIndexOp::create(b, loc, value).getResult();
-    };
+    fa3::detail::IndexMath m{b, loc};
     // Heads a group: as many K/V heads as fit the budget (at least one),
     // each shared by Hq / Hkv query heads, and no more than B · Hq.
     // (budget / bytes a key) / Sk: no product that could overflow the i32
     // the kernel computes indices in.
     Value seqK = tensor::DimOp::create(b, loc, func.getArgument(1), 1);
     int64_t keyBytes = (k.getDimSize(3) + v.getDimSize(3)) * 2;
-    Value kvHeads = arith::MaxUIOp::create(
-        b, loc,
-        arith::DivUIOp::create(b, loc, c(kL2Budget / keyBytes),
-                               arith::MaxUIOp::create(b, loc, seqK, c(1))),
-        c(1));
+    Value keys = m.maxU(seqK, m.cst(1));
+    Value kvHeads = m.maxU(m.divU(m.cst(kL2Budget / keyBytes), keys), m.cst(1));
     Value tiles = extents[grid->tileDim];
     Value heads = extents[grid->headDim];
-    Value headsTimesBatch =
-        arith::MulIOp::create(b, loc, heads, extents[grid->batchDim]);
-    Value groupHeads = arith::MinUIOp::create(
-        b, loc,
-        arith::MulIOp::create(b, loc, kvHeads,
-                              c(q.getDimSize(2) / k.getDimSize(2))),
-        headsTimesBatch);
+    Value headsTimesBatch = m.mul(heads, extents[grid->batchDim]);
+    Value groupHeads =
+        m.minU(m.mul(kvHeads, m.cst(q.getDimSize(2) / k.getDimSize(2))),
+               headsTimesBatch);
 
     // In the body: the linear block id in launch order, and the tile,
     // head and batch it now stands for.
@@ -139,36 +129,21 @@ struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
       ivByBlock[block] = forall.getInductionVars()[i];
       extentByBlock[block] = extents[i];
     }
-    auto mul = [&](Value x, Value y) {
-      return arith::MulIOp::create(b, loc, x, y).getResult();
-    };
-    auto add = [&](Value x, Value y) {
-      return arith::AddIOp::create(b, loc, x, y).getResult();
-    };
-    auto sub = [&](Value x, Value y) {
-      return arith::SubIOp::create(b, loc, x, y).getResult();
-    };
-    auto div = [&](Value x, Value y) {
-      return arith::DivUIOp::create(b, loc, x, y).getResult();
-    };
-    auto rem = [&](Value x, Value y) {
-      return arith::RemUIOp::create(b, loc, x, y).getResult();
-    };
-    Value linear =
-        add(ivByBlock[0],
-            mul(extentByBlock[0],
-                add(ivByBlock[1], mul(extentByBlock[1], ivByBlock[2]))));
-    Value groupTiles = mul(groupHeads, tiles);
-    Value group = div(linear, groupTiles);
-    Value firstHead = mul(group, groupHeads);
-    Value inGroup = sub(linear, mul(group, groupTiles));
+    Value zy = m.mul(extentByBlock[1], ivByBlock[2]);
+    Value xyz = m.mul(extentByBlock[0], m.add(ivByBlock[1], zy));
+    Value linear = m.add(ivByBlock[0], xyz);
+    Value groupTiles = m.mul(groupHeads, tiles);
+    Value group = m.divU(linear, groupTiles);
+    Value firstHead = m.mul(group, groupHeads);
+    Value inGroup = m.sub(linear, m.mul(group, groupTiles));
     // The last group may hold fewer heads.
-    Value thisGroupHeads = arith::MinUIOp::create(
-        b, loc, groupHeads, sub(headsTimesBatch, firstHead));
-    Value tile = sub(sub(tiles, c(1)), div(inGroup, thisGroupHeads));
-    Value headBatch = add(firstHead, rem(inGroup, thisGroupHeads));
-    Value head = rem(headBatch, heads);
-    Value batch = div(headBatch, heads);
+    Value thisGroupHeads =
+        m.minU(groupHeads, m.sub(headsTimesBatch, firstHead));
+    Value tileInGroup = m.divU(inGroup, thisGroupHeads);
+    Value tile = m.sub(m.sub(tiles, m.cst(1)), tileInGroup);
+    Value headBatch = m.add(firstHead, m.remU(inGroup, thisGroupHeads));
+    Value head = m.remU(headBatch, heads);
+    Value batch = m.divU(headBatch, heads);
 
     Value replacement[3];
     replacement[grid->tileDim] = tile;
