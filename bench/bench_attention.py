@@ -39,6 +39,7 @@ import sys  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "python"))
 import fa3  # noqa: E402
+from fa3 import schedules  # noqa: E402
 
 
 def flops(b, h, s, d, causal):
@@ -49,31 +50,20 @@ def grad_flops(b, h, s, d, causal):
     return 2.5 * flops(b, h, s, d, causal)
 
 
-def _schedule(bm, bn, wgs, regs, pingpong, overlap):
-    p, c = regs
-    return (f"#fa3.schedule<block_m = {bm}, block_n = {bn}, stages = 2, consumer_wgs = {wgs}, "
-            f"producer_regs = {p}, consumer_regs = {c}, pingpong = {str(pingpong).lower()}, "
-            f"intra_wg_overlap = {str(overlap).lower()}, persistent = false, cluster = 1>")
-
-
 def schedule_variants(d):
     """The A/B columns, each the cost model's tiles for head dim d with one
-    choice changed: `no_ws` the kernel without a producer warpgroup (fa3's
-    default before warp specialization), `ws_no_pp` warp specialization
-    without pingpong, `ws_overlap` with intra-warpgroup overlap on top, and
-    at d128 `n176` / `n176_overlap` FlashAttention-3's non-causal 128 x 176
-    tile without and with overlap."""
-    bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
-    regs = (32, 160) if wgs == 3 else (24, 240)
-    pp = wgs == 2
-    variants = {"no_ws": _schedule(bm, bn, wgs, (0, 0), False, False)}
-    if pp:
-        variants["ws_no_pp"] = _schedule(bm, bn, wgs, regs, False, False)
-    variants["ws_overlap"] = _schedule(bm, bn, wgs, regs, pp, True)
+    choice changed (fa3.schedules): `no_ws` the kernel without a producer
+    warpgroup, `ws_no_pp` warp specialization without pingpong (two
+    consumers only), `ws_overlap` with intra-warpgroup overlap on top,
+    `persistent` the default on a persistent grid, and at d128
+    `n176_overlap` FlashAttention-3's non-causal 128 x 176 tile with
+    overlap."""
+    names = ["no_ws", "ws_overlap", "persistent"]
+    if schedules.hopper_forward_tiles(d)[2] == 2:
+        names.insert(1, "ws_no_pp")
     if d == 128:
-        variants["n176"] = _schedule(bm, 176, wgs, regs, pp, False)
-        variants["n176_overlap"] = _schedule(bm, 176, wgs, regs, pp, True)
-    return variants
+        names.append("n176_overlap")
+    return {name: schedules.hopper_forward(d, name) for name in names}
 
 
 def mlir_for(h, d, causal, schedule=None):
@@ -291,8 +281,8 @@ def main():
         seqlens, dims = [2048, 8192], [128]
     directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
-    tiles = {"bm64": _schedule(64, 128, 1, (0, 0), False, False),
-             "bm128": _schedule(128, 128, 2, (24, 240), True, False)}
+    tiles = {"bm64": schedules.schedule(64, 128, 1),
+             "bm128": schedules.schedule(128, 128, 2, 24, 240, pingpong=True)}
     if args.tiles:
         for causal in (False, True):
             for s in seqlens:
@@ -350,14 +340,17 @@ def main():
     if fwd_rows:
         lines += [f"bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
                   "fa3: the cost model's schedule; A/B columns (same tiles): no WS = no producer warpgroup, "
-                  "WS no-pp = warp-specialized without pingpong, WS+ov = with intra-warpgroup overlap", "",
-                  "| d | causal | B x H x seqlen | fa3 | no WS | WS no-pp | WS+ov | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "WS no-pp = warp-specialized without pingpong, WS+ov = with intra-warpgroup overlap, "
+                  "persistent = the default on a persistent grid", "",
+                  "| d | causal | B x H x seqlen | fa3 | no WS | WS no-pp | WS+ov | persistent | cuDNN | FLASH | fa3/cuDNN | "
+                  "max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in fwd_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3'))} | "
                          f"{fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap'))} | "
+                         f"{fmt(r.get('fa3_persistent'))} | "
                          f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} | {diff} |")
     tile_rows = [r for r in fwd_rows if "fa3_bm64" in r]
     if tile_rows:

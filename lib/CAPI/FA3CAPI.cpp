@@ -331,6 +331,7 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
     return 1;
   }
   runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
+  args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForward(
         *kernel->function, kernel->kernel.info, args,

@@ -167,6 +167,7 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     kernel.info.numKVHeads = k.getDimSize(2);
     kernel.info.blockN = getInt("block_n");
     kernel.info.sharedMemory = getInt("shared_memory");
+    kernel.info.persistent = getInt("persistent") != 0;
   }
 
   auto binary =

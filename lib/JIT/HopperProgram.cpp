@@ -367,6 +367,7 @@ HopperProgram::run(const CudaDevice &device,
                                values[step.results[0]]->buffer.ptr(),
                                values[step.results[1]]->buffer.ptr(),
                                batch, seqQ, seqK};
+      args.multiprocessors = device.getMultiprocessorCount();
       launches.push_back([kernel = *function, &info, args]() {
         return launchAttentionForward(kernel, info, args, nullptr);
       });

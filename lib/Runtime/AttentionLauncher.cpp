@@ -33,14 +33,17 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
             {"shared_memory", std::to_string(sharedMemory)}};
   return {{"kernel", name},
           {"direction", backward ? "bwd" : "fwd"},
-          {"dtype", fp8 ? "e4m3" : bf16 ? "bf16" : "f16"},
+          {"dtype", fp8    ? "e4m3"
+                    : bf16 ? "bf16"
+                           : "f16"},
           {"head_dim", std::to_string(headDim)},
           {"q_heads", std::to_string(numQHeads)},
           {"kv_heads", std::to_string(numKVHeads)},
           {"block_m", std::to_string(blockM)},
           {"block_n", std::to_string(blockN)},
           {"threads", std::to_string(threads)},
-          {"shared_memory", std::to_string(sharedMemory)}};
+          {"shared_memory", std::to_string(sharedMemory)},
+          {"persistent", persistent ? "1" : "0"}};
 }
 
 llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
@@ -90,6 +93,11 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
     if (!hadamard)
       return hadamard.takeError();
     info.hadamard = *hadamard == "1";
+  } else {
+    auto persistent = get("persistent");
+    if (!persistent)
+      return persistent.takeError();
+    info.persistent = *persistent == "1";
   }
   info.fp8 = *dtype == "e4m3";
   info.bf16 = *dtype == "bf16" || info.fp8;
@@ -225,9 +233,24 @@ llvm::Error fa3::runtime::launchAttentionForward(
 
   DevicePtr out = args.out, lse = args.lse;
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
-  void *params[] = {&*mapQ, &*mapK, &*mapV, &out, &lse, &seqQ32, &seqK32};
-  Dim3 grid{unsigned((args.seqQ + info.blockM - 1) / info.blockM),
-            unsigned(info.numQHeads), unsigned(args.batch)};
+  int32_t batch32 = int32_t(args.batch);
+  void *params[] = {&*mapQ, &*mapK,  &*mapV,  &out,
+                    &lse,   &seqQ32, &seqK32, &batch32};
+  int64_t queryTiles = (args.seqQ + info.blockM - 1) / info.blockM;
+  Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),
+            unsigned(args.batch)};
+  if (info.persistent) {
+    if (args.multiprocessors <= 0)
+      return error("kernel " + info.name +
+                   " is persistent: launchAttentionForward needs the "
+                   "device's multiprocessor count");
+    int64_t tiles = queryTiles * info.numQHeads * args.batch;
+    if (tiles > INT32_MAX)
+      return error("kernel " + info.name + ": " + llvm::Twine(tiles) +
+                   " tiles do not fit the persistent kernel's 32-bit tile "
+                   "index");
+    grid = Dim3{unsigned(std::min(tiles, args.multiprocessors)), 1, 1};
+  }
   Dim3 block{unsigned(info.threads), 1, 1};
   return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
                        params);

@@ -51,7 +51,8 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     tensor level. Ops that already carry `fa3.kernel` (the 16-bit forwards
     `fa3-outline-hopper-kernels` took) are skipped; a 16-bit `fa3.attention`
     without one is an error (it is built by `convert-fa3-tile-to-hopper`).
-    Schedule fields no kernel implements (`persistent`, `cluster` > 1, a
+    Schedule fields no kernel implements (`persistent` for the FP8 forward
+    and the backward, `cluster` > 1, a
     `consumer_wgs` other than `block_m` / 64, a register split that
     `setmaxnreg` cannot make) are errors.
 
@@ -162,11 +163,15 @@ def ConvertFA3TileToHopper
     by `fa3-outline-hopper-kernels`, then `fa3-tile{grid=true}` and
     `fa3-fuse-softmax`) into an `llvm.func` kernel of the same name with the
     ABI of the forward kernel: the CUtensorMaps of Q, K and V by value
-    (`__grid_constant__`), the O and LSE pointers, Sq and Sk as i32.
+    (`__grid_constant__`), the O and LSE pointers, Sq, Sk and the batch
+    size as i32.
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of
-      its `#gpu.block` mapping;
+      its `#gpu.block` mapping, or, with `persistent`, the coordinates of
+      tile t = x + X (y + Y z) in a loop `t = blockIdx.x` to X·Y·Z step
+      `gridDim.x` (the forall's bounds, read at run time; the runtime
+      launches min(tiles, SMs) CTAs), so tile order is the forall's;
     * the index arithmetic of the function, the forall body and the key loop
       is emitted as is in i32 (`tensor.dim` of Q/K dim 1 is Sq/Sk); the key
       loop's bounds give the key blocks a CTA visits;
@@ -189,7 +194,11 @@ def ConvertFA3TileToHopper
     producer warpgroup with `setmaxnreg.dec` issuing the loads, consumers
     with `setmaxnreg.inc`), `pingpong` (named barriers ordering the two
     consumers' wgmmas) and `intra_wg_overlap` (the key loop rotated by one
-    stage: iteration i+1's QKᵀ issued before iteration i's PV). Each
+    stage: iteration i+1's QKᵀ issued before iteration i's PV) and
+    `persistent` (both roles walk the same tiles; the K/V ring's position
+    and the Q barrier's phase carry across tiles, and a Q-empty mbarrier
+    that the consumers arrive on after their key loop lets the producer
+    load the next tile's Q and K/V during this tile's epilogue). Each
     consumer warpgroup owns 64 rows of the query tile. A function of another
     form (other ops, other dataflow in the key loop) is an error naming the
     op.

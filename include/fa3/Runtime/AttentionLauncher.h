@@ -36,6 +36,9 @@ struct AttentionKernelInfo {
 
   int64_t headDim = 0, numQHeads = 0, numKVHeads = 0;
   int64_t blockM = 0, blockN = 0, threads = 0, sharedMemory = 0;
+  /// A persistent forward: min(tiles, SMs) CTAs walk the ceildiv(Sq,
+  /// blockM) x Hq x B tiles (see AttentionDeviceArgs::multiprocessors).
+  bool persistent = false;
 
   /// Hadamard and Quantize: the element types read and written (Quantize
   /// writes e4m3). Their `headDim` is the last dimension; for Quantize,
@@ -57,6 +60,10 @@ struct AttentionKernelInfo {
 struct AttentionDeviceArgs {
   DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
+  /// The device's multiprocessor count: how many CTAs a persistent kernel
+  /// launches at most (one per SM: its shared memory and registers admit
+  /// no second). Unused by other kernels.
+  int64_t multiprocessors = 0;
   DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
 };
 

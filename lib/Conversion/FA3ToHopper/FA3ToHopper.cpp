@@ -59,11 +59,13 @@ static LogicalResult readSharedSpec(Op op, Spec &spec, StringRef backend) {
 }
 
 /// Rejects the `#fa3.schedule` fields no Hopper kernel implements, so that
-/// no schedule in the IR describes a kernel that is not built.
+/// no schedule in the IR describes a kernel that is not built. The 16-bit
+/// forward implements `persistent` and checks it itself.
 static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
                                                  ScheduleAttr schedule,
-                                                 StringRef kernel) {
-  if (schedule.getPersistent())
+                                                 StringRef kernel,
+                                                 bool persistentBuilt = false) {
+  if (schedule.getPersistent() && !persistentBuilt)
     return op->emitOpError()
            << "persistent = true: the Hopper " << kernel
            << " kernel has no persistent tile scheduler (one CTA per tile)";
@@ -96,7 +98,10 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   spec.producerRegs = schedule.getProducerRegs();
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();
-  if (failed(rejectUnbuiltScheduleFields(op, schedule, "forward")))
+  spec.persistent = schedule.getPersistent();
+  if (failed(rejectUnbuiltScheduleFields(op, schedule,
+                                         spec.fp8 ? "FP8 forward" : "forward",
+                                         /*persistentBuilt=*/!spec.fp8)))
     return failure();
   if (spec.blockM % 64 != 0 || spec.blockM > 256)
     return op.emitOpError() << "block_m must be 64, 128, 192 or 256 on "
@@ -138,6 +143,12 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
               "producer warpgroup (block_m = 128, producer_regs and "
               "consumer_regs set), got block_m = "
            << spec.blockM << ", producer_regs = " << spec.producerRegs;
+  if (spec.persistent && !spec.warpSpecialized())
+    return op.emitOpError()
+           << "persistent = true needs a producer warpgroup (producer_regs and "
+              "consumer_regs set): it loads the next tile's Q and K/V while "
+              "the consumers finish this one, got producer_regs = "
+           << spec.producerRegs;
   if (spec.blockN % 16 != 0 || spec.blockN > 256)
     return op.emitOpError() << "block_n must be a multiple of 16 up to 256 "
                                "on Hopper (the wgmma N and K steps), got "
@@ -238,21 +249,22 @@ gpu::GPUModuleOp mlir::fa3::getOrCreateHopperKernelModule(ModuleOp module,
 void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                                      StringRef name, int64_t threads,
                                      int64_t sharedMemory, int64_t blockM,
-                                     int64_t blockN) {
+                                     int64_t blockN, bool persistent) {
   MLIRContext *ctx = op->getContext();
   Builder builder(ctx);
   op->setAttr(kKernelAttrName,
               SymbolRefAttr::get(kernels.getSymNameAttr(),
                                  {FlatSymbolRefAttr::get(ctx, name)}));
-  op->setAttr(
-      kLaunchAttrName,
-      builder.getDictionaryAttr({
-          builder.getNamedAttr("threads", builder.getI64IntegerAttr(threads)),
-          builder.getNamedAttr("shared_memory",
-                               builder.getI64IntegerAttr(sharedMemory)),
-          builder.getNamedAttr("block_m", builder.getI64IntegerAttr(blockM)),
-          builder.getNamedAttr("block_n", builder.getI64IntegerAttr(blockN)),
-      }));
+  SmallVector<NamedAttribute> launch = {
+      builder.getNamedAttr("threads", builder.getI64IntegerAttr(threads)),
+      builder.getNamedAttr("shared_memory",
+                           builder.getI64IntegerAttr(sharedMemory)),
+      builder.getNamedAttr("block_m", builder.getI64IntegerAttr(blockM)),
+      builder.getNamedAttr("block_n", builder.getI64IntegerAttr(blockN))};
+  if (persistent)
+    launch.push_back(
+        builder.getNamedAttr("persistent", builder.getI64IntegerAttr(1)));
+  op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 
 namespace {

@@ -342,9 +342,11 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  spec.persistent = schedule.getPersistent();
   if (spec.blockM % 64 != 0 || spec.blockM > 256 || spec.blockN % 16 != 0 ||
       spec.blockN > 256 || schedule.getConsumerWgs() != spec.blockM / 64 ||
-      schedule.getPersistent() || schedule.getCluster() != 1 ||
+      (spec.persistent && !spec.warpSpecialized()) ||
+      schedule.getCluster() != 1 ||
       (spec.pingpong &&
        (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2)))
     return kernel.func.emitOpError()
@@ -385,13 +387,15 @@ private:
   const HopperAttentionSpec &s;
   DenseMap<Value, Value> scalars;
 
-  Value tmaQ, tmaK, tmaV, seqQ, seqK;
+  Value tmaQ, tmaK, tmaV, seqQ, seqK, batch;
   int64_t offQ = 0, offK = 0, offV = 0, offBar = 0;
   Value barQ() { return smemAt(ci(offBar)); }
   Value barFull(int64_t kind, Value stage) { // kind 0 = K, 1 = V, 2 = empty
     return smemAt(
         add(ci(offBar + 8 * (1 + kind * s.stages)), mul(stage, ci(8))));
   }
+  /// Persistent: the consumers' release of the Q tile.
+  Value barQEmpty() { return smemAt(ci(offBar + 8 * (1 + 3 * s.stages))); }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
   Value qkDescriptor(Value addr) {
     return descriptor(addr, 16, 8 * kAtomBytes, kAtomBytes);
@@ -402,11 +406,11 @@ private:
 
 Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
   if (auto dim = dyn_cast<tensor::DimOp>(op)) {
-    // Dim 1 of Q is Sq, of K and V Sk; dim 0 (the batch) is the grid's z.
+    // Dim 1 of Q is Sq, of K and V Sk; dim 0 is the batch.
     auto arg = cast<BlockArgument>(dim.getSource());
     int64_t index = *dim.getConstantIndex();
     if (index == 0)
-      return NVVM::GridDimZOp::create(b, loc, i32);
+      return batch;
     if (index == 1)
       return arg.getArgNumber() == 0 ? seqQ : seqK;
     return ci(cast<RankedTensorType>(arg.getType()).getDimSize(index));
@@ -469,9 +473,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   b.setInsertionPointToEnd(module.getBody());
   declareDynamicSmem(module);
 
-  // The ABI of the L0 forward kernel: Q/K/V tensor maps, O, LSE, Sq, Sk.
+  // Q/K/V tensor maps, O, LSE, Sq, Sk, B.
   SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, globalPtr,
-                              globalPtr,  i32,        i32};
+                              globalPtr,  i32,        i32,        i32};
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
@@ -490,16 +494,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   Value outPtr = entry->getArgument(3), lsePtr = entry->getArgument(4);
   seqQ = entry->getArgument(5);
   seqK = entry->getArgument(6);
-
-  // The grid: the forall's induction variables are the block ids of its
-  // mapping.
-  Value blockIds[3] = {NVVM::BlockIdXOp::create(b, loc, i32),
-                       NVVM::BlockIdYOp::create(b, loc, i32),
-                       NVVM::BlockIdZOp::create(b, loc, i32)};
-  for (auto [iv, dim] :
-       llvm::zip(k.grid.getInductionVars(), *k.grid.getMapping()))
-    scalars[iv] = blockIds[static_cast<int64_t>(
-        cast<gpu::GPUBlockMappingAttr>(dim).getBlock())];
+  batch = entry->getArgument(7);
 
   // Kernel-level index arithmetic, in IR order: the function body's and
   // the forall body's (the key loop's is replayed per iteration).
@@ -515,7 +510,61 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     }
   };
   emitKernelScalars(k.func.getBody().front());
-  emitKernelScalars(*k.grid.getBody());
+
+  // The grid: the forall's iteration (x, y, z), by the #gpu.block<x/y/z>
+  // its dimensions map to, is the block with linear index x + X * (y + Y *
+  // z) in the extents X, Y, Z of those dimensions.
+  SmallVector<int64_t> blockDims;
+  Value extentOf[3];
+  for (auto [dim, ub] :
+       llvm::zip(*k.grid.getMapping(), k.grid.getMixedUpperBound())) {
+    int64_t d =
+        static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock());
+    blockDims.push_back(d);
+    std::optional<int64_t> constant = getConstantIntValue(ub);
+    extentOf[d] = constant ? ci(*constant) : scalar(cast<Value>(ub));
+  }
+  // The forall body's index arithmetic and the key loop's range for the
+  // block at `coords` (x, y, z).
+  scf::ForOp loop = k.keys.loop;
+  Value blockLo, numBlocks;
+  auto enterBlock = [&](ArrayRef<Value> coords) {
+    for (auto [iv, d] : llvm::zip(k.grid.getInductionVars(), blockDims))
+      scalars[iv] = coords[d];
+    emitKernelScalars(*k.grid.getBody());
+    blockLo = scalar(loop.getLowerBound());
+    numBlocks = maxsi(sub(scalar(loop.getUpperBound()), blockLo), ci(0));
+  };
+  if (!s.persistent)
+    enterBlock({NVVM::BlockIdXOp::create(b, loc, i32),
+                NVVM::BlockIdYOp::create(b, loc, i32),
+                NVVM::BlockIdZOp::create(b, loc, i32)});
+  // Which use of the Q barrier and of the K/V ring the current tile makes:
+  // its number among this CTA's tiles, and the ring iterations before it.
+  Value qUse = ci(0), ringBase = ci(0);
+  // Emits `body` for each tile of this CTA: once, or (persistent) in the
+  // tile loop over the linear indices blockIdx.x, blockIdx.x + gridDim.x,
+  // ... below X * Y * Z. The launch is the same bijection either way, so
+  // fa3-order-grid's order holds for both.
+  auto forEachTile = [&](llvm::function_ref<void()> body) {
+    if (!s.persistent)
+      return body();
+    Value numTiles = mul(mul(extentOf[0], extentOf[1]), extentOf[2]);
+    Value first = NVVM::BlockIdXOp::create(b, loc, i32);
+    Value stride = NVVM::GridDimXOp::create(b, loc, i32);
+    scf::ForOp::create(
+        b, loc, first, numTiles, stride, ValueRange{ci(0), ci(0)},
+        [&](OpBuilder &, Location, Value t, ValueRange iters) {
+          qUse = iters[0];
+          ringBase = iters[1];
+          Value yz = divu(t, extentOf[0]);
+          enterBlock({remu(t, extentOf[0]), remu(yz, extentOf[1]),
+                      divu(yz, extentOf[1])});
+          body();
+          scf::YieldOp::create(
+              b, loc, ValueRange{add(qUse, ci(1)), add(ringBase, numBlocks)});
+        });
+  };
 
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value wg = divu(tid, ci(128));
@@ -536,22 +585,21 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       barrierInit(barFull(1, ci(st)), 1);
       barrierInit(barFull(2, ci(st)), s.numConsumerThreads());
     }
+    if (s.persistent)
+      barrierInit(barQEmpty(), s.numConsumerThreads());
     NVVM::FenceMbarrierInitOp::create(b, loc);
     scf::YieldOp::create(b, loc);
   });
   NVVM::Barrier0Op::create(b, loc);
 
-  // The key loop's range, from the IR; iteration `it` (0-based) is key
-  // block lo + it and uses ring slot it % stages.
-  scf::ForOp loop = k.keys.loop;
-  Value blockLo = scalar(loop.getLowerBound());
-  Value numBlocks = maxsi(sub(scalar(loop.getUpperBound()), blockLo), ci(0));
+  // The key loop's range, from the IR; iteration `it` (0-based) of a tile
+  // is key block lo + it and uses ring slot (ringBase + it) % stages.
   auto ivOf = [&](Value it) { return add(blockLo, it); };
 
   // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
   // rows' loop over the key blocks and the epilogue.
   auto buildConsumer = [&](Value wg) {
-    waitParity(barQ(), ci(0));
+    waitParity(barQ(), andi(qUse, ci(1)));
 
     // This thread's two rows in the tile and the first of its column pairs
     // in each 8-column block.
@@ -571,8 +619,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
 
     auto slotOf = [&](Value it) {
-      return std::make_pair(remu(it, ci(s.stages)),
-                            andi(divu(it, ci(s.stages)), ci(1)));
+      Value use = add(ringBase, it);
+      return std::make_pair(remu(use, ci(s.stages)),
+                            andi(divu(use, ci(s.stages)), ci(1)));
     };
 
     // Pingpong: a consumer's wgmmas of one turn are issued between
@@ -835,6 +884,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       results.assign(guarded.getResults().begin(), guarded.getResults().end());
     }
 
+    // Persistent: this tile's QKᵀ wgmmas have all completed (each was
+    // waited for), so the producer may load the next tile's Q.
+    if (s.persistent)
+      arrive(barQEmpty());
+
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.
     if (s.pingpong) {
@@ -946,23 +1000,37 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
                                          NVVM::SetMaxRegisterAction::decrease);
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-            loadQ();
-            // Iteration `it` goes into slot it % stages once the consumers
-            // have released that slot's previous block (it - stages).
-            scf::ForOp::create(
-                b, loc, ci(0), numBlocks, ci(1), ValueRange(),
-                [&](OpBuilder &, Location, Value it, ValueRange) {
-                  Value stage = remu(it, ci(s.stages));
-                  Value parity = andi(divu(it, ci(s.stages)), ci(1));
-                  Value reused =
-                      cmp(arith::CmpIPredicate::uge, it, ci(s.stages));
-                  scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
-                    waitParity(barFull(2, stage), xori(parity, ci(1)));
-                    scf::YieldOp::create(b, loc);
-                  });
-                  issueKV(stage, ivOf(it));
+            forEachTile([&] {
+              // Persistent: the previous tile's Q stays until every
+              // consumer thread is done with it.
+              if (s.persistent) {
+                Value reusedQ = cmp(arith::CmpIPredicate::ugt, qUse, ci(0));
+                scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
+                  waitParity(barQEmpty(), andi(sub(qUse, ci(1)), ci(1)));
                   scf::YieldOp::create(b, loc);
                 });
+              }
+              loadQ();
+              // Ring use u = ringBase + it goes into slot u % stages once
+              // the consumers have released that slot's previous use
+              // (u - stages).
+              scf::ForOp::create(
+                  b, loc, ci(0), numBlocks, ci(1), ValueRange(),
+                  [&](OpBuilder &, Location, Value it, ValueRange) {
+                    Value use = add(ringBase, it);
+                    Value stage = remu(use, ci(s.stages));
+                    Value parity = andi(divu(use, ci(s.stages)), ci(1));
+                    Value reused =
+                        cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
+                    scf::IfOp::create(
+                        b, loc, reused, [&](OpBuilder &, Location) {
+                          waitParity(barFull(2, stage), xori(parity, ci(1)));
+                          scf::YieldOp::create(b, loc);
+                        });
+                    issueKV(stage, ivOf(it));
+                    scf::YieldOp::create(b, loc);
+                  });
+            });
             scf::YieldOp::create(b, loc);
           });
           scf::YieldOp::create(b, loc);
@@ -970,7 +1038,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         [&](OpBuilder &, Location) {
           NVVM::SetMaxRegisterOp::create(b, loc, s.consumerRegs,
                                          NVVM::SetMaxRegisterAction::increase);
-          buildConsumer(sub(wg, ci(1)));
+          Value consumer = sub(wg, ci(1));
+          forEachTile([&] { buildConsumer(consumer); });
           scf::YieldOp::create(b, loc);
         });
   }

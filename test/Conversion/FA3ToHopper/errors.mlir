@@ -60,9 +60,17 @@ func.func @hadamard_rows_too_short(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
 
 // -----
 
-func.func @persistent(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
-  // expected-error @+1 {{persistent = true: the Hopper forward kernel has no persistent tile scheduler (one CTA per tile)}}
-  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = true, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
+func.func @persistent_without_producer(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
+  // expected-error @+1 {{persistent = true needs a producer warpgroup (producer_regs and consumer_regs set): it loads the next tile's Q and K/V while the consumers finish this one, got producer_regs = 0}}
+  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
+}
+
+// -----
+
+func.func @persistent_fp8(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4M3FN>, %v: tensor<1x?x4x128xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
+  // expected-error @+1 {{persistent = true: the Hopper FP8 forward kernel has no persistent tile scheduler (one CTA per tile)}}
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} : (tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
 }
 

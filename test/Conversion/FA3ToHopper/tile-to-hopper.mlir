@@ -1,5 +1,6 @@
 // RUN: split-file %s %t
 // RUN: fa3-opt %t/kernel.mlir --convert-fa3-tile-to-hopper | FileCheck %s
+// RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
 // RUN: fa3-opt %t/errors.mlir --convert-fa3-tile-to-hopper --split-input-file -verify-diagnostics
 
 //--- kernel.mlir
@@ -10,7 +11,7 @@
 // warpgroup. The kernel keeps the function's name and takes the forward
 // kernel's ABI.
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000
-// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32)
+// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32)
 // CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
 // The forall's induction variables are the block ids of its mapping, and
 // its index arithmetic is emitted in i32: the GQA head h / 2, the query
@@ -56,6 +57,124 @@
 // CHECK-NOT: func.func
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
   func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.subi %dim_3, %dim_2 : index
+      %8 = arith.addi %5, %c128 : index
+      %9 = arith.minsi %8, %dim_2 : index
+      %10 = arith.subi %9, %c1 : index
+      %11 = arith.addi %10, %7 : index
+      %12 = arith.addi %11, %c1 : index
+      %13 = arith.minsi %dim_3, %12 : index
+      %14 = arith.ceildivsi %13, %c64 : index
+      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %16 = arith.muli %arg8, %c64 : index
+        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %20 = arith.addi %16, %c64 : index
+        %21 = arith.cmpi sgt, %20, %dim_3 : index
+        %22 = arith.addi %5, %7 : index
+        %23 = arith.addi %16, %c63 : index
+        %24 = arith.cmpi sgt, %23, %22 : index
+        %25 = arith.ori %21, %24 : i1
+        %26 = scf.if %25 -> (tensor<128x64xf32>) {
+          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+          scf.yield %29 : tensor<128x64xf32>
+        } else {
+          scf.yield %19 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+//--- persistent.mlir
+
+// The same kernel with persistent = true: the grid is min(tiles, SMs) CTAs
+// and both roles walk the forall's tiles in one loop, t = blockIdx.x, step
+// gridDim.x, decoding t = x + X * (y + 4 * z) with X = ceil(Sq / 128).
+// The loop carries the number of Q tiles used so far (the Q barriers'
+// parity) and the ring's position, so the K/V ring continues across tiles.
+// No CTA reads blockIdx.y or blockIdx.z.
+// PERSIST-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000
+// PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32)
+// PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
+// A Q-empty mbarrier, one arrival per consumer thread, follows the ring's:
+// after Q (16 KiB) and two stages of K and V (32 KiB) come the Q-full
+// barrier and three per stage, so it sits at 49152 + 8 * 7.
+// PERSIST: %[[QE:.+]] = llvm.getelementptr %[[SMEM:.+]][49208] :
+// PERSIST-NEXT: nvvm.mbarrier.init %[[QE]], %c256_i32
+// PERSIST-NEXT: nvvm.fence.mbarrier.init
+// The producer: before every Q load but the first it waits until the
+// consumers have released the previous Q tile.
+// PERSIST: nvvm.setmaxregister  decrease 24
+// PERSIST: %[[XY:.+]] = arith.muli %[[X]], %c4_i32 : i32
+// PERSIST: %[[TILES:.+]] = arith.muli %[[XY]], %[[BATCH]] : i32
+// PERSIST: %[[T0:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
+// PERSIST: %[[STEP:.+]] = nvvm.read.ptx.sreg.nctaid.x : i32
+// PERSIST: scf.for %[[T:.+]] = %[[T0]] to %[[TILES]] step %[[STEP]] iter_args(%[[QUSE:.+]] = %c0_i32, %[[RING:.+]] = %c0_i32) -> (i32, i32)
+// PERSIST: %[[YZ:.+]] = arith.divui %[[T]], %[[X]] : i32
+// PERSIST: %[[QB:.+]] = arith.remui %[[T]], %[[X]] : i32
+// PERSIST: %[[H:.+]] = arith.remui %[[YZ]], %c4_i32 : i32
+// PERSIST: %[[B:.+]] = arith.divui %[[YZ]], %c4_i32 : i32
+// PERSIST: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
+// PERSIST: %[[NB:.+]] = arith.maxsi %{{.+}}, %c0_i32 : i32
+// PERSIST: %[[USED:.+]] = arith.cmpi ugt, %[[QUSE]], %c0_i32 : i32
+// PERSIST: scf.if %[[USED]] {
+// PERSIST: %[[PREV:.+]] = arith.subi %[[QUSE]], %c1_i32 : i32
+// PERSIST: %[[PAR:.+]] = arith.andi %[[PREV]], %c1_i32 : i32
+// PERSIST: %[[QEW:.+]] = llvm.getelementptr %[[SMEM]][49208] :
+// PERSIST: nvvm.mbarrier.try_wait.parity %[[QEW]], %[[PAR]]
+// PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
+// PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %[[NB]] step %c1_i32  : i32 {
+// PERSIST: %[[USE:.+]] = arith.addi %[[RING]], %[[IT]] : i32
+// PERSIST: arith.remui %[[USE]], %c2_i32 : i32
+// PERSIST: %[[NEXTQ:.+]] = arith.addi %[[QUSE]], %c1_i32 : i32
+// PERSIST: %[[NEXTR:.+]] = arith.addi %[[RING]], %[[NB]] : i32
+// PERSIST: scf.yield %[[NEXTQ]], %[[NEXTR]] : i32, i32
+// The consumers walk the same tiles, wait for Q with the parity of its use,
+// and release Q after the key loop, before the epilogue's stores.
+// PERSIST: nvvm.setmaxregister  increase 240
+// PERSIST: scf.for %[[CT:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
+// PERSIST: %[[QPAR:.+]] = arith.andi %[[CQUSE]], %c1_i32 : i32
+// PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[QPAR]]
+// PERSIST: scf.for
+// PERSIST: arith.addi %[[CRING]], %{{.+}} : i32
+// PERSIST: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][49208] :
+// PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
+// PERSIST: lg2.approx.f32
+// PERSIST: llvm.store
+// PERSIST: scf.yield %{{.+}}, %{{.+}} : i32, i32
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} {
     %c63 = arith.constant 63 : index
     %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
     %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fa3 import reference
+from fa3 import reference, schedules
 
 
 @dataclasses.dataclass
@@ -28,7 +28,7 @@ class GpuCase:
     dtype: str = "bf16"
     causal: bool = False
     window: tuple = (-1, -1)
-    # A kernel structure other than the cost model's (see _structure).
+    # A kernel structure other than the cost model's (fa3.schedules).
     structure: str = ""
 
     def id(self):
@@ -52,29 +52,11 @@ class GpuCase:
         if self.window != (-1, -1):
             attrs.append(f"window = array<i64: {self.window[0]}, {self.window[1]}>")
         if self.structure:
-            attrs.append(f"schedule = {_structure(self.d, self.structure)}")
+            attrs.append(f"schedule = {schedules.hopper_forward(self.d, self.structure)}")
         a = " {" + ", ".join(attrs) + "}" if attrs else ""
         return (f"func.func @attn(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
                 f"  %o, %lse = fa3.attention %q, %k, %v{a} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
                 f"  return %o, %lse : {qt}, {lt}\n}}\n")
-
-
-def _structure(d, name):
-    """The cost model's tiles for head dim d with the kernel structure
-    `name`: no_ws (no producer warpgroup), ws_no_pp (warp-specialized, no
-    pingpong), ws_overlap (warp-specialized, pingpong where there are two
-    consumers, intra-warpgroup overlap); n176_overlap is ws_overlap with
-    FlashAttention-3's 176-key block (d128: 11 k-steps of 16, not a power
-    of two)."""
-    bm, bn, wgs = (192, 128, 3) if d <= 64 else (128, 128, 2) if d <= 128 else (128, 80, 2)
-    if name.startswith("n176"):
-        bn = 176
-    regs = {"no_ws": (0, 0)}.get(name, (32, 160) if wgs == 3 else (24, 240))
-    overlap = name.endswith("overlap")
-    pingpong = overlap and wgs == 2
-    return (f"#fa3.schedule<block_m = {bm}, block_n = {bn}, stages = 2, consumer_wgs = {wgs}, "
-            f"producer_regs = {regs[0]}, consumer_regs = {regs[1]}, pingpong = {str(pingpong).lower()}, "
-            f"intra_wg_overlap = {str(overlap).lower()}, persistent = false, cluster = 1>")
 
 
 def _cases():
@@ -100,13 +82,21 @@ def _cases():
     # The other kernel structures the benchmark compares (the default is
     # warp-specialized with pingpong at d > 64): ragged, Sq != Sk, causal,
     # windowed, GQA.
-    for structure in ("no_ws", "ws_no_pp", "ws_overlap", "n176_overlap"):
+    for structure in ("no_ws", "ws_no_pp", "ws_overlap", "n176_overlap", "persistent"):
         dims = (128,) if structure.startswith("n176") else (64, 128, 256)
         for d in dims:
             cases.append(GpuCase(b=3, sq=1000, sk=1000, d=d, causal=True, structure=structure))
             cases.append(GpuCase(b=1, sq=17, sk=4096, d=d, structure=structure))
         cases.append(GpuCase(b=2, sq=1, sk=1, d=128, structure=structure))
         cases.append(GpuCase(b=1, sq=4096, sk=1000, d=128, causal=True, window=(300, 0), structure=structure))
+    # Persistent grids where each CTA walks several tiles (2048, 704 and 512
+    # tiles on 132 SMs; the K/V ring's phases run on across them), and tiles
+    # that see no key (causal Sq > Sk: the ring does not advance).
+    cases += [
+        GpuCase(b=4, sq=4096, sk=4096, d=128, hq=16, hkv=2, causal=True, structure="persistent"),
+        GpuCase(b=2, sq=4096, sk=1000, d=64, hq=16, hkv=16, dtype="f16", structure="persistent"),
+        GpuCase(b=2, sq=4096, sk=17, d=256, causal=True, structure="persistent"),
+    ]
     assert {c.sq for c in cases} >= set(lens)
     return cases
 

@@ -38,10 +38,13 @@ inline constexpr llvm::StringLiteral kScheduleAttrName = "fa3.schedule";
 /// `module`'s @fa3_kernels, created for `chip` (with the container-module
 /// attribute on `module`) when absent.
 gpu::GPUModuleOp getOrCreateHopperKernelModule(ModuleOp module, StringRef chip);
-/// Sets `fa3.kernel` = @fa3_kernels::@`name` and `fa3.launch` on `op`.
+/// Sets `fa3.kernel` = @fa3_kernels::@`name` and `fa3.launch` on `op`. A
+/// persistent kernel's launch also says `persistent = 1`: the runtime
+/// launches min(tiles, SMs) CTAs instead of one per tile.
 void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                           StringRef name, int64_t threads, int64_t sharedMemory,
-                          int64_t blockM, int64_t blockN);
+                          int64_t blockM, int64_t blockN,
+                          bool persistent = false);
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -72,6 +75,13 @@ struct HopperAttentionSpec {
   /// ordered by two named barriers, so one warpgroup's softmax runs while
   /// the other's GEMMs occupy the tensor cores.
   bool pingpong = false;
+  /// A persistent grid (the schedule's `persistent`, needs warp
+  /// specialization; bf16/f16 only): one CTA per SM walks the tiles
+  /// blockIdx.x, blockIdx.x + gridDim.x, ... of the tile-level grid, so the
+  /// producer loads tile n + 1's Q and first K/V blocks while the consumers
+  /// still finish tile n. The K/V ring's slots and phases run on across
+  /// tiles; a Q-empty mbarrier hands the Q tile back to the producer.
+  bool persistent = false;
 
   /// Reads the spec of a scheduled fa3.attention; emits a diagnostic naming
   /// what the Hopper backend does not support and fails otherwise.
@@ -93,7 +103,8 @@ struct HopperAttentionSpec {
   int64_t numThreads() const {
     return numConsumerThreads() + (warpSpecialized() ? 128 : 0);
   }
-  /// Dynamic shared memory: Q, `stages` K and V tiles, mbarriers, and 1 KiB
+  /// Dynamic shared memory: Q, `stages` K and V tiles, mbarriers (Q full;
+  /// K full, V full and empty per stage; Q empty if persistent), and 1 KiB
   /// of slack to align the tiles to the 128-byte swizzle's 1 KiB period.
   int64_t sharedMemoryBytes() const;
 };

@@ -29,7 +29,9 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
       producer warpgroup and the consumers (0 = no warp specialization).
     * `pingpong`: the two consumer warpgroups alternate softmax and GEMMs.
     * `intra_wg_overlap`: issue the next QKᵀ before this tile's softmax.
-    * `persistent`: a persistent grid (longest-first order when causal).
+    * `persistent`: a persistent grid, min(tiles, SMs) CTAs looping over
+      the tiles in the grid's order (longest first when causal, from
+      `fa3-order-grid`).
     * `cluster`: CTAs per cluster sharing K/V by TMA multicast (1 = off).
 
     What each backend builds, and rejects with a diagnostic otherwise (a
@@ -42,7 +44,7 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     | `producer_regs`, `consumer_regs` | yes (warp specialization) | must be 0 |
     | `pingpong` | with a producer and 2 consumers | must be false |
     | `intra_wg_overlap` | yes (16-bit types) | must be false |
-    | `persistent` | must be false | must be false |
+    | `persistent` | with a producer (16-bit types) | must be false |
     | `cluster` | must be 1 | must be 1 |
 
     The CPU lowering uses only `block_m` and `block_n`; the other fields
