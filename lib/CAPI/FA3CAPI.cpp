@@ -365,9 +365,11 @@ extern "C" int fa3_launch_attention_fp8(
              "fa3_launch_attention_fp8: negative batch or sequence length");
     return 1;
   }
-  runtime::AttentionDeviceArgs args{q,        k,        v,        out,
-                                    lse,      batch,    seqQ,     seqK,
-                                    qDescale, kDescale, vDescale, workspace};
+  runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
+  args.qDescale = qDescale;
+  args.kDescale = kDescale;
+  args.vDescale = vDescale;
+  args.workspace = workspace;
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForwardFP8(
         *kernel->valueTranspose, *kernel->function, kernel->kernel.info, args,

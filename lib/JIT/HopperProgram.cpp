@@ -322,16 +322,19 @@ HopperProgram::run(const CudaDevice &device,
       auto function = modules.back().getFunction(info.name);
       if (!function)
         return function.takeError();
-      AttentionDeviceArgs args{operand(0).buffer.ptr(),
-                               operand(1).buffer.ptr(),
-                               operand(2).buffer.ptr(),
-                               values[step.results[0]]->buffer.ptr(),
-                               values[step.results[1]]->buffer.ptr(),
-                               batch, seqQ, seqK,
-                               operand(3).buffer.ptr(),
-                               operand(4).buffer.ptr(),
-                               operand(5).buffer.ptr(),
-                               workspaces.back().ptr()};
+      AttentionDeviceArgs args;
+      args.q = operand(0).buffer.ptr();
+      args.k = operand(1).buffer.ptr();
+      args.v = operand(2).buffer.ptr();
+      args.out = values[step.results[0]]->buffer.ptr();
+      args.lse = values[step.results[1]]->buffer.ptr();
+      args.batch = batch;
+      args.seqQ = seqQ;
+      args.seqK = seqK;
+      args.qDescale = operand(3).buffer.ptr();
+      args.kDescale = operand(4).buffer.ptr();
+      args.vDescale = operand(5).buffer.ptr();
+      args.workspace = workspaces.back().ptr();
       launches.push_back(
           [transpose = *transpose, kernel = *function, &info, args]() {
             return launchAttentionForwardFP8(transpose, kernel, info, args,

@@ -60,11 +60,11 @@ struct AttentionKernelInfo {
 struct AttentionDeviceArgs {
   DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
+  DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
   /// The device's multiprocessor count: how many CTAs a persistent kernel
   /// launches at most (one per SM: its shared memory and registers admit
   /// no second). Unused by other kernels.
   int64_t multiprocessors = 0;
-  DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
 };
 
 /// Workspace bytes of a forward launch: 0, or for FP8 the transposed V'
