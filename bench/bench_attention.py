@@ -20,7 +20,8 @@ Backward timing, measuring only the backward and subtracting nothing:
 The backward rows' sanity columns: fa3's dQ, dK, dV against the peer's
 (cuDNN's, else FLASH's) on the same inputs, max abs difference.
 
-Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only]
+Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles]
+       [--dims 64,128] [--seqlens 2048,8192] [--variants ws_overlap,...] [--no-vit]
 Writes DIR/bench.json (rows with direction "fwd" or "bwd"), DIR/bench.md
 (one table per direction) and DIR/bench.png.
 """
@@ -50,19 +51,23 @@ def grad_flops(b, h, s, d, causal):
     return 2.5 * flops(b, h, s, d, causal)
 
 
-def schedule_variants(d):
+def schedule_variants(d, only=None):
     """The A/B columns, each the cost model's tiles for head dim d with one
     choice changed (fa3.schedules): `no_ws` the kernel without a producer
     warpgroup, `ws_no_pp` warp specialization without pingpong (two
-    consumers only), `ws_overlap` with intra-warpgroup overlap on top,
+    consumers only), `ws_overlap` / `ws_no_overlap` with intra-warpgroup
+    overlap switched on (d64, whose default lacks it) or off (d128, d256),
     `persistent` the default on a persistent grid, and at d128
     `n176_overlap` FlashAttention-3's non-causal 128 x 176 tile with
     overlap."""
-    names = ["no_ws", "ws_overlap", "persistent"]
-    if schedules.hopper_forward_tiles(d)[2] == 2:
+    two = schedules.hopper_forward_tiles(d)[2] == 2
+    names = ["no_ws", "ws_no_overlap" if two and d > 64 else "ws_overlap", "persistent"]
+    if two:
         names.insert(1, "ws_no_pp")
     if d == 128:
         names.append("n176_overlap")
+    if only is not None:
+        names = [name for name in names if name in only]
     return {name: schedules.hopper_forward(d, name) for name in names}
 
 
@@ -86,9 +91,10 @@ def mlir_grad_for(h, d, causal):
             f"  return %dq, %dk, %dv : {t}, {t}, {t}\n}}\n")
 
 
-def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch=False):
+def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch=False, variants=None):
     """One forward row; `extra` adds A/B columns {name: schedule};
-    `dispatch` times fa3.attention itself too."""
+    `variants` limits the schedule_variants columns to these names (None:
+    all); `dispatch` times fa3.attention itself too."""
     b, h = b or 16384 // s, h or 2048 // d
     torch.manual_seed(0)
     q = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
@@ -127,7 +133,7 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch
         if ref is not None:
             row["max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
     # A/B in the same process: the same tiles with another kernel structure.
-    for variant, schedule in {**schedule_variants(d), **(extra or {})}.items():
+    for variant, schedule in {**schedule_variants(d, variants), **(extra or {})}.items():
         try:
             other = fa3.compile_mlir(mlir_for(h, d, causal, schedule), "attn")
             o2 = torch.empty_like(q)
@@ -272,6 +278,11 @@ def main():
     only.add_argument("--fp8", action="store_true", help="the FP8 forward beside the bf16 forward only")
     only.add_argument("--tiles", action="store_true",
                       help="d64 forward by query tile (block_m 64/128/192) on the FA3 and ViT shapes only")
+    ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
+    ap.add_argument("--seqlens", help="comma-separated sequence lengths (default 512 ... 16384)")
+    ap.add_argument("--variants", help="comma-separated forward A/B columns (schedule_variants names; "
+                    "default all, '' none)")
+    ap.add_argument("--no-vit", action="store_true", help="skip the ViT shapes")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -279,6 +290,11 @@ def main():
     dims = [64, 128, 256]
     if args.quick:
         seqlens, dims = [2048, 8192], [128]
+    if args.dims:
+        dims = [int(x) for x in args.dims.split(",")]
+    if args.seqlens:
+        seqlens = [int(x) for x in args.seqlens.split(",")]
+    variants = None if args.variants is None else {x for x in args.variants.split(",") if x}
     directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
     tiles = {"bm64": schedules.schedule(64, 128, 1),
@@ -309,17 +325,17 @@ def main():
         for d in dims:
             for causal in (False, True):
                 for s in seqlens:
-                    row = bench(d, causal, s)
+                    row = bench(d, causal, s, variants=variants) if direction == "fwd" else bench(d, causal, s)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     torch.cuda.empty_cache()
-    if "fwd" in directions and not args.quick:
+    if "fwd" in directions and not args.quick and not args.no_vit:
         # Vision transformer shapes (B=128, H=12, d64; 7x7, 14x14 + cls,
         # 28x28 patches): short sequences, many heads.
         # A/B over the query tile: 64 rows (one consumer, no producer), 128
         # (two consumers, producer, pingpong), 192 (the default).
         for s in (49, 197, 784):
-            row = bench_forward(64, False, s, b=128, h=12, extra=tiles, dispatch=True)
+            row = bench_forward(64, False, s, b=128, h=12, extra=tiles, dispatch=True, variants=variants)
             row["shape"] = "vit"
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -340,16 +356,16 @@ def main():
     if fwd_rows:
         lines += [f"bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
                   "fa3: the cost model's schedule; A/B columns (same tiles): no WS = no producer warpgroup, "
-                  "WS no-pp = warp-specialized without pingpong, WS+ov = with intra-warpgroup overlap, "
-                  "persistent = the default on a persistent grid", "",
-                  "| d | causal | B x H x seqlen | fa3 | no WS | WS no-pp | WS+ov | persistent | cuDNN | FLASH | fa3/cuDNN | "
+                  "WS no-pp = warp-specialized without pingpong, overlap toggled = intra-warpgroup overlap "
+                  "switched on (d64) or off (d128, d256), persistent = the default on a persistent grid", "",
+                  "| d | causal | B x H x seqlen | fa3 | no WS | WS no-pp | overlap toggled | persistent | cuDNN | FLASH | fa3/cuDNN | "
                   "max abs diff vs SDPA |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in fwd_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3'))} | "
-                         f"{fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap'))} | "
+                         f"{fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap', r.get('fa3_ws_no_overlap')))} | "
                          f"{fmt(r.get('fa3_persistent'))} | "
                          f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} | {diff} |")
     tile_rows = [r for r in fwd_rows if "fa3_bm64" in r]

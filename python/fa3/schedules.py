@@ -6,17 +6,18 @@ structure)` is the cost model's forward tiles for head dim `d`
 structure changed. The benchmark's A/B columns and the GPU tests use the
 same names:
 
-* `default`: the cost model's schedule (warp-specialized, pingpong where
-  there are two consumer warpgroups);
+* `default`: the cost model's schedule (warp-specialized; with two
+  consumer warpgroups pingpong, and above d = 64 intra-warpgroup overlap);
 * `no_ws`: no producer warpgroup;
 * `ws_no_pp`: warp-specialized without pingpong;
 * `ws_overlap`: with intra-warpgroup overlap;
+* `ws_no_overlap`: without intra-warpgroup overlap;
 * `n176_overlap`: ws_overlap with FlashAttention-3's 176-key block (d128);
 * `persistent`: the default on a persistent grid (one CTA per SM walks the
   tiles).
 """
 
-STRUCTURES = ("default", "no_ws", "ws_no_pp", "ws_overlap", "n176_overlap", "persistent")
+STRUCTURES = ("default", "no_ws", "ws_no_pp", "ws_overlap", "ws_no_overlap", "n176_overlap", "persistent")
 
 
 def _flag(value):
@@ -57,7 +58,10 @@ def hopper_forward(d, structure="default"):
         return schedule(block_m, block_n, wgs)
     producer, consumer = (32, 160) if wgs == 3 else (24, 240)
     two = wgs == 2
+    overlap = two and d > 64  # the cost model's choice
+    if structure.endswith("_overlap"):
+        overlap = structure != "ws_no_overlap"
     return schedule(block_m, block_n, wgs, producer, consumer,
                     pingpong=two and structure != "ws_no_pp",
-                    intra_wg_overlap=structure.endswith("overlap"),
+                    intra_wg_overlap=overlap,
                     persistent=structure == "persistent")

@@ -169,16 +169,22 @@ def ConvertFA3TileToHopper
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of
       its `#gpu.block` mapping, or, with `persistent`, the coordinates of
-      tile t = x + X (y + Y z) in a loop `t = blockIdx.x` to X·Y·Z step
-      `gridDim.x` (the forall's bounds, read at run time; the runtime
-      launches min(tiles, SMs) CTAs), so tile order is the forall's;
+      tile t = x + X (y + Y z) in a loop over rounds r of G = `gridDim.x`
+      tiles, t = r·G + `blockIdx.x` in even rounds and r·G + G − 1 −
+      `blockIdx.x` in odd ones, t < X·Y·Z (the forall's bounds, read at run
+      time; the runtime launches min(tiles, SMs) CTAs): tile order is the
+      forall's, and the serpentine keeps one CTA from taking the longest
+      tile of every round;
     * the index arithmetic of the function, the forall body and the key loop
       is emitted as is in i32 (`tensor.dim` of Q/K dim 1 is Sq/Sk); the key
       loop's bounds give the key blocks a CTA visits;
     * `fa3.load_tile` of Q: a TMA load (128-byte swizzled atoms of 64
       columns) on an mbarrier, at the op's coordinates; of K and V in the key
       loop: TMA loads into a `stages`-deep ring, issued by a producer that
-      replays the loads' coordinate arithmetic for each iteration;
+      replays the loads' coordinate arithmetic for each iteration, K one
+      block ahead of V; each slot has its own full and empty mbarriers for
+      K and for V, so a K slot is refilled once its QKᵀ completed, before
+      the PV that reads the V of the same block;
     * `fa3.qk`: shared-memory wgmma; `fa3.softcap`: `tanh.approx`; the
       `scf.if` around `fa3.mask`: the mask applied on the accumulator
       fragment only where its condition holds, with the mask's operands

@@ -53,7 +53,7 @@ static constexpr int64_t kPingpongBarrier = 1;
 
 int64_t HopperAttentionSpec::sharedMemoryBytes() const {
   int64_t tile = elementBytes() * headDim; // bytes per row
-  int64_t barriers = 8 * (1 + 3 * stages + (persistent ? 1 : 0));
+  int64_t barriers = 8 * (1 + 4 * stages + (persistent ? 1 : 0));
   return blockM * tile + 2 * stages * blockN * tile + barriers + 1024;
 }
 

@@ -379,9 +379,18 @@ private:
   /// variable `iv`: its defining ops replayed from the IR, memoized in
   /// `local` (one map per emitted iteration).
   Value replay(Value v, Value iv, DenseMap<Value, Value> &local);
-  /// Thread 0: TMA loads of the key block whose loop induction variable is
-  /// `iv` into ring slot `stage`, at the coordinates of the IR's loads.
-  void issueKV(Value stage, Value iv);
+  /// The K/V ring's mbarriers, one of each kind per stage. K and V have
+  /// their own "empty" barriers: a K slot is released as soon as the QKᵀ
+  /// reading it completed, so the producer loads the key tile of block
+  /// i + stages while block i's softmax and PV still run (a slot shared by
+  /// K and V would free K only after PV, leaving the load too little time
+  /// before its QKᵀ; FA3 keeps two pipelines for the same reason).
+  enum RingBarrier { kKeyFull, kValueFull, kKeyEmpty, kValueEmpty };
+  static constexpr int64_t kRingBarrierKinds = 4;
+  /// Thread 0: the TMA load of the key (`value` false) or value tile of the
+  /// key block whose loop induction variable is `iv` into ring slot
+  /// `stage`, at the coordinates of the IR's load.
+  void issueTile(bool value, Value stage, Value iv);
 
   TileKernel &k;
   const HopperAttentionSpec &s;
@@ -390,12 +399,14 @@ private:
   Value tmaQ, tmaK, tmaV, seqQ, seqK, batch;
   int64_t offQ = 0, offK = 0, offV = 0, offBar = 0;
   Value barQ() { return smemAt(ci(offBar)); }
-  Value barFull(int64_t kind, Value stage) { // kind 0 = K, 1 = V, 2 = empty
+  Value ringBarrier(RingBarrier kind, Value stage) {
     return smemAt(
         add(ci(offBar + 8 * (1 + kind * s.stages)), mul(stage, ci(8))));
   }
   /// Persistent: the consumers' release of the Q tile.
-  Value barQEmpty() { return smemAt(ci(offBar + 8 * (1 + 3 * s.stages))); }
+  Value barQEmpty() {
+    return smemAt(ci(offBar + 8 * (1 + kRingBarrierKinds * s.stages)));
+  }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
   Value qkDescriptor(Value addr) {
     return descriptor(addr, 16, 8 * kAtomBytes, kAtomBytes);
@@ -447,23 +458,20 @@ Value TileKernelEmitter::replay(Value v, Value iv,
   return result;
 }
 
-void TileKernelEmitter::issueKV(Value stage, Value iv) {
+void TileKernelEmitter::issueTile(bool value, Value stage, Value iv) {
   int64_t bytes = tileBytes(s.blockN);
+  LoadTileOp load = value ? k.keys.valueLoad : k.keys.keyLoad;
+  Value bar = ringBarrier(value ? kValueFull : kKeyFull, stage);
+  expectTx(bar, bytes);
   DenseMap<Value, Value> local;
-  for (auto [kind, map, base, load] :
-       {std::tuple<int64_t, Value, int64_t, LoadTileOp>{0, tmaK, offK,
-                                                        k.keys.keyLoad},
-        {1, tmaV, offV, k.keys.valueLoad}}) {
-    Value bar = barFull(kind, stage);
-    expectTx(bar, bytes);
-    Value row = replay(load.getRow(), iv, local);
-    Value head = replay(load.getHead(), iv, local);
-    Value batch = replay(load.getBatch(), iv, local);
-    Value tile = add(ci(base), mul(stage, ci(bytes)));
-    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
-      Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
-      tmaLoad(dst, map, {ci(atom * kAtomCols), row, head, batch}, bar);
-    }
+  Value row = replay(load.getRow(), iv, local);
+  Value head = replay(load.getHead(), iv, local);
+  Value batch = replay(load.getBatch(), iv, local);
+  Value tile = add(ci(value ? offV : offK), mul(stage, ci(bytes)));
+  for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
+    Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
+    tmaLoad(dst, value ? tmaV : tmaK, {ci(atom * kAtomCols), row, head, batch},
+            bar);
   }
 }
 
@@ -542,19 +550,31 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // Which use of the Q barrier and of the K/V ring the current tile makes:
   // its number among this CTA's tiles, and the ring iterations before it.
   Value qUse = ci(0), ringBase = ci(0);
-  // Emits `body` for each tile of this CTA: once, or (persistent) in the
-  // tile loop over the linear indices blockIdx.x, blockIdx.x + gridDim.x,
-  // ... below X * Y * Z. The launch is the same bijection either way, so
-  // fa3-order-grid's order holds for both.
+  // Emits `body` for each tile of this CTA: once, or (persistent) in a loop
+  // over rounds r of gridDim.x tiles each, taking tile
+  //   t = r * gridDim.x + (r even ? blockIdx.x : gridDim.x - 1 - blockIdx.x)
+  // of the linear order below X * Y * Z. fa3-order-grid puts the longest
+  // tiles first (causal: the last query tiles), so a fixed stride would hand
+  // CTA 0 the longest tile of every round; the serpentine pairs the longest
+  // tile of one round with the shortest of the next. Every tile is taken
+  // exactly once, so fa3-order-grid's order holds for both launches.
   auto forEachTile = [&](llvm::function_ref<void()> body) {
     if (!s.persistent)
       return body();
     Value numTiles = mul(mul(extentOf[0], extentOf[1]), extentOf[2]);
-    Value first = NVVM::BlockIdXOp::create(b, loc, i32);
-    Value stride = NVVM::GridDimXOp::create(b, loc, i32);
+    Value cta = NVVM::BlockIdXOp::create(b, loc, i32);
+    Value ctas = NVVM::GridDimXOp::create(b, loc, i32);
+    Value rounds = divu(add(numTiles, sub(ctas, ci(1))), ctas);
+    Value mirrored = sub(sub(ctas, ci(1)), cta);
     scf::ForOp::create(
-        b, loc, first, numTiles, stride, ValueRange{ci(0), ci(0)},
-        [&](OpBuilder &, Location, Value t, ValueRange iters) {
+        b, loc, ci(0), rounds, ci(1), ValueRange{ci(0), ci(0)},
+        [&](OpBuilder &, Location, Value r, ValueRange iters) {
+          Value odd = cmp(arith::CmpIPredicate::ne, andi(r, ci(1)), ci(0));
+          Value t = add(mul(r, ctas), select(odd, mirrored, cta));
+          Value inRange = cmp(arith::CmpIPredicate::ult, t, numTiles);
+          auto guarded = scf::IfOp::create(b, loc, TypeRange{i32, i32}, inRange,
+                                           /*withElseRegion=*/true);
+          b.setInsertionPointToStart(guarded.thenBlock());
           qUse = iters[0];
           ringBase = iters[1];
           Value yz = divu(t, extentOf[0]);
@@ -563,6 +583,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           body();
           scf::YieldOp::create(
               b, loc, ValueRange{add(qUse, ci(1)), add(ringBase, numBlocks)});
+          b.setInsertionPointToStart(guarded.elseBlock());
+          scf::YieldOp::create(b, loc, iters);
+          b.setInsertionPointAfter(guarded);
+          scf::YieldOp::create(b, loc, guarded.getResults());
         });
   };
 
@@ -581,9 +605,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     barrierInit(barQ(), 1);
     for (int64_t st = 0; st < s.stages; ++st) {
-      barrierInit(barFull(0, ci(st)), 1);
-      barrierInit(barFull(1, ci(st)), 1);
-      barrierInit(barFull(2, ci(st)), s.numConsumerThreads());
+      barrierInit(ringBarrier(kKeyFull, ci(st)), 1);
+      barrierInit(ringBarrier(kValueFull, ci(st)), 1);
+      barrierInit(ringBarrier(kKeyEmpty, ci(st)), s.numConsumerThreads());
+      barrierInit(ringBarrier(kValueEmpty, ci(st)), s.numConsumerThreads());
     }
     if (s.persistent)
       barrierInit(barQEmpty(), s.numConsumerThreads());
@@ -641,7 +666,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // fa3.qk of iteration `it`: S = Q Kᵀ, both from shared memory.
     auto issueQK = [&](Value it, int turn) {
       auto [stage, parity] = slotOf(it);
-      waitParity(barFull(0, stage), parity);
+      waitParity(ringBarrier(kKeyFull, stage), parity);
       if (turn & kTake)
         takeTurn();
       Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
@@ -744,7 +769,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value it,
                        int turn) {
       auto [stage, parity] = slotOf(it);
-      waitParity(barFull(1, stage), parity);
+      waitParity(ringBarrier(kValueFull, stage), parity);
       if (turn & kTake)
         takeTurn();
       Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
@@ -761,21 +786,23 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       return o;
     };
 
-    // After iteration `it`'s wgmmas completed: release its ring slot. With
-    // a producer warpgroup that is all; otherwise warp 0 refills the slot
-    // with iteration it + stages once every consumer is done.
-    auto release = [&](Value it) {
+    // After iteration `it`'s QKᵀ (`value` false) or PV completed: release
+    // its key or value slot. With a producer warpgroup that is all;
+    // otherwise warp 0 refills the slot with iteration it + stages once
+    // every consumer is done with it.
+    auto release = [&](bool value, Value it) {
       auto [stage, parity] = slotOf(it);
-      arrive(barFull(2, stage));
+      Value empty = ringBarrier(value ? kValueEmpty : kKeyEmpty, stage);
+      arrive(empty);
       if (s.warpSpecialized())
         return;
       Value next = add(it, ci(s.stages));
       Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
                           cmp(arith::CmpIPredicate::slt, next, numBlocks));
       scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-        waitParity(barFull(2, stage), parity);
+        waitParity(empty, parity);
         scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-          issueKV(stage, ivOf(next));
+          issueTile(value, stage, ivOf(next));
           scf::YieldOp::create(b, loc);
         });
         scf::YieldOp::create(b, loc);
@@ -808,6 +835,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           [&](OpBuilder &, Location, Value it, ValueRange iters) {
             SmallVector<Value> sAcc = issueQK(it, kWhole);
             waitGroups(0);
+            release(/*value=*/false, it);
             Value mOld[2] = {iters[0], iters[1]},
                   lOld[2] = {iters[2], iters[3]};
             SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
@@ -815,7 +843,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
             rescale(o, step.alpha);
             o = issuePV(packP(step.p), o, it, kNoTurn);
             waitGroups(0);
-            release(it);
+            release(/*value=*/true, it);
             SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
                                          step.l[1]};
             yields.append(o);
@@ -837,6 +865,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         b.setInsertionPointToStart(guarded.thenBlock());
         SmallVector<Value> s0 = issueQK(ci(0), kWhole);
         waitGroups(0);
+        release(/*value=*/false, ci(0));
         Value m0[2] = {init[0], init[1]}, l0[2] = {init[2], init[3]};
         SoftmaxStep first = softmax(s0, ci(0), m0, l0);
         // The loop carries iteration it's P already packed, the running
@@ -859,10 +888,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               SmallVector<Value> sNext = issueQK(itNext, kTake);
               o = issuePV(p, o, it, kPass);
               waitGroups(1); // QKᵀ of it + 1 done, PV of it in flight
+              release(/*value=*/false, itNext);
               SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
               SmallVector<Value> yields = packP(step.p);
-              waitGroups(0); // PV done: O readable, the slot free
-              release(it);
+              waitGroups(0); // PV done: O readable, the V slot free
+              release(/*value=*/true, it);
               rescale(o, step.alpha);
               yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
               yields.append(o);
@@ -874,7 +904,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         Value last = sub(numBlocks, ci(1));
         o = issuePV(p, o, last, kWhole);
         waitGroups(0);
-        release(last);
+        release(/*value=*/true, last);
         SmallVector<Value> yields(res.begin() + nP, res.begin() + nP + 4);
         yields.append(o);
         scf::YieldOp::create(b, loc, yields);
@@ -983,7 +1013,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       for (int64_t st = 0; st < s.stages; ++st) {
         Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
         scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
-          issueKV(ci(st), ivOf(ci(st)));
+          issueTile(/*value=*/false, ci(st), ivOf(ci(st)));
+          issueTile(/*value=*/true, ci(st), ivOf(ci(st)));
           scf::YieldOp::create(b, loc);
         });
       }
@@ -1013,21 +1044,39 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               loadQ();
               // Ring use u = ringBase + it goes into slot u % stages once
               // the consumers have released that slot's previous use
-              // (u - stages).
+              // (u - stages). The key tiles run one block ahead of the
+              // value tiles (K0; K1 V0; K2 V1; ...), the order the
+              // consumers read them in with intra-warpgroup overlap, so no
+              // key load waits behind a value slot still read by a PV.
+              auto fill = [&](bool value, Value it) {
+                Value use = add(ringBase, it);
+                Value stage = remu(use, ci(s.stages));
+                Value parity = andi(divu(use, ci(s.stages)), ci(1));
+                Value reused =
+                    cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
+                scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
+                  waitParity(
+                      ringBarrier(value ? kValueEmpty : kKeyEmpty, stage),
+                      xori(parity, ci(1)));
+                  scf::YieldOp::create(b, loc);
+                });
+                issueTile(value, stage, ivOf(it));
+              };
+              auto fillIf = [&](Value cond, bool value, Value it) {
+                scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
+                  fill(value, it);
+                  scf::YieldOp::create(b, loc);
+                });
+              };
+              fillIf(cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
+                     /*value=*/false, ci(0));
               scf::ForOp::create(
                   b, loc, ci(0), numBlocks, ci(1), ValueRange(),
                   [&](OpBuilder &, Location, Value it, ValueRange) {
-                    Value use = add(ringBase, it);
-                    Value stage = remu(use, ci(s.stages));
-                    Value parity = andi(divu(use, ci(s.stages)), ci(1));
-                    Value reused =
-                        cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
-                    scf::IfOp::create(
-                        b, loc, reused, [&](OpBuilder &, Location) {
-                          waitParity(barFull(2, stage), xori(parity, ci(1)));
-                          scf::YieldOp::create(b, loc);
-                        });
-                    issueKV(stage, ivOf(it));
+                    Value itNext = add(it, ci(1));
+                    fillIf(cmp(arith::CmpIPredicate::slt, itNext, numBlocks),
+                           /*value=*/false, itNext);
+                    fill(/*value=*/true, it);
                     scf::YieldOp::create(b, loc);
                   });
             });

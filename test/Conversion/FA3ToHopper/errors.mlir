@@ -26,7 +26,7 @@ func.func @d96(%q: tensor<1x?x4x96xf16>, %k: tensor<1x?x4x96xf16>, %v: tensor<1x
 // -----
 
 func.func @too_much_smem(%q: tensor<1x?x4x256xbf16>, %k: tensor<1x?x4x256xbf16>, %v: tensor<1x?x4x256xbf16>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>) {
-  // expected-error @+1 {{the schedule needs 295992 bytes of shared memory (Q tile, 2 K and V stages), more than the 232448 a Hopper CTA has}}
+  // expected-error @+1 {{the schedule needs 296008 bytes of shared memory (Q tile, 2 K and V stages), more than the 232448 a Hopper CTA has}}
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 112, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} : (tensor<1x?x4x256xbf16>, tensor<1x?x4x256xbf16>, tensor<1x?x4x256xbf16>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>
 }

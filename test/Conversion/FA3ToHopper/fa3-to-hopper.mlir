@@ -3,11 +3,11 @@
 // The host side stays at L0 with the kernel symbol and its launch metadata;
 // the kernel lands in gpu.module @fa3_kernels for sm_90a.
 // CHECK-LABEL: func.func @gqa_causal
-// CHECK: fa3.attention {{.*}}fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d128_h8x2_m128n128s2_ws24x240_pp_causal_
-// CHECK-SAME: fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164920 : i64, threads = 384 : i64}
+// CHECK: fa3.attention {{.*}}fa3.kernel = @fa3_kernels::@fa3_fwd_bf16_d128_h8x2_m128n128s2_ov_ws24x240_pp_causal_
+// CHECK-SAME: fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164936 : i64, threads = 384 : i64}
 // CHECK: gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">]
 // CHECK: llvm.mlir.global external @fa3_dynamic_smem() {addr_space = 3 : i32, alignment = 1024 : i64}
-// CHECK: llvm.func @fa3_fwd_bf16_d128_h8x2_m128n128s2_ws24x240_pp_causal_
+// CHECK: llvm.func @fa3_fwd_bf16_d128_h8x2_m128n128s2_ov_ws24x240_pp_causal_
 // CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}
 // CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
 // CHECK: nvvm.mbarrier.init
@@ -16,7 +16,7 @@
 // CHECK: nvvm.wgmma.fence.aligned
 // CHECK: llvm.inline_asm has_side_effects {{.*}}wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 // CHECK: nvvm.shfl.sync bfly
-// CHECK: llvm.intr.exp2
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: llvm.fptrunc {{.*}} : vector<2xf32> to vector<2xbf16>
 // CHECK: nvvm.mbarrier.arrive
 func.func @gqa_causal(%q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) {

@@ -5,7 +5,7 @@
 // the host ops stay at L0 and name the kernel they launch. The two
 // attentions below differ only in their static shapes and share one kernel.
 // CHECK-LABEL: func.func @static_and_dynamic
-// CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fa3.kernel = @fa3_kernels::@[[NAME:fa3_fwd_bf16_d128_h8x2_m128n128s2_ws24x240_pp_causal_s3db504f3]], fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164920 : i64, threads = 384 : i64}
+// CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fa3.kernel = @fa3_kernels::@[[NAME:fa3_fwd_bf16_d128_h8x2_m128n128s2_ov_ws24x240_pp_causal_s3db504f3]], fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164936 : i64, threads = 384 : i64}
 // CHECK-SAME: (tensor<2x1000x8x128xbf16>, tensor<2x1000x2x128xbf16>, tensor<2x1000x2x128xbf16>)
 // CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fa3.kernel = @fa3_kernels::@[[NAME]],
 // CHECK-SAME: (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
@@ -14,7 +14,7 @@
 // CHECK-NOT: fa3.kernel
 // CHECK: gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">]
 // CHECK-NEXT: func.func @[[NAME]](%[[Q:.+]]: tensor<?x?x8x128xbf16>, %[[K:.+]]: tensor<?x?x2x128xbf16>, %[[V:.+]]: tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
-// CHECK-SAME: attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>}
+// CHECK-SAME: attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
 // CHECK-NEXT: %[[O:.+]], %[[LSE:.+]] = fa3.attention %[[Q]], %[[K]], %[[V]] {causal, schedule = #fa3.schedule<
 // CHECK-NEXT: return %[[O]], %[[LSE]]
 // CHECK-NOT: func.func

@@ -23,27 +23,36 @@
 // CHECK: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
 // CHECK: arith.subi %[[SK]], %[[SQ]] : i32
 // CHECK: arith.minsi %[[SK]], %{{.+}} : i32
-// The producer warpgroup loads Q at the load_tile's coordinates, then K
-// and V of every key block into the ring, replaying the key loop's
-// row = kb * 64 per iteration.
+// The producer warpgroup loads Q at the load_tile's coordinates, then the
+// key tile of block 0 and, per iteration it, the key tile of block it + 1
+// ahead of the value tile of block it (each after a wait on its slot's
+// empty barrier), replaying the key loop's row = kb * 64.
 // CHECK: nvvm.setmaxregister  decrease 24
 // CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
-// CHECK: scf.for %[[IT:.+]] = %c0_i32 to %{{.+}} step %c1_i32  : i32 {
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %c0_i32, %[[HKV]], %[[B]]]
+// CHECK: scf.for %[[IT:.+]] = %c0_i32 to %[[NB:.+]] step %c1_i32  : i32 {
+// CHECK: %[[NEXT:.+]] = arith.addi %[[IT]], %c1_i32 : i32
+// CHECK: arith.cmpi slt, %[[NEXT]], %[[NB]] : i32
 // CHECK: nvvm.mbarrier.try_wait.parity
-// CHECK: %[[ROW:.+]] = arith.muli %[[IT]], %c64_i32 : i32
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %[[ROW]], %[[HKV]], %[[B]]]
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg2, %{{.+}}, box[%c0_i32, %[[ROW]], %[[HKV]], %[[B]]]
-// The consumers: fa3.qk as 4 shared-memory wgmmas (k16 over D = 64), the
-// mask under the IR's boundary condition, the softmax's exp2 and quad
-// reductions, fa3.pv as 4 register-A wgmmas (k16 over block_n = 64), then
-// the slot's release.
+// CHECK: %[[KROW:.+]] = arith.muli %[[NEXT]], %c64_i32 : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %[[KROW]], %[[HKV]], %[[B]]]
+// CHECK: nvvm.mbarrier.try_wait.parity
+// CHECK: %[[VROW:.+]] = arith.muli %[[IT]], %c64_i32 : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg2, %{{.+}}, box[%c0_i32, %[[VROW]], %[[HKV]], %[[B]]]
+// The consumers: fa3.qk as 4 shared-memory wgmmas (k16 over D = 64) and,
+// once they completed, the release of the key slot; the mask under the
+// IR's boundary condition, the softmax's exp2 and quad reductions, fa3.pv
+// as 4 register-A wgmmas (k16 over block_n = 64), then the release of the
+// value slot.
 // CHECK: nvvm.setmaxregister  increase 240
 // CHECK: scf.for
 // CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, $64, $65, p, 1, 1, 0, 0;
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NOT: wgmma.mma_async
+// CHECK: nvvm.mbarrier.arrive
 // CHECK: arith.cmpi sgt
 // CHECK: %{{.+}}:32 = scf.if
-// CHECK: llvm.intr.exp2
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: nvvm.shfl.sync bfly
 // CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, {$64, $65, $66, $67}, $68, p, 1, 1, 1;
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
@@ -119,8 +128,11 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 //--- persistent.mlir
 
 // The same kernel with persistent = true: the grid is min(tiles, SMs) CTAs
-// and both roles walk the forall's tiles in one loop, t = blockIdx.x, step
-// gridDim.x, decoding t = x + X * (y + 4 * z) with X = ceil(Sq / 128).
+// and both roles walk the forall's tiles in one loop over rounds r of
+// gridDim.x tiles, taking t = r * gridDim.x + blockIdx.x in even rounds and
+// t = r * gridDim.x + gridDim.x - 1 - blockIdx.x in odd ones (serpentine, so
+// the CTA with the longest tile of a round gets the shortest of the next),
+// skipping t >= tiles, and decoding t = x + X * (y + 4 * z), X = ceil(Sq/128).
 // The loop carries the number of Q tiles used so far (the Q barriers'
 // parity) and the ring's position, so the K/V ring continues across tiles.
 // No CTA reads blockIdx.y or blockIdx.z.
@@ -129,8 +141,9 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
 // A Q-empty mbarrier, one arrival per consumer thread, follows the ring's:
 // after Q (16 KiB) and two stages of K and V (32 KiB) come the Q-full
-// barrier and three per stage, so it sits at 49152 + 8 * 7.
-// PERSIST: %[[QE:.+]] = llvm.getelementptr %[[SMEM:.+]][49208] :
+// barrier and four per stage (K full, V full, K empty, V empty), so it sits
+// at 49152 + 8 * 9.
+// PERSIST: %[[QE:.+]] = llvm.getelementptr %[[SMEM:.+]][49224] :
 // PERSIST-NEXT: nvvm.mbarrier.init %[[QE]], %c256_i32
 // PERSIST-NEXT: nvvm.fence.mbarrier.init
 // The producer: before every Q load but the first it waits until the
@@ -138,9 +151,21 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: nvvm.setmaxregister  decrease 24
 // PERSIST: %[[XY:.+]] = arith.muli %[[X]], %c4_i32 : i32
 // PERSIST: %[[TILES:.+]] = arith.muli %[[XY]], %[[BATCH]] : i32
-// PERSIST: %[[T0:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
-// PERSIST: %[[STEP:.+]] = nvvm.read.ptx.sreg.nctaid.x : i32
-// PERSIST: scf.for %[[T:.+]] = %[[T0]] to %[[TILES]] step %[[STEP]] iter_args(%[[QUSE:.+]] = %c0_i32, %[[RING:.+]] = %c0_i32) -> (i32, i32)
+// PERSIST: %[[CTA:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
+// PERSIST: %[[CTAS:.+]] = nvvm.read.ptx.sreg.nctaid.x : i32
+// PERSIST: %[[CTAS1:.+]] = arith.subi %[[CTAS]], %c1_i32 : i32
+// PERSIST: %[[UP:.+]] = arith.addi %[[TILES]], %[[CTAS1]] : i32
+// PERSIST: %[[ROUNDS:.+]] = arith.divui %[[UP]], %[[CTAS]] : i32
+// PERSIST: %[[LAST:.+]] = arith.subi %[[CTAS]], %c1_i32 : i32
+// PERSIST: %[[MIRROR:.+]] = arith.subi %[[LAST]], %[[CTA]] : i32
+// PERSIST: scf.for %[[R:.+]] = %c0_i32 to %[[ROUNDS]] step %c1_i32 iter_args(%[[QUSE:.+]] = %c0_i32, %[[RING:.+]] = %c0_i32) -> (i32, i32)
+// PERSIST: %[[PARITY:.+]] = arith.andi %[[R]], %c1_i32 : i32
+// PERSIST: %[[ODD:.+]] = arith.cmpi ne, %[[PARITY]], %c0_i32 : i32
+// PERSIST: %[[SLOT:.+]] = arith.select %[[ODD]], %[[MIRROR]], %[[CTA]] : i32
+// PERSIST: %[[BASE:.+]] = arith.muli %[[R]], %[[CTAS]] : i32
+// PERSIST: %[[T:.+]] = arith.addi %[[BASE]], %[[SLOT]] : i32
+// PERSIST: %[[IN:.+]] = arith.cmpi ult, %[[T]], %[[TILES]] : i32
+// PERSIST: %[[NEXT:.+]]:2 = scf.if %[[IN]] -> (i32, i32) {
 // PERSIST: %[[YZ:.+]] = arith.divui %[[T]], %[[X]] : i32
 // PERSIST: %[[QB:.+]] = arith.remui %[[T]], %[[X]] : i32
 // PERSIST: %[[H:.+]] = arith.remui %[[YZ]], %c4_i32 : i32
@@ -151,7 +176,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: scf.if %[[USED]] {
 // PERSIST: %[[PREV:.+]] = arith.subi %[[QUSE]], %c1_i32 : i32
 // PERSIST: %[[PAR:.+]] = arith.andi %[[PREV]], %c1_i32 : i32
-// PERSIST: %[[QEW:.+]] = llvm.getelementptr %[[SMEM]][49208] :
+// PERSIST: %[[QEW:.+]] = llvm.getelementptr %[[SMEM]][49224] :
 // PERSIST: nvvm.mbarrier.try_wait.parity %[[QEW]], %[[PAR]]
 // PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
 // PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %[[NB]] step %c1_i32  : i32 {
@@ -160,15 +185,20 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: %[[NEXTQ:.+]] = arith.addi %[[QUSE]], %c1_i32 : i32
 // PERSIST: %[[NEXTR:.+]] = arith.addi %[[RING]], %[[NB]] : i32
 // PERSIST: scf.yield %[[NEXTQ]], %[[NEXTR]] : i32, i32
+// PERSIST-NEXT: } else {
+// PERSIST-NEXT: scf.yield %[[QUSE]], %[[RING]] : i32, i32
+// PERSIST-NEXT: }
+// PERSIST-NEXT: scf.yield %[[NEXT]]#0, %[[NEXT]]#1 : i32, i32
 // The consumers walk the same tiles, wait for Q with the parity of its use,
 // and release Q after the key loop, before the epilogue's stores.
 // PERSIST: nvvm.setmaxregister  increase 240
-// PERSIST: scf.for %[[CT:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
+// PERSIST: scf.for %{{.+}} = %c0_i32 to %{{.+}} step %c1_i32 iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
+// PERSIST: scf.if %{{.+}} -> (i32, i32) {
 // PERSIST: %[[QPAR:.+]] = arith.andi %[[CQUSE]], %c1_i32 : i32
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[QPAR]]
 // PERSIST: scf.for
 // PERSIST: arith.addi %[[CRING]], %{{.+}} : i32
-// PERSIST: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][49208] :
+// PERSIST: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][49224] :
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
 // PERSIST: lg2.approx.f32
 // PERSIST: llvm.store

@@ -3,6 +3,7 @@
 // RUN: fa3-opt %s --fa3-select-schedule=target=sm_90a | FileCheck %s --check-prefix=SM90
 // RUN: fa3-opt %s --fa3-select-schedule="target=sm_90a block-m=64 block-n=32" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: fa3-opt %s --fa3-select-schedule="block-n=128" | FileCheck %s --check-prefix=CPU-N128
+// RUN: fa3-opt %s --fa3-select-schedule="target=sm_90a block-m=128" | FileCheck %s --check-prefix=M128
 // RUN: not fa3-opt %s --fa3-select-schedule=target=sm_80 2>&1 | FileCheck %s --check-prefix=ERR
 // RUN: not fa3-opt %s --fa3-select-schedule=block-m=60 2>&1 | FileCheck %s --check-prefix=ERR-BLOCK
 // RUN: not fa3-opt %s --fa3-select-schedule="target=sm_90a block-m=96" 2>&1 | FileCheck %s --check-prefix=ERR-SM90
@@ -17,6 +18,10 @@
 // SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 32, consumer_regs = 160, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
 // OVERRIDE-LABEL: func.func @d64
 // OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 32, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false,
+// Two consumer warpgroups pingpong; intra-warpgroup overlap is chosen above
+// d = 64 only (where it was measured to win).
+// M128-LABEL: func.func @d64
+// M128: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false,
 // CPU-N128-LABEL: func.func @d64
 // CPU-N128: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 1,
 func.func @d64(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>) {
@@ -27,7 +32,9 @@ func.func @d64(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x
 // CPU-LABEL: func.func @d128
 // CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
 // SM90-LABEL: func.func @d128
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
+// M128-LABEL: func.func @d128
+// M128: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true,
 // OVERRIDE-LABEL: func.func @d128
 // OVERRIDE: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 32, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false,
 func.func @d128(%q: tensor<1x?x16x128xbf16>, %k: tensor<1x?x16x128xbf16>, %v: tensor<1x?x16x128xbf16>) -> (tensor<1x?x16x128xbf16>, tensor<1x16x?xf32>) {
@@ -38,7 +45,7 @@ func.func @d128(%q: tensor<1x?x16x128xbf16>, %k: tensor<1x?x16x128xbf16>, %v: te
 // CPU-LABEL: func.func @d256
 // CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
 // SM90-LABEL: func.func @d256
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
 func.func @d256(%q: tensor<1x?x4x256xf16>, %k: tensor<1x?x4x256xf16>, %v: tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x256xf16>, tensor<1x4x?xf32>

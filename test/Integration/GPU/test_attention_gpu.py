@@ -80,10 +80,12 @@ def _cases():
         GpuCase(b=1, sq=4096, sk=1000, d=256, window=(-1, 64), dtype="f16"),
     ]
     # The other kernel structures the benchmark compares (the default is
-    # warp-specialized with pingpong at d > 64): ragged, Sq != Sk, causal,
-    # windowed, GQA.
-    for structure in ("no_ws", "ws_no_pp", "ws_overlap", "n176_overlap", "persistent"):
-        dims = (128,) if structure.startswith("n176") else (64, 128, 256)
+    # warp-specialized, with pingpong and intra-warpgroup overlap at
+    # d > 64): ragged, Sq != Sk, causal, windowed, GQA. Overlap is toggled
+    # where the default lacks it (d64) or has it (d128, d256).
+    structure_dims = {"no_ws": (64, 128, 256), "ws_no_pp": (64, 128, 256), "ws_overlap": (64,),
+                      "ws_no_overlap": (128, 256), "n176_overlap": (128,), "persistent": (64, 128, 256)}
+    for structure, dims in structure_dims.items():
         for d in dims:
             cases.append(GpuCase(b=3, sq=1000, sk=1000, d=d, causal=True, structure=structure))
             cases.append(GpuCase(b=1, sq=17, sk=4096, d=d, structure=structure))

@@ -29,7 +29,7 @@
 // COMMON: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
 // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: m64n64 (64 query columns), both K-major.
 // COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// COMMON: ex2.approx.f32
+// COMMON: ex2.approx.ftz.f32
 // dV += Pᵀ dO and dK += dSᵀ Q: register-A wgmma, B transposed.
 // D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;

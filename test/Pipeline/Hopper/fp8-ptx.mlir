@@ -31,7 +31,7 @@
 // CHECK-NEXT: .param .u32 {{.*}}_param_8,
 // S = Q Kᵀ: m64n128k32, both operands from shared memory, K-major.
 // CHECK: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
-// CHECK: ex2.approx
+// CHECK: ex2.approx.ftz.f32
 // P · 2^8 to e4m3, four per register.
 // CHECK: cvt.rn.satfinite.e4m3x2.f32
 // O += P V'ᵀ: A from registers, B (V') K-major.

@@ -19,7 +19,7 @@
 // NOPP-NOT: bar.arrive
 
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_window --emit=ptx | FileCheck %s --check-prefix=WINDOW
-// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_ws24x240_pp_winf_64_s{{[0-9a-f]+}}(
+// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_ov_ws24x240_pp_winf_64_s{{[0-9a-f]+}}(
 // WINDOW: wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16
 
 // COMMON: .target sm_90a
@@ -50,7 +50,7 @@
 // COMMON-DAG: wgmma.commit_group.sync.aligned
 // COMMON-DAG: wgmma.wait_group.sync.aligned 0
 // COMMON-DAG: shfl.sync.bfly.b32
-// COMMON-DAG: ex2.approx.f32
+// COMMON-DAG: ex2.approx.ftz.f32
 // COMMON-DAG: cvt.rn.bf16x2.f32
 // O += P V: A from four 32-bit registers, B transposed (last immediate 1).
 // D64-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;

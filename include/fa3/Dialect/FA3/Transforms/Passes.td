@@ -185,15 +185,15 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     warpgroups the kernel is warp-specialized as in FlashAttention-3: a
     producer warpgroup issues the TMA loads and the register file is split
     with `setmaxnreg` (24/240 for two consumers, 32/160 for three: what
-    64 Ki registers allow); two consumers also pingpong. One consumer (a
-    `block-m=64` override) and four run without a producer. FP8 (e4m3)
-    attentions run without a producer for now. Intra-warpgroup overlap
-    (block i+1's QKᵀ in flight during block i's softmax and PV) is off: it
-    measured 10-25% slower on the H200 without a producer warpgroup and
-    spills a few registers at 240 (docs/Performance.md); a schedule written
-    in the IR can still turn it on (for d <= 128: d256 has no registers for
-    a second S tile). Overriding `block-m` on sm_90a recomputes the
-    warpgroups and the register split for the new row count.
+    64 Ki registers allow); two consumers also pingpong and, above d = 64,
+    use intra-warpgroup overlap (block i+1's QKᵀ in flight with block i's
+    PV, its softmax overlapping that PV): with K and V slots released
+    separately it measured +7-14% at d128 and d256 on the H200, and -1-2%
+    for d64's 192-row tile (docs/Performance.md), so d <= 64 keeps it off.
+    One consumer (a `block-m=64` override) and four run without a producer.
+    FP8 (e4m3) attentions run without a producer for now. Overriding
+    `block-m` on sm_90a recomputes the warpgroups, the register split and
+    overlap for the new row count.
 
     The CPU (`target=cpu`) uses 64 × 64 tiles: the working set of one tile
     step (Q, K, V tiles, S and the accumulator, at most ~200 KiB for d = 256
