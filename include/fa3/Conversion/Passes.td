@@ -202,9 +202,11 @@ def ConvertFA3TileToHopper
     consumers' wgmmas) and `intra_wg_overlap` (the key loop rotated by one
     stage: iteration i+1's QKᵀ issued before iteration i's PV) and
     `persistent` (both roles walk the same tiles; the K/V ring's position
-    and the Q barrier's phase carry across tiles, and a Q-empty mbarrier
-    that the consumers arrive on after their key loop lets the producer
-    load the next tile's Q and K/V during this tile's epilogue). Each
+    and the Q barriers' phases carry across tiles; where two Q tiles fit in
+    shared memory (d <= 128) tile n uses Q tile n % 2, so the producer
+    loads tile n + 1's Q while tile n computes, else one Q tile is reloaded
+    once the consumers arrive on its Q-empty mbarrier after their key
+    loop, during this tile's epilogue). Each
     consumer warpgroup owns 64 rows of the query tile. A function of another
     form (other ops, other dataflow in the key loop) is an error naming the
     op.

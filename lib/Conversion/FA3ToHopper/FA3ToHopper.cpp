@@ -25,7 +25,6 @@ using namespace mlir;
 using namespace mlir::fa3;
 
 /// Largest dynamic shared memory a Hopper CTA can opt into (227 KiB).
-static constexpr int64_t kMaxSharedMemory = 232448;
 
 /// Reads what the forward and backward specs share (head dims and counts,
 /// masking, scale, softcap, the schedule's tile sizes) from `op`, an

@@ -51,10 +51,23 @@ static constexpr int64_t kTransposeSlots = 128, kTransposeThreads = 256;
 /// kPingpongBarrier + w (0 is __syncthreads').
 static constexpr int64_t kPingpongBarrier = 1;
 
+/// Dynamic shared memory of the forward with `queryTiles` Q tiles.
+static int64_t forwardSharedMemory(const HopperAttentionSpec &spec,
+                                   int64_t queryTiles) {
+  int64_t tile = spec.elementBytes() * spec.headDim; // bytes per row
+  int64_t barriers =
+      8 * (queryTiles * (spec.persistent ? 2 : 1) + 4 * spec.stages);
+  return queryTiles * spec.blockM * tile +
+         2 * spec.stages * spec.blockN * tile + barriers + 1024;
+}
+
+int64_t HopperAttentionSpec::queryBuffers() const {
+  return persistent && forwardSharedMemory(*this, 2) <= kMaxSharedMemory ? 2
+                                                                         : 1;
+}
+
 int64_t HopperAttentionSpec::sharedMemoryBytes() const {
-  int64_t tile = elementBytes() * headDim; // bytes per row
-  int64_t barriers = 8 * (1 + 4 * stages + (persistent ? 1 : 0));
-  return blockM * tile + 2 * stages * blockN * tile + barriers + 1024;
+  return forwardSharedMemory(*this, queryBuffers());
 }
 
 std::string HopperAttentionSpec::kernelName() const {

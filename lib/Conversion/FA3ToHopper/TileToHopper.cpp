@@ -397,15 +397,28 @@ private:
   DenseMap<Value, Value> scalars;
 
   Value tmaQ, tmaK, tmaV, seqQ, seqK, batch;
-  int64_t offQ = 0, offK = 0, offV = 0, offBar = 0;
-  Value barQ() { return smemAt(ci(offBar)); }
-  Value ringBarrier(RingBarrier kind, Value stage) {
-    return smemAt(
-        add(ci(offBar + 8 * (1 + kind * s.stages)), mul(stage, ci(8))));
+  /// Shared memory: the Q tiles, the K ring, the V ring, then the
+  /// mbarriers: Q full per Q tile, the ring's, and (persistent) Q empty per
+  /// Q tile.
+  int64_t offK = 0, offV = 0, offBar = 0;
+  Value barQ(Value buffer) {
+    return smemAt(add(ci(offBar), mul(buffer, ci(8))));
   }
-  /// Persistent: the consumers' release of the Q tile.
-  Value barQEmpty() {
-    return smemAt(ci(offBar + 8 * (1 + kRingBarrierKinds * s.stages)));
+  Value ringBarrier(RingBarrier kind, Value stage) {
+    return smemAt(add(ci(offBar + 8 * (s.queryBuffers() + kind * s.stages)),
+                      mul(stage, ci(8))));
+  }
+  /// Persistent: the consumers' release of a Q tile.
+  Value barQEmpty(Value buffer) {
+    return smemAt(
+        add(ci(offBar + 8 * (s.queryBuffers() + kRingBarrierKinds * s.stages)),
+            mul(buffer, ci(8))));
+  }
+  /// The Q tile that the tile with use number `use` (its place among this
+  /// CTA's tiles) reads, and the phase of that tile's barriers for it.
+  std::pair<Value, Value> queryBufferOf(Value use) {
+    Value buffers = ci(s.queryBuffers());
+    return {remu(use, buffers), andi(divu(use, buffers), ci(1))};
   }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
   Value qkDescriptor(Value addr) {
@@ -596,14 +609,14 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   Value lane = remu(tid, ci(32));
 
   setAlignedDynamicSmem();
-  offQ = 0;
-  offK = tileBytes(s.blockM);
+  offK = s.queryBuffers() * tileBytes(s.blockM);
   offV = offK + s.stages * tileBytes(s.blockN);
   offBar = offV + s.stages * tileBytes(s.blockN);
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-    barrierInit(barQ(), 1);
+    for (int64_t q = 0; q < s.queryBuffers(); ++q)
+      barrierInit(barQ(ci(q)), 1);
     for (int64_t st = 0; st < s.stages; ++st) {
       barrierInit(ringBarrier(kKeyFull, ci(st)), 1);
       barrierInit(ringBarrier(kValueFull, ci(st)), 1);
@@ -611,7 +624,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       barrierInit(ringBarrier(kValueEmpty, ci(st)), s.numConsumerThreads());
     }
     if (s.persistent)
-      barrierInit(barQEmpty(), s.numConsumerThreads());
+      for (int64_t q = 0; q < s.queryBuffers(); ++q)
+        barrierInit(barQEmpty(ci(q)), s.numConsumerThreads());
     NVVM::FenceMbarrierInitOp::create(b, loc);
     scf::YieldOp::create(b, loc);
   });
@@ -624,7 +638,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
   // rows' loop over the key blocks and the epilogue.
   auto buildConsumer = [&](Value wg) {
-    waitParity(barQ(), andi(qUse, ci(1)));
+    auto [qBuffer, qPhase] = queryBufferOf(qUse);
+    waitParity(barQ(qBuffer), qPhase);
 
     // This thread's two rows in the tile and the first of its column pairs
     // in each 8-column block.
@@ -640,7 +655,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     for (int64_t i = 0; i < nO; ++i)
       init.push_back(cf(k.initAcc));
 
-    Value qTileAddr = add(smemAddr(smem), ci(offQ));
+    Value qTileAddr =
+        add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
     Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
 
     auto slotOf = [&](Value it) {
@@ -917,7 +933,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // Persistent: this tile's QKᵀ wgmmas have all completed (each was
     // waited for), so the producer may load the next tile's Q.
     if (s.persistent)
-      arrive(barQEmpty());
+      arrive(barQEmpty(qBuffer));
 
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.
@@ -996,20 +1012,22 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   };
 
   // fa3.load_tile of Q, at its IR coordinates.
-  auto loadQ = [&] {
+  auto loadQ = [&](Value buffer) {
     LoadTileOp load = k.queryLoad;
     Value row = scalar(load.getRow()), head = scalar(load.getHead()),
           batch = scalar(load.getBatch());
-    expectTx(barQ(), tileBytes(s.blockM));
+    Value bar = barQ(buffer);
+    expectTx(bar, tileBytes(s.blockM));
+    Value tile = mul(buffer, ci(tileBytes(s.blockM)));
     for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
-      tmaLoad(smemAt(ci(offQ + atom * s.blockM * kAtomBytes)), tmaQ,
-              {ci(atom * kAtomCols), row, head, batch}, barQ());
+      tmaLoad(smemAt(add(tile, ci(atom * s.blockM * kAtomBytes))), tmaQ,
+              {ci(atom * kAtomCols), row, head, batch}, bar);
   };
   if (!s.warpSpecialized()) {
     // Prologue: Q, then the first `stages` key blocks; the consumers refill
     // the ring themselves (see `release`).
     scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-      loadQ();
+      loadQ(ci(0));
       for (int64_t st = 0; st < s.stages; ++st) {
         Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
         scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
@@ -1032,16 +1050,20 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                          NVVM::SetMaxRegisterAction::decrease);
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
             forEachTile([&] {
-              // Persistent: the previous tile's Q stays until every
-              // consumer thread is done with it.
+              // Persistent: a Q tile is reloaded once every consumer
+              // thread is done with its previous use. With two Q tiles
+              // that use belongs to the tile before last, so this tile's Q
+              // loads while the consumers still compute the last one.
+              auto [qBuffer, qPhase] = queryBufferOf(qUse);
               if (s.persistent) {
-                Value reusedQ = cmp(arith::CmpIPredicate::ugt, qUse, ci(0));
+                Value reusedQ =
+                    cmp(arith::CmpIPredicate::uge, qUse, ci(s.queryBuffers()));
                 scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
-                  waitParity(barQEmpty(), andi(sub(qUse, ci(1)), ci(1)));
+                  waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
                   scf::YieldOp::create(b, loc);
                 });
               }
-              loadQ();
+              loadQ(qBuffer);
               // Ring use u = ringBase + it goes into slot u % stages once
               // the consumers have released that slot's previous use
               // (u - stages). The key tiles run one block ahead of the

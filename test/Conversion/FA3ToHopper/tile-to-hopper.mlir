@@ -139,15 +139,18 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000
 // PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32)
 // PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
-// A Q-empty mbarrier, one arrival per consumer thread, follows the ring's:
-// after Q (16 KiB) and two stages of K and V (32 KiB) come the Q-full
-// barrier and four per stage (K full, V full, K empty, V empty), so it sits
-// at 49152 + 8 * 9.
-// PERSIST: %[[QE:.+]] = llvm.getelementptr %[[SMEM:.+]][49224] :
-// PERSIST-NEXT: nvvm.mbarrier.init %[[QE]], %c256_i32
+// Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB), so
+// the producer loads tile n + 1's Q while tile n computes. The mbarriers
+// follow the tiles at 65536: Q full per Q tile, four per ring stage (K
+// full, V full, K empty, V empty), and Q empty per Q tile (one arrival per
+// consumer thread) at 65536 + 8 * 10.
+// PERSIST: llvm.getelementptr %[[SMEM:.+]][65616] :
+// PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
+// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][65624] :
+// PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
 // PERSIST-NEXT: nvvm.fence.mbarrier.init
-// The producer: before every Q load but the first it waits until the
-// consumers have released the previous Q tile.
+// The producer: tile n uses Q tile n % 2; before reusing one (n >= 2) it
+// waits until the consumers have released it, phase (n / 2 - 1) & 1.
 // PERSIST: nvvm.setmaxregister  decrease 24
 // PERSIST: %[[XY:.+]] = arith.muli %[[X]], %c4_i32 : i32
 // PERSIST: %[[TILES:.+]] = arith.muli %[[XY]], %[[BATCH]] : i32
@@ -172,12 +175,16 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: %[[B:.+]] = arith.divui %[[YZ]], %c4_i32 : i32
 // PERSIST: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
 // PERSIST: %[[NB:.+]] = arith.maxsi %{{.+}}, %c0_i32 : i32
-// PERSIST: %[[USED:.+]] = arith.cmpi ugt, %[[QUSE]], %c0_i32 : i32
+// PERSIST: %[[QBUF:.+]] = arith.remui %[[QUSE]], %c2_i32 : i32
+// PERSIST: %[[QGEN:.+]] = arith.divui %[[QUSE]], %c2_i32 : i32
+// PERSIST: %[[QPHASE:.+]] = arith.andi %[[QGEN]], %c1_i32 : i32
+// PERSIST: %[[USED:.+]] = arith.cmpi uge, %[[QUSE]], %c2_i32 : i32
 // PERSIST: scf.if %[[USED]] {
-// PERSIST: %[[PREV:.+]] = arith.subi %[[QUSE]], %c1_i32 : i32
-// PERSIST: %[[PAR:.+]] = arith.andi %[[PREV]], %c1_i32 : i32
-// PERSIST: %[[QEW:.+]] = llvm.getelementptr %[[SMEM]][49224] :
-// PERSIST: nvvm.mbarrier.try_wait.parity %[[QEW]], %[[PAR]]
+// PERSIST: %[[PAR:.+]] = arith.xori %[[QPHASE]], %c1_i32 : i32
+// PERSIST: %[[QEOFF:.+]] = arith.muli %[[QBUF]], %c8_i32 : i32
+// PERSIST: arith.addi %[[QEOFF]], %c65616_i32 : i32
+// PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[PAR]]
+// PERSIST: %[[QTILE:.+]] = arith.muli %[[QBUF]], %c16384_i32 : i32
 // PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
 // PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %[[NB]] step %c1_i32  : i32 {
 // PERSIST: %[[USE:.+]] = arith.addi %[[RING]], %[[IT]] : i32
@@ -194,11 +201,16 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: nvvm.setmaxregister  increase 240
 // PERSIST: scf.for %{{.+}} = %c0_i32 to %{{.+}} step %c1_i32 iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
 // PERSIST: scf.if %{{.+}} -> (i32, i32) {
-// PERSIST: %[[QPAR:.+]] = arith.andi %[[CQUSE]], %c1_i32 : i32
+// PERSIST: %[[CQBUF:.+]] = arith.remui %[[CQUSE]], %c2_i32 : i32
+// PERSIST: %[[CQGEN:.+]] = arith.divui %[[CQUSE]], %c2_i32 : i32
+// PERSIST: %[[QPAR:.+]] = arith.andi %[[CQGEN]], %c1_i32 : i32
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[QPAR]]
+// PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
 // PERSIST: scf.for
 // PERSIST: arith.addi %[[CRING]], %{{.+}} : i32
-// PERSIST: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][49224] :
+// PERSIST: %[[QEOFF2:.+]] = arith.muli %[[CQBUF]], %c8_i32 : i32
+// PERSIST-NEXT: %[[QEADDR:.+]] = arith.addi %[[QEOFF2]], %c65616_i32 : i32
+// PERSIST-NEXT: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][%[[QEADDR]]] :
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
 // PERSIST: lg2.approx.f32
 // PERSIST: llvm.store

@@ -1,4 +1,5 @@
-//===- FA3ToHopper.h - fa3 attention to Hopper kernels -----------*- C++ -*-===//
+//===- FA3ToHopper.h - fa3 attention to Hopper kernels -----------*- C++
+//-*-===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -76,18 +77,20 @@ struct HopperAttentionSpec {
   /// the other's GEMMs occupy the tensor cores.
   bool pingpong = false;
   /// A persistent grid (the schedule's `persistent`, needs warp
-  /// specialization; bf16/f16 only): one CTA per SM walks the tiles
-  /// blockIdx.x, blockIdx.x + gridDim.x, ... of the tile-level grid, so the
-  /// producer loads tile n + 1's Q and first K/V blocks while the consumers
-  /// still finish tile n. The K/V ring's slots and phases run on across
-  /// tiles; a Q-empty mbarrier hands the Q tile back to the producer.
+  /// specialization; bf16/f16 only): one CTA per SM walks the tiles of the
+  /// tile-level grid in serpentine rounds of gridDim.x, so the producer
+  /// loads tile n + 1's Q and first K/V blocks while the consumers still
+  /// finish tile n. The K/V ring's slots and phases run on across tiles;
+  /// Q-empty mbarriers hand the Q tiles (two where they fit, see
+  /// queryBuffers) back to the producer.
   bool persistent = false;
 
   /// Reads the spec of a scheduled fa3.attention; emits a diagnostic naming
   /// what the Hopper backend does not support and fails otherwise.
   static FailureOr<HopperAttentionSpec> fromOp(AttentionOp op);
 
-  /// A kernel name unique to the spec, e.g. fa3_fwd_bf16_d128_h8x2_m128n128_causal.
+  /// A kernel name unique to the spec, e.g.
+  /// fa3_fwd_bf16_d128_h8x2_m128n128_causal.
   std::string kernelName() const;
   /// FP8 only: the kernel writing V' [B, Hkv, D, roundup(Sk, block_n)]
   /// (keys innermost, permuted within groups of 32) from V; grid
@@ -103,11 +106,19 @@ struct HopperAttentionSpec {
   int64_t numThreads() const {
     return numConsumerThreads() + (warpSpecialized() ? 128 : 0);
   }
-  /// Dynamic shared memory: Q, `stages` K and V tiles, mbarriers (Q full;
-  /// K full, V full and empty per stage; Q empty if persistent), and 1 KiB
-  /// of slack to align the tiles to the 128-byte swizzle's 1 KiB period.
+  /// Q tiles in shared memory: two on a persistent grid where they fit, so
+  /// the producer loads tile n + 1's Q while the consumers still compute
+  /// tile n; one otherwise.
+  int64_t queryBuffers() const;
+  /// Dynamic shared memory: the Q tiles, `stages` K and V tiles, mbarriers
+  /// (Q full per Q tile; K full, V full, K empty and V empty per stage; Q
+  /// empty per Q tile if persistent), and 1 KiB of slack to align the tiles
+  /// to the 128-byte swizzle's 1 KiB period.
   int64_t sharedMemoryBytes() const;
 };
+
+/// The dynamic shared memory a Hopper CTA can have (227 KiB).
+inline constexpr int64_t kMaxSharedMemory = 232448;
 
 /// Emits the forward kernel for `spec` into `module` as an `llvm.func` with
 /// `nvvm.kernel`. Its parameters, in order: the CUtensorMaps of Q, K and V
