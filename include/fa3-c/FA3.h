@@ -29,6 +29,21 @@ const char *fa3_version(void);
 int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8, int causal,
                                    int64_t seq_q);
 
+/** The fields of a `#fa3.schedule` (see FA3Attrs.td); booleans as 0/1. */
+typedef struct fa3_schedule {
+  int64_t block_m, block_n, stages, consumer_wgs, producer_regs,
+      consumer_regs;
+  int pingpong, intra_wg_overlap, persistent;
+  int64_t cluster;
+} fa3_schedule;
+
+/** The forward schedule fa3-select-schedule picks on sm_90a for head dim
+ *  `head_dim` and query length `seq_q` (<= 0: unknown), FP8 (e4m3) or 16-bit,
+ *  causal or not, in `*out`. The tiles are those of
+ *  fa3_select_forward_block_m. */
+void fa3_select_forward_schedule(int64_t head_dim, int fp8, int causal,
+                                 int64_t seq_q, fa3_schedule *out);
+
 /** Compiles `function` of `mlir_source` (a function whose body is one
  *  fa3.attention on its three arguments, returning its O and LSE) for the
  *  Hopper GPU of the calling thread's current CUDA context (device 0 when it

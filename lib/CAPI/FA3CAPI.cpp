@@ -78,6 +78,28 @@ extern "C" int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8,
                                               seq_q);
 }
 
+extern "C" void fa3_select_forward_schedule(int64_t head_dim, int fp8,
+                                            int causal, int64_t seq_q,
+                                            fa3_schedule *out) {
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.loadDialect<mlir::fa3::FA3Dialect>();
+  mlir::Type element = fp8 ? mlir::Type(mlir::Float8E4M3FNType::get(&context))
+                           : mlir::Type(mlir::BFloat16Type::get(&context));
+  mlir::fa3::ScheduleAttr chosen = *mlir::fa3::selectSchedule(
+      &context, "sm_90a", head_dim, element, causal != 0,
+      seq_q > 0 ? seq_q : mlir::ShapedType::kDynamic);
+  *out = fa3_schedule{chosen.getBlockM(),
+                      chosen.getBlockN(),
+                      chosen.getStages(),
+                      chosen.getConsumerWgs(),
+                      chosen.getProducerRegs(),
+                      chosen.getConsumerRegs(),
+                      chosen.getPingpong(),
+                      chosen.getIntraWgOverlap(),
+                      chosen.getPersistent(),
+                      chosen.getCluster()};
+}
+
 /// The kind of function an entry point compiles.
 enum class Accepts { Forward, Backward, Quantize, Any };
 
@@ -330,7 +352,15 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                     "launch it with fa3_launch_attention_fp8");
     return 1;
   }
-  runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
+  runtime::AttentionDeviceArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.out = out;
+  args.lse = lse;
+  args.batch = batch;
+  args.seqQ = seqQ;
+  args.seqK = seqK;
   args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForward(
@@ -365,7 +395,15 @@ extern "C" int fa3_launch_attention_fp8(
              "fa3_launch_attention_fp8: negative batch or sequence length");
     return 1;
   }
-  runtime::AttentionDeviceArgs args{q, k, v, out, lse, batch, seqQ, seqK};
+  runtime::AttentionDeviceArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.out = out;
+  args.lse = lse;
+  args.batch = batch;
+  args.seqQ = seqQ;
+  args.seqK = seqK;
   args.qDescale = qDescale;
   args.kDescale = kDescale;
   args.vDescale = vDescale;

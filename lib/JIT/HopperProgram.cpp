@@ -364,12 +364,15 @@ HopperProgram::run(const CudaDevice &device,
       auto function = modules.back().getFunction(info.name);
       if (!function)
         return function.takeError();
-      AttentionDeviceArgs args{operand(0).buffer.ptr(),
-                               operand(1).buffer.ptr(),
-                               operand(2).buffer.ptr(),
-                               values[step.results[0]]->buffer.ptr(),
-                               values[step.results[1]]->buffer.ptr(),
-                               batch, seqQ, seqK};
+      AttentionDeviceArgs args;
+      args.q = operand(0).buffer.ptr();
+      args.k = operand(1).buffer.ptr();
+      args.v = operand(2).buffer.ptr();
+      args.out = values[step.results[0]]->buffer.ptr();
+      args.lse = values[step.results[1]]->buffer.ptr();
+      args.batch = batch;
+      args.seqQ = seqQ;
+      args.seqK = seqK;
       args.multiprocessors = device.getMultiprocessorCount();
       launches.push_back([kernel = *function, &info, args]() {
         return launchAttentionForward(kernel, info, args, nullptr);

@@ -34,14 +34,19 @@ def schedule(block_m, block_n, consumer_wgs, producer_regs=0, consumer_regs=0, p
             f"cluster = {cluster}>")
 
 
+def hopper_forward_fields(d):
+    """The fields of the forward `#fa3.schedule` that fa3-select-schedule
+    picks on sm_90a for a 16-bit attention at head dim d and a dynamic query
+    length (the compiler's cost model, through fa3._fa3)."""
+    from . import _jit  # noqa: PLC0415 (needs the compiled extension)
+    return dict(_jit._module().select_forward_schedule(d, False, False, 0))
+
+
 def hopper_forward_tiles(d):
     """(block_m, block_n, consumer warpgroups) of the bf16/f16 forward at head
     dim d for a dynamic query length."""
-    if d <= 64:
-        return 192, 128, 3
-    if d <= 128:
-        return 128, 128, 2
-    return 128, 80, 2
+    fields = hopper_forward_fields(d)
+    return fields["block_m"], fields["block_n"], fields["consumer_wgs"]
 
 
 def hopper_forward(d, structure="default"):
@@ -49,19 +54,19 @@ def hopper_forward(d, structure="default"):
     of STRUCTURES)."""
     if structure not in STRUCTURES:
         raise ValueError(f"structure must be one of {', '.join(STRUCTURES)}, got {structure!r}")
-    block_m, block_n, wgs = hopper_forward_tiles(d)
+    fields = hopper_forward_fields(d)
     if structure == "n176_overlap":
         if d != 128:
             raise ValueError(f"structure 'n176_overlap' is a d128 tile, got d = {d}")
-        block_n = 176
+        fields["block_n"] = 176
     if structure == "no_ws":
-        return schedule(block_m, block_n, wgs)
-    producer, consumer = (32, 160) if wgs == 3 else (24, 240)
-    two = wgs == 2
-    overlap = two and d > 64  # the cost model's choice
-    if structure.endswith("_overlap"):
-        overlap = structure != "ws_no_overlap"
-    return schedule(block_m, block_n, wgs, producer, consumer,
-                    pingpong=two and structure != "ws_no_pp",
-                    intra_wg_overlap=overlap,
-                    persistent=structure == "persistent")
+        fields.update(producer_regs=0, consumer_regs=0, pingpong=False, intra_wg_overlap=False)
+    elif structure == "ws_no_pp":
+        fields["pingpong"] = False
+    elif structure in ("ws_overlap", "n176_overlap"):
+        fields["intra_wg_overlap"] = True
+    elif structure == "ws_no_overlap":
+        fields["intra_wg_overlap"] = False
+    elif structure == "persistent":
+        fields["persistent"] = True
+    return schedule(**fields)

@@ -287,6 +287,28 @@ PYBIND11_MODULE(_fa3, m) {
       py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),
       "The forward's query tile for this head dim and query length (the "
       "cost model's length buckets)");
+  m.def(
+      "select_forward_schedule",
+      [](int64_t headDim, bool fp8, bool causal, int64_t seqQ) {
+        fa3_schedule chosen;
+        fa3_select_forward_schedule(headDim, fp8 ? 1 : 0, causal ? 1 : 0, seqQ,
+                                    &chosen);
+        py::dict fields;
+        fields["block_m"] = chosen.block_m;
+        fields["block_n"] = chosen.block_n;
+        fields["stages"] = chosen.stages;
+        fields["consumer_wgs"] = chosen.consumer_wgs;
+        fields["producer_regs"] = chosen.producer_regs;
+        fields["consumer_regs"] = chosen.consumer_regs;
+        fields["pingpong"] = chosen.pingpong != 0;
+        fields["intra_wg_overlap"] = chosen.intra_wg_overlap != 0;
+        fields["persistent"] = chosen.persistent != 0;
+        fields["cluster"] = chosen.cluster;
+        return fields;
+      },
+      py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),
+      "The forward's #fa3.schedule fields that fa3-select-schedule picks on "
+      "sm_90a for this head dim and query length (<= 0: unknown)");
 
   py::class_<CpuFunction>(m, "CpuFunction",
                           "An fa3 function compiled for the host CPU")

@@ -260,6 +260,25 @@ static void testCostModel(void) {
   printf("block_m: d64 S=49 -> %lld, d64 S=8192 -> %lld, d128 -> %lld\n",
          (long long)short64, (long long)long64, (long long)d128);
   check(short64 == 64 && long64 == 192 && d128 == 128, "cost model block_m");
+  /* The whole schedule: d128 runs warp-specialized (24/240) with pingpong
+   * and intra-warpgroup overlap; d64's 192-row tile has three consumers
+   * (32/160) and neither. */
+  fa3_schedule s128, s64;
+  fa3_select_forward_schedule(128, 0, 0, 0, &s128);
+  fa3_select_forward_schedule(64, 0, 1, 0, &s64);
+  printf("schedule d128: %lldx%lld, %lld consumers, regs %lld/%lld, pingpong %d, "
+         "overlap %d, persistent %d\n",
+         (long long)s128.block_m, (long long)s128.block_n,
+         (long long)s128.consumer_wgs, (long long)s128.producer_regs,
+         (long long)s128.consumer_regs, s128.pingpong, s128.intra_wg_overlap,
+         s128.persistent);
+  check(s128.block_m == 128 && s128.block_n == 128 && s128.stages == 2 &&
+            s128.consumer_wgs == 2 && s128.producer_regs == 24 &&
+            s128.consumer_regs == 240 && s128.pingpong &&
+            s128.intra_wg_overlap && !s128.persistent && s128.cluster == 1 &&
+            s64.block_m == 192 && s64.consumer_wgs == 3 &&
+            s64.producer_regs == 32 && !s64.pingpong && !s64.intra_wg_overlap,
+        "cost model schedule");
   printf("version %s\n", fa3_version());
 }
 
@@ -393,6 +412,8 @@ int main(int argc, char **argv) {
 
 // CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128
 // CHECK: cost model block_m: ok
+// CHECK: schedule d128: 128x128, 2 consumers, regs 24/240, pingpong 1, overlap 1, persistent 0
+// CHECK: cost model schedule: ok
 // CHECK: version {{[0-9]+\.[0-9]+}}
 // CHECK: cpu compile: ok
 // CHECK: cpu signature 3 -> 2: ok
