@@ -352,15 +352,8 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                     "launch it with fa3_launch_attention_fp8");
     return 1;
   }
-  runtime::AttentionDeviceArgs args;
-  args.q = q;
-  args.k = k;
-  args.v = v;
-  args.out = out;
-  args.lse = lse;
-  args.batch = batch;
-  args.seqQ = seqQ;
-  args.seqK = seqK;
+  auto args = runtime::AttentionDeviceArgs::forward(q, k, v, out, lse, batch,
+                                                    seqQ, seqK);
   args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForward(
@@ -395,15 +388,8 @@ extern "C" int fa3_launch_attention_fp8(
              "fa3_launch_attention_fp8: negative batch or sequence length");
     return 1;
   }
-  runtime::AttentionDeviceArgs args;
-  args.q = q;
-  args.k = k;
-  args.v = v;
-  args.out = out;
-  args.lse = lse;
-  args.batch = batch;
-  args.seqQ = seqQ;
-  args.seqK = seqK;
+  auto args = runtime::AttentionDeviceArgs::forward(q, k, v, out, lse, batch,
+                                                    seqQ, seqK);
   args.qDescale = qDescale;
   args.kDescale = kDescale;
   args.vDescale = vDescale;

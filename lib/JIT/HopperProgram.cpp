@@ -322,15 +322,10 @@ HopperProgram::run(const CudaDevice &device,
       auto function = modules.back().getFunction(info.name);
       if (!function)
         return function.takeError();
-      AttentionDeviceArgs args;
-      args.q = operand(0).buffer.ptr();
-      args.k = operand(1).buffer.ptr();
-      args.v = operand(2).buffer.ptr();
-      args.out = values[step.results[0]]->buffer.ptr();
-      args.lse = values[step.results[1]]->buffer.ptr();
-      args.batch = batch;
-      args.seqQ = seqQ;
-      args.seqK = seqK;
+      auto args = AttentionDeviceArgs::forward(
+          operand(0).buffer.ptr(), operand(1).buffer.ptr(),
+          operand(2).buffer.ptr(), values[step.results[0]]->buffer.ptr(),
+          values[step.results[1]]->buffer.ptr(), batch, seqQ, seqK);
       args.qDescale = operand(3).buffer.ptr();
       args.kDescale = operand(4).buffer.ptr();
       args.vDescale = operand(5).buffer.ptr();
@@ -364,15 +359,10 @@ HopperProgram::run(const CudaDevice &device,
       auto function = modules.back().getFunction(info.name);
       if (!function)
         return function.takeError();
-      AttentionDeviceArgs args;
-      args.q = operand(0).buffer.ptr();
-      args.k = operand(1).buffer.ptr();
-      args.v = operand(2).buffer.ptr();
-      args.out = values[step.results[0]]->buffer.ptr();
-      args.lse = values[step.results[1]]->buffer.ptr();
-      args.batch = batch;
-      args.seqQ = seqQ;
-      args.seqK = seqK;
+      auto args = AttentionDeviceArgs::forward(
+          operand(0).buffer.ptr(), operand(1).buffer.ptr(),
+          operand(2).buffer.ptr(), values[step.results[0]]->buffer.ptr(),
+          values[step.results[1]]->buffer.ptr(), batch, seqQ, seqK);
       args.multiprocessors = device.getMultiprocessorCount();
       launches.push_back([kernel = *function, &info, args]() {
         return launchAttentionForward(kernel, info, args, nullptr);

@@ -65,6 +65,26 @@ struct AttentionDeviceArgs {
   /// launches at most (one per SM: its shared memory and registers admit
   /// no second). Unused by other kernels.
   int64_t multiprocessors = 0;
+
+  /// The operands every forward launch has; the FP8 ones and
+  /// `multiprocessors` are set by name after. (Fields are never initialized
+  /// by position: 70a7e9e fixed a launch whose positional initializers had
+  /// shifted when a field was added.)
+  static AttentionDeviceArgs forward(DevicePtr q, DevicePtr k, DevicePtr v,
+                                     DevicePtr out, DevicePtr lse,
+                                     int64_t batch, int64_t seqQ,
+                                     int64_t seqK) {
+    AttentionDeviceArgs args;
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.out = out;
+    args.lse = lse;
+    args.batch = batch;
+    args.seqQ = seqQ;
+    args.seqK = seqK;
+    return args;
+  }
 };
 
 /// Workspace bytes of a forward launch: 0, or for FP8 the transposed V'
