@@ -95,6 +95,23 @@ func.func @pingpong(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: 
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
 // CHECK: llvm.inline_asm has_side_effects "bar.arrive $0, $1;", "r,r"
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+// Block j+1's key slot goes back to the producer as soon as its QKᵀ
+// completed (its K-empty mbarrier: 163840 bytes of Q, K and V tiles, then
+// Q full, K full and V full for 2 stages, so K empty at 163880 + 8 * slot),
+// before block j's PV completes; block j's value slot after (V empty at
+// 163896 + 8 * slot).
+// CHECK-NEXT: %[[KSLOT:.+]] = arith.remui %{{.+}}, %c2_i32 : i32
+// CHECK-NEXT: %[[KOFF:.+]] = arith.muli %[[KSLOT]], %c8_i32 : i32
+// CHECK-NEXT: %[[KBAR:.+]] = arith.addi %[[KOFF]], %c163880_i32 : i32
+// CHECK-NEXT: %[[KPTR:.+]] = llvm.getelementptr %{{.+}}[%[[KBAR]]]
+// CHECK-NEXT: nvvm.mbarrier.arrive %[[KPTR]] : !llvm.ptr<3>
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: %[[VSLOT:.+]] = arith.remui %{{.+}}, %c2_i32 : i32
+// CHECK-NEXT: %[[VOFF:.+]] = arith.muli %[[VSLOT]], %c8_i32 : i32
+// CHECK-NEXT: %[[VBAR:.+]] = arith.addi %[[VOFF]], %c163896_i32 : i32
+// CHECK-NEXT: %[[VPTR:.+]] = llvm.getelementptr %{{.+}}[%[[VBAR]]]
+// CHECK-NEXT: nvvm.mbarrier.arrive %[[VPTR]] : !llvm.ptr<3>
 func.func @pingpong_overlap(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: tensor<?x?x4x128xbf16>) -> (tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} : (tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>) -> (tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>)
   return %o, %lse : tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>
