@@ -420,6 +420,13 @@ private:
     Value buffers = ci(s.queryBuffers());
     return {remu(use, buffers), andi(divu(use, buffers), ci(1))};
   }
+  /// The ring slot of the K/V ring's use number `use` (its key blocks
+  /// counted across this CTA's tiles) and the phase of that slot's barriers
+  /// for it.
+  std::pair<Value, Value> ringSlotOf(Value use) {
+    Value stages = ci(s.stages);
+    return {remu(use, stages), andi(divu(use, stages), ci(1))};
+  }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
   Value qkDescriptor(Value addr) {
     return descriptor(addr, 16, 8 * kAtomBytes, kAtomBytes);
@@ -659,11 +666,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
     Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
 
-    auto slotOf = [&](Value it) {
-      Value use = add(ringBase, it);
-      return std::make_pair(remu(use, ci(s.stages)),
-                            andi(divu(use, ci(s.stages)), ci(1)));
-    };
+    auto slotOf = [&](Value it) { return ringSlotOf(add(ringBase, it)); };
 
     // Pingpong: a consumer's wgmmas of one turn are issued between
     // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
@@ -1072,8 +1075,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               // key load waits behind a value slot still read by a PV.
               auto fill = [&](bool value, Value it) {
                 Value use = add(ringBase, it);
-                Value stage = remu(use, ci(s.stages));
-                Value parity = andi(divu(use, ci(s.stages)), ci(1));
+                auto [stage, parity] = ringSlotOf(use);
                 Value reused =
                     cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
                 scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
