@@ -60,9 +60,9 @@ def schedule_variants(d, only=None):
     `persistent` the default on a persistent grid, and at d128
     `n176_overlap` FlashAttention-3's non-causal 128 x 176 tile with
     overlap."""
-    two = schedules.hopper_forward_tiles(d)[2] == 2
-    names = ["no_ws", "ws_no_overlap" if two and d > 64 else "ws_overlap", "persistent"]
-    if two:
+    default = schedules.hopper_forward_fields(d)
+    names = ["no_ws", "ws_no_overlap" if default["intra_wg_overlap"] else "ws_overlap", "persistent"]
+    if default["consumer_wgs"] == 2:
         names.insert(1, "ws_no_pp")
     if d == 128:
         names.append("n176_overlap")
