@@ -29,6 +29,7 @@ import argparse
 import datetime
 import json
 import pathlib
+import re
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,8 @@ import sys  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "python"))
 import fa3  # noqa: E402
-from fa3 import schedules  # noqa: E402
+from fa3 import _jit, schedules  # noqa: E402
+from fa3._spec import AttentionSpec  # noqa: E402
 
 
 def flops(b, h, s, d, causal):
@@ -69,6 +71,15 @@ def schedule_variants(d, only=None):
     if only is not None:
         names = [name for name in names if name in only]
     return {name: schedules.hopper_forward(d, name) for name in names}
+
+
+def describe(schedule):
+    """A short name of a `#fa3.schedule<...>` string: block_m x block_n, and
+    "p" for a persistent grid."""
+    fields = dict(re.findall(r"(\w+) = (\w+)", schedule or ""))
+    if not fields:
+        return "compiler's"
+    return f"{fields['block_m']}x{fields['block_n']}" + ("p" if fields["persistent"] == "true" else "")
 
 
 def mlir_for(h, d, causal, schedule=None):
@@ -116,8 +127,12 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch
         except Exception as e:  # noqa: BLE001
             row[name] = None
             row[name + "_error"] = repr(e)[:200]
+    # fa3: the kernel fa3.attention runs for this shape (its length bucket's
+    # schedule from the compiler's cost model).
+    schedule = _jit.forward_schedule(AttentionSpec("bf16", h, h, d, d, causal), s, s)
+    row["fa3_schedule"] = describe(schedule)
     try:
-        kernel = fa3.compile_mlir(mlir_for(h, d, causal), "attn")
+        kernel = fa3.compile_mlir(mlir_for(h, d, causal, schedule), "attn")
         o = torch.empty_like(q)
         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
         ms = do_bench(lambda: kernel.launch_into(q, k, v, o, lse), warmup=25, rep=100, return_mode="median")
@@ -151,9 +166,6 @@ def bench_forward(d, causal, s, dev="cuda", b=None, h=None, extra=None, dispatch
         fa3.attention(q, k, v, causal=causal)
         ms3 = do_bench(lambda: fa3.attention(q, k, v, causal=causal), warmup=25, rep=100, return_mode="median")
         row["fa3_attention"] = f / ms3 / 1e9
-        from fa3 import _jit  # noqa: PLC0415
-        from fa3._spec import AttentionSpec  # noqa: PLC0415
-        row["fa3_attention_block_m"] = _jit.forward_block_m(AttentionSpec("bf16", h, h, d, d, causal), s)
     if row.get("cudnn") and row.get("fa3"):
         row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
     return row
@@ -298,7 +310,8 @@ def main():
     directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
     tiles = {"bm64": schedules.schedule(64, 128, 1),
-             "bm128": schedules.schedule(128, 128, 2, 24, 240, pingpong=True)}
+             "bm128": schedules.schedule(128, 128, 2, 24, 240, pingpong=True),
+             "bm192": schedules.hopper_forward(64)}
     if args.tiles:
         for causal in (False, True):
             for s in seqlens:
@@ -355,31 +368,34 @@ def main():
     bwd_rows = [r for r in rows if r["direction"] == "bwd"]
     if fwd_rows:
         lines += [f"bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
-                  "fa3: the cost model's schedule; A/B columns (same tiles): no WS = no producer warpgroup, "
+                  "fa3: the kernel fa3.attention runs for the shape (its length bucket's schedule: "
+                  "block_m x block_n, p = persistent grid); A/B columns (the cost model's tiles for an unknown "
+                  "length): no WS = no producer warpgroup, "
                   "WS no-pp = warp-specialized without pingpong, overlap toggled = intra-warpgroup overlap "
                   "switched on (d64) or off (d128, d256), persistent = the default on a persistent grid", "",
-                  "| d | causal | B x H x seqlen | fa3 | no WS | WS no-pp | overlap toggled | persistent | cuDNN | FLASH | fa3/cuDNN | "
-                  "max abs diff vs SDPA |",
+                  "| d | causal | B x H x seqlen | fa3 (schedule) | no WS | WS no-pp | overlap toggled | persistent | cuDNN | "
+                  "FLASH | fa3/cuDNN | max abs diff vs SDPA |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in fwd_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else r.get("fa3_error", "n/a")[:60]
-            lines.append(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3'))} | "
-                         f"{fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap', r.get('fa3_ws_no_overlap')))} | "
+            lines.append(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3'))} "
+                         f"({r.get('fa3_schedule')}) | {fmt(r.get('fa3_no_ws'))} | {fmt(r.get('fa3_ws_no_pp'))} | {fmt(r.get('fa3_ws_overlap', r.get('fa3_ws_no_overlap')))} | "
                          f"{fmt(r.get('fa3_persistent'))} | "
                          f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} | {diff} |")
     tile_rows = [r for r in fwd_rows if "fa3_bm64" in r]
     if tile_rows:
-        lines += ["", "d64 forward by query tile: block_m 64 / 128 / 192; fa3 = the cost model's choice for a "
-                  "dynamic Sq (192)", "",
-                  "| causal | B x H x seqlen | bm64 | bm128 | bm192 | fa3.attention (its block_m) | cuDNN | FLASH | "
+        lines += ["", "d64 forward by query tile: block_m 64 / 128 / 192; fa3 = the length bucket's kernel "
+                  "(its schedule), fa3.attention = the call end to end", "",
+                  "| causal | B x H x seqlen | bm64 | bm128 | bm192 | fa3 (schedule) | fa3.attention | cuDNN | FLASH | "
                   "fa3.attention / cuDNN |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in tile_rows:
             att = r.get("fa3_attention")
             ratio = f"{att / r['cudnn']:.2f}" if att and r.get("cudnn") else "n/a"
             lines.append(f"| {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {fmt(r.get('fa3_bm64'))} | "
-                         f"{fmt(r.get('fa3_bm128'))} | {fmt(r.get('fa3'))} | {fmt(att)} ({r.get('fa3_attention_block_m')}) | "
+                         f"{fmt(r.get('fa3_bm128'))} | {fmt(r.get('fa3_bm192'))} | {fmt(r.get('fa3'))} "
+                         f"({r.get('fa3_schedule')}) | {fmt(att)} | "
                          f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | {ratio} |")
     if bwd_rows:
         if lines:

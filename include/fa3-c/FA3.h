@@ -22,13 +22,6 @@ typedef struct fa3_kernel fa3_kernel;
 /** The fa3 version string. */
 const char *fa3_version(void);
 
-/** The query rows of one forward CTA the cost model picks for head dim
- *  `head_dim` and query length `seq_q` (<= 0: unknown), FP8 (e4m3) or not,
- *  causal or not. Pass it as `block_m` below to compile the variant of a
- *  length bucket; the runtime keeps one kernel per distinct answer. */
-int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8, int causal,
-                                   int64_t seq_q);
-
 /** The fields of a `#fa3.schedule` (see FA3Attrs.td); booleans as 0/1. */
 typedef struct fa3_schedule {
   int64_t block_m, block_n, stages, consumer_wgs, producer_regs,
@@ -38,11 +31,14 @@ typedef struct fa3_schedule {
 } fa3_schedule;
 
 /** The forward schedule fa3-select-schedule picks on sm_90a for head dim
- *  `head_dim` and query length `seq_q` (<= 0: unknown), FP8 (e4m3) or 16-bit,
- *  causal or not, in `*out`. The tiles are those of
- *  fa3_select_forward_block_m. */
+ *  `head_dim`, query length `seq_q` and key length `seq_k` (<= 0: unknown),
+ *  FP8 (e4m3) or 16-bit, causal or not, in `*out`. The lengths choose the
+ *  query tile (short queries) and a persistent grid (short key loops): the
+ *  runtime compiles one kernel per distinct schedule (length buckets), with
+ *  the schedule written into the fa3.attention it compiles. */
 void fa3_select_forward_schedule(int64_t head_dim, int fp8, int causal,
-                                 int64_t seq_q, fa3_schedule *out);
+                                 int64_t seq_q, int64_t seq_k,
+                                 fa3_schedule *out);
 
 /** Compiles `function` of `mlir_source` (a function whose body is one
  *  fa3.attention on its three arguments, returning its O and LSE) for the

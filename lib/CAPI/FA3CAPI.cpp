@@ -72,22 +72,17 @@ static int launchOnDevice(const fa3_kernel &kernel, char **error,
 
 extern "C" const char *fa3_version(void) { return FA3_VERSION; }
 
-extern "C" int64_t fa3_select_forward_block_m(int64_t head_dim, int fp8,
-                                              int causal, int64_t seq_q) {
-  return mlir::fa3::selectHopperForwardBlockM(head_dim, fp8 != 0, causal != 0,
-                                              seq_q);
-}
-
 extern "C" void fa3_select_forward_schedule(int64_t head_dim, int fp8,
                                             int causal, int64_t seq_q,
-                                            fa3_schedule *out) {
+                                            int64_t seq_k, fa3_schedule *out) {
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   context.loadDialect<mlir::fa3::FA3Dialect>();
   mlir::Type element = fp8 ? mlir::Type(mlir::Float8E4M3FNType::get(&context))
                            : mlir::Type(mlir::BFloat16Type::get(&context));
   mlir::fa3::ScheduleAttr chosen = *mlir::fa3::selectSchedule(
       &context, "sm_90a", head_dim, element, causal != 0,
-      seq_q > 0 ? seq_q : mlir::ShapedType::kDynamic);
+      seq_q > 0 ? seq_q : mlir::ShapedType::kDynamic,
+      seq_k > 0 ? seq_k : mlir::ShapedType::kDynamic);
   *out = fa3_schedule{chosen.getBlockM(),
                       chosen.getBlockN(),
                       chosen.getStages(),

@@ -15,9 +15,11 @@ CUDA kernel is loaded on device N (compiled under `torch.cuda.device(N)`,
 whose context libfa3 then uses) and launches there whatever device is
 current.
 
-CUDA forwards are compiled per length bucket: `forward_block_m` asks the
-cost model for the query tile of a launch's Sq, and each distinct tile is
-its own kernel.
+CUDA forwards are compiled per length bucket: `forward_schedule` asks the
+compiler's cost model for the `#fa3.schedule` of a launch's (Sq, Sk) (the
+query tile follows Sq, a persistent grid short key loops), the schedule is
+written into the fa3.attention that is compiled, and each distinct schedule
+is its own kernel.
 """
 
 import contextlib
@@ -108,9 +110,10 @@ def get_mlir(source, function, device, direction, block_m=0, block_n=0):
         return _cache.setdefault(key, obj)
 
 
-def get(spec, device, direction, block_m=0, block_n=0):
-    """`get_mlir` of the function fa3 compiles for the AttentionSpec `spec`."""
-    source = spec.forward_mlir() if direction == "fwd" else spec.backward_mlir()
+def get(spec, device, direction, block_m=0, block_n=0, schedule=None):
+    """`get_mlir` of the function fa3 compiles for the AttentionSpec `spec`
+    (the forward with `schedule` written into its attention, if given)."""
+    source = spec.forward_mlir(schedule) if direction == "fwd" else spec.backward_mlir()
     function = "attention" if direction == "fwd" else "attention_grad"
     return get_mlir(source, function, device, direction, block_m, block_n)
 
@@ -127,18 +130,25 @@ def quantize_mlir(dtype, num_heads, num_groups, head_dim, hadamard_seed=None):
             f"  return %x8, %d : {x8}, {d}\n}}\n")
 
 
-_block_m = {}
+_schedules = {}
 
 
-def forward_block_m(spec, seq_q):
-    """The query tile the cost model picks for `spec` at query length
-    `seq_q`: the runtime compiles one forward per distinct answer (length
-    buckets) and dispatches each launch to its bucket's kernel."""
-    key = (spec.head_dim, spec.fp8, spec.causal, seq_q)
-    bm = _block_m.get(key)
-    if bm is None:
-        bm = _block_m[key] = _module().select_forward_block_m(spec.head_dim, spec.fp8, spec.causal, seq_q)
-    return bm
+def forward_schedule(spec, seq_q, seq_k):
+    """The `#fa3.schedule` the cost model (fa3-select-schedule's, through
+    fa3._fa3) picks for the CUDA forward of `spec` at query length `seq_q`
+    and key length `seq_k`, to be written into the compiled fa3.attention;
+    None where the compiler picks it after the IR is rewritten (the
+    fa3-cast-fp8 chain, whose attention becomes FP8) or the FP8 forward, which
+    has one schedule for every length."""
+    if spec.fp8 or spec.cast_fp8:
+        return None
+    key = (spec.head_dim, spec.causal, seq_q, seq_k)
+    chosen = _schedules.get(key)
+    if chosen is None:
+        from .schedules import schedule  # noqa: PLC0415 (schedules imports _jit)
+        fields = _module().select_forward_schedule(spec.head_dim, False, spec.causal, seq_q, seq_k)
+        chosen = _schedules[key] = schedule(**fields)
+    return chosen
 
 
 def cache_info():

@@ -37,7 +37,7 @@ class AttentionSpec:
     cast_fp8: bool = False
     hadamard: bool = False
 
-    def _attrs(self):
+    def _attrs(self, schedule=None):
         attrs = []
         if self.causal:
             attrs.append("causal")
@@ -48,6 +48,8 @@ class AttentionSpec:
             attrs.append(f"softcap = {float(self.softcap)!r} : f32")
         if self.cast_fp8:
             attrs.append(f"fp8 = #fa3.fp8<hadamard = {str(self.hadamard).lower()}>")
+        if schedule is not None:
+            attrs.append(f"schedule = {schedule}")
         return " {" + ", ".join(attrs) + "}"
 
     @property
@@ -63,19 +65,20 @@ class AttentionSpec:
         lse = f"tensor<?x{self.num_heads}x?xf32>"
         return q, k, v, o, lse
 
-    def forward_mlir(self):
+    def forward_mlir(self, schedule=None):
         """`@attention(q, k, v) -> (o, lse)`; FP8: `@attention(q, k, v,
-        q_descale, k_descale, v_descale)`."""
+        q_descale, k_descale, v_descale)`. `schedule` (a `#fa3.schedule<...>`
+        string; None: the compiler's choice) is written into the attention."""
         q, k, v, o, lse = self._types()
         if self.fp8:
             d = f"tensor<?x{self.num_kv_heads}xf32>"
             return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}, %qd: {d}, %kd: {d}, %vd: {d})"
                     f" -> ({o}, {lse}) {{\n"
-                    f"  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd{self._attrs()}"
+                    f"  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd{self._attrs(schedule)}"
                     f" : ({q}, {k}, {v}, {d}, {d}, {d}) -> ({o}, {lse})\n"
                     f"  return %o, %lse : {o}, {lse}\n}}\n")
         return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> ({o}, {lse}) {{\n"
-                f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs()} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
+                f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs(schedule)} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
     def backward_mlir(self, grad_lse=False):

@@ -37,12 +37,12 @@ class Plan:
 
     __slots__ = ("spec", "device", "index", "fwd", "bwd", "out_shape", "lse_shape", "lse_scratch")
 
-    def __init__(self, spec, device, seq_q, out_shape, lse_shape):
+    def __init__(self, spec, device, seq_q, seq_k, out_shape, lse_shape):
         self.spec = spec
         self.device = device
         self.index = device.index
         key = f"cuda:{self.index}"
-        self.fwd = _jit.get(spec, key, "fwd", block_m=_jit.forward_block_m(spec, seq_q))
+        self.fwd = _jit.get(spec, key, "fwd", schedule=_jit.forward_schedule(spec, seq_q, seq_k))
         self.bwd = None
         self.out_shape = out_shape
         self.lse_shape = lse_shape
@@ -95,7 +95,8 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap):
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     _check_tensors(q, k, v)
     b, sq = q.shape[0], q.shape[1]
-    plan = Plan(_make_spec(q, k, v, causal, scale, window, softcap), q.device, sq, (b, sq, hq, dv), (b, hq, sq))
+    plan = Plan(_make_spec(q, k, v, causal, scale, window, softcap), q.device, sq, k.shape[1], (b, sq, hq, dv),
+                (b, hq, sq))
     if key is not None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()

@@ -81,16 +81,16 @@ def _spec_for(q, k, v, causal, softmax_scale, window_size, softcap):
     hq, hkv, d, dv = _spec.check_shapes(q.shape, k.shape, v.shape, cuda=cuda)
     causal, scale, window, softcap = _spec.check_options(causal, softmax_scale, window_size, softcap, d)
     spec = _spec.AttentionSpec(_DTYPES[dtype], hq, hkv, d, dv, causal, scale, window, softcap)
-    block_m = _jit.forward_block_m(spec, q.shape[1]) if cuda else 0
-    return spec, cuda, block_m
+    schedule = _jit.forward_schedule(spec, q.shape[1], k.shape[1]) if cuda else None
+    return spec, cuda, schedule
 
 
-def _forward(q, k, v, spec, block_m):
+def _forward(q, k, v, spec, schedule):
     b, sq, hq, _ = q.shape
     out_types = (jax.ShapeDtypeStruct((b, sq, hq, spec.head_dim_v), q.dtype),
                  jax.ShapeDtypeStruct((b, hq, sq), jnp.float32))
     call = jax.ffi.ffi_call("fa3_attention_fwd", out_types)
-    return call(q, k, v, source=spec.forward_mlir(), block_m=np.int64(block_m))
+    return call(q, k, v, source=spec.forward_mlir(schedule))
 
 
 def _workspace_bytes(spec, q, k, cuda):
@@ -107,24 +107,23 @@ def _backward(do, q, k, v, o, lse, dlse, spec, cuda):
     out_types = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)) + (
         jax.ShapeDtypeStruct((_workspace_bytes(spec, q, k, cuda),), jnp.uint8),)
     call = jax.ffi.ffi_call("fa3_attention_bwd", out_types)
-    dq, dk, dv, _ = call(do, q, k, v, o, lse, dlse, source=spec.backward_mlir(grad_lse=True),
-                         block_m=np.int64(0))
+    dq, dk, dv, _ = call(do, q, k, v, o, lse, dlse, source=spec.backward_mlir(grad_lse=True))
     return dq, dk, dv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _attention(q, k, v, spec, cuda, block_m):
-    return _forward(q, k, v, spec, block_m)
+def _attention(q, k, v, spec, cuda, schedule):
+    return _forward(q, k, v, spec, schedule)
 
 
-def _attention_fwd(q, k, v, spec, cuda, block_m):
+def _attention_fwd(q, k, v, spec, cuda, schedule):
     # symbolic_zeros=True: the primals arrive wrapped (value, perturbed).
     q, k, v = q.value, k.value, v.value
-    o, lse = _forward(q, k, v, spec, block_m)
+    o, lse = _forward(q, k, v, spec, schedule)
     return (o, lse), (q, k, v, o, lse)
 
 
-def _attention_bwd(spec, cuda, block_m, residuals, cotangents):
+def _attention_bwd(spec, cuda, schedule, residuals, cotangents):
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     zero = jax.custom_derivatives.SymbolicZero
@@ -154,8 +153,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     `(out, lse)` with the natural-log LSE [batch, num_heads, seqlen_q]
     (float32, -inf for rows that see no key).
     """
-    spec, cuda, block_m = _spec_for(q, k, v, causal, softmax_scale, window_size, softcap)
-    o, lse = _attention(q, k, v, spec, cuda, block_m)
+    spec, cuda, schedule = _spec_for(q, k, v, causal, softmax_scale, window_size, softcap)
+    o, lse = _attention(q, k, v, spec, cuda, schedule)
     return (o, lse) if return_lse else o
 
 

@@ -39,7 +39,7 @@ def hopper_forward_fields(d):
     picks on sm_90a for a 16-bit attention at head dim d and a dynamic query
     length (the compiler's cost model, through fa3._fa3)."""
     from . import _jit  # noqa: PLC0415 (needs the compiled extension)
-    return dict(_jit._module().select_forward_schedule(d, False, False, 0))
+    return dict(_jit._module().select_forward_schedule(d, False, False, 0, 0))
 
 
 def hopper_forward_tiles(d):

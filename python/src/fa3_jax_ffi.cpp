@@ -57,18 +57,18 @@ constexpr const char *kBackwardFunction = "attention_grad";
 // destroyed: XLA may run a call on any thread at any time, and unloading CUDA
 // modules during process teardown (after the driver has shut down) fails.
 
-using CudaKey = std::tuple<int, std::string, bool, int64_t>;
+using CudaKey = std::tuple<int, std::string, bool>;
 
 /// The CUDA kernel of `source` on `device`, compiled (or loaded from the
 /// kernel cache) on first use. fa3 compiles for the current CUDA context's
 /// device; XLA runs a call with its device's context current, and the check
 /// below turns a mismatch into an error instead of a launch on the wrong GPU.
 ffi::ErrorOr<const fa3_kernel *> cudaKernel(int device, std::string_view source,
-                                            bool backward, int64_t blockM) {
+                                            bool backward) {
   static std::mutex mutex;
   static std::map<CudaKey, fa3_kernel *> kernels;
   std::lock_guard<std::mutex> lock(mutex);
-  CudaKey key(device, std::string(source), backward, blockM);
+  CudaKey key(device, std::string(source), backward);
   auto it = kernels.find(key);
   if (it != kernels.end())
     return it->second;
@@ -76,9 +76,9 @@ ffi::ErrorOr<const fa3_kernel *> cudaKernel(int device, std::string_view source,
   const std::string &text = std::get<1>(key);
   fa3_kernel *kernel =
       backward ? fa3_compile_attention_grad(text.c_str(), kBackwardFunction,
-                                            blockM, 0, nullptr, &error)
-               : fa3_compile_attention(text.c_str(), kForwardFunction, blockM,
-                                       0, nullptr, &error);
+                                            0, 0, nullptr, &error)
+               : fa3_compile_attention(text.c_str(), kForwardFunction, 0, 0,
+                                       nullptr, &error);
   if (!kernel)
     return ffi::Unexpected(takeError(error, backward
                                                 ? "fa3_compile_attention_grad"
@@ -94,22 +94,22 @@ ffi::ErrorOr<const fa3_kernel *> cudaKernel(int device, std::string_view source,
   return kernel;
 }
 
-using CpuKey = std::tuple<std::string, bool, int64_t>;
+using CpuKey = std::tuple<std::string, bool>;
 
 /// The CPU function of `source`, compiled on first use.
 ffi::ErrorOr<const fa3_cpu_function *>
-cpuFunction(std::string_view source, bool backward, int64_t blockM) {
+cpuFunction(std::string_view source, bool backward) {
   static std::mutex mutex;
   static std::map<CpuKey, fa3_cpu_function *> functions;
   std::lock_guard<std::mutex> lock(mutex);
-  CpuKey key(std::string(source), backward, blockM);
+  CpuKey key(std::string(source), backward);
   auto it = functions.find(key);
   if (it != functions.end())
     return it->second;
   char *error = nullptr;
   fa3_cpu_function *fn = fa3_cpu_compile(
       std::get<0>(key).c_str(), backward ? kBackwardFunction : kForwardFunction,
-      blockM, 0, &error);
+      0, 0, &error);
   if (!fn)
     return ffi::Unexpected(takeError(error, "fa3_cpu_compile"));
   functions.emplace(std::move(key), fn);
@@ -214,13 +214,13 @@ ffi::Error runOnHost(const fa3_cpu_function *fn,
 ffi::Error forwardCuda(void *stream, int32_t device, ffi::AnyBuffer q,
                        ffi::AnyBuffer k, ffi::AnyBuffer v,
                        ffi::Result<ffi::AnyBuffer> o,
-                       ffi::Result<ffi::AnyBuffer> lse, std::string_view source,
-                       int64_t blockM) {
+                       ffi::Result<ffi::AnyBuffer> lse,
+                       std::string_view source) {
   auto dims = sizes(q, k, *lse);
   if (dims.has_error())
     return dims.error();
   auto [batch, seqQ, seqK] = *dims;
-  auto kernel = cudaKernel(device, source, /*backward=*/false, blockM);
+  auto kernel = cudaKernel(device, source, /*backward=*/false);
   if (kernel.has_error())
     return kernel.error();
   char *error = nullptr;
@@ -239,12 +239,12 @@ ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
                         ffi::Result<ffi::AnyBuffer> dK,
                         ffi::Result<ffi::AnyBuffer> dV,
                         ffi::Result<ffi::AnyBuffer> workspace,
-                        std::string_view source, int64_t blockM) {
+                        std::string_view source) {
   auto dims = sizes(q, k, lse);
   if (dims.has_error())
     return dims.error();
   auto [batch, seqQ, seqK] = *dims;
-  auto kernel = cudaKernel(device, source, /*backward=*/true, blockM);
+  auto kernel = cudaKernel(device, source, /*backward=*/true);
   if (kernel.has_error())
     return kernel.error();
   int64_t bytes = fa3_attention_grad_workspace_size(*kernel, batch, seqQ, seqK);
@@ -276,9 +276,9 @@ ffi::Error backwardCuda(void *stream, int32_t device, ffi::AnyBuffer dO,
 
 ffi::Error forwardCpu(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                       ffi::Result<ffi::AnyBuffer> o,
-                      ffi::Result<ffi::AnyBuffer> lse, std::string_view source,
-                      int64_t blockM) {
-  auto fn = cpuFunction(source, /*backward=*/false, blockM);
+                      ffi::Result<ffi::AnyBuffer> lse,
+                      std::string_view source) {
+  auto fn = cpuFunction(source, /*backward=*/false);
   if (fn.has_error())
     return fn.error();
   return runOnHost<3, 2>(*fn, {&q, &k, &v}, {"q", "k", "v"}, {&*o, &*lse});
@@ -290,8 +290,8 @@ backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
             ffi::AnyBuffer gradLse, ffi::Result<ffi::AnyBuffer> dQ,
             ffi::Result<ffi::AnyBuffer> dK, ffi::Result<ffi::AnyBuffer> dV,
             ffi::Result<ffi::AnyBuffer> /*workspace: none on the CPU*/,
-            std::string_view source, int64_t blockM) {
-  auto fn = cpuFunction(source, /*backward=*/true, blockM);
+            std::string_view source) {
+  auto fn = cpuFunction(source, /*backward=*/true);
   if (fn.has_error())
     return fn.error();
   return runOnHost<7, 3>(*fn, {&dO, &q, &k, &v, &o, &lse, &gradLse},
@@ -304,7 +304,8 @@ backwardCpu(ffi::AnyBuffer dO, ffi::AnyBuffer q, ffi::AnyBuffer k,
 // One call signature per direction, shared by the platforms' handlers
 // (what fa3.jax's ffi_call passes); each platform prepends its context.
 
-/// (q, k, v) -> (o, lse), attributes source and block_m.
+/// (q, k, v) -> (o, lse), attribute source (the MLIR function, its
+/// schedule written in where the runtime chose one).
 template <typename Binding> static auto forwardSignature(Binding binding) {
   return std::move(binding)
       .template Arg<ffi::AnyBuffer>() // q
@@ -312,12 +313,11 @@ template <typename Binding> static auto forwardSignature(Binding binding) {
       .template Arg<ffi::AnyBuffer>() // v
       .template Ret<ffi::AnyBuffer>() // o
       .template Ret<ffi::AnyBuffer>() // lse
-      .template Attr<std::string_view>("source")
-      .template Attr<int64_t>("block_m");
+      .template Attr<std::string_view>("source");
 }
 
 /// (grad_out, q, k, v, out, lse, grad_lse) -> (grad_q, grad_k, grad_v,
-/// workspace), attributes source and block_m.
+/// workspace), attribute source.
 template <typename Binding> static auto backwardSignature(Binding binding) {
   return std::move(binding)
       .template Arg<ffi::AnyBuffer>() // grad_out
@@ -331,8 +331,7 @@ template <typename Binding> static auto backwardSignature(Binding binding) {
       .template Ret<ffi::AnyBuffer>() // grad_k
       .template Ret<ffi::AnyBuffer>() // grad_v
       .template Ret<ffi::AnyBuffer>() // workspace
-      .template Attr<std::string_view>("source")
-      .template Attr<int64_t>("block_m");
+      .template Attr<std::string_view>("source");
 }
 
 /// XLA's stream and device ordinal, for the CUDA handlers.

@@ -279,20 +279,11 @@ PYBIND11_MODULE(_fa3, m) {
   py::register_exception<Fa3Exception>(m, "Error", PyExc_RuntimeError);
   m.def("version", [] { return std::string(fa3_version()); });
   m.def(
-      "select_forward_block_m",
-      [](int64_t headDim, bool fp8, bool causal, int64_t seqQ) {
-        return fa3_select_forward_block_m(headDim, fp8 ? 1 : 0, causal ? 1 : 0,
-                                          seqQ);
-      },
-      py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),
-      "The forward's query tile for this head dim and query length (the "
-      "cost model's length buckets)");
-  m.def(
       "select_forward_schedule",
-      [](int64_t headDim, bool fp8, bool causal, int64_t seqQ) {
+      [](int64_t headDim, bool fp8, bool causal, int64_t seqQ, int64_t seqK) {
         fa3_schedule chosen;
         fa3_select_forward_schedule(headDim, fp8 ? 1 : 0, causal ? 1 : 0, seqQ,
-                                    &chosen);
+                                    seqK, &chosen);
         py::dict fields;
         fields["block_m"] = chosen.block_m;
         fields["block_n"] = chosen.block_n;
@@ -307,8 +298,10 @@ PYBIND11_MODULE(_fa3, m) {
         return fields;
       },
       py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),
+      py::arg("seq_k"),
       "The forward's #fa3.schedule fields that fa3-select-schedule picks on "
-      "sm_90a for this head dim and query length (<= 0: unknown)");
+      "sm_90a for this head dim, query length and key length (<= 0: "
+      "unknown): the length bucket's schedule");
 
   py::class_<CpuFunction>(m, "CpuFunction",
                           "An fa3 function compiled for the host CPU")

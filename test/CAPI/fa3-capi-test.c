@@ -253,19 +253,31 @@ static void testPtx(void) {
 
 static void testCostModel(void) {
   /* d <= 64: the query tile follows the sequence length (ViT's 49 rows take
-   * 64-row tiles, long sequences 192); d128 keeps 128. */
-  int64_t short64 = fa3_select_forward_block_m(64, 0, 0, 49);
-  int64_t long64 = fa3_select_forward_block_m(64, 0, 0, 8192);
-  int64_t d128 = fa3_select_forward_block_m(128, 0, 0, 8192);
-  printf("block_m: d64 S=49 -> %lld, d64 S=8192 -> %lld, d128 -> %lld\n",
-         (long long)short64, (long long)long64, (long long)d128);
-  check(short64 == 64 && long64 == 192 && d128 == 128, "cost model block_m");
+   * 64-row tiles, long sequences 192); d128 keeps 128 and runs on a
+   * persistent grid when the key loop is short. */
+  fa3_schedule short64, long64, short128, long128, causal128;
+  fa3_select_forward_schedule(64, 0, 0, 49, 49, &short64);
+  fa3_select_forward_schedule(64, 0, 0, 8192, 8192, &long64);
+  fa3_select_forward_schedule(128, 0, 0, 512, 512, &short128);
+  fa3_select_forward_schedule(128, 0, 0, 8192, 8192, &long128);
+  fa3_select_forward_schedule(128, 0, 1, 4096, 4096, &causal128);
+  printf("block_m: d64 S=49 -> %lld, d64 S=8192 -> %lld, d128 -> %lld; "
+         "persistent d128 S=512 %d, S=8192 %d, causal S=4096 %d\n",
+         (long long)short64.block_m, (long long)long64.block_m,
+         (long long)long128.block_m, short128.persistent, long128.persistent,
+         causal128.persistent);
+  check(short64.block_m == 64 && long64.block_m == 192 &&
+            long128.block_m == 128 && short128.block_m == 128,
+        "cost model block_m by length");
+  check(short128.persistent && !long128.persistent && !causal128.persistent &&
+            !short64.persistent,
+        "cost model persistent grid by length");
   /* The whole schedule: d128 runs warp-specialized (24/240) with pingpong
    * and intra-warpgroup overlap; d64's 192-row tile has three consumers
    * (32/160) and neither. */
   fa3_schedule s128, s64;
-  fa3_select_forward_schedule(128, 0, 0, 0, &s128);
-  fa3_select_forward_schedule(64, 0, 1, 0, &s64);
+  fa3_select_forward_schedule(128, 0, 0, 0, 0, &s128);
+  fa3_select_forward_schedule(64, 0, 1, 0, 0, &s64);
   printf("schedule d128: %lldx%lld, %lld consumers, regs %lld/%lld, pingpong %d, "
          "overlap %d, persistent %d\n",
          (long long)s128.block_m, (long long)s128.block_n,
@@ -410,8 +422,9 @@ int main(int argc, char **argv) {
   return failures != 0;
 }
 
-// CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128
-// CHECK: cost model block_m: ok
+// CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128; persistent d128 S=512 1, S=8192 0, causal S=4096 0
+// CHECK: cost model block_m by length: ok
+// CHECK: cost model persistent grid by length: ok
 // CHECK: schedule d128: 128x128, 2 consumers, regs 24/240, pingpong 1, overlap 1, persistent 0
 // CHECK: cost model schedule: ok
 // CHECK: version {{[0-9]+\.[0-9]+}}

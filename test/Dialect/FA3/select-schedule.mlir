@@ -102,15 +102,31 @@ func.func @grad_d256(%do: tensor<2x?x8x256xbf16>, %q: tensor<2x?x8x256xbf16>, %k
 
 // A static query length picks the Hopper forward's query tile (d <= 64):
 // the fewest computed rows over each tile's measured rate (64: 1.0 up to 1k
-// query rows, 4k causal, then 0.9; 128: 0.9; 192: 1), so S = 197 takes
-// 64-row tiles (256 rows, not 384), S = 8192 keeps 192 (43 tiles of 192
-// beat 128 tiles of 64 at 0.9) and causal S = 4096 takes 64 (4096 rows, not
-// 4224).
+// query rows, 2k causal, then 0.9; 128: 0.9, or from 256 query rows on a
+// persistent grid over at most 1024 keys (causal 512) 1.04 (causal 1.06);
+// 192: 1), so S = 197 and S = 49 take 64-row tiles (256 and 64 rows), S =
+// 512 persistent 128-row tiles (512 rows at 1.04), S = 8192 keeps 192 (43
+// tiles of 192 beat 128 tiles of 64 at 0.9), and so does causal S = 4096
+// (4224 rows against 4096 / 0.9).
 // SM90-LABEL: func.func @vit_197
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false,
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
 func.func @vit_197(%q: tensor<128x197x12x64xbf16>, %k: tensor<128x197x12x64xbf16>, %v: tensor<128x197x12x64xbf16>) -> (tensor<128x197x12x64xbf16>, tensor<128x12x197xf32>) {
   %o, %lse = fa3.attention %q, %k, %v : (tensor<128x197x12x64xbf16>, tensor<128x197x12x64xbf16>, tensor<128x197x12x64xbf16>) -> (tensor<128x197x12x64xbf16>, tensor<128x12x197xf32>)
   return %o, %lse : tensor<128x197x12x64xbf16>, tensor<128x12x197xf32>
+}
+
+// SM90-LABEL: func.func @vit_49
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
+func.func @vit_49(%q: tensor<128x49x12x64xbf16>, %k: tensor<128x49x12x64xbf16>, %v: tensor<128x49x12x64xbf16>) -> (tensor<128x49x12x64xbf16>, tensor<128x12x49xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<128x49x12x64xbf16>, tensor<128x49x12x64xbf16>, tensor<128x49x12x64xbf16>) -> (tensor<128x49x12x64xbf16>, tensor<128x12x49xf32>)
+  return %o, %lse : tensor<128x49x12x64xbf16>, tensor<128x12x49xf32>
+}
+
+// SM90-LABEL: func.func @d64_512
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = true, cluster = 1>
+func.func @d64_512(%q: tensor<32x512x32x64xbf16>, %k: tensor<32x512x32x64xbf16>, %v: tensor<32x512x32x64xbf16>) -> (tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<32x512x32x64xbf16>, tensor<32x512x32x64xbf16>, tensor<32x512x32x64xbf16>) -> (tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>)
+  return %o, %lse : tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>
 }
 
 // SM90-LABEL: func.func @long_8192
@@ -120,16 +136,64 @@ func.func @long_8192(%q: tensor<1x8192x4x64xbf16>, %k: tensor<1x8192x4x64xbf16>,
   return %o, %lse : tensor<1x8192x4x64xbf16>, tensor<1x4x8192xf32>
 }
 
-// d128 has one long-sequence tile whatever the length.
+// d128 has one tile (128 x 128) whatever the length. A static key length
+// of at most 1024 keys (causal: 512) also puts it on a persistent grid;
+// longer key loops, d256 (one Q tile in shared memory) and the CPU never
+// are.
 // SM90-LABEL: func.func @d128_short
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2,
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = true, cluster = 1>
+// CPU-LABEL: func.func @d128_short
+// CPU: fa3.attention {{.+}}persistent = false
 func.func @d128_short(%q: tensor<8x49x4x128xbf16>, %k: tensor<8x49x4x128xbf16>, %v: tensor<8x49x4x128xbf16>) -> (tensor<8x49x4x128xbf16>, tensor<8x4x49xf32>) {
   %o, %lse = fa3.attention %q, %k, %v : (tensor<8x49x4x128xbf16>, tensor<8x49x4x128xbf16>, tensor<8x49x4x128xbf16>) -> (tensor<8x49x4x128xbf16>, tensor<8x4x49xf32>)
   return %o, %lse : tensor<8x49x4x128xbf16>, tensor<8x4x49xf32>
 }
 
-// SM90-LABEL: func.func @causal_4096
+// The key length decides, not the query length.
+// SM90-LABEL: func.func @d128_long_queries_short_keys
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, {{.+}}persistent = true
+func.func @d128_long_queries_short_keys(%q: tensor<2x8192x4x128xbf16>, %k: tensor<2x512x4x128xbf16>, %v: tensor<2x512x4x128xbf16>) -> (tensor<2x8192x4x128xbf16>, tensor<2x4x8192xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x8192x4x128xbf16>, tensor<2x512x4x128xbf16>, tensor<2x512x4x128xbf16>) -> (tensor<2x8192x4x128xbf16>, tensor<2x4x8192xf32>)
+  return %o, %lse : tensor<2x8192x4x128xbf16>, tensor<2x4x8192xf32>
+}
+
+// SM90-LABEL: func.func @d128_short_queries_long_keys
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, {{.+}}persistent = false
+func.func @d128_short_queries_long_keys(%q: tensor<2x512x4x128xbf16>, %k: tensor<2x8192x4x128xbf16>, %v: tensor<2x8192x4x128xbf16>) -> (tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x512x4x128xbf16>, tensor<2x8192x4x128xbf16>, tensor<2x8192x4x128xbf16>) -> (tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>)
+  return %o, %lse : tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>
+}
+
+// SM90-LABEL: func.func @d128_causal_512
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, {{.+}}persistent = true
+func.func @d128_causal_512(%q: tensor<2x512x4x128xbf16>, %k: tensor<2x512x4x128xbf16>, %v: tensor<2x512x4x128xbf16>) -> (tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x512x4x128xbf16>, tensor<2x512x4x128xbf16>, tensor<2x512x4x128xbf16>) -> (tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>)
+  return %o, %lse : tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>
+}
+
+// SM90-LABEL: func.func @d128_causal_1024
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, {{.+}}persistent = false
+func.func @d128_causal_1024(%q: tensor<2x1024x4x128xbf16>, %k: tensor<2x1024x4x128xbf16>, %v: tensor<2x1024x4x128xbf16>) -> (tensor<2x1024x4x128xbf16>, tensor<2x4x1024xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x1024x4x128xbf16>, tensor<2x1024x4x128xbf16>, tensor<2x1024x4x128xbf16>) -> (tensor<2x1024x4x128xbf16>, tensor<2x4x1024xf32>)
+  return %o, %lse : tensor<2x1024x4x128xbf16>, tensor<2x4x1024xf32>
+}
+
+// SM90-LABEL: func.func @d256_short
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, {{.+}}persistent = false
+func.func @d256_short(%q: tensor<2x512x4x256xbf16>, %k: tensor<2x512x4x256xbf16>, %v: tensor<2x512x4x256xbf16>) -> (tensor<2x512x4x256xbf16>, tensor<2x4x512xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<2x512x4x256xbf16>, tensor<2x512x4x256xbf16>, tensor<2x512x4x256xbf16>) -> (tensor<2x512x4x256xbf16>, tensor<2x4x512xf32>)
+  return %o, %lse : tensor<2x512x4x256xbf16>, tensor<2x4x512xf32>
+}
+
+// SM90-LABEL: func.func @causal_2048
 // SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1,
+func.func @causal_2048(%q: tensor<1x2048x4x64xbf16>, %k: tensor<1x2048x4x64xbf16>, %v: tensor<1x2048x4x64xbf16>) -> (tensor<1x2048x4x64xbf16>, tensor<1x4x2048xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x2048x4x64xbf16>, tensor<1x2048x4x64xbf16>, tensor<1x2048x4x64xbf16>) -> (tensor<1x2048x4x64xbf16>, tensor<1x4x2048xf32>)
+  return %o, %lse : tensor<1x2048x4x64xbf16>, tensor<1x4x2048xf32>
+}
+
+// SM90-LABEL: func.func @causal_4096
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3,
 func.func @causal_4096(%q: tensor<1x4096x4x64xbf16>, %k: tensor<1x4096x4x64xbf16>, %v: tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x4096x4x64xbf16>, tensor<1x4096x4x64xbf16>, tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>)
   return %o, %lse : tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>

@@ -52,3 +52,45 @@ def test_n176_is_d128_only():
     assert "block_n = 176" in schedules.hopper_forward(128, "n176_overlap")
     with pytest.raises(ValueError, match="d128 tile"):
         schedules.hopper_forward(64, "n176_overlap")
+
+
+def _static_pass_schedule(fa3_opt, d, causal, sq, sk):
+    q, k = f"tensor<2x{sq}x8x{d}xbf16>", f"tensor<2x{sk}x8x{d}xbf16>"
+    lt = f"tensor<2x8x{sq}xf32>"
+    attrs = " {causal}" if causal else ""
+    source = (f"func.func @f(%q: {q}, %k: {k}, %v: {k}) -> ({q}, {lt}) {{\n"
+              f"  %o, %lse = fa3.attention %q, %k, %v{attrs} : ({q}, {k}, {k}) -> ({q}, {lt})\n"
+              f"  return %o, %lse : {q}, {lt}\n}}\n")
+    out = subprocess.run([fa3_opt, "--fa3-select-schedule=target=sm_90a"], input=source,
+                         capture_output=True, text=True, check=True).stdout
+    return re.search(r"#fa3\.schedule<[^>]*>", out).group(0)
+
+
+@pytest.mark.parametrize("d,causal,sq,sk", [
+    (64, False, 49, 49), (64, False, 197, 197), (64, True, 4096, 4096), (64, False, 8192, 8192),
+    (128, False, 512, 512), (128, True, 512, 512), (128, True, 1024, 1024), (128, False, 8192, 512),
+    (128, False, 1, 4096), (256, False, 512, 512)])
+def test_length_bucket_is_the_pass_choice(fa3_opt, d, causal, sq, sk):
+    """The schedule fa3.attention writes into the forward it compiles for a
+    launch's (Sq, Sk) is what fa3-select-schedule picks for those lengths."""
+    from fa3 import _jit
+    from fa3._spec import AttentionSpec
+    spec = AttentionSpec("bf16", 8, 8, d, d, causal)
+    assert _jit.forward_schedule(spec, sq, sk) == _static_pass_schedule(fa3_opt, d, causal, sq, sk)
+
+
+def test_length_bucket_compiles_its_schedule():
+    """The runtime's forward for a short key loop at d128 is the persistent
+    kernel (its PTX entry says so), the long one is not; FP8 and the
+    fa3-cast-fp8 chain leave the schedule to the compiler."""
+    from fa3 import _jit
+    from fa3._spec import AttentionSpec
+    spec = AttentionSpec("bf16", 8, 8, 128, 128, True)
+    short = _jit.forward_schedule(spec, 512, 512)
+    assert "persistent = true" in short and "persistent = true" not in _jit.forward_schedule(spec, 4096, 4096)
+    assert f"schedule = {short}" in spec.forward_mlir(short)
+    ptx = _jit.get(spec, "ptx", "fwd", schedule=short).ptx
+    assert "_persistent" in ptx
+    assert "_persistent" not in _jit.get(spec, "ptx", "fwd", schedule=_jit.forward_schedule(spec, 4096, 4096)).ptx
+    assert _jit.forward_schedule(AttentionSpec("f8E4M3FN", 8, 8, 128, 128), 512, 512) is None
+    assert _jit.forward_schedule(AttentionSpec("bf16", 8, 8, 128, 128, cast_fp8=True), 512, 512) is None

@@ -21,11 +21,42 @@ using namespace mlir::fa3;
 /// Throughput per computed query row (padding included) of the 64- and
 /// 128-row forward tiles at d <= 64, relative to the 192-row tile's,
 /// measured on the H200 (bf16, FA3-paper and ViT shapes; docs/Performance.md,
-/// "Query tiles by sequence length"): the 64-row tile keeps pace up to 1k
-/// query rows (4k causal, whose tiles do half the work) and falls to ~0.9
-/// beyond; the 128-row tile runs at ~0.9 throughout.
+/// "Query tiles by sequence length" and "Length buckets with a persistent
+/// grid"): the 64-row tile keeps pace up to 1k query rows (2k causal, whose
+/// tiles do half the work) and falls to ~0.9 beyond (causal 4k: 371 against
+/// 381 TFLOP/s); the 128-row tile runs at ~0.9 throughout. On a persistent
+/// grid (short key loops, below) the 128-row tile runs 4% (causal 6%)
+/// faster per row than the 64-row tile at Sq = Sk = 256-1024; below 256
+/// query rows it was measured slower (ViT S = 197: 162 against 169-172), so
+/// it is a candidate from 256 rows on.
 static constexpr double kRate64Short = 1.0, kRate64Long = 0.9, kRate128 = 0.9;
-static constexpr int64_t kShortQueries = 1024, kShortQueriesCausal = 4096;
+static constexpr double kRate128Persistent = 1.04,
+                        kRate128PersistentCausal = 1.06;
+static constexpr int64_t kShortQueries = 1024, kShortQueriesCausal = 2048;
+static constexpr int64_t kPersistent128MinQueries = 256;
+
+/// Up to how many keys (Sk) a persistent grid pays on the warp-specialized
+/// forward at d <= 128, measured on the H200 (bf16; docs/Performance.md,
+/// "Length buckets with a persistent grid"). With a key loop this short the
+/// per-tile start (the Q load, the first K wait) and end (the O epilogue) are
+/// a large part of a tile, and one CTA per SM overlaps them with its next
+/// tile's loads: d128 +21% / +12% / +3% at Sk = 256 / 512 / 1k (causal +13%
+/// / +10% at 256 / 512, but -4% at 1k: the static tile order balances
+/// causal work worse than the hardware's block dispatch), Sq = 8192 over
+/// Sk = 512 +10%; at Sk >= 2k it loses 3-15%. d256 keeps one Q tile in
+/// shared memory and loses at every length.
+static constexpr int64_t kPersistentKeys = 1024, kPersistentKeysCausal = 512;
+static constexpr int64_t kPersistentMaxHeadDim = 128;
+
+/// Whether a 16-bit warp-specialized Hopper forward of head dim `headDim`
+/// over `seqLenK` keys (dynamic or <= 0: unknown, never) runs on a
+/// persistent grid.
+static bool persistentPays(int64_t headDim, bool causal, int64_t seqLenK) {
+  if (headDim > kPersistentMaxHeadDim || ShapedType::isDynamic(seqLenK) ||
+      seqLenK <= 0)
+    return false;
+  return seqLenK <= (causal ? kPersistentKeysCausal : kPersistentKeys);
+}
 
 /// The Hopper forward's kernel structure for `blockM` query rows (one
 /// consumer warpgroup per 64): with two or three consumers a producer
@@ -36,10 +67,11 @@ static constexpr int64_t kShortQueries = 1024, kShortQueriesCausal = 4096;
 /// +7-11% at d128 and d256, 2k-8k; at d64 it lost 1-2% on the 192-row
 /// tile, docs/Performance.md). One consumer (too few rows to hide the
 /// producer's cost) and four (no registers left to give) run without a
-/// producer. FP8 runs without a producer for now.
+/// producer. FP8 runs without a producer for now. `persistent` asks for a
+/// persistent grid, which only a warp-specialized kernel has.
 static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                                           int64_t blockN, int64_t headDim,
-                                          bool fp8) {
+                                          bool fp8, bool persistent = false) {
   int64_t consumers = blockM / 64;
   int64_t producerRegs = 0, consumerRegs = 0;
   if (!fp8 && consumers == 2) {
@@ -53,24 +85,48 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
   return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2, consumers,
                            producerRegs, consumerRegs, pingpong,
                            /*intra_wg_overlap=*/pingpong && headDim > 64,
-                           /*persistent=*/false, /*cluster=*/1);
+                           /*persistent=*/persistent && producerRegs > 0,
+                           /*cluster=*/1);
 }
 
-int64_t mlir::fa3::selectHopperForwardBlockM(int64_t headDim, bool fp8,
-                                             bool causal, int64_t seqLenQ) {
+namespace {
+/// The query tile of a Hopper forward and whether it runs on a persistent
+/// grid.
+struct ForwardTiles {
+  int64_t blockM;
+  bool persistent;
+};
+} // namespace
+
+/// The query tile of one Hopper forward CTA for head dim `headDim`, query
+/// length `seqLenQ` and key length `seqLenK` (dynamic or <= 0: unknown,
+/// giving the long-sequence tile on a plain grid). At d <= 64 (bf16/f16):
+/// among 64, 128 and 192 rows, the one that minimizes ceil(Sq / block_m) ·
+/// block_m / rate(block_m), the rows computed (padding included) over the
+/// measured throughput per row of that tile; ties go to the larger tile.
+/// Other head dims and FP8 keep their long-sequence tile (192 at d <= 64,
+/// else 128). A warp-specialized tile (128 or 192 rows, 16-bit) runs on a
+/// persistent grid where the key loop is short (persistentPays).
+static ForwardTiles selectHopperForwardTiles(int64_t headDim, bool fp8,
+                                             bool causal, int64_t seqLenQ,
+                                             int64_t seqLenK) {
   int64_t longTile = headDim <= 64 ? 192 : 128;
+  bool persistent = !fp8 && persistentPays(headDim, causal, seqLenK);
   // Only the 16-bit d <= 64 forward has measured alternatives (its 192-row
   // tile is the one short sequences waste most of).
   if (fp8 || longTile != 192 || ShapedType::isDynamic(seqLenQ) ||
       seqLenQ <= 0)
-    return longTile;
+    return {longTile, persistent};
   struct Candidate {
     int64_t rows;
     double rate;
   };
   bool short64 = seqLenQ <= (causal ? kShortQueriesCausal : kShortQueries);
+  double rate128 = kRate128;
+  if (persistent && seqLenQ >= kPersistent128MinQueries)
+    rate128 = causal ? kRate128PersistentCausal : kRate128Persistent;
   Candidate candidates[] = {{64, short64 ? kRate64Short : kRate64Long},
-                            {128, kRate128},
+                            {128, rate128},
                             {192, 1.0}};
   int64_t best = longTile;
   double bestCost = std::numeric_limits<double>::infinity();
@@ -83,7 +139,9 @@ int64_t mlir::fa3::selectHopperForwardBlockM(int64_t headDim, bool fp8,
       best = c.rows;
     }
   }
-  return best;
+  // The 64-row tile has one consumer and no producer warpgroup, hence no
+  // persistent grid (hopperForwardSchedule drops the flag).
+  return {best, persistent};
 }
 
 FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
@@ -91,7 +149,8 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
                                                   int64_t headDim,
                                                   Type elementType,
                                                   bool causal,
-                                                  int64_t seqLenQ) {
+                                                  int64_t seqLenQ,
+                                                  int64_t seqLenK) {
   if (target == "cpu")
     return ScheduleAttr::get(context, /*block_m=*/64, /*block_n=*/64,
                              /*stages=*/1, /*consumer_wgs=*/1,
@@ -104,13 +163,15 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // the O accumulator of block_m x D f32 and the S tile of block_m x block_n
   // f32 must both fit the consumers' registers.
   bool fp8 = elementType && isa<Float8E4M3FNType>(elementType);
-  int64_t blockM = selectHopperForwardBlockM(headDim, fp8, causal, seqLenQ);
+  ForwardTiles tiles =
+      selectHopperForwardTiles(headDim, fp8, causal, seqLenQ, seqLenK);
   int64_t blockN = headDim > 128 ? 80 : 128;
   // FP8 reads V' in blocks of 128 keys (one 128-byte e4m3 atom); its tiles
   // are half as large, so d256 fits 128 x 128 too.
   if (fp8)
     blockN = 128;
-  return hopperForwardSchedule(context, blockM, blockN, headDim, fp8);
+  return hopperForwardSchedule(context, tiles.blockM, blockN, headDim, fp8,
+                               tiles.persistent);
 }
 
 FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
@@ -177,16 +238,18 @@ struct FA3SelectSchedulePass
         if (attention.getSchedule())
           return;
         auto q = cast<RankedTensorType>(attention.getQuery().getType());
+        auto k = cast<RankedTensorType>(attention.getKey().getType());
         ScheduleAttr chosen = *selectSchedule(
             op->getContext(), target, q.getDimSize(3), q.getElementType(),
-            attention.getCausal(), q.getDimSize(1));
+            attention.getCausal(), q.getDimSize(1), k.getDimSize(1));
         // On Hopper block_m decides the warpgroups, so an overridden block_m
         // gets the kernel structure of its own consumer count.
         if (target == "sm_90a" && (blockM > 0 || blockN > 0))
           chosen = hopperForwardSchedule(
               op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
               blockN > 0 ? blockN : chosen.getBlockN(), q.getDimSize(3),
-              isa<Float8E4M3FNType>(q.getElementType()));
+              isa<Float8E4M3FNType>(q.getElementType()),
+              chosen.getPersistent());
         attention.setScheduleAttr(applyOverrides(chosen));
       } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
         if (grad.getSchedule())

@@ -21,25 +21,16 @@ namespace mlir::fa3 {
 /// The schedule the cost model of `fa3-select-schedule` picks for an
 /// attention of head dim `headDim` and element type `elementType` on
 /// `target` ("cpu" or "sm_90a"); failure for an unknown target.
-/// `seqLenQ` (the query length, ShapedType::kDynamic when unknown) lets the
-/// Hopper forward pick a shorter query tile for short sequences (see
-/// selectHopperForwardBlockM).
+/// `seqLenQ` and `seqLenK` (the query and key lengths,
+/// ShapedType::kDynamic when unknown) let the Hopper forward pick a shorter
+/// query tile for short queries and a persistent grid for short key loops
+/// (the length buckets of the runtime, which compiles one kernel per
+/// distinct schedule; the pass description has the model).
 FailureOr<ScheduleAttr> selectSchedule(MLIRContext *context, StringRef target,
                                        int64_t headDim, Type elementType,
                                        bool causal,
-                                       int64_t seqLenQ = ShapedType::kDynamic);
-
-/// The query rows of one Hopper forward CTA for head dim `headDim` and
-/// query length `seqLenQ` (ShapedType::kDynamic or <= 0: unknown, giving the
-/// long-sequence tile). At d <= 64 (bf16/f16): among 64, 128 and 192 rows,
-/// the one that minimizes ceil(Sq / block_m) · block_m / rate(block_m,
-/// Sq, causal), the rows computed (padding included) over the measured
-/// throughput per row of that tile (docs/Performance.md, "Query tiles by
-/// sequence length"); ties go to the larger tile. Other head dims and FP8
-/// keep their long-sequence tile (192 at d <= 64, else 128).
-/// The runtime calls it per launch to pick among compiled length variants.
-int64_t selectHopperForwardBlockM(int64_t headDim, bool fp8, bool causal,
-                                  int64_t seqLenQ);
+                                       int64_t seqLenQ = ShapedType::kDynamic,
+                                       int64_t seqLenK = ShapedType::kDynamic);
 
 /// The schedule of an fa3.attention_grad: `block_n` key rows own a CTA's dK
 /// and dV accumulators and `block_m` query rows are one step of its loop.
