@@ -13,9 +13,19 @@ import math
 # Hopper, with descales, bf16 output).
 MLIR_TYPES = ("f32", "f16", "bf16", "f8E4M3FN")
 FP8_HEAD_DIMS = (64, 128, 256)
-# Head dims the Hopper kernels take (forward and backward); the CPU takes any
-# multiple of 8 up to 256.
+# Head dims the Hopper kernels are compiled for (forward and backward; v's
+# equal to q's). fa3.attention runs every other multiple of 8 up to 256 (and
+# v's head dim != q's) at the next of these (rounded_cuda_head_dim); the CPU
+# compiles any multiple of 8 up to 256 as it is.
 CUDA_HEAD_DIMS = (64, 128, 256)
+
+
+def rounded_cuda_head_dim(d, dv):
+    """The compiled head dim the CUDA kernels run q/k of head dim `d` and v
+    of head dim `dv` at: the smallest of CUDA_HEAD_DIMS >= both (q, k and v
+    zero-padded to it; FlashAttention-3 rounds up to its compiled sizes
+    alike)."""
+    return next(size for size in CUDA_HEAD_DIMS if size >= max(d, dv))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +158,10 @@ def check_shapes(q_shape, k_shape, v_shape, cuda):
             raise ValueError(f"{name} head dim must be a multiple of 8 in [8, 256], got {dim}")
     if cuda:
         if d not in CUDA_HEAD_DIMS:
-            raise ValueError(f"head_dim must be one of {CUDA_HEAD_DIMS} on CUDA, got {d} "
-                             "(numpy arrays on the CPU take any multiple of 8 up to 256)")
+            raise ValueError(f"head_dim must be one of {CUDA_HEAD_DIMS} for a CUDA kernel, got {d} "
+                             "(fa3.attention runs other multiples of 8 up to 256 at the next of these; "
+                             "the CPU compiles any)")
         if dv != d:
-            raise ValueError(f"v's head dim must equal q's on CUDA, got {dv} vs {d}")
+            raise ValueError(f"v's head dim must equal q's for a CUDA kernel, got {dv} vs {d} "
+                             "(fa3.attention pads both to one compiled head dim)")
     return hq, hkv, d, dv

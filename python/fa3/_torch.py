@@ -14,9 +14,10 @@ Imported only when torch tensors reach fa3 (numpy users need no torch).
 """
 
 import torch
+import torch.nn.functional as F
 
 from . import _jit
-from ._spec import AttentionSpec, check_options, check_shapes
+from ._spec import CUDA_HEAD_DIMS, AttentionSpec, check_options, check_shapes, rounded_cuda_head_dim
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 FP8 = torch.float8_e4m3fn
@@ -168,10 +169,30 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
+def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse):
+    """fa3.attention at a head dim the kernels are not compiled for (or v's
+    head dim != q's): q, k and v zero-padded to rounded_cuda_head_dim with
+    F.pad (differentiable, and traced by torch.compile), the scale kept at
+    the original head dim's. Zero columns leave q·kᵀ unchanged and give v's
+    padding zero output columns, which are sliced away; the gradients of the
+    padding are dropped by F.pad's backward. Costs one copy of q, k and v
+    and the larger kernel's FLOPs."""
+    hq, _, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=False)
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    _check_tensors(q, k, v)
+    size = rounded_cuda_head_dim(d, dv)
+    q, k, v = (F.pad(t, (0, size - t.shape[3])) for t in (q, k, v))
+    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse)
+    return out[..., :dv], lse
+
+
 def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True):
     """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16); with
     `need_lse=False` and no autograd, lse is a scratch buffer the caller must
     not use."""
+    if (q.dim() == 4 and v.dim() == 4 and k.dim() == 4
+            and (q.shape[3] != v.shape[3] or q.shape[3] not in CUDA_HEAD_DIMS)):
+        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse)
     if torch.compiler.is_compiling():
         hq, _, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)

@@ -99,7 +99,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     cuda = kinds[0] == "torch"
-    hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=cuda)
+    # (cuda=False: the torch path rounds head dims up, FP8 checks its own.)
+    hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=False)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     descales = (q_descale, k_descale, v_descale)
     for name, flag in (("fp8", fp8), ("hadamard", hadamard)):

@@ -153,8 +153,30 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     `(out, lse)` with the natural-log LSE [batch, num_heads, seqlen_q]
     (float32, -inf for rows that see no key).
     """
+    if _platform(q) == "gpu" and _needs_rounding(q, k, v):
+        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, return_lse)
     spec, cuda, schedule = _spec_for(q, k, v, causal, softmax_scale, window_size, softcap)
     o, lse = _attention(q, k, v, spec, cuda, schedule)
+    return (o, lse) if return_lse else o
+
+
+def _needs_rounding(q, k, v):
+    return (len(q.shape) == len(k.shape) == len(v.shape) == 4
+            and (q.shape[3] != v.shape[3] or q.shape[3] not in _spec.CUDA_HEAD_DIMS))
+
+
+def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, return_lse):
+    """As fa3.attention on torch: a head dim the CUDA kernels are not
+    compiled for (or v's != q's) runs at the next compiled one, q, k and v
+    zero-padded (jnp.pad, differentiable; the padding's gradient is dropped)
+    and the scale kept at the original head dim's; v's padded output columns
+    are sliced away."""
+    _, _, d, dv = _spec.check_shapes(q.shape, k.shape, v.shape, cuda=False)
+    causal, scale, window, softcap = _spec.check_options(causal, softmax_scale, window_size, softcap, d)
+    size = _spec.rounded_cuda_head_dim(d, dv)
+    q, k, v = (jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, size - x.shape[3]))) for x in (q, k, v))
+    o, lse = attention(q, k, v, causal, scale, window, softcap, return_lse=True)
+    o = o[..., :dv]
     return (o, lse) if return_lse else o
 
 

@@ -57,7 +57,8 @@ def test_bfloat16_numpy_arrays_run():
     ({"dtype": "f64"}, TypeError, "dtype must be one of bf16, f16, f32"),
     ({"device": "tpu"}, ValueError, "device must be 'cuda', 'cuda:N', 'ptx' or 'cpu'"),
     ({"dtype": "f32", "device": "ptx"}, TypeError, "dtype f32 runs on the CPU only"),
-    ({"head_dim": 96, "device": "ptx"}, ValueError, r"head_dim must be one of \(64, 128, 256\) on CUDA, got 96"),
+    ({"head_dim": 96, "device": "ptx"}, ValueError, r"head_dim must be one of \(64, 128, 256\) for a CUDA kernel, got 96"),
+    ({"head_dim_v": 64, "device": "ptx"}, ValueError, r"v's head dim must equal q's for a CUDA kernel, got 64 vs 128"),
     ({"num_heads": 6, "num_kv_heads": 4}, ValueError, "q's 6 heads must be a positive multiple"),
     ({"block_m": -64}, TypeError, "block_m must be a non-negative int"),
 ])

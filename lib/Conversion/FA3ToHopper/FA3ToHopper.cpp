@@ -166,11 +166,14 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
       return op.emitOpError()
              << "intra_wg_overlap is not implemented for the FP8 kernel";
   }
+  // A persistent kernel keeps a second Q tile only where it fits
+  // (queryBuffers()), so a schedule over the limit has one.
   if (spec.sharedMemoryBytes() > kMaxSharedMemory)
     return op.emitOpError()
            << "the schedule needs " << spec.sharedMemoryBytes()
            << " bytes of shared memory (Q tile, " << spec.stages
-           << " K and V stages), more than the 232448 a Hopper CTA has";
+           << " K and V stages), more than the " << kMaxSharedMemory
+           << " a Hopper CTA has";
   return spec;
 }
 

@@ -106,7 +106,7 @@ def test_fp8_argument_errors():
         fa3.attention(q8, q8, q8, q_descale=d, v_descale=d)
     with pytest.raises(ValueError, match=r"q_descale must have shape \(batch, num_kv_heads\) = \(1, 2\)"):
         fa3.attention(q8, q8, q8, q_descale=torch.ones(2, 2, device="cuda"), k_descale=d, v_descale=d)
-    with pytest.raises(ValueError, match=r"head_dim must be one of \(64, 128, 256\) on CUDA, got 32"):
+    with pytest.raises(ValueError, match=r"FP8 head_dim must be one of \(64, 128, 256\) with v's equal to q's, got 32 and 32"):
         fa3.attention(q8[..., :32], q8[..., :32], q8[..., :32], q_descale=d, k_descale=d, v_descale=d)
     bf = torch.zeros(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q_descale is only for FP8 inputs"):

@@ -47,6 +47,8 @@ CASES = [  # b, sq, sk, hq, hkv, d, dtype, causal
     (1, 1000, 300, 8, 1, 256, jnp.bfloat16, True),  # Sq > Sk: 700 rows see no key
     (3, 128, 128, 16, 2, 64, jnp.bfloat16, False),
     (4, 1, 4096, 8, 2, 128, jnp.bfloat16, False),  # one decode step
+    (2, 129, 257, 4, 2, 96, jnp.bfloat16, True),  # run at d128, zero-padded
+    (1, 100, 100, 4, 4, 40, jnp.float16, False),  # run at d64, zero-padded
 ]
 
 
@@ -119,6 +121,6 @@ def test_gpu_argument_errors():
     q, k, v, _ = _inputs(1, 1, 64, 64, 2, 2, 64, jnp.float32)
     with pytest.raises(TypeError, match="bfloat16 or float16 on gpu"):
         fa3_jax.attention(q, k, v)
-    q, k, v, _ = _inputs(1, 1, 64, 64, 2, 2, 96, jnp.bfloat16)
-    with pytest.raises(ValueError, match="head_dim must be one of"):
+    q, k, v, _ = _inputs(1, 1, 64, 64, 2, 2, 100, jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"q/k head dim must be a multiple of 8 in \[8, 256\], got 100"):
         fa3_jax.attention(q, k, v)

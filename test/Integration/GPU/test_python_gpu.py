@@ -155,8 +155,8 @@ def test_torch_argument_errors():
         fa3.attention(q.float(), q.float(), q.float())
     with pytest.raises(TypeError, match="k has dtype torch.float16 but q has torch.bfloat16"):
         fa3.attention(q, q.half(), q)
-    with pytest.raises(ValueError, match=r"head_dim must be one of \(64, 128, 256\) on CUDA, got 32"):
-        fa3.attention(q[..., :32], q[..., :32], q[..., :32])
+    with pytest.raises(ValueError, match=r"q/k head dim must be a multiple of 8 in \[8, 256\], got 36"):
+        fa3.attention(q[..., :36], q[..., :36], q[..., :36])
     wide = torch.zeros(1, 8, 4, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q's last dim must be contiguous"):
         fa3.attention(wide[..., ::2], q, q)
