@@ -101,13 +101,16 @@ func.func @grad_d256(%do: tensor<2x?x8x256xbf16>, %q: tensor<2x?x8x256xbf16>, %k
 }
 
 // A static query length picks the Hopper forward's query tile (d <= 64):
-// the fewest computed rows over each tile's measured rate (64: 1.0 up to 1k
-// query rows, 2k causal, then 0.9; 128: 0.9, or from 256 query rows on a
+// the fewest computed rows over each tile's measured rate (64: 1.0 over at
+// most 1k keys, 2k causal, then 0.85; 128: 0.85, or from 256 query rows on a
 // persistent grid over at most 1024 keys (causal 512) 1.04 (causal 1.06);
 // 192: 1), so S = 197 and S = 49 take 64-row tiles (256 and 64 rows), S =
 // 512 persistent 128-row tiles (512 rows at 1.04), S = 8192 keeps 192 (43
-// tiles of 192 beat 128 tiles of 64 at 0.9), and so does causal S = 4096
-// (4224 rows against 4096 / 0.9).
+// tiles of 192 beat 128 tiles of 64 at 0.85), and so does causal S = 4096
+// (4224 rows against 4096 / 0.85). The key length sets the 64-row rate:
+// 512 queries over 8192 keys take 192 rows (576 against 512 / 0.85 for
+// 64 and 128 rows), 64
+// queries over 4096 keys 64 rows (the padding of 192 costs more).
 // SM90-LABEL: func.func @vit_197
 // SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
 func.func @vit_197(%q: tensor<128x197x12x64xbf16>, %k: tensor<128x197x12x64xbf16>, %v: tensor<128x197x12x64xbf16>) -> (tensor<128x197x12x64xbf16>, tensor<128x12x197xf32>) {
@@ -127,6 +130,20 @@ func.func @vit_49(%q: tensor<128x49x12x64xbf16>, %k: tensor<128x49x12x64xbf16>, 
 func.func @d64_512(%q: tensor<32x512x32x64xbf16>, %k: tensor<32x512x32x64xbf16>, %v: tensor<32x512x32x64xbf16>) -> (tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>) {
   %o, %lse = fa3.attention %q, %k, %v : (tensor<32x512x32x64xbf16>, tensor<32x512x32x64xbf16>, tensor<32x512x32x64xbf16>) -> (tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>)
   return %o, %lse : tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>
+}
+
+// SM90-LABEL: func.func @d64_short_queries_long_keys
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3,
+func.func @d64_short_queries_long_keys(%q: tensor<8x512x32x64xbf16>, %k: tensor<8x8192x32x64xbf16>, %v: tensor<8x8192x32x64xbf16>) -> (tensor<8x512x32x64xbf16>, tensor<8x32x512xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<8x512x32x64xbf16>, tensor<8x8192x32x64xbf16>, tensor<8x8192x32x64xbf16>) -> (tensor<8x512x32x64xbf16>, tensor<8x32x512xf32>)
+  return %o, %lse : tensor<8x512x32x64xbf16>, tensor<8x32x512xf32>
+}
+
+// SM90-LABEL: func.func @d64_decode_like
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1,
+func.func @d64_decode_like(%q: tensor<8x64x32x64xbf16>, %k: tensor<8x4096x32x64xbf16>, %v: tensor<8x4096x32x64xbf16>) -> (tensor<8x64x32x64xbf16>, tensor<8x32x64xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v : (tensor<8x64x32x64xbf16>, tensor<8x4096x32x64xbf16>, tensor<8x4096x32x64xbf16>) -> (tensor<8x64x32x64xbf16>, tensor<8x32x64xf32>)
+  return %o, %lse : tensor<8x64x32x64xbf16>, tensor<8x32x64xf32>
 }
 
 // SM90-LABEL: func.func @long_8192
@@ -199,7 +216,7 @@ func.func @causal_4096(%q: tensor<1x4096x4x64xbf16>, %k: tensor<1x4096x4x64xbf16
   return %o, %lse : tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>
 }
 
-// Non-causal S = 4096 keeps 192 (22 tiles: 4224 rows, against 4096 / 0.9).
+// Non-causal S = 4096 keeps 192 (22 tiles: 4224 rows, against 4096 / 0.85).
 // SM90-LABEL: func.func @full_4096
 // SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3,
 func.func @full_4096(%q: tensor<1x4096x4x64xbf16>, %k: tensor<1x4096x4x64xbf16>, %v: tensor<1x4096x4x64xbf16>) -> (tensor<1x4096x4x64xbf16>, tensor<1x4x4096xf32>) {

@@ -69,7 +69,8 @@ def _static_pass_schedule(fa3_opt, d, causal, sq, sk):
 @pytest.mark.parametrize("d,causal,sq,sk", [
     (64, False, 49, 49), (64, False, 197, 197), (64, True, 4096, 4096), (64, False, 8192, 8192),
     (128, False, 512, 512), (128, True, 512, 512), (128, True, 1024, 1024), (128, False, 8192, 512),
-    (128, False, 1, 4096), (256, False, 512, 512)])
+    (128, False, 1, 4096), (256, False, 512, 512), (64, False, 512, 8192), (64, False, 64, 4096),
+    (64, False, 8192, 512)])
 def test_length_bucket_is_the_pass_choice(fa3_opt, d, causal, sq, sk):
     """The schedule fa3.attention writes into the forward it compiles for a
     launch's (Sq, Sk) is what fa3-select-schedule picks for those lengths."""

@@ -22,17 +22,20 @@ using namespace mlir::fa3;
 /// 128-row forward tiles at d <= 64, relative to the 192-row tile's,
 /// measured on the H200 (bf16, FA3-paper and ViT shapes; docs/Performance.md,
 /// "Query tiles by sequence length" and "Length buckets with a persistent
-/// grid"): the 64-row tile keeps pace up to 1k query rows (2k causal, whose
-/// tiles do half the work) and falls to ~0.9 beyond (causal 4k: 371 against
-/// 381 TFLOP/s); the 128-row tile runs at ~0.9 throughout. On a persistent
-/// grid (short key loops, below) the 128-row tile runs 4% (causal 6%)
-/// faster per row than the 64-row tile at Sq = Sk = 256-1024; below 256
-/// query rows it was measured slower (ViT S = 197: 162 against 169-172), so
-/// it is a candidate from 256 rows on.
-static constexpr double kRate64Short = 1.0, kRate64Long = 0.9, kRate128 = 0.9;
+/// grid"): the 64-row tile keeps pace while its key loop is short (Sk up to
+/// 1k, 2k causal, whose tiles do half the work) and falls to 0.8-0.9 beyond
+/// (Sq = Sk = 2k-16k; causal 4k: 371 against 381 TFLOP/s; Sq = 512 over
+/// Sk = 8192: 376 against 416, 0.8 per computed row); the 128-row tile runs
+/// at ~0.85 throughout (0.83-0.85 at Sq = Sk = 512-4k, 0.84 at Sq = 512 over
+/// Sk = 8192). On a persistent grid (short key loops, below) the
+/// 128-row tile runs 4% (causal 6%) faster per row than the 64-row tile at
+/// Sq = Sk = 256-1024; below 256 query rows it was measured slower (ViT
+/// S = 197: 162 against 169-172), so it is a candidate from 256 rows on.
+static constexpr double kRate64Short = 1.0, kRate64Long = 0.85,
+                        kRate128 = 0.85;
 static constexpr double kRate128Persistent = 1.04,
                         kRate128PersistentCausal = 1.06;
-static constexpr int64_t kShortQueries = 1024, kShortQueriesCausal = 2048;
+static constexpr int64_t kShortKeys = 1024, kShortKeysCausal = 2048;
 static constexpr int64_t kPersistent128MinQueries = 256;
 
 /// Up to how many keys (Sk) a persistent grid pays on the warp-specialized
@@ -121,7 +124,10 @@ static ForwardTiles selectHopperForwardTiles(int64_t headDim, bool fp8,
     int64_t rows;
     double rate;
   };
-  bool short64 = seqLenQ <= (causal ? kShortQueriesCausal : kShortQueries);
+  // Where the key length is unknown, the query length stands in for it.
+  int64_t keys =
+      !ShapedType::isDynamic(seqLenK) && seqLenK > 0 ? seqLenK : seqLenQ;
+  bool short64 = keys <= (causal ? kShortKeysCausal : kShortKeys);
   double rate128 = kRate128;
   if (persistent && seqLenQ >= kPersistent128MinQueries)
     rate128 = causal ? kRate128PersistentCausal : kRate128Persistent;

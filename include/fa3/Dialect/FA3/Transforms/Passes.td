@@ -202,8 +202,8 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     longer key loops and causal 1k lose 3-15%; d256 loses everywhere). At
     d ≤ 64 the query tile minimizes `ceil(Sq / block_m) · block_m /
     rate(block_m)` over 64, 128 and 192 rows, with measured rates per
-    computed row: 64 rows 1.0 up to 1k query rows (2k causal), else 0.9;
-    128 rows 0.9, or from 256 query rows on a persistent grid 1.04 (causal
+    computed row: 64 rows 1.0 over at most 1k keys (2k causal), else 0.85;
+    128 rows 0.85, or from 256 query rows on a persistent grid 1.04 (causal
     1.06); 192 rows 1.
     Overriding `block-m` on sm_90a recomputes the warpgroups, the register
     split and overlap for the new row count.
