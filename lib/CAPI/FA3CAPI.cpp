@@ -112,15 +112,12 @@ static fa3_kernel *compileKernel(const char *api, Accepts accepts,
                         ": mlir_source and function must not be NULL");
     return nullptr;
   }
-  // Without a driver (PTX only), the cache key records driver 0.
-  auto driverVersion = runtime::cudaDriverVersion();
-  if (!driverVersion) {
-    if (load) {
+  // A kernel to load needs the driver: fail before compiling anything.
+  if (load) {
+    if (auto driverVersion = runtime::cudaDriverVersion(); !driverVersion) {
       setError(error, driverVersion.takeError());
       return nullptr;
     }
-    llvm::consumeError(driverVersion.takeError());
-    driverVersion = 0;
   }
   mlir::DialectRegistry registry;
   mlir::fa3::registerAllDialects(registry);
@@ -142,8 +139,7 @@ static fa3_kernel *compileKernel(const char *api, Accepts accepts,
   options.blockM = blockM;
   options.blockN = blockN;
   bool hit = false;
-  auto kernel = getOrCompileHopperAttention(*module, function, options,
-                                            *driverVersion, hit);
+  auto kernel = getOrCompileHopperAttention(*module, function, options, hit);
   if (!kernel) {
     setError(error, kernel.takeError());
     return nullptr;

@@ -16,7 +16,7 @@ using namespace fa3;
 
 llvm::Expected<HopperKernel> fa3::getOrCompileHopperAttention(
     mlir::ModuleOp module, llvm::StringRef function,
-    const HopperCompileOptions &options, int driverVersion, bool &hit) {
+    const HopperCompileOptions &options, bool &hit) {
   mlir::Operation *func = module.lookupSymbol(function);
   if (!func)
     return llvm::createStringError(std::errc::invalid_argument,
@@ -30,9 +30,8 @@ llvm::Expected<HopperKernel> fa3::getOrCompileHopperAttention(
 
   runtime::KernelCache &cache = runtime::KernelCache::getGlobal();
   std::string key = runtime::KernelCache::computeKey(
-      {FA3_VERSION, runtime::KernelCache::getBuildId(), "sm_90a",
-       "cuda-driver-" + std::to_string(driverVersion),
-       text, "block-m=" + std::to_string(options.blockM),
+      {FA3_VERSION, runtime::KernelCache::getBuildId(), "sm_90a", text,
+       "block-m=" + std::to_string(options.blockM),
        "block-n=" + std::to_string(options.blockN)});
   if (auto entry = cache.lookup(key)) {
     auto info = runtime::AttentionKernelInfo::fromManifest(entry->manifest);

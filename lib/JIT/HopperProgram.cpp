@@ -72,7 +72,7 @@ static mlir::OwningOpRef<mlir::ModuleOp> isolate(mlir::Operation *op) {
 
 llvm::Expected<HopperProgram>
 HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
-                       const HopperCompileOptions &options, int driverVersion) {
+                       const HopperCompileOptions &options) {
   if (!module.lookupSymbol<mlir::func::FuncOp>(function))
     return error("no function '" + function + "' with a body in the module");
   // Attentions marked #fa3.fp8 become their quantize + FP8 steps first.
@@ -133,7 +133,7 @@ HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
     }
     mlir::OwningOpRef<mlir::ModuleOp> isolated = isolate(&op);
     auto kernel = getOrCompileHopperAttention(*isolated, "fa3_step", options,
-                                              driverVersion, step.cacheHit);
+                                              step.cacheHit);
     if (!kernel)
       return kernel.takeError();
     step.kernel = std::move(*kernel);

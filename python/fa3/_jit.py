@@ -4,8 +4,9 @@ Each (MLIR function, device, direction, tiles) compiles once per process
 and is then served from memory. Every compile also goes through fa3's
 on-disk kernel cache (`FA3_CACHE_DIR`, else `$XDG_CACHE_HOME/fa3` or
 `~/.cache/fa3`): entries are written atomically, keyed by the fa3 version and
-build, the function's IR and the tile options, plus the arch and CUDA driver
-version for kernels or the host CPU for CPU object code, so a new process
+build, the function's IR and the tile options, plus the arch for kernels
+(PTX: a "ptx" compile and a "cuda:N" compile share an entry) or the host
+CPU for CPU object code, so a new process
 skips the MLIR pipeline and LLVM (a CPU function loads in a few milliseconds
 instead of tens). `FA3_DUMP_IR=1` keeps each stage's IR and the PTX next to
 a CUDA cache entry.

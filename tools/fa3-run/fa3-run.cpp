@@ -130,15 +130,15 @@ static int emitHopper(mlir::ModuleOp module) {
 /// --device=cuda: compile (or fetch) the kernels of every fa3 op of the
 /// function and run them in order on GPU 0.
 static int runOnCuda(mlir::ModuleOp module) {
-  auto driverVersion = runtime::cudaDriverVersion();
-  if (!driverVersion)
+  // No driver: fail before compiling anything.
+  if (auto driverVersion = runtime::cudaDriverVersion(); !driverVersion)
     return fail(driverVersion.takeError());
   auto start = std::chrono::steady_clock::now();
   HopperCompileOptions options;
   options.blockM = blockM;
   options.blockN = blockN;
   auto program =
-      HopperProgram::compile(module, functionName, options, *driverVersion);
+      HopperProgram::compile(module, functionName, options);
   if (!program)
     return fail(program.takeError());
   double compileMs = std::chrono::duration<double, std::milli>(

@@ -38,7 +38,7 @@ public:
   /// Fails, naming the op, on anything but fa3.attention/attention_grad.
   static llvm::Expected<HopperProgram>
   compile(mlir::ModuleOp module, llvm::StringRef function,
-          const HopperCompileOptions &options, int driverVersion);
+          const HopperCompileOptions &options);
 
   const std::vector<runtime::ElementType> &getArgumentTypes() const {
     return argumentTypes;

@@ -5,6 +5,12 @@ that name the problem. (The C API itself is tested from C by
 test/CAPI/fa3-capi-test.c, whose --gpu half scripts/gpu/run.sh runs.)"""
 
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -79,3 +85,24 @@ def test_launch_into_checks_the_device_and_layout():
         kernel.launch_into(q.transpose(1, 2), k, k, o, lse)
     with pytest.raises(ValueError, match="launch_grad_into runs a backward"):
         kernel.launch_grad_into(q, q, k, k, o, lse, q, k, k)
+
+
+def test_ptx_and_cuda_compiles_share_a_cache_entry(tmp_path):
+    """A CUDA cache entry is PTX plus the kernel's manifest, independent of
+    the driver: after a PTX-only compile (what fa3.jax does at trace time to
+    size the backward's workspace) the compile for the GPU of the same
+    function is a cache hit, in a fresh process."""
+    child = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import fa3
+ptx = fa3.compile("bf16", 4, 64, num_kv_heads=2, softcap=2.25, device="ptx", backward=True)
+gpu = fa3.compile("bf16", 4, 64, num_kv_heads=2, softcap=2.25, device="cuda", backward=True)
+print(json.dumps({"ptx_hit": ptx.cache_hit, "gpu_hit": gpu.cache_hit, "same": ptx.ptx == gpu.ptx}))
+"""
+    repo = pathlib.Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", child, str(repo / "python")], capture_output=True, text=True,
+                          env=dict(os.environ, FA3_CACHE_DIR=str(tmp_path)), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"ptx_hit": False, "gpu_hit": True, "same": True}, result
