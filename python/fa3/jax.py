@@ -161,8 +161,12 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
 
 
 def _needs_rounding(q, k, v):
-    return (len(q.shape) == len(k.shape) == len(v.shape) == 4
-            and (q.shape[3] != v.shape[3] or q.shape[3] not in _spec.CUDA_HEAD_DIMS))
+    """Whether q, k and v (4-d arrays; anything else is left to the
+    checks of _spec_for) have a head dim the CUDA kernels are not compiled
+    for, or v's differs from q's."""
+    if not all(len(getattr(x, "shape", ())) == 4 for x in (q, k, v)):
+        return False
+    return q.shape[3] != v.shape[3] or q.shape[3] not in _spec.CUDA_HEAD_DIMS
 
 
 def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, return_lse):
