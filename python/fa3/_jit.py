@@ -111,12 +111,13 @@ def get_mlir(source, function, device, direction, block_m=0, block_n=0):
         return _cache.setdefault(key, obj)
 
 
-def get(spec, device, direction, block_m=0, block_n=0, schedule=None):
+def get(spec, device, direction, schedule=None):
     """`get_mlir` of the function fa3 compiles for the AttentionSpec `spec`
-    (the forward with `schedule` written into its attention, if given)."""
+    (the forward with `schedule` written into its attention, if given; else
+    the compiler's cost model picks it)."""
     source = spec.forward_mlir(schedule) if direction == "fwd" else spec.backward_mlir()
     function = "attention" if direction == "fwd" else "attention_grad"
-    return get_mlir(source, function, device, direction, block_m, block_n)
+    return get_mlir(source, function, device, direction)
 
 
 def quantize_mlir(dtype, num_heads, num_groups, head_dim, hadamard_seed=None):

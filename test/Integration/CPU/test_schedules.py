@@ -11,12 +11,15 @@ import pytest
 from fa3 import schedules
 
 
-def _pass_schedule(fa3_opt, d):
-    t = f"tensor<?x?x8x{d}xbf16>"
-    lt = "tensor<?x8x?xf32>"
-    source = (f"func.func @f(%q: {t}, %k: {t}, %v: {t}) -> ({t}, {lt}) {{\n"
-              f"  %o, %lse = fa3.attention %q, %k, %v : ({t}, {t}, {t}) -> ({t}, {lt})\n"
-              f"  return %o, %lse : {t}, {lt}\n}}\n")
+def _pass_schedule(fa3_opt, d, causal=False, sq="?", sk="?"):
+    """The #fa3.schedule fa3-select-schedule (sm_90a) writes on a bf16
+    attention of head dim d with these lengths ("?": dynamic)."""
+    q, k = f"tensor<2x{sq}x8x{d}xbf16>", f"tensor<2x{sk}x8x{d}xbf16>"
+    lt = f"tensor<2x8x{sq}xf32>"
+    attrs = " {causal}" if causal else ""
+    source = (f"func.func @f(%q: {q}, %k: {k}, %v: {k}) -> ({q}, {lt}) {{\n"
+              f"  %o, %lse = fa3.attention %q, %k, %v{attrs} : ({q}, {k}, {k}) -> ({q}, {lt})\n"
+              f"  return %o, %lse : {q}, {lt}\n}}\n")
     out = subprocess.run([fa3_opt, "--fa3-select-schedule=target=sm_90a"], input=source,
                          capture_output=True, text=True, check=True).stdout
     return re.search(r"#fa3\.schedule<[^>]*>", out).group(0)
@@ -54,18 +57,6 @@ def test_n176_is_d128_only():
         schedules.hopper_forward(64, "n176_overlap")
 
 
-def _static_pass_schedule(fa3_opt, d, causal, sq, sk):
-    q, k = f"tensor<2x{sq}x8x{d}xbf16>", f"tensor<2x{sk}x8x{d}xbf16>"
-    lt = f"tensor<2x8x{sq}xf32>"
-    attrs = " {causal}" if causal else ""
-    source = (f"func.func @f(%q: {q}, %k: {k}, %v: {k}) -> ({q}, {lt}) {{\n"
-              f"  %o, %lse = fa3.attention %q, %k, %v{attrs} : ({q}, {k}, {k}) -> ({q}, {lt})\n"
-              f"  return %o, %lse : {q}, {lt}\n}}\n")
-    out = subprocess.run([fa3_opt, "--fa3-select-schedule=target=sm_90a"], input=source,
-                         capture_output=True, text=True, check=True).stdout
-    return re.search(r"#fa3\.schedule<[^>]*>", out).group(0)
-
-
 @pytest.mark.parametrize("d,causal,sq,sk", [
     (64, False, 49, 49), (64, False, 197, 197), (64, True, 4096, 4096), (64, False, 8192, 8192),
     (128, False, 512, 512), (128, True, 512, 512), (128, True, 1024, 1024), (128, False, 8192, 512),
@@ -77,7 +68,7 @@ def test_length_bucket_is_the_pass_choice(fa3_opt, d, causal, sq, sk):
     from fa3 import _jit
     from fa3._spec import AttentionSpec
     spec = AttentionSpec("bf16", 8, 8, d, d, causal)
-    assert _jit.forward_schedule(spec, sq, sk) == _static_pass_schedule(fa3_opt, d, causal, sq, sk)
+    assert _jit.forward_schedule(spec, sq, sk) == _pass_schedule(fa3_opt, d, causal, sq, sk)
 
 
 def test_length_bucket_compiles_its_schedule():
