@@ -20,6 +20,13 @@ FP8_HEAD_DIMS = (64, 128, 256)
 CUDA_HEAD_DIMS = (64, 128, 256)
 
 
+def has_cuda_kernel(d, dv):
+    """Whether q/k head dim `d` and v head dim `dv` are ones the CUDA kernels
+    are compiled for (else fa3.attention runs them at
+    rounded_cuda_head_dim)."""
+    return d == dv and d in CUDA_HEAD_DIMS
+
+
 def rounded_cuda_head_dim(d, dv):
     """The compiled head dim the CUDA kernels run q/k of head dim `d` and v
     of head dim `dv` at: the smallest of CUDA_HEAD_DIMS >= both (q, k and v

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _jit
-from ._spec import CUDA_HEAD_DIMS, AttentionSpec, check_options, check_shapes, rounded_cuda_head_dim
+from ._spec import AttentionSpec, check_options, check_shapes, has_cuda_kernel, rounded_cuda_head_dim
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 FP8 = torch.float8_e4m3fn
@@ -177,7 +177,7 @@ def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse):
     padding zero output columns, which are sliced away; the gradients of the
     padding are dropped by F.pad's backward. Costs one copy of q, k and v
     and the larger kernel's FLOPs."""
-    hq, _, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=False)
+    _, _, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=False)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     _check_tensors(q, k, v)
     size = rounded_cuda_head_dim(d, dv)
@@ -190,8 +190,7 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
     """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16); with
     `need_lse=False` and no autograd, lse is a scratch buffer the caller must
     not use."""
-    if (q.dim() == 4 and v.dim() == 4 and k.dim() == 4
-            and (q.shape[3] != v.shape[3] or q.shape[3] not in CUDA_HEAD_DIMS)):
+    if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
         return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse)
     if torch.compiler.is_compiling():
         hq, _, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)

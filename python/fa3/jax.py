@@ -166,7 +166,7 @@ def _needs_rounding(q, k, v):
     for, or v's differs from q's."""
     if not all(len(getattr(x, "shape", ())) == 4 for x in (q, k, v)):
         return False
-    return q.shape[3] != v.shape[3] or q.shape[3] not in _spec.CUDA_HEAD_DIMS
+    return not _spec.has_cuda_kernel(q.shape[3], v.shape[3])
 
 
 def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, return_lse):
