@@ -156,7 +156,12 @@ void fa3_free_string(char *string);
  * ExecutionEngine, on host buffers.
  *===----------------------------------------------------------------------===*/
 
-enum { FA3_DTYPE_F32 = 0, FA3_DTYPE_F16 = 1, FA3_DTYPE_BF16 = 2 };
+enum {
+  FA3_DTYPE_F32 = 0,
+  FA3_DTYPE_F16 = 1,
+  FA3_DTYPE_BF16 = 2,
+  FA3_DTYPE_I32 = 3 /* sequence offsets, lengths and page tables */
+};
 #define FA3_MAX_RANK 8
 
 /** A dense row-major host tensor. Inputs: `data` is the caller's. Outputs

@@ -50,6 +50,9 @@ static bool toElementType(int dtype, ElementType &out) {
   case FA3_DTYPE_BF16:
     out = ElementType::BF16;
     return true;
+  case FA3_DTYPE_I32:
+    out = ElementType::I32;
+    return true;
   default:
     return false;
   }
@@ -61,6 +64,8 @@ static int fromElementType(ElementType type) {
     return FA3_DTYPE_F16;
   case ElementType::BF16:
     return FA3_DTYPE_BF16;
+  case ElementType::I32:
+    return FA3_DTYPE_I32;
   default:
     return FA3_DTYPE_F32;
   }

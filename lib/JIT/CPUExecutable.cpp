@@ -114,10 +114,12 @@ static llvm::Expected<TensorSignature> signatureOf(mlir::Type type,
     sig.elementType = ElementType::BF16;
   else if (llvm::isa<mlir::Float8E4M3FNType>(elt))
     sig.elementType = ElementType::F8E4M3;
+  else if (elt.isInteger(32))
+    sig.elementType = ElementType::I32;
   else
     return error(what + " has type " + typeStr +
-                 "; only ranked tensors of f32, f16, bf16 or f8E4M3FN are "
-                 "supported");
+                 "; only ranked tensors of f32, f16, bf16, f8E4M3FN or i32 "
+                 "are supported");
   for (int64_t d : tensor.getShape())
     sig.shape.push_back(mlir::ShapedType::isDynamic(d)
                             ? std::nullopt
@@ -125,27 +127,73 @@ static llvm::Expected<TensorSignature> signatureOf(mlir::Type type,
   return sig;
 }
 
-/// Records the dim equalities an attention op relies on for the operands that
-/// are function arguments; the compiled code indexes K and V with Q's batch
-/// and V with K's sequence length.
+/// Records the dim equalities the fa3 ops rely on for the operands that are
+/// function arguments: the compiled code indexes K and V with Q's batch, V
+/// with K's sequence length, the sequence offsets and page tables with the
+/// batch index, so a mismatch would read outside a buffer.
 static void collectEqualities(mlir::func::FuncOp func,
                               std::vector<DimEquality> &out) {
   auto argIndex = [&](mlir::Value v) -> std::optional<unsigned> {
-    auto arg = llvm::dyn_cast<mlir::BlockArgument>(v);
+    auto arg = llvm::dyn_cast_if_present<mlir::BlockArgument>(v);
     if (!arg || arg.getOwner() != &func.getBody().front())
       return std::nullopt;
     return arg.getArgNumber();
   };
-  func.walk([&](mlir::fa3::AttentionOp op) {
-    auto q = argIndex(op.getQuery()), k = argIndex(op.getKey()),
-         v = argIndex(op.getValue());
-    if (q && k)
-      out.push_back({*q, 0, *k, 0, "query and key must have the same batch"});
-    if (q && v)
-      out.push_back({*q, 0, *v, 0, "query and value must have the same batch"});
-    if (k && v)
-      out.push_back(
-          {*k, 1, *v, 1, "key and value must have the same sequence length"});
+  // dim `dimA` of `a` == dim `dimB` of `b` + offset, when both are arguments.
+  auto require = [&](mlir::Value a, unsigned dimA, mlir::Value b,
+                     unsigned dimB, const char *why, int64_t offset = 0) {
+    auto ia = argIndex(a), ib = argIndex(b);
+    if (ia && ib)
+      out.push_back({*ia, dimA, *ib, dimB, why, offset});
+  };
+  func.walk([&](mlir::Operation *op) {
+    if (auto attention = llvm::dyn_cast<mlir::fa3::AttentionOp>(op)) {
+      require(attention.getQuery(), 0, attention.getKey(), 0,
+              "query and key must have the same batch");
+      require(attention.getQuery(), 0, attention.getValue(), 0,
+              "query and value must have the same batch");
+      require(attention.getKey(), 1, attention.getValue(), 1,
+              "key and value must have the same sequence length");
+    } else if (auto varlen =
+                   llvm::dyn_cast<mlir::fa3::AttentionVarlenOp>(op)) {
+      require(varlen.getKey(), 0, varlen.getValue(), 0,
+              "key and value must have the same number of tokens");
+      require(varlen.getCuSeqlensQ(), 0, varlen.getCuSeqlensK(), 0,
+              "cu_seqlens_q and cu_seqlens_k must both have B + 1 entries");
+      require(varlen.getCuSeqlensQ(), 0, varlen.getSequsedK(), 0,
+              "seqused_k must have B entries, one fewer than cu_seqlens_q",
+              /*offset=*/1);
+    } else if (auto cache = llvm::dyn_cast<mlir::fa3::AttentionKVCacheOp>(op)) {
+      require(cache.getQuery(), 0, cache.getCacheSeqlens(), 0,
+              "cache_seqlens must have one entry per batch of the query");
+      require(cache.getKeyCache(), 0, cache.getValueCache(), 0,
+              "key and value caches must have the same first dim");
+      require(cache.getKeyCache(), 1, cache.getValueCache(), 1,
+              "key and value caches must have the same second dim");
+      if (cache.isPaged())
+        require(cache.getQuery(), 0, cache.getPageTable(), 0,
+                "page_table must have one row per batch of the query");
+      else
+        require(cache.getQuery(), 0, cache.getKeyCache(), 0,
+                "query and the key cache must have the same batch");
+    } else if (auto append = llvm::dyn_cast<mlir::fa3::KVCacheAppendOp>(op)) {
+      require(append.getKey(), 0, append.getValue(), 0,
+              "new keys and values must have the same batch");
+      require(append.getKey(), 1, append.getValue(), 1,
+              "new keys and values must have the same number of rows");
+      require(append.getKey(), 0, append.getCacheSeqlens(), 0,
+              "cache_seqlens must have one entry per batch of the new keys");
+      require(append.getKeyCache(), 0, append.getValueCache(), 0,
+              "key and value caches must have the same first dim");
+      require(append.getKeyCache(), 1, append.getValueCache(), 1,
+              "key and value caches must have the same second dim");
+      if (append.getPageTable())
+        require(append.getKey(), 0, append.getPageTable(), 0,
+                "page_table must have one row per batch of the new keys");
+      else
+        require(append.getKey(), 0, append.getKeyCache(), 0,
+                "new keys and the key cache must have the same batch");
+    }
   });
 }
 
@@ -353,7 +401,7 @@ CPUExecutable::checkInputs(const std::vector<HostTensor> &inputs) const {
   for (const DimEquality &eq : equalities) {
     int64_t a = inputs[eq.argA].shape[eq.dimA],
             b = inputs[eq.argB].shape[eq.dimB];
-    if (a != b)
+    if (a != b + eq.offset)
       return error(eq.why + ": input #" + llvm::Twine(eq.argA) + " dim " +
                    llvm::Twine(eq.dimA) + " is " + llvm::Twine(a) +
                    " but input #" + llvm::Twine(eq.argB) + " dim " +

@@ -52,6 +52,9 @@ void mlir::fa3::buildFA3CPUPipeline(OpPassManager &pm,
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   // Tiles are allocated per loop iteration; free them there too.
   bufferization::buildBufferDeallocationPipeline(pm);
+  // A result that may alias an argument (a KV cache updated in place) is
+  // returned as a bufferization.clone: a new buffer the caller owns.
+  pm.addPass(createConvertBufferizationToMemRefPass());
 
   pm.addPass(createConvertLinalgToLoopsPass());
   pm.addPass(memref::createExpandStridedMetadataPass());

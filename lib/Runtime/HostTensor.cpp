@@ -21,6 +21,7 @@ using llvm::StringRef;
 size_t fa3::runtime::elementSize(ElementType type) {
   switch (type) {
   case ElementType::F32:
+  case ElementType::I32:
     return 4;
   case ElementType::F16:
   case ElementType::BF16:
@@ -45,13 +46,16 @@ StringRef fa3::runtime::elementTypeName(ElementType type) {
     return "f64";
   case ElementType::F8E4M3:
     return "f8E4M3FN";
+  case ElementType::I32:
+    return "i32";
   }
   return "?";
 }
 
 std::optional<ElementType> fa3::runtime::parseElementType(StringRef name) {
   for (ElementType t : {ElementType::F32, ElementType::F16, ElementType::BF16,
-                        ElementType::F64, ElementType::F8E4M3})
+                        ElementType::F64, ElementType::F8E4M3,
+                        ElementType::I32})
     if (elementTypeName(t) == name)
       return t;
   return std::nullopt;
@@ -201,6 +205,11 @@ static double loadAsDouble(const HostTensor &t, int64_t i) {
   }
   case ElementType::F8E4M3:
     return e4m3ToFloat(*p);
+  case ElementType::I32: {
+    int32_t i;
+    std::memcpy(&i, p, 4);
+    return i;
+  }
   }
   return 0;
 }
@@ -229,6 +238,11 @@ static void storeFromDouble(HostTensor &t, int64_t i, double v) {
   case ElementType::F8E4M3:
     *p = floatToE4M3(static_cast<float>(v));
     return;
+  case ElementType::I32: {
+    auto i = static_cast<int32_t>(std::lround(v));
+    std::memcpy(p, &i, 4);
+    return;
+  }
   }
 }
 
@@ -309,9 +323,12 @@ llvm::Expected<HostTensor> fa3::runtime::readNpy(StringRef path) {
     type = ElementType::F16;
   else if (descr->starts_with("'<f8'"))
     type = ElementType::F64;
+  else if (descr->starts_with("'<i4'"))
+    type = ElementType::I32;
   else
     return bad("unsupported dtype " + descr->split(',').first.str() +
-               " (expected float32 '<f4', float16 '<f2' or float64 '<f8')");
+               " (expected float32 '<f4', float16 '<f2', float64 '<f8' or "
+               "int32 '<i4')");
 
   if (!shapeText->consume_front("("))
     return bad("malformed shape");
@@ -348,6 +365,7 @@ llvm::Error fa3::runtime::writeNpy(StringRef path, const HostTensor &tensor) {
                        : tensor;
   const char *descr = out.elementType == ElementType::F32   ? "<f4"
                       : out.elementType == ElementType::F16 ? "<f2"
+                      : out.elementType == ElementType::I32 ? "<i4"
                                                             : "<f8";
   std::string shape;
   for (int64_t d : out.shape)

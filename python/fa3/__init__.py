@@ -5,7 +5,10 @@
     out.sum().backward()                        # torch: the backward runs fa3.attention_grad
 
 `fa3.attention` follows FlashAttention's `flash_attn_func` layout
-(batch, seqlen, heads, headdim). `fa3.compile` returns the compiled kernel
+(batch, seqlen, heads, headdim); `fa3.attention_varlen` (packed
+variable-length batches) and `fa3.attention_with_kvcache` (contiguous or
+paged KV caches with appends) follow `flash_attn_varlen_func` and
+`flash_attn_with_kvcache` (numpy arrays on the CPU for now). `fa3.compile` returns the compiled kernel
 for inspection (MLIR, PTX) and explicit launches. Compiled kernels are
 cached in memory per process and, for CUDA, on disk (`FA3_CACHE_DIR`).
 Compile and CUDA failures raise RuntimeError (`fa3.Error`); bad arguments
@@ -20,6 +23,7 @@ ring attention), differentiably with torch; `fa3.jax` is fa3 for JAX.
 """
 
 from . import _jit
+from ._inference import attention_varlen, attention_with_kvcache
 from .api import Kernel, attention, compile, compile_mlir
 from .merge import merge_attention
 
@@ -39,4 +43,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'fa3' has no attribute {name!r}")
 
 
-__all__ = ["attention", "compile", "compile_mlir", "merge_attention", "Kernel", "cache_info", "Error"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile", "compile_mlir", "merge_attention", "Kernel", "cache_info", "Error"]

@@ -98,6 +98,54 @@ class AttentionSpec:
                 f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs(schedule)} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
+    def varlen_mlir(self, seqused_k=False):
+        """`@attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])
+        -> (o, lse)` on packed [T, H, D] tensors: one fa3.attention_varlen."""
+        e = self.dtype
+        q = f"tensor<?x{self.num_heads}x{self.head_dim}x{e}>"
+        k = f"tensor<?x{self.num_kv_heads}x{self.head_dim}x{e}>"
+        v = f"tensor<?x{self.num_kv_heads}x{self.head_dim_v}x{e}>"
+        o = f"tensor<?x{self.num_heads}x{self.head_dim_v}x{e}>"
+        lse = f"tensor<{self.num_heads}x?xf32>"
+        idx = "tensor<?xi32>"
+        used_arg, used_op, used_type = (f", %used: {idx}", ", %used", f", {idx}") if seqused_k else ("", "", "")
+        return (f"func.func @attention_varlen(%q: {q}, %k: {k}, %v: {v}, %cuq: {idx}, %cuk: {idx}{used_arg})"
+                f" -> ({o}, {lse}) {{\n"
+                f"  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk{used_op}{self._attrs()}"
+                f" : ({q}, {k}, {v}, {idx}, {idx}{used_type}) -> ({o}, {lse})\n"
+                f"  return %o, %lse : {o}, {lse}\n}}\n")
+
+    def kvcache_mlir(self, paged=False, append=False):
+        """`@attention_kvcache(q, k_cache, v_cache[, k_new, v_new],
+        cache_seqlens[, seqlens_before_append][, page_table]) -> (o, lse[,
+        k_cache, v_cache])`: with `append`, fa3.kvcache_append writes the new
+        rows at the lengths before the append, and fa3.attention_kvcache
+        attends to the lengths after it."""
+        q, k, v, o, lse = self._types()
+        idx, table = "tensor<?xi32>", "tensor<?x?xi32>"
+        args = [f"%q: {q}", f"%kc: {k}", f"%vc: {v}"]
+        if append:
+            args += [f"%k: {k}", f"%v: {v}"]
+        args.append(f"%lens: {idx}")
+        if append:
+            args.append(f"%before: {idx}")
+        if paged:
+            args.append(f"%pages: {table}")
+        pages_op, pages_type = (", %pages", f", {table}") if paged else ("", "")
+        body = ""
+        caches = "%kc, %vc"
+        results, result_types = "%o, %lse", f"{o}, {lse}"
+        if append:
+            body = (f"  %kc1, %vc1 = fa3.kvcache_append %kc, %vc, %k, %v, %before{pages_op}"
+                    f" : ({k}, {v}, {k}, {v}, {idx}{pages_type}) -> ({k}, {v})\n")
+            caches = "%kc1, %vc1"
+            results += ", %kc1, %vc1"
+            result_types += f", {k}, {v}"
+        body += (f"  %o, %lse = fa3.attention_kvcache %q, {caches}, %lens{pages_op}{self._attrs()}"
+                 f" : ({q}, {k}, {v}, {idx}{pages_type}) -> ({o}, {lse})\n")
+        return (f"func.func @attention_kvcache({', '.join(args)}) -> ({result_types}) {{\n{body}"
+                f"  return {results} : {result_types}\n}}\n")
+
     def backward_mlir(self, grad_lse=False):
         """`@attention_grad(do, q, k, v, o, lse) -> (dq, dk, dv)`; with
         `grad_lse`, a seventh argument: the gradient reaching the LSE."""

@@ -125,3 +125,46 @@ def attention_grad(q, k, v, do, causal=False, scale=None, window=(-1, -1), softc
     dq = scale * np.einsum("bhgqk,bkhd->bqhgd", ds, k).reshape(b, sq, hq, d)
     dk = scale * np.einsum("bhgqk,bqhgd->bkhd", ds, qg)
     return dq, dk, dv
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None, **options):
+    """The packed-batch attention (fa3.attention_varlen) in float64, as one
+    `attention` per sequence: q [Tq, Hq, D], k/v [Tk, Hkv, D]; returns o
+    [Tq, Hq, Dv] (0 for rows outside every sequence) and lse [Hq, Tq]
+    (-inf there)."""
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    o = np.zeros(q.shape[:2] + (v.shape[2],))
+    lse = np.full((q.shape[1], q.shape[0]), -np.inf)
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1 = cu_seqlens_q[b], cu_seqlens_q[b + 1]
+        k0, k1 = cu_seqlens_k[b], cu_seqlens_k[b + 1]
+        if seqused_k is not None:
+            k1 = k0 + seqused_k[b]
+        ob, lb = attention(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], **options)
+        o[q0:q1] = ob[0]
+        lse[:, q0:q1] = lb[0]
+    return o, lse
+
+
+def attention_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, **options):
+    """The KV-cache attention (fa3.attention_kvcache) in float64: batch b of
+    q [B, Sq, Hq, D] attends to the first cache_seqlens[b] positions of its
+    cache, gathered through `page_table` (position j in page
+    page_table[b, j // page_size], slot j % page_size) when given."""
+    q = np.asarray(q, dtype=np.float64)
+    o = np.zeros(q.shape[:3] + (v_cache.shape[3],))
+    lse = np.full((q.shape[0], q.shape[2], q.shape[1]), -np.inf)
+    for b in range(q.shape[0]):
+        n = int(cache_seqlens[b])
+        if page_table is None:
+            kb, vb = k_cache[b, :n], v_cache[b, :n]
+        else:
+            pos = np.arange(n)
+            pages = np.asarray(page_table)[b, pos // k_cache.shape[1]]
+            kb, vb = k_cache[pages, pos % k_cache.shape[1]], v_cache[pages, pos % k_cache.shape[1]]
+        ob, lb = attention(q[b:b + 1], np.asarray(kb, np.float64)[None], np.asarray(vb, np.float64)[None],
+                           **options)
+        o[b], lse[b] = ob[0], lb[0]
+    return o, lse

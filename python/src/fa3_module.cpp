@@ -51,8 +51,11 @@ int dtypeOf(const py::dtype &dtype) {
     return FA3_DTYPE_BF16;
   if (name == "float32")
     return FA3_DTYPE_F32;
-  throw py::type_error("fa3 CPU tensors must be float32, float16 or bfloat16, "
-                       "got " + name);
+  if (name == "int32")
+    return FA3_DTYPE_I32;
+  throw py::type_error("fa3 CPU tensors must be float32, float16, bfloat16 "
+                       "or (offsets, lengths, page tables) int32, got " +
+                       name);
 }
 
 py::dtype numpyDtype(int dtype) {
@@ -62,6 +65,8 @@ py::dtype numpyDtype(int dtype) {
   case FA3_DTYPE_BF16:
     return py::dtype::from_args(
         py::module_::import("ml_dtypes").attr("bfloat16"));
+  case FA3_DTYPE_I32:
+    return py::dtype("int32");
   default:
     return py::dtype::of<float>();
   }

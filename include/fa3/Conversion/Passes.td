@@ -37,6 +37,7 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
                            "::mlir::math::MathDialect",
+                           "::mlir::scf::SCFDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 

@@ -41,6 +41,8 @@ struct TensorSignature {
 struct DimEquality {
   unsigned argA, dimA, argB, dimB;
   std::string why;
+  /// The rule is dim A == dim B + offset (e.g. B + 1 sequence offsets).
+  int64_t offset = 0;
 };
 
 struct CPUCompileOptions {

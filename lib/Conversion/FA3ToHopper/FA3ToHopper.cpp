@@ -317,6 +317,11 @@ struct ConvertFA3ToHopperPass
         // Grid: ceildiv(Sq, block_m) x Hq x B.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
+      } else if (isa<AttentionVarlenOp, AttentionKVCacheOp, KVCacheAppendOp>(
+                     op)) {
+        op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
+                             "(fa3-cpu-pipeline) runs it";
+        failedAny = true;
       } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
         FailureOr<HopperAttentionGradSpec> spec =
             HopperAttentionGradSpec::fromOp(grad);

@@ -145,6 +145,9 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
     if (isScalarOp(&op) || isArgumentDim(&op, func))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
+      if (load.getLimit())
+        return fail(load, "row limits (variable-length sequences) have no "
+                          "Hopper lowering yet");
       LoadTileOp &slot = load.getSource() == k ? keys.keyLoad : keys.valueLoad;
       if ((load.getSource() != k && load.getSource() != v) || slot)
         return fail(load, "it must load one key and one value tile");
@@ -263,6 +266,9 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
+      if (load.getLimit())
+        return fail(load, "row limits (variable-length sequences) have no "
+                          "Hopper lowering yet");
       if (kernel.queryLoad || load.getSource() != func.getArgument(0))
         return fail(load, "the forall body loads one query tile");
       kernel.queryLoad = load;

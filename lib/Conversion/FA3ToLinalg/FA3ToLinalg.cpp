@@ -9,6 +9,7 @@
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 #include <cmath>
@@ -71,6 +72,18 @@ static std::pair<Value, Value> rowsInRange(OpBuilder &b, Location loc,
   return {start, n};
 }
 
+/// The end of the rows a tile op may touch along `dim` of `tensor`: the
+/// tensor's extent, or with a `limit` the smaller of the two (clamped at 0),
+/// so that a bad limit never reaches outside the tensor.
+static Value rowEnd(OpBuilder &b, Location loc, Value tensor, int64_t dim,
+                    Value limit) {
+  Value extent = tensor::DimOp::create(b, loc, tensor, dim);
+  if (!limit)
+    return extent;
+  Value end = arith::MinSIOp::create(b, loc, limit, extent);
+  return arith::MaxSIOp::create(b, loc, end, indexCst(b, loc, 0));
+}
+
 static AffineMap map(MLIRContext *ctx, unsigned dims,
                      ArrayRef<unsigned> results) {
   SmallVector<AffineExpr> exprs;
@@ -107,7 +120,7 @@ struct LoadTileLowering : OpConversionPattern<LoadTileOp> {
     Location loc = op.getLoc();
     auto tileType = cast<RankedTensorType>(op.getType());
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
-    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getSource(), 1);
+    Value seqLen = rowEnd(rewriter, loc, op.getSource(), 1, op.getLimit());
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
     auto sliceType = RankedTensorType::get({ShapedType::kDynamic, cols},
@@ -124,6 +137,68 @@ struct LoadTileLowering : OpConversionPattern<LoadTileOp> {
   }
 };
 
+/// A loop over the tile's in-range rows, each copied from its page when the
+/// page index lies inside the table (entries clamped into the cache).
+struct LoadPagedTileLowering : OpConversionPattern<LoadPagedTileOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(LoadPagedTileOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto tileType = cast<RankedTensorType>(op.getType());
+    int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
+    Value cache = op.getCache(), table = op.getPageTable();
+    Value numPages = tensor::DimOp::create(rewriter, loc, cache, 0);
+    Value pageSize = tensor::DimOp::create(rewriter, loc, cache, 1);
+    Value tableWidth = tensor::DimOp::create(rewriter, loc, table, 1);
+    Value limit = arith::MaxSIOp::create(rewriter, loc, op.getLimit(),
+                                         indexCst(rewriter, loc, 0));
+    auto [start, n] = rowsInRange(rewriter, loc, limit, op.getRow(), rows);
+    (void)start;
+    Value c0 = indexCst(rewriter, loc, 0), c1 = indexCst(rewriter, loc, 1);
+    auto rowLoop = scf::ForOp::create(
+        rewriter, loc, c0, n, c1, ValueRange{zeros(rewriter, loc, tileType)},
+        [&](OpBuilder &b, Location loc, Value i, ValueRange iters) {
+          Value key = arith::AddIOp::create(b, loc, op.getRow(), i);
+          Value slotInTable = arith::DivUIOp::create(b, loc, key, pageSize);
+          Value readable = arith::AndIOp::create(
+              b, loc,
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                    slotInTable, tableWidth),
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
+                                    numPages, c0));
+          auto copy = scf::IfOp::create(
+              b, loc, readable,
+              [&](OpBuilder &b, Location loc) {
+                Value entry = tensor::ExtractOp::create(
+                    b, loc, table, ValueRange{op.getBatch(), slotInTable});
+                Value page =
+                    arith::IndexCastOp::create(b, loc, b.getIndexType(), entry);
+                page = arith::MaxSIOp::create(b, loc, page, c0);
+                page = arith::MinSIOp::create(
+                    b, loc, page, arith::SubIOp::create(b, loc, numPages, c1));
+                Value slot = arith::RemUIOp::create(b, loc, key, pageSize);
+                OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
+                auto rowType =
+                    RankedTensorType::get({1, cols}, tileType.getElementType());
+                Value row = tensor::ExtractSliceOp::create(
+                    b, loc, rowType, cache, {page, slot, op.getHead(), zero},
+                    {one, one, one, b.getIndexAttr(cols)}, {one, one, one, one});
+                Value tile = tensor::InsertSliceOp::create(
+                    b, loc, row, iters[0], {i, zero},
+                    {one, b.getIndexAttr(cols)}, {one, one});
+                scf::YieldOp::create(b, loc, tile);
+              },
+              [&](OpBuilder &b, Location loc) {
+                scf::YieldOp::create(b, loc, iters[0]);
+              });
+          scf::YieldOp::create(b, loc, copy.getResults());
+        });
+    rewriter.replaceOp(op, rowLoop.getResults());
+    return success();
+  }
+};
+
 struct StoreTileLowering : OpConversionPattern<StoreTileOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -132,7 +207,7 @@ struct StoreTileLowering : OpConversionPattern<StoreTileOp> {
     Location loc = op.getLoc();
     auto tileType = cast<RankedTensorType>(op.getTile().getType());
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
-    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getDest(), 1);
+    Value seqLen = rowEnd(rewriter, loc, op.getDest(), 1, op.getLimit());
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
     auto partType = RankedTensorType::get({ShapedType::kDynamic, cols},
@@ -180,7 +255,7 @@ struct StoreStatsLowering : OpConversionPattern<StoreStatsOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     auto tileType = cast<RankedTensorType>(op.getTile().getType());
-    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getDest(), 2);
+    Value seqLen = rowEnd(rewriter, loc, op.getDest(), 2, op.getLimit());
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(),
                                   tileType.getDimSize(0));
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
@@ -689,7 +764,7 @@ struct ConvertFA3ToLinalgPass
 
 void mlir::fa3::populateFA3ToLinalgConversionPatterns(
     RewritePatternSet &patterns) {
-  patterns.add<LoadTileLowering, StoreTileLowering, LoadStatsLowering,
+  patterns.add<LoadTileLowering, LoadPagedTileLowering, StoreTileLowering, LoadStatsLowering,
                StoreStatsLowering, QKLowering, PVLowering, SoftcapLowering,
                MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,

@@ -75,17 +75,45 @@ static LogicalResult verifyElementType(Operation *op, Type elementType,
   return success();
 }
 
+namespace {
+/// How the queries and keys of an attention are laid out.
+enum class QKVLayout {
+  /// [B, Sq, Hq, D] / [B, Sk, Hkv, D] (fa3.attention, fa3.attention_grad).
+  Dense,
+  /// [Tq, Hq, D] / [Tk, Hkv, D], sequences packed (fa3.attention_varlen).
+  Packed,
+  /// [B, Sq, Hq, D] / a [B, S_cache, Hkv, D] cache (fa3.attention_kvcache).
+  Cache,
+  /// [B, Sq, Hq, D] / a [num_pages, page_size, Hkv, D] cache.
+  PagedCache,
+};
+} // namespace
+
 /// Verifies Q/K/V and the attributes; returns the checked types.
 static FailureOr<AttentionTypes>
 verifyQKV(Operation *op, Value query, Value key, Value value,
           std::optional<float> scale, std::optional<ArrayRef<int64_t>> window,
-          std::optional<float> softcap, bool causal, bool allowFP8 = false) {
-  auto q = getRankedOperand(op, query, "query", 4, "[B, Sq, Hq, D]");
-  auto k = getRankedOperand(op, key, "key", 4, "[B, Sk, Hkv, D]");
-  auto v = getRankedOperand(op, value, "value", 4, "[B, Sk, Hkv, Dv]");
+          std::optional<float> softcap, bool causal, bool allowFP8 = false,
+          QKVLayout layout = QKVLayout::Dense) {
+  bool packed = layout == QKVLayout::Packed;
+  int64_t rank = packed ? 3 : 4;
+  StringRef kLayout = packed                            ? "[Tk, Hkv, D]"
+                      : layout == QKVLayout::Cache      ? "[B, S_cache, Hkv, D]"
+                      : layout == QKVLayout::PagedCache ? "[num_pages, page_size, Hkv, D]"
+                                                        : "[B, Sk, Hkv, D]";
+  StringRef vLayout = packed                            ? "[Tk, Hkv, Dv]"
+                      : layout == QKVLayout::Cache      ? "[B, S_cache, Hkv, Dv]"
+                      : layout == QKVLayout::PagedCache ? "[num_pages, page_size, Hkv, Dv]"
+                                                        : "[B, Sk, Hkv, Dv]";
+  auto q = getRankedOperand(op, query, "query", rank,
+                            packed ? "[Tq, Hq, D]" : "[B, Sq, Hq, D]");
+  auto k = getRankedOperand(op, key, "key", rank, kLayout);
+  auto v = getRankedOperand(op, value, "value", rank, vLayout);
   if (failed(q) || failed(k) || failed(v))
     return failure();
   AttentionTypes t{*q, *k, *v};
+  // The head count and head dim are the last two dims in every layout.
+  int64_t headAxis = rank - 2, dimAxis = rank - 1;
 
   if (t.k.getElementType() != t.q.getElementType() ||
       t.v.getElementType() != t.q.getElementType())
@@ -98,36 +126,50 @@ verifyQKV(Operation *op, Value query, Value key, Value value,
 
   ArrayRef<int64_t> qs = t.q.getShape(), ks = t.k.getShape(),
                     vs = t.v.getShape();
-  if (!compatibleDims(qs[0], ks[0]) || !compatibleDims(qs[0], vs[0]))
-    return op->emitOpError()
-           << "batch mismatch: query has " << dimStr(qs[0]) << ", key has "
-           << dimStr(ks[0]) << ", value has " << dimStr(vs[0]);
-  if (!compatibleDims(ks[1], vs[1]))
-    return op->emitOpError()
-           << "key and value sequence lengths differ: " << dimStr(ks[1])
-           << " vs " << dimStr(vs[1]);
+  if (layout == QKVLayout::Dense || layout == QKVLayout::Cache) {
+    if (!compatibleDims(qs[0], ks[0]) || !compatibleDims(qs[0], vs[0]))
+      return op->emitOpError()
+             << "batch mismatch: query has " << dimStr(qs[0]) << ", key has "
+             << dimStr(ks[0]) << ", value has " << dimStr(vs[0]);
+  }
+  if (layout == QKVLayout::PagedCache) {
+    if (!compatibleDims(ks[0], vs[0]) || !compatibleDims(ks[1], vs[1]))
+      return op->emitOpError()
+             << "key and value caches differ in pages: key has "
+             << dimStr(ks[0]) << " pages of " << dimStr(ks[1])
+             << ", value has " << dimStr(vs[0]) << " pages of "
+             << dimStr(vs[1]);
+  } else {
+    int64_t seqAxis = packed ? 0 : 1;
+    if (!compatibleDims(ks[seqAxis], vs[seqAxis]))
+      return op->emitOpError()
+             << "key and value sequence lengths differ: "
+             << dimStr(ks[seqAxis]) << " vs " << dimStr(vs[seqAxis]);
+  }
   for (auto [name, type] :
        {std::pair<StringRef, RankedTensorType>{"query", t.q},
         {"key", t.k},
         {"value", t.v}}) {
-    if (type.isDynamicDim(2) || type.isDynamicDim(3))
+    if (type.isDynamicDim(headAxis) || type.isDynamicDim(dimAxis))
       return op->emitOpError()
              << "expects static head count and head dim in " << name
              << ", got shape " << shapeStr(type.getShape());
   }
-  if (ks[2] != vs[2])
-    return op->emitOpError() << "key has " << ks[2] << " heads but value has "
-                             << vs[2];
-  if (ks[2] <= 0 || qs[2] <= 0 || qs[2] % ks[2] != 0)
+  int64_t hq = qs[headAxis], hkv = ks[headAxis];
+  if (hkv != vs[headAxis])
+    return op->emitOpError() << "key has " << hkv << " heads but value has "
+                             << vs[headAxis];
+  if (hkv <= 0 || hq <= 0 || hq % hkv != 0)
     return op->emitOpError()
-           << "query heads (" << qs[2]
-           << ") must be a positive multiple of key/value heads (" << ks[2]
+           << "query heads (" << hq
+           << ") must be a positive multiple of key/value heads (" << hkv
            << ")";
-  if (qs[3] != ks[3])
-    return op->emitOpError() << "head dim mismatch: query has " << qs[3]
-                             << ", key has " << ks[3];
-  for (auto [name, d] : {std::pair<StringRef, int64_t>{"query/key", qs[3]},
-                         {"value", vs[3]}}) {
+  if (qs[dimAxis] != ks[dimAxis])
+    return op->emitOpError() << "head dim mismatch: query has " << qs[dimAxis]
+                             << ", key has " << ks[dimAxis];
+  for (auto [name, d] :
+       {std::pair<StringRef, int64_t>{"query/key", qs[dimAxis]},
+        {"value", vs[dimAxis]}}) {
     if (d <= 0 || d > kMaxHeadDim || d % 8 != 0)
       return op->emitOpError()
              << name << " head dim must be a multiple of 8 in [8, "
@@ -197,7 +239,8 @@ static float effectiveScale(OpTy op) {
   if (auto scale = op.getScale())
     return scale->convertToFloat();
   auto q = cast<RankedTensorType>(op.getQuery().getType());
-  return 1.0f / std::sqrt(static_cast<float>(q.getDimSize(3)));
+  int64_t headDim = q.getShape().back();
+  return 1.0f / std::sqrt(static_cast<float>(headDim));
 }
 
 std::pair<int64_t, int64_t>
@@ -218,6 +261,14 @@ static std::pair<int64_t, int64_t> windowBounds(OpTy op) {
 }
 
 float AttentionOp::getEffectiveScale() { return effectiveScale(*this); }
+float AttentionVarlenOp::getEffectiveScale() { return effectiveScale(*this); }
+std::pair<int64_t, int64_t> AttentionVarlenOp::getWindowBounds() {
+  return windowBounds(*this);
+}
+float AttentionKVCacheOp::getEffectiveScale() { return effectiveScale(*this); }
+std::pair<int64_t, int64_t> AttentionKVCacheOp::getWindowBounds() {
+  return windowBounds(*this);
+}
 std::pair<int64_t, int64_t> AttentionOp::getWindowBounds() {
   return windowBounds(*this);
 }
@@ -321,6 +372,153 @@ LogicalResult AttentionGradOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Variable-length and KV-cache attention
+//===----------------------------------------------------------------------===//
+
+/// Checks an i32 index operand of rank 1 or 2 (sequence offsets, lengths,
+/// page tables) against the shape it must have; `layout` names it.
+static LogicalResult verifyIndexOperand(Operation *op, Value value,
+                                        StringRef what,
+                                        ArrayRef<int64_t> expectedShape,
+                                        StringRef layout) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  bool ok = type && type.getElementType().isInteger(32) &&
+            type.getRank() == static_cast<int64_t>(expectedShape.size());
+  for (int64_t i = 0; ok && i < type.getRank(); ++i)
+    ok = compatibleDims(type.getDimSize(i), expectedShape[i]);
+  if (!ok)
+    return op->emitOpError()
+           << "expects " << what << " as an i32 tensor " << layout << " "
+           << shapeStr(expectedShape) << ", got " << value.getType();
+  return success();
+}
+
+static int64_t plusOne(int64_t d) {
+  return ShapedType::isDynamic(d) ? d : d + 1;
+}
+
+LogicalResult AttentionVarlenOp::verify() {
+  auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
+                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
+                     getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
+  if (failed(t))
+    return failure();
+  auto cuQ = dyn_cast<RankedTensorType>(getCuSeqlensQ().getType());
+  int64_t numOffsets = cuQ && cuQ.getRank() == 1 ? cuQ.getDimSize(0)
+                                                 : ShapedType::kDynamic;
+  if (failed(verifyIndexOperand(*this, getCuSeqlensQ(), "cu_seqlens_q",
+                                {numOffsets}, "[B + 1]")) ||
+      failed(verifyIndexOperand(*this, getCuSeqlensK(), "cu_seqlens_k",
+                                {numOffsets}, "[B + 1] (as cu_seqlens_q)")))
+    return failure();
+  if (numOffsets == 0)
+    return emitOpError() << "expects cu_seqlens_q of B + 1 >= 1 entries, got 0";
+  if (Value used = getSequsedK()) {
+    int64_t batch = ShapedType::isDynamic(numOffsets) ? numOffsets
+                                                      : numOffsets - 1;
+    if (failed(verifyIndexOperand(*this, used, "seqused_k", {batch},
+                                  "[B] (one fewer than cu_seqlens_q)")))
+      return failure();
+  }
+  Type elt = t->q.getElementType();
+  SmallVector<int64_t, 3> outShape = {t->q.getDimSize(0), t->q.getDimSize(1),
+                                      t->v.getDimSize(2)};
+  if (failed(verifyResultType(*this, getOutput().getType(), "output",
+                              outShape, elt)))
+    return failure();
+  return verifyResultType(*this, getLse().getType(), "lse",
+                          {t->q.getDimSize(1), t->q.getDimSize(0)},
+                          Float32Type::get(getContext()));
+}
+
+LogicalResult AttentionKVCacheOp::verify() {
+  auto t = verifyQKV(*this, getQuery(), getKeyCache(), getValueCache(),
+                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
+                     getCausal(), /*allowFP8=*/false,
+                     isPaged() ? QKVLayout::PagedCache : QKVLayout::Cache);
+  if (failed(t))
+    return failure();
+  int64_t batch = t->q.getDimSize(0);
+  if (failed(verifyIndexOperand(*this, getCacheSeqlens(), "cache_seqlens",
+                                {batch}, "[B]")))
+    return failure();
+  if (Value pages = getPageTable())
+    if (failed(verifyIndexOperand(*this, pages, "page_table",
+                                  {batch, ShapedType::kDynamic},
+                                  "[B, max_pages]")))
+      return failure();
+  if (failed(verifyResultType(*this, getOutput().getType(), "output",
+                              outputShape(t->q, t->v),
+                              t->q.getElementType())))
+    return failure();
+  return verifyResultType(*this, getLse().getType(), "lse", lseShape(t->q),
+                          Float32Type::get(getContext()));
+}
+
+LogicalResult KVCacheAppendOp::verify() {
+  bool paged = static_cast<bool>(getPageTable());
+  StringRef cacheLayout =
+      paged ? "[num_pages, page_size, H, D]" : "[B, S_cache, H, D]";
+  auto kc = getRankedOperand(*this, getKeyCache(), "key_cache", 4, cacheLayout);
+  auto vc =
+      getRankedOperand(*this, getValueCache(), "value_cache", 4, cacheLayout);
+  auto k = getRankedOperand(*this, getKey(), "key", 4, "[B, S_new, H, D]");
+  auto v = getRankedOperand(*this, getValue(), "value", 4, "[B, S_new, H, Dv]");
+  if (failed(kc) || failed(vc) || failed(k) || failed(v))
+    return failure();
+  Type elt = kc->getElementType();
+  if (failed(verifyElementType(*this, elt, /*allowFP8=*/false)))
+    return failure();
+  for (auto [name, type] : {std::pair<StringRef, RankedTensorType>{
+                                "value_cache", *vc},
+                            {"key", *k},
+                            {"value", *v}})
+    if (type.getElementType() != elt)
+      return emitOpError() << "expects " << name
+                           << " to share key_cache's element type " << elt
+                           << ", got " << type.getElementType();
+  // New rows and cache rows have the same heads and head dim.
+  for (auto [name, fresh, cache] :
+       {std::tuple<StringRef, RankedTensorType, RankedTensorType>{
+            "key", *k, *kc},
+        {"value", *v, *vc}})
+    for (int64_t axis : {2, 3})
+      if (!compatibleDims(fresh.getDimSize(axis), cache.getDimSize(axis)))
+        return emitOpError()
+               << "expects " << name << " rows shaped like the cache's: "
+               << name << " is " << shapeStr(fresh.getShape())
+               << ", its cache " << shapeStr(cache.getShape());
+  if (!compatibleDims(k->getDimSize(0), v->getDimSize(0)) ||
+      !compatibleDims(k->getDimSize(1), v->getDimSize(1)))
+    return emitOpError() << "key and value differ in [B, S_new]: "
+                         << shapeStr(k->getShape()) << " vs "
+                         << shapeStr(v->getShape());
+  if (!compatibleDims(kc->getDimSize(0), vc->getDimSize(0)) ||
+      !compatibleDims(kc->getDimSize(1), vc->getDimSize(1)))
+    return emitOpError() << "key and value caches differ in their first two "
+                            "dims: "
+                         << shapeStr(kc->getShape()) << " vs "
+                         << shapeStr(vc->getShape());
+  int64_t batch = k->getDimSize(0);
+  if (!paged && !compatibleDims(kc->getDimSize(0), batch))
+    return emitOpError() << "batch mismatch: key_cache has "
+                         << dimStr(kc->getDimSize(0)) << ", key has "
+                         << dimStr(batch);
+  if (failed(verifyIndexOperand(*this, getCacheSeqlens(), "cache_seqlens",
+                                {batch}, "[B]")))
+    return failure();
+  if (paged && failed(verifyIndexOperand(*this, getPageTable(), "page_table",
+                                         {batch, ShapedType::kDynamic},
+                                         "[B, max_pages]")))
+    return failure();
+  if (getNewKeyCache().getType() != *kc || getNewValueCache().getType() != *vc)
+    return emitOpError() << "expects the results typed like the caches, got "
+                         << getNewKeyCache().getType() << " and "
+                         << getNewValueCache().getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Canonicalization
 //===----------------------------------------------------------------------===//
 
@@ -362,6 +560,16 @@ void AttentionOp::getCanonicalizationPatterns(RewritePatternSet &results,
 void AttentionGradOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                                   MLIRContext *context) {
   results.add<DropRedundantMaskAttrs<AttentionGradOp>>(context);
+}
+
+void AttentionVarlenOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                    MLIRContext *context) {
+  results.add<DropRedundantMaskAttrs<AttentionVarlenOp>>(context);
+}
+
+void AttentionKVCacheOp::getCanonicalizationPatterns(
+    RewritePatternSet &results, MLIRContext *context) {
+  results.add<DropRedundantMaskAttrs<AttentionKVCacheOp>>(context);
 }
 
 #define GET_OP_CLASSES

@@ -69,6 +69,10 @@ LogicalResult LoadTileOp::verify() {
   return verifyTileOfBSHD(*this, getResult(), getSource());
 }
 
+LogicalResult LoadPagedTileOp::verify() {
+  return verifyTileOfBSHD(*this, getResult(), getCache());
+}
+
 LogicalResult StoreTileOp::verify() {
   return verifyTileOfBSHD(*this, getTile(), getDest());
 }
@@ -150,6 +154,9 @@ LogicalResult AttentionBlockOp::verify() {
       rows(getQueryTile()))
     return emitOpError() << "expects an lse tile of " << rows(getQueryTile())
                          << " rows, got " << getLse().getType();
+  if (isPaged() && (!getKeyLen() || getKeyStart()))
+    return emitOpError() << "reads a paged cache: it needs key_len (the "
+                            "cache length) and takes no key_start";
   if (getSchedule().getBlockM() != rows(getQueryTile()))
     return emitOpError() << "schedule block_m " << getSchedule().getBlockM()
                          << " differs from the query tile's "

@@ -47,7 +47,16 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
   std::tie(left, right) = resolveWindow(op.getCausal(), op.getWindow());
 
   Value qStart = op.getQStart(), seqQ = op.getQLen();
-  Value seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 1);
+  // The sequence's keys: rows [keyStart, keyStart + seqK) of the key tensor,
+  // or positions [0, seqK) of a paged cache.
+  Value keyStart = op.getKeyStart();
+  Value seqK = op.getKeyLen()
+                   ? op.getKeyLen()
+                   : tensor::DimOp::create(rewriter, loc, op.getKey(), 1)
+                         .getResult();
+  Value keyEnd;
+  if (op.getKeyLen() && !op.isPaged())
+    keyEnd = keyStart ? m.add(keyStart, seqK) : seqK;
   // Query row r sees key columns [r + off - left, r + off + right].
   Value off = m.sub(seqK, seqQ);
   Value qLast = m.sub(m.min(m.add(qStart, m.cst(blockM)), seqQ), m.cst(1));
@@ -82,10 +91,17 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
       [&](OpBuilder &b, Location loc, Value kBlock, ValueRange iters) {
         IndexMath m{b, loc};
         Value kStart = m.mul(kBlock, m.cst(blockN));
-        Value kTile = LoadTileOp::create(b, loc, kTileType, op.getKey(),
-                                         op.getBatch(), kStart, op.getKvHead());
-        Value vTile = LoadTileOp::create(b, loc, vTileType, op.getValue(),
-                                         op.getBatch(), kStart, op.getKvHead());
+        auto loadKeys = [&](RankedTensorType type, Value source) -> Value {
+          if (op.isPaged())
+            return LoadPagedTileOp::create(b, loc, type, source,
+                                           op.getPageTable(), op.getBatch(),
+                                           kStart, op.getKvHead(), seqK);
+          Value row = keyStart ? m.add(keyStart, kStart) : kStart;
+          return LoadTileOp::create(b, loc, type, source, op.getBatch(), row,
+                                    op.getKvHead(), keyEnd);
+        };
+        Value kTile = loadKeys(kTileType, op.getKey());
+        Value vTile = loadKeys(vTileType, op.getValue());
         Value scores =
             QKOp::create(b, loc, sType, op.getQueryTile(), kTile);
         if (auto softcap = op.getSoftcap())

@@ -239,6 +239,16 @@ struct FA3SelectSchedulePass
           chosen.getIntraWgOverlap(), chosen.getPersistent(),
           chosen.getCluster());
     };
+    // Varlen and KV-cache attentions: their per-sequence lengths are data,
+    // so they take the schedule of dynamic lengths.
+    auto scheduleForDynamicLengths = [&](auto op) {
+      if (op.getSchedule())
+        return;
+      auto q = cast<RankedTensorType>(op.getQuery().getType());
+      op.setScheduleAttr(applyOverrides(*selectSchedule(
+          op->getContext(), target, q.getShape().back(), q.getElementType(),
+          op.getCausal(), ShapedType::kDynamic, ShapedType::kDynamic)));
+    };
     getOperation()->walk([&](Operation *op) {
       if (auto attention = dyn_cast<AttentionOp>(op)) {
         if (attention.getSchedule())
@@ -257,6 +267,10 @@ struct FA3SelectSchedulePass
               isa<Float8E4M3FNType>(q.getElementType()),
               chosen.getPersistent());
         attention.setScheduleAttr(applyOverrides(chosen));
+      } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
+        scheduleForDynamicLengths(varlen);
+      } else if (auto cache = dyn_cast<AttentionKVCacheOp>(op)) {
+        scheduleForDynamicLengths(cache);
       } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
         if (grad.getSchedule())
           return;

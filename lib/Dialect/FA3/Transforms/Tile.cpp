@@ -6,6 +6,7 @@
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
+#include "IndexMath.h"
 #include "TileGrad.h"
 
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
@@ -14,6 +15,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <functional>
 #include <limits>
 
 #define DEBUG_TYPE "fa3-tile"
@@ -25,6 +27,128 @@ namespace mlir::fa3 {
 
 using namespace mlir;
 using namespace mlir::fa3;
+
+using mlir::fa3::detail::IndexMath;
+
+namespace {
+/// Where one batch entry's queries and keys are, as the tile loops see them.
+/// Queries of entry `b` are rows `[qBegin, qBegin + qLen)` of the (4-D)
+/// query tensor at batch `tensorBatch`; `qEnd` (null: the tensor's end)
+/// bounds the loads and stores of a packed batch. The key fields are passed
+/// to fa3.attention_block as they are (null: absent).
+struct SequenceBounds {
+  Value tensorBatch, qBegin, qEnd, qLen, numQBlocks;
+  Value keyStart, keyLen;
+};
+
+/// What the tile loops of one forward attention need, in its 4-D form.
+struct TiledForward {
+  Value query, key, value, pageTable;
+  RankedTensorType outType, lseType;
+  Value outInit, lseInit;
+  /// Batch entries to iterate over.
+  Value numBatches;
+  /// The bounds of entry `b`, built inside the batch loop.
+  std::function<SequenceBounds(OpBuilder &, Location, Value)> bounds;
+  /// Index constants 0 and 1 for the loop bounds.
+  Value c0, c1;
+  ScheduleAttr schedule;
+  UnitAttr causal;
+  FloatAttr scale, softcap, probsScale;
+  DenseI64ArrayAttr window;
+};
+} // namespace
+
+static Value indexConstant(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+
+/// Builds the serial loops over (batch entry, query head, query block) of
+/// `t` and returns their (O, LSE) results.
+static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
+                                 const TiledForward &t) {
+  auto qType = cast<RankedTensorType>(t.query.getType());
+  auto kType = cast<RankedTensorType>(t.key.getType());
+  auto vType = cast<RankedTensorType>(t.value.getType());
+  int64_t numQHeads = qType.getDimSize(2);
+  int64_t groupSize = numQHeads / kType.getDimSize(2);
+  int64_t blockM = t.schedule.getBlockM();
+  auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
+                                         qType.getElementType());
+  auto oTileType = RankedTensorType::get({blockM, vType.getDimSize(3)},
+                                         vType.getElementType());
+  auto lseTileType = RankedTensorType::get({blockM}, rewriter.getF32Type());
+  Value c0 = t.c0, c1 = t.c1;
+
+  auto batchLoop = scf::ForOp::create(
+      rewriter, loc, c0, t.numBatches, c1, ValueRange{t.outInit, t.lseInit},
+      [&](OpBuilder &b, Location loc, Value entry, ValueRange batchIters) {
+        SequenceBounds seq = t.bounds(b, loc, entry);
+        auto headLoop = scf::ForOp::create(
+            b, loc, c0, indexConstant(b, loc, numQHeads), c1, batchIters,
+            [&](OpBuilder &b, Location loc, Value head, ValueRange headIters) {
+              auto blockLoop = scf::ForOp::create(
+                  b, loc, c0, seq.numQBlocks, c1, headIters,
+                  [&](OpBuilder &b, Location loc, Value qBlock,
+                      ValueRange iters) {
+                    Value kvHead = arith::DivUIOp::create(
+                        b, loc, head, indexConstant(b, loc, groupSize));
+                    Value qStart = arith::MulIOp::create(
+                        b, loc, qBlock, indexConstant(b, loc, blockM));
+                    Value row = seq.qBegin ? arith::AddIOp::create(
+                                                 b, loc, seq.qBegin, qStart)
+                                           : qStart;
+                    Value qTile =
+                        LoadTileOp::create(b, loc, qTileType, t.query,
+                                           seq.tensorBatch, row, head, seq.qEnd);
+                    auto block = AttentionBlockOp::create(
+                        b, loc, oTileType, lseTileType, qTile, t.key, t.value,
+                        seq.tensorBatch, kvHead, qStart, seq.qLen,
+                        seq.keyStart, seq.keyLen, t.pageTable, t.causal,
+                        t.scale, t.window, t.softcap, t.schedule, t.probsScale);
+                    Value out = StoreTileOp::create(
+                        b, loc, t.outType, block.getOutput(), iters[0],
+                        seq.tensorBatch, row, head, seq.qEnd);
+                    Value lse = StoreStatsOp::create(
+                        b, loc, t.lseType, block.getLse(), iters[1],
+                        seq.tensorBatch, head, row, seq.qEnd);
+                    scf::YieldOp::create(b, loc, ValueRange{out, lse});
+                  });
+              scf::YieldOp::create(b, loc, blockLoop.getResults());
+            });
+        scf::YieldOp::create(b, loc, headLoop.getResults());
+      });
+  return batchLoop.getResults();
+}
+
+/// The masking attributes every tiled forward passes to its blocks.
+template <typename OpTy>
+static void setMaskAttrs(TiledForward &t, OpTy op, RewriterBase &rewriter) {
+  t.schedule = op.getScheduleAttr();
+  t.scale = rewriter.getF32FloatAttr(op.getEffectiveScale());
+  t.softcap = op.getEffectiveSoftcap() > 0 ? op.getSoftcapAttr() : FloatAttr();
+  t.causal = op.getCausal() ? rewriter.getUnitAttr() : UnitAttr();
+  t.window = op.getWindowAttr();
+}
+
+/// An empty tensor of `type` whose dynamic dims are those of `source`'s dims
+/// `sourceDims` (one per dynamic dim of `type`, in order).
+static Value emptyWithDims(OpBuilder &b, Location loc, RankedTensorType type,
+                           Value source, ArrayRef<int64_t> sourceDims) {
+  SmallVector<Value> dynamic;
+  for (int64_t i = 0, j = 0; i < type.getRank(); ++i)
+    if (type.isDynamicDim(i))
+      dynamic.push_back(tensor::DimOp::create(b, loc, source, sourceDims[j++]));
+  return tensor::EmptyOp::create(b, loc, type.getShape(),
+                                 type.getElementType(), dynamic);
+}
+
+/// `init` filled with `value` (rows no tile writes stay defined).
+static Value fill(OpBuilder &b, Location loc, Value init, float value) {
+  Type elt = cast<RankedTensorType>(init.getType()).getElementType();
+  Value v = arith::ConstantOp::create(b, loc, elt, b.getFloatAttr(elt, value));
+  return linalg::FillOp::create(b, loc, v, init).getResult(0);
+}
 
 /// Builds the loops over (batch, query head, query block) and replaces `op`
 /// with their results.
@@ -51,14 +175,13 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
   int64_t groupSize = numQHeads / kType.getDimSize(2);
   int64_t blockM = schedule.getBlockM();
 
-  auto cst = [&](int64_t v) -> Value {
-    return arith::ConstantIndexOp::create(rewriter, loc, v);
-  };
-  Value c0 = cst(0), c1 = cst(1);
+  TiledForward t;
+  t.c0 = indexConstant(rewriter, loc, 0);
+  t.c1 = indexConstant(rewriter, loc, 1);
   Value batch = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
   Value seqQ = tensor::DimOp::create(rewriter, loc, op.getQuery(), 1);
-  Value numQBlocks =
-      arith::CeilDivUIOp::create(rewriter, loc, seqQ, cst(blockM));
+  Value numQBlocks = arith::CeilDivUIOp::create(
+      rewriter, loc, seqQ, indexConstant(rewriter, loc, blockM));
 
   // Destinations for the tiles: [B, Sq, Hq, Dv] and [B, Hq, Sq].
   SmallVector<Value> outDynamic, lseDynamic;
@@ -75,86 +198,283 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
   Value lseInit = tensor::EmptyOp::create(rewriter, loc, lseType.getShape(),
                                           lseType.getElementType(), lseDynamic);
 
+  setMaskAttrs(t, op, rewriter);
+  t.probsScale = probsScale;
+  t.query = op.getQuery();
+  t.key = op.getKey();
+  t.value = op.getValue();
+  t.outType = outType;
+  t.lseType = lseType;
+  t.outInit = outInit;
+  t.lseInit = lseInit;
+  t.numBatches = batch;
+  t.bounds = [&](OpBuilder &, Location, Value entry) {
+    SequenceBounds seq;
+    seq.tensorBatch = entry;
+    seq.qLen = seqQ;
+    seq.numQBlocks = numQBlocks;
+    return seq;
+  };
+
+  if (!grid) {
+    rewriter.replaceOp(op, buildTileLoops(rewriter, loc, t));
+    return success();
+  }
+
   auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
                                          qType.getElementType());
   auto oTileType = RankedTensorType::get({blockM, vType.getDimSize(3)},
                                          vType.getElementType());
   auto lseTileType = RankedTensorType::get({blockM}, rewriter.getF32Type());
-  FloatAttr scale = rewriter.getF32FloatAttr(op.getEffectiveScale());
-  FloatAttr softcap =
-      op.getEffectiveSoftcap() > 0 ? op.getSoftcapAttr() : FloatAttr();
-  UnitAttr causal = op.getCausal() ? rewriter.getUnitAttr() : UnitAttr();
-
-  // One query tile: its load, its attention block and where its results go.
-  auto buildTile = [&](OpBuilder &b, Location loc, Value bIdx, Value head,
-                       Value qBlock) {
+  MLIRContext *ctx = rewriter.getContext();
+  auto mapping = rewriter.getArrayAttr(
+      {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
+       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
+       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
+  SmallVector<OpFoldResult> bounds = {
+      numQBlocks, rewriter.getIndexAttr(numQHeads), batch};
+  auto forall = scf::ForallOp::create(rewriter, loc, bounds,
+                                      ValueRange{outInit, lseInit}, mapping);
+  {
+    OpBuilder::InsertionGuard guard(rewriter);
+    scf::InParallelOp inParallel = forall.getTerminator();
+    rewriter.setInsertionPoint(inParallel);
+    ValueRange ivs = forall.getInductionVars();
+    Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2];
     Value kvHead = arith::DivUIOp::create(
-        b, loc, head, arith::ConstantIndexOp::create(b, loc, groupSize));
-    Value qStart = arith::MulIOp::create(
-        b, loc, qBlock, arith::ConstantIndexOp::create(b, loc, blockM));
-    Value qTile = LoadTileOp::create(b, loc, qTileType, op.getQuery(), bIdx,
-                                     qStart, head);
+        rewriter, loc, head, indexConstant(rewriter, loc, groupSize));
+    Value qStart = arith::MulIOp::create(rewriter, loc, qBlock,
+                                         indexConstant(rewriter, loc, blockM));
+    Value qTile = LoadTileOp::create(rewriter, loc, qTileType, op.getQuery(),
+                                     bIdx, qStart, head);
     auto block = AttentionBlockOp::create(
-        b, loc, oTileType, lseTileType, qTile, op.getKey(), op.getValue(), bIdx,
-        kvHead, qStart, seqQ, causal, scale, op.getWindowAttr(), softcap,
-        schedule, probsScale);
-    return std::make_tuple(block, qStart);
+        rewriter, loc, oTileType, lseTileType, qTile, op.getKey(),
+        op.getValue(), bIdx, kvHead, qStart, seqQ, /*key_start=*/Value(),
+        /*key_len=*/Value(), /*page_table=*/Value(), t.causal, t.scale,
+        t.window, t.softcap, schedule, probsScale);
+    rewriter.setInsertionPointToStart(inParallel.getBody());
+    ValueRange shared = forall.getRegionIterArgs();
+    ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
+                                bIdx, qStart, head);
+    ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1],
+                                 bIdx, head, qStart);
+  }
+  rewriter.replaceOp(op, forall.getResults());
+  return success();
+}
+
+/// An i32 entry `i` of a 1-D or 2-D index tensor, as a non-negative index
+/// (a negative entry reads as 0).
+static Value indexAt(OpBuilder &b, Location loc, Value tensor,
+                     ValueRange indices) {
+  Value v = tensor::ExtractOp::create(b, loc, tensor, indices);
+  Value i = arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  return arith::MaxSIOp::create(b, loc, i, indexConstant(b, loc, 0));
+}
+
+/// fa3.attention_varlen: the packed [T, H, D] tensors are viewed as
+/// [1, T, H, D]; sequence b's tiles use batch 0, rows offset by
+/// cu_seqlens_q[b] and bounded by cu_seqlens_q[b + 1].
+static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
+                                         RewriterBase &rewriter) {
+  if (!op.getScheduleAttr())
+    return op.emitOpError()
+           << "has no #fa3.schedule; run fa3-select-schedule first";
+  Location loc = op.getLoc();
+  rewriter.setInsertionPoint(op);
+  auto as4D = [&](Value packed) {
+    auto type = cast<RankedTensorType>(packed.getType());
+    auto expanded = RankedTensorType::get(
+        {1, type.getDimSize(0), type.getDimSize(1), type.getDimSize(2)},
+        type.getElementType());
+    return tensor::ExpandShapeOp::create(
+        rewriter, loc, expanded, packed,
+        ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
+  };
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  auto lseType = cast<RankedTensorType>(op.getLse().getType());
+  auto out4D = RankedTensorType::get(
+      {1, outType.getDimSize(0), outType.getDimSize(1), outType.getDimSize(2)},
+      outType.getElementType());
+  auto lse3D = RankedTensorType::get(
+      {1, lseType.getDimSize(0), lseType.getDimSize(1)},
+      lseType.getElementType());
+
+  TiledForward t;
+  t.c0 = indexConstant(rewriter, loc, 0);
+  t.c1 = indexConstant(rewriter, loc, 1);
+  setMaskAttrs(t, op, rewriter);
+  t.query = as4D(op.getQuery());
+  t.key = as4D(op.getKey());
+  t.value = as4D(op.getValue());
+  t.outType = out4D;
+  t.lseType = lse3D;
+  // Rows outside every sequence (past cu_seqlens_q[B]) read as no keys seen.
+  t.outInit = fill(rewriter, loc,
+                   emptyWithDims(rewriter, loc, out4D, op.getQuery(), {0}),
+                   0.0f);
+  t.lseInit = fill(rewriter, loc,
+                   emptyWithDims(rewriter, loc, lse3D, op.getQuery(), {0}),
+                   -std::numeric_limits<float>::infinity());
+  Value numOffsets =
+      tensor::DimOp::create(rewriter, loc, op.getCuSeqlensQ(), 0);
+  t.numBatches = arith::SubIOp::create(rewriter, loc, numOffsets,
+                                       indexConstant(rewriter, loc, 1));
+  int64_t blockM = t.schedule.getBlockM();
+  Value cuQ = op.getCuSeqlensQ(), cuK = op.getCuSeqlensK(),
+        used = op.getSequsedK();
+  t.bounds = [&, blockM](OpBuilder &b, Location loc, Value entry) {
+    Value next = arith::AddIOp::create(b, loc, entry, indexConstant(b, loc, 1));
+    SequenceBounds seq;
+    seq.tensorBatch = indexConstant(b, loc, 0);
+    seq.qBegin = indexAt(b, loc, cuQ, entry);
+    seq.qEnd = arith::MaxSIOp::create(b, loc, indexAt(b, loc, cuQ, next),
+                                      seq.qBegin);
+    seq.qLen = arith::SubIOp::create(b, loc, seq.qEnd, seq.qBegin);
+    seq.numQBlocks = arith::CeilDivUIOp::create(b, loc, seq.qLen,
+                                                indexConstant(b, loc, blockM));
+    seq.keyStart = indexAt(b, loc, cuK, entry);
+    if (used) {
+      seq.keyLen = indexAt(b, loc, used, entry);
+    } else {
+      Value keyEnd = arith::MaxSIOp::create(b, loc, indexAt(b, loc, cuK, next),
+                                            seq.keyStart);
+      seq.keyLen = arith::SubIOp::create(b, loc, keyEnd, seq.keyStart);
+    }
+    return seq;
+  };
+  ValueRange results = buildTileLoops(rewriter, loc, t);
+  Value out = tensor::CollapseShapeOp::create(
+      rewriter, loc, outType, results[0],
+      ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
+  Value lse = tensor::CollapseShapeOp::create(
+      rewriter, loc, lseType, results[1],
+      ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+  rewriter.replaceOp(op, ValueRange{out, lse});
+  return success();
+}
+
+/// fa3.attention_kvcache: batch b's keys are the first cache_seqlens[b]
+/// rows of its cache (or of its pages).
+static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
+                                          RewriterBase &rewriter) {
+  if (!op.getScheduleAttr())
+    return op.emitOpError()
+           << "has no #fa3.schedule; run fa3-select-schedule first";
+  Location loc = op.getLoc();
+  rewriter.setInsertionPoint(op);
+  TiledForward t;
+  t.c0 = indexConstant(rewriter, loc, 0);
+  t.c1 = indexConstant(rewriter, loc, 1);
+  setMaskAttrs(t, op, rewriter);
+  t.query = op.getQuery();
+  t.key = op.getKeyCache();
+  t.value = op.getValueCache();
+  t.pageTable = op.getPageTable();
+  t.outType = cast<RankedTensorType>(op.getOutput().getType());
+  t.lseType = cast<RankedTensorType>(op.getLse().getType());
+  t.outInit = emptyWithDims(rewriter, loc, t.outType, t.query, {0, 1});
+  t.lseInit = emptyWithDims(rewriter, loc, t.lseType, t.query, {0, 1});
+  t.numBatches = tensor::DimOp::create(rewriter, loc, t.query, 0);
+  Value seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
+  Value numQBlocks = arith::CeilDivUIOp::create(
+      rewriter, loc, seqQ, indexConstant(rewriter, loc, t.schedule.getBlockM()));
+  Value lengths = op.getCacheSeqlens();
+  t.bounds = [&](OpBuilder &b, Location loc, Value entry) {
+    SequenceBounds seq;
+    seq.tensorBatch = entry;
+    seq.qLen = seqQ;
+    seq.numQBlocks = numQBlocks;
+    seq.keyLen = indexAt(b, loc, lengths, entry);
+    return seq;
+  };
+  rewriter.replaceOp(op, buildTileLoops(rewriter, loc, t));
+  return success();
+}
+
+/// fa3.kvcache_append as loops over (batch, new row) that insert one
+/// [1, 1, H, D] row each into the caches; rows whose position falls outside
+/// the cache (or its page table) are dropped.
+static void lowerKVCacheAppend(KVCacheAppendOp op, RewriterBase &rewriter) {
+  Location loc = op.getLoc();
+  rewriter.setInsertionPoint(op);
+  Value c0 = indexConstant(rewriter, loc, 0),
+        c1 = indexConstant(rewriter, loc, 1);
+  Value pages = op.getPageTable();
+  Value batch = tensor::DimOp::create(rewriter, loc, op.getKey(), 0);
+  Value newRows = tensor::DimOp::create(rewriter, loc, op.getKey(), 1);
+  Value cacheRows = tensor::DimOp::create(rewriter, loc, op.getKeyCache(), 1);
+  Value numPages = tensor::DimOp::create(rewriter, loc, op.getKeyCache(), 0);
+  Value tableWidth =
+      pages ? tensor::DimOp::create(rewriter, loc, pages, 1).getResult()
+            : Value();
+
+  // Inserts row `i` of batch `b` of `fresh` into `cache` at (slot0, slot1).
+  auto copyRow = [](OpBuilder &b, Location loc, Value fresh, Value cache,
+                    Value bIdx, Value i, Value slot0, Value slot1) {
+    auto type = cast<RankedTensorType>(fresh.getType());
+    int64_t heads = type.getDimSize(2), dim = type.getDimSize(3);
+    OpFoldResult one = b.getIndexAttr(1), zero = b.getIndexAttr(0);
+    SmallVector<OpFoldResult> sizes = {one, one, b.getIndexAttr(heads),
+                                       b.getIndexAttr(dim)};
+    SmallVector<OpFoldResult> strides(4, one);
+    auto rowType = RankedTensorType::get({1, 1, heads, dim},
+                                         type.getElementType());
+    Value row = tensor::ExtractSliceOp::create(
+        b, loc, rowType, fresh, {bIdx, i, zero, zero}, sizes, strides);
+    return tensor::InsertSliceOp::create(b, loc, row, cache,
+                                         {slot0, slot1, zero, zero}, sizes,
+                                         strides)
+        .getResult();
   };
 
-  if (grid) {
-    MLIRContext *ctx = rewriter.getContext();
-    auto mapping = rewriter.getArrayAttr(
-        {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
-         gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
-         gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
-    SmallVector<OpFoldResult> bounds = {
-        numQBlocks, rewriter.getIndexAttr(numQHeads), batch};
-    auto forall = scf::ForallOp::create(rewriter, loc, bounds,
-                                        ValueRange{outInit, lseInit}, mapping);
-    {
-      OpBuilder::InsertionGuard guard(rewriter);
-      scf::InParallelOp inParallel = forall.getTerminator();
-      rewriter.setInsertionPoint(inParallel);
-      ValueRange ivs = forall.getInductionVars();
-      Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2];
-      auto [block, qStart] = buildTile(rewriter, loc, bIdx, head, qBlock);
-      rewriter.setInsertionPointToStart(inParallel.getBody());
-      ValueRange shared = forall.getRegionIterArgs();
-      ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
-                                  bIdx, qStart, head);
-      ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1],
-                                   bIdx, head, qStart);
-    }
-    rewriter.replaceOp(op, forall.getResults());
-    return success();
-  }
-
   auto batchLoop = scf::ForOp::create(
-      rewriter, loc, c0, batch, c1, ValueRange{outInit, lseInit},
-      [&](OpBuilder &b, Location loc, Value bIdx, ValueRange batchIters) {
-        auto headLoop = scf::ForOp::create(
-            b, loc, c0, cst(numQHeads), c1, batchIters,
-            [&](OpBuilder &b, Location loc, Value head, ValueRange headIters) {
-              auto blockLoop = scf::ForOp::create(
-                  b, loc, c0, numQBlocks, c1, headIters,
-                  [&](OpBuilder &b, Location loc, Value qBlock,
-                      ValueRange iters) {
-                    auto [block, qStart] =
-                        buildTile(b, loc, bIdx, head, qBlock);
-                    Value out = StoreTileOp::create(b, loc, outType,
-                                                    block.getOutput(), iters[0],
-                                                    bIdx, qStart, head);
-                    Value lse = StoreStatsOp::create(b, loc, lseType,
-                                                     block.getLse(), iters[1],
-                                                     bIdx, head, qStart);
-                    scf::YieldOp::create(b, loc, ValueRange{out, lse});
+      rewriter, loc, c0, batch, c1,
+      ValueRange{op.getKeyCache(), op.getValueCache()},
+      [&](OpBuilder &b, Location loc, Value bIdx, ValueRange caches) {
+        Value base = indexAt(b, loc, op.getCacheSeqlens(), bIdx);
+        auto rowLoop = scf::ForOp::create(
+            b, loc, c0, newRows, c1, caches,
+            [&](OpBuilder &b, Location loc, Value i, ValueRange iters) {
+              IndexMath m{b, loc};
+              Value pos = m.add(base, i);
+              Value slot0 = bIdx, slot1 = pos, inside;
+              if (pages) {
+                Value page = arith::DivUIOp::create(b, loc, pos, cacheRows);
+                slot1 = arith::RemUIOp::create(b, loc, pos, cacheRows);
+                // A page past the table's width reads as page `numPages`,
+                // which drops the row.
+                auto lookup = scf::IfOp::create(
+                    b, loc, m.lt(page, tableWidth),
+                    [&](OpBuilder &b, Location loc) {
+                      scf::YieldOp::create(
+                          b, loc, indexAt(b, loc, pages, ValueRange{bIdx, page}));
+                    },
+                    [&](OpBuilder &b, Location loc) {
+                      scf::YieldOp::create(b, loc, numPages);
+                    });
+                slot0 = lookup.getResult(0);
+                inside = m.lt(slot0, numPages);
+              } else {
+                inside = m.lt(pos, cacheRows);
+              }
+              auto write = scf::IfOp::create(
+                  b, loc, inside,
+                  [&](OpBuilder &b, Location loc) {
+                    Value kc = copyRow(b, loc, op.getKey(), iters[0], bIdx, i,
+                                       slot0, slot1);
+                    Value vc = copyRow(b, loc, op.getValue(), iters[1], bIdx,
+                                       i, slot0, slot1);
+                    scf::YieldOp::create(b, loc, ValueRange{kc, vc});
+                  },
+                  [&](OpBuilder &b, Location loc) {
+                    scf::YieldOp::create(b, loc, iters);
                   });
-              scf::YieldOp::create(b, loc, blockLoop.getResults());
+              scf::YieldOp::create(b, loc, write.getResults());
             });
-        scf::YieldOp::create(b, loc, headLoop.getResults());
+        scf::YieldOp::create(b, loc, rowLoop.getResults());
       });
   rewriter.replaceOp(op, batchLoop.getResults());
-  return success();
 }
 
 /// The CPU form of an FP8 attention: Q, K and V dequantized to f32 with
@@ -239,13 +559,33 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
     IRRewriter rewriter(&getContext());
     SmallVector<AttentionOp> ops;
     SmallVector<AttentionGradOp> gradOps;
+    SmallVector<Operation *> cacheOps;
     bool failedAny = false;
     getOperation()->walk([&](Operation *op) {
       if (auto attention = dyn_cast<AttentionOp>(op))
         ops.push_back(attention);
       else if (auto grad = dyn_cast<AttentionGradOp>(op))
         gradOps.push_back(grad);
+      else if (isa<AttentionVarlenOp, AttentionKVCacheOp, KVCacheAppendOp>(op))
+        cacheOps.push_back(op);
     });
+    for (Operation *op : cacheOps) {
+      if (grid) {
+        op->emitOpError() << "has no grid (GPU) tiling yet: fa3-tile{grid=true} "
+                             "tiles fa3.attention only; the CPU pipeline runs it";
+        failedAny = true;
+        continue;
+      }
+      LogicalResult tiled = success();
+      if (auto varlen = dyn_cast<AttentionVarlenOp>(op))
+        tiled = tileAttentionVarlen(varlen, rewriter);
+      else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))
+        tiled = tileAttentionKVCache(cache, rewriter);
+      else
+        lowerKVCacheAppend(cast<KVCacheAppendOp>(op), rewriter);
+      if (failed(tiled))
+        failedAny = true;
+    }
     for (AttentionOp op : ops) {
       FloatAttr probsScale;
       if (op.isFP8()) {

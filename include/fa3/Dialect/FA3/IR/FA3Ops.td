@@ -26,9 +26,7 @@ class FA3_AttentionOpBase<string mnemonic, list<Trait> traits = []>
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
-  code attentionExtraDecls = [{
-    /// Whether the inputs are f8E4M3FN (with descale operands).
-    bool isFP8();
+  code attentionMaskDecls = [{
     /// The softmax scale: the `scale` attribute, or 1/sqrt(D) when absent.
     float getEffectiveScale();
     /// The (left, right) window; -1 means unbounded on that side. A causal
@@ -39,6 +37,10 @@ class FA3_AttentionOpBase<string mnemonic, list<Trait> traits = []>
       return getSoftcap() ? getSoftcap()->convertToFloat() : 0.0f;
     }
   }];
+  code attentionExtraDecls = !strconcat([{
+    /// Whether the inputs are f8E4M3FN (with descale operands).
+    bool isFP8();
+  }], attentionMaskDecls);
 }
 
 def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
@@ -144,6 +146,119 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);
   let extraClassDeclaration = attentionExtraDecls;
+}
+
+def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
+  let summary = "Attention over a packed batch of variable-length sequences";
+  let description = [{
+    FlashAttention's `flash_attn_varlen_func`: the sequences of a batch are
+    packed along one token dimension, without padding. Sequence `b` owns
+    query rows `[cu_seqlens_q[b], cu_seqlens_q[b + 1])` and key/value rows
+    `[cu_seqlens_k[b], cu_seqlens_k[b + 1])`; with `seqused_k`, only the
+    first `seqused_k[b]` of its keys take part (FlashAttention-3's
+    `seqused_k`: a sequence's keys may be followed by unused rows). Each
+    sequence is an attention of its own, with `fa3.attention`'s attributes.
+
+    | operand/result | shape | element type |
+    | --- | --- | --- |
+    | `query` | `[Tq, Hq, D]` | f32, f16 or bf16 |
+    | `key` | `[Tk, Hkv, D]` | as `query` |
+    | `value` | `[Tk, Hkv, Dv]` | as `query` |
+    | `cu_seqlens_q`, `cu_seqlens_k` | `[B + 1]` | i32, non-decreasing from 0 |
+    | `seqused_k` (optional) | `[B]` | i32 |
+    | `output` | `[Tq, Hq, Dv]` | as `query` |
+    | `lse` | `[Hq, Tq]` | f32 |
+
+    `causal` and `window` align each sequence at its own bottom-right
+    corner: query `i` of sequence `b` sees keys `j <= i + Sk_b - Sq_b`. A
+    sequence of length 0 contributes nothing; a query row that sees no key
+    gets `O = 0` and `LSE = -inf`. The verifier checks shapes and types; the
+    offsets themselves are data (the Python API checks them before a call).
+
+    ```mlir
+    %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal}
+        : (tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>,
+           tensor<?xi32>, tensor<?xi32>) -> (tensor<?x8x64xbf16>, tensor<8x?xf32>)
+    ```
+  }];
+  let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value,
+                            AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k,
+                            Optional<AnyTensor>:$seqused_k),
+                       FA3_AttentionAttrs);
+  let results = (outs AnyTensor:$output, AnyTensor:$lse);
+  let extraClassDeclaration = attentionMaskDecls;
+}
+
+def FA3_AttentionKVCacheOp : FA3_AttentionOpBase<"attention_kvcache"> {
+  let summary = "Attention of new queries against a (paged) KV cache";
+  let description = [{
+    FlashAttention's `flash_attn_with_kvcache` after its append: batch `b`
+    attends to the first `cache_seqlens[b]` keys of its cache. Without a
+    page table the cache is contiguous, `[B, S_cache, Hkv, D]`; with
+    `page_table` (i32 `[B, max_pages]`) it is paged, `[num_pages,
+    page_size, Hkv, D]`, and key `j` of batch `b` is slot `j % page_size`
+    of page `page_table[b, j / page_size]` (any page size, pages in any
+    order).
+
+    | operand/result | shape | element type |
+    | --- | --- | --- |
+    | `query` | `[B, Sq, Hq, D]` | f32, f16 or bf16 |
+    | `key_cache` | `[B, S_cache, Hkv, D]` or `[num_pages, page_size, Hkv, D]` | as `query` |
+    | `value_cache` | as `key_cache`, head dim `Dv` | as `query` |
+    | `cache_seqlens` | `[B]` | i32 |
+    | `page_table` (optional) | `[B, max_pages]` | i32 |
+    | `output` | `[B, Sq, Hq, Dv]` | as `query` |
+    | `lse` | `[B, Hq, Sq]` | f32 |
+
+    The attributes are `fa3.attention`'s; `causal` aligns each batch at the
+    bottom-right corner of its own length: query `i` sees keys
+    `j <= i + cache_seqlens[b] - Sq`. `fa3.kvcache_append` writes new keys
+    and values into the cache first.
+
+    ```mlir
+    %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pages {causal}
+        : (tensor<?x1x8x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?x64x2x128xbf16>,
+           tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>)
+    ```
+  }];
+  let arguments = !con((ins AnyTensor:$query, AnyTensor:$key_cache,
+                            AnyTensor:$value_cache, AnyTensor:$cache_seqlens,
+                            Optional<AnyTensor>:$page_table),
+                       FA3_AttentionAttrs);
+  let results = (outs AnyTensor:$output, AnyTensor:$lse);
+  let extraClassDeclaration = attentionMaskDecls # [{
+    bool isPaged() { return static_cast<bool>(getPageTable()); }
+  }];
+}
+
+def FA3_KVCacheAppendOp : FA3_Op<"kvcache_append", [Pure]> {
+  let summary = "Write new keys and values into a (paged) KV cache";
+  let description = [{
+    For each batch `b` and new row `i < S_new`, position `p =
+    cache_seqlens[b] + i` of the cache takes `key[b, i]` and `value[b, i]`:
+    row `p` of batch `b` in a contiguous cache `[B, S_cache, H, D]`, or slot
+    `p % page_size` of page `page_table[b, p / page_size]` in a paged one
+    (as in `fa3.attention_kvcache`). `cache_seqlens` holds the lengths
+    before the append. Returns the updated caches; after bufferization
+    the write is in place when the caches are writable buffers. Positions
+    past the cache's capacity are the caller's error (the Python API checks
+    them); the lowering drops such rows rather than write outside the cache.
+
+    ```mlir
+    %kc1, %vc1 = fa3.kvcache_append %kc, %vc, %k, %v, %lens
+        : (tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>,
+           tensor<?x?x2x64xbf16>, tensor<?xi32>)
+        -> (tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$key_cache, AnyRankedTensor:$value_cache,
+                       AnyRankedTensor:$key, AnyRankedTensor:$value,
+                       AnyRankedTensor:$cache_seqlens,
+                       Optional<AnyRankedTensor>:$page_table);
+  let results = (outs AnyRankedTensor:$new_key_cache,
+                      AnyRankedTensor:$new_value_cache);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def FA3_HadamardOp : FA3_Op<"hadamard", [Pure]> {

@@ -36,6 +36,11 @@ def FA3_F32Tile2D : TypeConstraint<
 def FA3_BSHDTensor : TypeConstraint<
     And<[IsTensorTypePred, HasAnyRankOfPred<[4]>]>,
     "4-D [batch, seq, heads, dim] tensor", "::mlir::RankedTensorType">;
+def FA3_PageTableTensor : Type<
+    And<[IsTensorTypePred, HasAnyRankOfPred<[2]>,
+         SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",
+                     I32.predicate>]>,
+    "2-D [batch, pages] tensor of i32", "::mlir::RankedTensorType">;
 def FA3_BHSTensor : TypeConstraint<
     And<[IsTensorTypePred, HasAnyRankOfPred<[3]>]>,
     "3-D [batch, heads, seq] tensor", "::mlir::RankedTensorType">;
@@ -52,21 +57,30 @@ class FA3_TileOp<string mnemonic, list<Trait> traits = []>
 def FA3_LoadTileOp : FA3_TileOp<"load_tile"> {
   let summary = "Load rows [row, row + R) of one (batch, head) slice";
   let description = [{
-    `result[i, d] = source[batch, row + i, head, d]` for `row + i < dim(source, 1)`
+    `result[i, d] = source[batch, row + i, head, d]` for `row + i < end`
     and 0 for the rows past the end, as a TMA load with out-of-bounds zero
-    fill does. The tile's column count equals the source's head dim.
+    fill does. `end` is `dim(source, 1)`, or `min(limit, dim(source, 1))`
+    with a `limit`: the end of one sequence of a packed variable-length
+    batch (`fa3.attention_varlen`). The tile's column count equals the
+    source's head dim.
 
     ```mlir
     %t = fa3.load_tile %q[%b, %row, %h] : tensor<2x?x8x64xf16> -> tensor<128x64xf16>
+    %u = fa3.load_tile %q[%c0, %row, %h] limit %end : tensor<1x?x8x64xf16> -> tensor<128x64xf16>
     ```
   }];
   let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
-                       Index:$head);
+                       Index:$head, Optional<Index>:$limit);
   let results = (outs FA3_Tile2D:$result);
   let assemblyFormat = [{
-    $source `[` $batch `,` $row `,` $head `]` attr-dict `:` type($source)
-    `->` type($result)
+    $source `[` $batch `,` $row `,` $head `]` (`limit` $limit^)? attr-dict `:`
+    type($source) `->` type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "Type":$result, "Value":$source, "Value":$batch,
+                   "Value":$row, "Value":$head), [{
+      build($_builder, $_state, result, source, batch, row, head, Value());
+    }]>];
 }
 
 def FA3_StoreTileOp : FA3_TileOp<"store_tile",
@@ -74,19 +88,26 @@ def FA3_StoreTileOp : FA3_TileOp<"store_tile",
   let summary = "Store a tile's rows into one (batch, head) slice";
   let description = [{
     Returns `dest` with `dest[batch, row + i, head, :] = tile[i, :]` for the
-    rows with `row + i < dim(dest, 1)`; rows past the end are dropped.
+    rows with `row + i < end`; rows past the end are dropped. `end` is
+    `dim(dest, 1)`, or `min(limit, dim(dest, 1))` with a `limit` (as in
+    `fa3.load_tile`).
 
     ```mlir
     %o1 = fa3.store_tile %t into %o[%b, %row, %h] : tensor<128x64xf16> into tensor<2x?x8x64xf16>
     ```
   }];
   let arguments = (ins FA3_Tile2D:$tile, FA3_BSHDTensor:$dest, Index:$batch,
-                       Index:$row, Index:$head);
+                       Index:$row, Index:$head, Optional<Index>:$limit);
   let results = (outs FA3_BSHDTensor:$result);
   let assemblyFormat = [{
-    $tile `into` $dest `[` $batch `,` $row `,` $head `]` attr-dict `:`
-    type($tile) `into` type($dest)
+    $tile `into` $dest `[` $batch `,` $row `,` $head `]` (`limit` $limit^)?
+    attr-dict `:` type($tile) `into` type($dest)
   }];
+  let builders = [
+    OpBuilder<(ins "Type":$result, "Value":$tile, "Value":$dest,
+                   "Value":$batch, "Value":$row, "Value":$head), [{
+      build($_builder, $_state, result, tile, dest, batch, row, head, Value());
+    }]>];
 }
 
 def FA3_LoadStatsOp : FA3_TileOp<"load_stats"> {
@@ -113,19 +134,25 @@ def FA3_StoreStatsOp : FA3_TileOp<"store_stats",
   let summary = "Store per-row statistics into [batch, head, row + i]";
   let description = [{
     Returns `dest` with `dest[batch, head, row + i] = tile[i]` for the rows
-    inside the sequence.
+    inside the sequence: `row + i < dim(dest, 2)`, and `< limit` with a
+    `limit` (as in `fa3.store_tile`).
 
     ```mlir
     %lse1 = fa3.store_stats %l into %lse[%b, %h, %row] : tensor<128xf32> into tensor<2x8x?xf32>
     ```
   }];
   let arguments = (ins FA3_Tile1D:$tile, FA3_BHSTensor:$dest, Index:$batch,
-                       Index:$head, Index:$row);
+                       Index:$head, Index:$row, Optional<Index>:$limit);
   let results = (outs FA3_BHSTensor:$result);
   let assemblyFormat = [{
-    $tile `into` $dest `[` $batch `,` $head `,` $row `]` attr-dict `:`
-    type($tile) `into` type($dest)
+    $tile `into` $dest `[` $batch `,` $head `,` $row `]` (`limit` $limit^)?
+    attr-dict `:` type($tile) `into` type($dest)
   }];
+  let builders = [
+    OpBuilder<(ins "Type":$result, "Value":$tile, "Value":$dest,
+                   "Value":$batch, "Value":$head, "Value":$row), [{
+      build($_builder, $_state, result, tile, dest, batch, head, row, Value());
+    }]>];
 }
 
 def FA3_ParallelStoreTileOp : FA3_Op<"parallel_store_tile", [
@@ -174,11 +201,36 @@ def FA3_ParallelStoreStatsOp : FA3_Op<"parallel_store_stats", [
   let hasVerifier = 1;
 }
 
+def FA3_LoadPagedTileOp : FA3_TileOp<"load_paged_tile"> {
+  let summary = "Load keys [row, row + R) of one sequence from a paged cache";
+  let description = [{
+    `cache` is `[num_pages, page_size, H, D]`. With `j = row + i` and
+    `P = page_size`, `result[i, d] = cache[page_table[batch, j / P], j % P,
+    head, d]` for `j < limit` and 0 for the rows past it. A page table entry
+    outside `[0, num_pages)` or a page index past the table's width is the
+    caller's error; the CPU lowering clamps both so that it never reads
+    outside the tensors.
+
+    ```mlir
+    %t = fa3.load_paged_tile %kc[%pt, %b, %k0, %h] limit %len
+        : tensor<?x16x2x64xbf16>, tensor<?x?xi32> -> tensor<64x64xbf16>
+    ```
+  }];
+  let arguments = (ins FA3_BSHDTensor:$cache, FA3_PageTableTensor:$page_table,
+                       Index:$batch, Index:$row, Index:$head, Index:$limit);
+  let results = (outs FA3_Tile2D:$result);
+  let assemblyFormat = [{
+    $cache `[` $page_table `,` $batch `,` $row `,` $head `]` `limit` $limit
+    attr-dict `:` type($cache) `,` type($page_table) `->` type($result)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // One query block
 //===----------------------------------------------------------------------===//
 
-def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
+def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
+    [AttrSizedOperandSegments]> {
   let summary = "Attention of one query tile against all keys of one head";
   let description = [{
     The unit of parallel work produced by `fa3-tile`: the query tile holds
@@ -191,6 +243,17 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
     resolved and the schedule chosen; `probs_scale` (FP8 reference only) is
     passed on to its `fa3.pv` steps.
 
+    Where the keys are (all three optional):
+    * `key_len`: the sequence has that many keys (default `dim(key, 1)`):
+      the valid length of a KV cache, or of one sequence of a packed batch;
+    * `key_start`: its key `j` is row `key_start + j` of `key`/`value`
+      (default 0; a packed variable-length batch, with `batch` = 0);
+    * `pages`: `key`/`value` are a paged cache `[num_pages, page_size, Hkv,
+      D]` and key `j` lives in page `page_table[batch, j / page_size]` at
+      slot `j % page_size` (needs `key_len`, excludes `key_start`).
+    Masks and the causal diagonal are in the sequence's own coordinates:
+    query row `r` sees key `j <= r + key_len - q_len`.
+
     ```mlir
     %o, %lse = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq
         {causal, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<...>}
@@ -201,6 +264,8 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
   let arguments = (ins FA3_Tile2D:$query_tile, FA3_BSHDTensor:$key,
                        FA3_BSHDTensor:$value, Index:$batch, Index:$kv_head,
                        Index:$q_start, Index:$q_len,
+                       Optional<Index>:$key_start, Optional<Index>:$key_len,
+                       Optional<FA3_PageTableTensor>:$page_table,
                        UnitAttr:$causal, F32Attr:$scale,
                        OptionalAttr<DenseI64ArrayAttr>:$window,
                        OptionalAttr<F32Attr>:$softcap,
@@ -209,8 +274,14 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block"> {
   let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
   let assemblyFormat = [{
     $query_tile `,` $key `,` $value `,` $batch `,` $kv_head `,` $q_start `,`
-    $q_len attr-dict `:` type($query_tile) `,` type($key) `,` type($value)
-    `->` type($output) `,` type($lse)
+    $q_len (`key_start` $key_start^)? (`key_len` $key_len^)?
+    (`pages` $page_table^)? attr-dict `:` type($query_tile) `,` type($key)
+    `,` type($value) (`,` type($page_table)^)? `->` type($output) `,`
+    type($lse)
+  }];
+  let extraClassDeclaration = [{
+    /// Whether the keys are read through a page table.
+    bool isPaged() { return static_cast<bool>(getPageTable()); }
   }];
 }
 

@@ -162,10 +162,13 @@ def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
 }
 
 def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
-  let summary = "Attach a #fa3.schedule to every fa3.attention without one";
+  let summary = "Attach a #fa3.schedule to every attention op without one";
   let description = [{
     Chooses tile sizes and the kernel structure per head dim, element type
-    and target with a fixed cost model, and leaves any schedule already in
+    and target with a fixed cost model for `fa3.attention`,
+    `fa3.attention_grad`, `fa3.attention_varlen` and `fa3.attention_kvcache`
+    (the last two with the choice for dynamic lengths: their per-sequence
+    lengths are data), and leaves any schedule already in
     the IR alone (so a hand-written or autotuned schedule wins).
 
     Hopper (`target=sm_90a`) follows FlashAttention-3's bf16/f16 forward
@@ -291,6 +294,23 @@ def FA3Tile : Pass<"fa3-tile"> {
     `fa3.parallel_store_tile` / `fa3.parallel_store_stats`. FP8 attentions
     and `fa3.attention_grad` keep the serial loops (their Hopper kernels do
     not read the tile level yet).
+
+    The inference ops take the same loops, with their lengths read from
+    data inside the batch loop:
+    * `fa3.attention_varlen`: the packed `[T, H, D]` tensors are viewed as
+      `[1, T, H, D]` (`tensor.expand_shape`); sequence `b` runs
+      `ceildiv(Sq_b, block_m)` query blocks whose loads and stores start at
+      row `cu_seqlens_q[b]` and carry `limit cu_seqlens_q[b + 1]`, and whose
+      blocks read `key_start cu_seqlens_k[b] key_len Sk_b`. The output
+      starts zero-filled and the LSE at -inf, so rows outside every
+      sequence are defined.
+    * `fa3.attention_kvcache`: batch `b`'s blocks read `key_len
+      cache_seqlens[b]` keys, through `pages %page_table` when paged.
+    * `fa3.kvcache_append`: a loop over (batch, new row) inserting one
+      `[1, 1, H, D]` row per step at position `cache_seqlens[b] + i` (in
+      its page when paged); a row whose position falls outside the cache or
+      its page table is dropped.
+    These have no `grid=true` form yet (an error says so).
   }];
   let options = [
     Option<"grid", "grid", "bool", /*default=*/"false",
@@ -321,6 +341,13 @@ def FA3FuseSoftmax : Pass<"fa3-fuse-softmax"> {
     blocks outside the union of the rows' windows). A tile none of whose
     rows sees a key runs no iteration and finalizes to `O = 0`,
     `LSE = -inf`.
+
+    A block with `key_len` sees that many keys instead of the key tensor's
+    rows; with `key_start` its key `j` is row `key_start + j`, and its key
+    loads carry `limit key_start + key_len` (one sequence of a packed
+    batch). With `pages` the key and value tiles are `fa3.load_paged_tile`
+    reads through the page table. Masks and loop bounds stay in the
+    sequence's own coordinates.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::scf::SCFDialect",

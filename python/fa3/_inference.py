@@ -1,0 +1,261 @@
+"""Inference-time attention: packed variable-length batches
+(`attention_varlen`, FlashAttention's `flash_attn_varlen_func`) and KV
+caches, contiguous or paged, with appends (`attention_with_kvcache`,
+FlashAttention's `flash_attn_with_kvcache`).
+
+Both compile one MLIR function per specialization (fa3.attention_varlen;
+fa3.kvcache_append + fa3.attention_kvcache) and run it through the CPU
+pipeline on numpy arrays. The sequence offsets, lengths and page tables are
+data: one compiled function serves every batch, and the checks here, on
+their values, are what keeps a call from reading another sequence's rows.
+The Hopper kernels for these ops are not built yet; torch tensors get a
+TypeError saying so.
+"""
+
+import numpy as np
+
+from . import _jit
+from ._spec import AttentionSpec, check_options
+
+_NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def _dtype_name(name, a, like=None):
+    """The fa3 element type of numpy array `a` (argument `name`), which must
+    match `like`'s dtype when given."""
+    if not isinstance(a, np.ndarray):
+        kind = "a torch tensor" if type(a).__module__.startswith("torch") else type(a).__name__
+        raise TypeError(f"{name} must be a numpy.ndarray, got {kind} (attention_varlen and "
+                        "attention_with_kvcache run on the CPU; their Hopper kernels are not built yet)")
+    dtype = _NUMPY_DTYPES.get(a.dtype.name)
+    if dtype is None:
+        raise TypeError(f"{name} has dtype {a.dtype}; fa3 takes float32, float16 or ml_dtypes.bfloat16")
+    if like is not None and a.dtype != like.dtype:
+        raise TypeError(f"{name} has dtype {a.dtype} but q has {like.dtype}; they must match")
+    return dtype
+
+
+def _int32_vector(name, a, length=None):
+    """An int32 numpy vector argument (offsets, lengths), checked."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.int32:
+        raise TypeError(f"{name} must be an int32 numpy array, got "
+                        f"{getattr(a, 'dtype', type(a).__name__)}")
+    if a.ndim != 1 or (length is not None and a.shape[0] != length):
+        want = f"({length},)" if length is not None else "1-D"
+        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+def _check_heads(q_heads, k_shape, v_shape, d, names=("k", "v")):
+    """GQA head counts and head dims shared by both entry points; returns
+    (Hkv, Dv)."""
+    hkv, dv = k_shape[-2], v_shape[-1]
+    if v_shape[-2] != hkv:
+        raise ValueError(f"{names[0]} has {hkv} heads but {names[1]} has {v_shape[-2]}")
+    if hkv == 0 or q_heads % hkv:
+        raise ValueError(f"q's {q_heads} heads must be a positive multiple of {names[0]}/{names[1]}'s "
+                         f"{hkv} heads (GQA)")
+    if k_shape[-1] != d:
+        raise ValueError(f"head dims differ: q has {d}, {names[0]} has {k_shape[-1]}")
+    for name, dim in (("q/k", d), ("v", dv)):
+        if dim <= 0 or dim > 256 or dim % 8:
+            raise ValueError(f"{name} head dim must be a multiple of 8 in [8, 256], got {dim}")
+    return hkv, dv
+
+
+def _contiguous(name, a):
+    if a.size and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
+        raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), got strides {a.strides}")
+    return np.ascontiguousarray(a)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                     softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None):
+    """Attention over a packed batch of variable-length sequences, in
+    FlashAttention's `flash_attn_varlen_func` layout (numpy arrays, CPU).
+
+    q: (total_q, num_heads, head_dim); k: (total_k, num_kv_heads, head_dim);
+    v: (total_k, num_kv_heads, head_dim_v). Sequence b owns query rows
+    cu_seqlens_q[b]:cu_seqlens_q[b+1] and key rows
+    cu_seqlens_k[b]:cu_seqlens_k[b+1] (int32 arrays of batch + 1 offsets,
+    non-decreasing from 0); with `seqused_k` (int32, (batch,)) only its first
+    seqused_k[b] keys take part. `max_seqlen_q`/`max_seqlen_k` must be at
+    least the longest sequence (FlashAttention sizes its grid by them; here
+    they are checked). `causal` and `window_size` align each sequence at its
+    own bottom-right corner. Returns out (total_q, num_heads, head_dim_v) or
+    (out, lse) with lse (num_heads, total_q) float32, -inf for rows that see
+    no key; rows past cu_seqlens_q[-1] get out = 0, lse = -inf.
+    """
+    dtype = _dtype_name("q", q)
+    _dtype_name("k", k, like=q)
+    _dtype_name("v", v, like=q)
+    for name, a, layout in (("q", q, "(total_q, num_heads, head_dim)"),
+                            ("k", k, "(total_k, num_kv_heads, head_dim)"),
+                            ("v", v, "(total_k, num_kv_heads, head_dim_v)")):
+        if a.ndim != 3:
+            raise ValueError(f"{name} must have 3 dims {layout}, got shape {a.shape}")
+    if k.shape[0] != v.shape[0]:
+        raise ValueError(f"k and v must have the same number of tokens, got {k.shape[0]} and {v.shape[0]}")
+    hq, d = q.shape[1], q.shape[2]
+    hkv, dv = _check_heads(hq, k.shape, v.shape, d)
+    cu_q = _int32_vector("cu_seqlens_q", cu_seqlens_q)
+    cu_k = _int32_vector("cu_seqlens_k", cu_seqlens_k, length=cu_q.shape[0])
+    if cu_q.shape[0] == 0:
+        raise ValueError("cu_seqlens_q must have batch + 1 >= 1 entries, got 0")
+    lengths = {}
+    for name, cu, total in (("cu_seqlens_q", cu_q, q.shape[0]), ("cu_seqlens_k", cu_k, k.shape[0])):
+        if cu[0] != 0:
+            raise ValueError(f"{name} must start at 0, got {cu[0]}")
+        steps = np.diff(cu)
+        if (steps < 0).any():
+            b = int(np.argmax(steps < 0))
+            raise ValueError(f"{name} must be non-decreasing, but {name}[{b + 1}] = {cu[b + 1]} < "
+                             f"{name}[{b}] = {cu[b]}")
+        if cu[-1] > total:
+            raise ValueError(f"{name}[-1] = {cu[-1]} exceeds the {total} packed rows of "
+                             f"{'q' if name.endswith('q') else 'k and v'}")
+        lengths[name] = steps
+    seq_k = lengths["cu_seqlens_k"]
+    if seqused_k is not None:
+        used = _int32_vector("seqused_k", seqused_k, length=cu_q.shape[0] - 1)
+        bad = (used < 0) | (used > seq_k)
+        if bad.any():
+            b = int(np.argmax(bad))
+            raise ValueError(f"seqused_k[{b}] = {used[b]} must lie in [0, {seq_k[b]}] (sequence {b}'s keys)")
+        seq_k = used
+    for name, given, longest in (("max_seqlen_q", max_seqlen_q, lengths["cu_seqlens_q"]),
+                                 ("max_seqlen_k", max_seqlen_k, seq_k)):
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(given).__name__}")
+        if longest.size and given < longest.max():
+            raise ValueError(f"{name} = {given} is less than the longest sequence ({longest.max()})")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
+                         causal=causal, scale=scale, window=window, softcap=softcap)
+    fn = _jit.get_mlir(spec.varlen_mlir(seqused_k is not None), "attention_varlen", "cpu", "fwd")
+    inputs = [_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v))] + [cu_q, cu_k]
+    if seqused_k is not None:
+        inputs.append(used)
+    out, lse = fn.run(inputs)
+    return (out, lse) if return_lse else out
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, page_table=None,
+                           causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                           return_lse=False):
+    """Attention of new queries against a KV cache, with an optional append,
+    in FlashAttention's `flash_attn_with_kvcache` layout (numpy arrays, CPU).
+
+    q: (batch, seqlen_q, num_heads, head_dim). Contiguous cache (no
+    `page_table`): k_cache, v_cache (batch, seqlen_cache, num_kv_heads,
+    head_dim[_v]). Paged cache: k_cache, v_cache (num_pages, page_size,
+    num_kv_heads, head_dim[_v]) and `page_table` int32 (batch, max_pages):
+    position j of batch b lives in page page_table[b, j // page_size] at
+    slot j % page_size (any page size, pages in any order).
+
+    `cache_seqlens`: int32 (batch,) or an int, the cache length of each batch
+    before the call (None: the whole cache, seqlen_cache or max_pages *
+    page_size). With `k`, `v` (batch, seqlen_new, num_kv_heads, ...), those
+    rows are written into the caches at positions cache_seqlens[b] +
+    [0, seqlen_new) — in place: k_cache and v_cache must be writable — and
+    the attention sees cache_seqlens + seqlen_new keys. `causal` aligns each
+    batch at the bottom-right corner of its own length (query i sees keys
+    j <= i + length - seqlen_q). Returns out (batch, seqlen_q, num_heads,
+    head_dim_v) or (out, lse) with lse (batch, num_heads, seqlen_q).
+    """
+    dtype = _dtype_name("q", q)
+    for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _dtype_name(name, a, like=q)
+    if q.ndim != 4:
+        raise ValueError(f"q must have 4 dims (batch, seqlen_q, num_heads, head_dim), got shape {q.shape}")
+    paged = page_table is not None
+    layout = "(num_pages, page_size, num_kv_heads, head_dim)" if paged else \
+        "(batch, seqlen_cache, num_kv_heads, head_dim)"
+    for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if a.ndim != 4:
+            raise ValueError(f"{name} must have 4 dims {layout}, got shape {a.shape}")
+    if k_cache.shape[:2] != v_cache.shape[:2]:
+        raise ValueError(f"k_cache and v_cache differ in their first two dims: {k_cache.shape} vs {v_cache.shape}")
+    batch, seq_q, hq, d = q.shape
+    hkv, dv = _check_heads(hq, k_cache.shape, v_cache.shape, d, names=("k_cache", "v_cache"))
+    if paged:
+        if not isinstance(page_table, np.ndarray) or page_table.dtype != np.int32:
+            raise TypeError(f"page_table must be an int32 numpy array, got "
+                            f"{getattr(page_table, 'dtype', type(page_table).__name__)}")
+        if page_table.ndim != 2 or page_table.shape[0] != batch:
+            raise ValueError(f"page_table must have shape (batch, max_pages) = ({batch}, max_pages), "
+                             f"got {page_table.shape}")
+        num_pages, page_size = k_cache.shape[:2]
+        capacity = page_table.shape[1] * page_size
+    else:
+        if k_cache.shape[0] != batch:
+            raise ValueError(f"k_cache has batch {k_cache.shape[0]} but q has {batch}")
+        capacity = k_cache.shape[1]
+
+    if cache_seqlens is None:
+        lens = np.full(batch, capacity if k is None else 0, np.int32)
+        if k is not None:
+            raise ValueError("appending k and v needs cache_seqlens (where the new rows go)")
+    elif isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool):
+        lens = np.full(batch, int(cache_seqlens), np.int32)
+    else:
+        lens = _int32_vector("cache_seqlens", cache_seqlens, length=batch)
+
+    new_rows = 0
+    if (k is None) != (v is None):
+        raise ValueError("pass k and v together (the rows to append), or neither")
+    if k is not None:
+        for name, a in (("k", k), ("v", v)):
+            _dtype_name(name, a, like=q)
+            if a.ndim != 4:
+                raise ValueError(f"{name} must have 4 dims (batch, seqlen_new, num_kv_heads, head_dim), "
+                                 f"got shape {a.shape}")
+        if k.shape[:3] != (batch, k.shape[1], hkv) or k.shape[3] != d:
+            raise ValueError(f"k must have shape (batch, seqlen_new, num_kv_heads, head_dim) = "
+                             f"({batch}, seqlen_new, {hkv}, {d}), got {k.shape}")
+        if v.shape != k.shape[:3] + (dv,):
+            raise ValueError(f"v must have shape {k.shape[:3] + (dv,)}, got {v.shape}")
+        for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if not a.flags.writeable or not a.flags.c_contiguous:
+                raise ValueError(f"{name} must be a writable C-contiguous array: the new rows are "
+                                 "written into it in place")
+        new_rows = k.shape[1]
+    total = lens.astype(np.int64) + new_rows
+    bad = (lens < 0) | (total > capacity)
+    if bad.any():
+        b = int(np.argmax(bad))
+        raise ValueError(f"cache_seqlens[{b}] = {lens[b]}" + (f" + {new_rows} new rows" if new_rows else "")
+                         + f" must lie in [0, {capacity}] (the cache's capacity"
+                         + (" = max_pages * page_size)" if paged else ")"))
+    if paged:
+        # Only the pages a batch uses must be valid.
+        pages_used = -(-total // page_size)
+        for b in range(batch):
+            row = page_table[b, :pages_used[b]]
+            bad = (row < 0) | (row >= num_pages)
+            if bad.any():
+                j = int(np.argmax(bad))
+                raise ValueError(f"page_table[{b}, {j}] = {row[j]} is not a page of the cache "
+                                 f"(num_pages = {num_pages})")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
+                         causal=causal, scale=scale, window=window, softcap=softcap)
+    fn = _jit.get_mlir(spec.kvcache_mlir(paged=paged, append=k is not None), "attention_kvcache", "cpu", "fwd")
+    inputs = [_contiguous("q", q), np.ascontiguousarray(k_cache), np.ascontiguousarray(v_cache)]
+    if k is not None:
+        inputs += [_contiguous("k", k), _contiguous("v", v)]
+    inputs.append(total.astype(np.int32))
+    if k is not None:
+        inputs.append(lens)
+    if paged:
+        inputs.append(np.ascontiguousarray(page_table))
+    results = fn.run(inputs)
+    out, lse = results[0], results[1]
+    if k is not None:
+        np.copyto(k_cache, results[2])
+        np.copyto(v_cache, results[3])
+    return (out, lse) if return_lse else out

@@ -1,0 +1,48 @@
+// RUN: fa3-opt %s --convert-fa3-to-linalg --canonicalize | FileCheck %s
+
+// The CPU lowering of the tile forms the inference ops use: a row limit
+// (the end of one packed sequence) and a load through a page table.
+
+// The limit bounds the rows like the tensor's end does, clamped into
+// [0, dim] so that a bad limit never reads outside the tensor.
+// CHECK-LABEL: func.func @limit
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<1x?x4x64xbf16>, %[[ROW:[^:]+]]: index, %[[END:[^:]+]]: index)
+// CHECK: %[[DIM:.+]] = tensor.dim %[[Q]], %c1
+// CHECK: %[[E0:.+]] = arith.minsi %[[END]], %[[DIM]] : index
+// CHECK: %[[E:.+]] = arith.maxsi %[[E0]], %c0 : index
+// CHECK: %[[LEFT:.+]] = arith.subi %[[E]], %[[ROW]] : index
+// CHECK: %[[UP:.+]] = arith.minsi %[[LEFT]], %c64 : index
+// CHECK: %[[N:.+]] = arith.maxsi %[[UP]], %c0 : index
+// CHECK: %[[START:.+]] = arith.minsi %[[ROW]], %[[E]] : index
+// CHECK: %[[SLICE:.+]] = tensor.extract_slice %[[Q]][0, %[[START]], 0, 0] [1, %[[N]], 1, 64]
+// CHECK: tensor.insert_slice %[[SLICE]] into %{{.+}}[0, 0] [%[[N]], 64] [1, 1]
+func.func @limit(%q: tensor<1x?x4x64xbf16>, %row: index, %end: index) -> tensor<64x64xbf16> {
+  %c0 = arith.constant 0 : index
+  %t = fa3.load_tile %q[%c0, %row, %c0] limit %end : tensor<1x?x4x64xbf16> -> tensor<64x64xbf16>
+  return %t : tensor<64x64xbf16>
+}
+
+// One row per key inside the limit: key j = row + i is slot j % 16 of page
+// page_table[b, j / 16], read only when that table entry exists, with the
+// entry clamped into [0, num_pages).
+// CHECK-LABEL: func.func @paged
+// CHECK-SAME: (%[[KC:[^:]+]]: tensor<?x16x2x64xbf16>, %[[PT:[^:]+]]: tensor<?x?xi32>, %[[B:[^:]+]]: index, %[[ROW:[^:]+]]: index, %[[H:[^:]+]]: index, %[[LEN:[^:]+]]: index)
+// CHECK-DAG: %[[PAGES:.+]] = tensor.dim %[[KC]], %c0
+// CHECK-DAG: %[[WIDTH:.+]] = tensor.dim %[[PT]], %c1
+// CHECK: %[[ZEROS:.+]] = linalg.fill {{.+}} -> tensor<64x64xbf16>
+// CHECK: scf.for %[[I:[^ ]+]] = %c0 to %{{.+}} step %c1 iter_args(%[[TILE:.+]] = %[[ZEROS]])
+// CHECK: %[[J:.+]] = arith.addi %[[ROW]], %[[I]] : index
+// CHECK: %[[SLOT:.+]] = arith.divui %[[J]], %c16 : index
+// CHECK: %[[INTABLE:.+]] = arith.cmpi slt, %[[SLOT]], %[[WIDTH]] : index
+// CHECK: scf.if
+// CHECK: %[[ENTRY:.+]] = tensor.extract %[[PT]][%[[B]], %[[SLOT]]] : tensor<?x?xi32>
+// CHECK: %[[P0:.+]] = arith.index_cast %[[ENTRY]] : i32 to index
+// CHECK: %[[P1:.+]] = arith.maxsi %[[P0]], %c0 : index
+// CHECK: %[[P:.+]] = arith.minsi %[[P1]], %{{.+}} : index
+// CHECK: %[[OFF:.+]] = arith.remui %[[J]], %c16 : index
+// CHECK: %[[R:.+]] = tensor.extract_slice %[[KC]][%[[P]], %[[OFF]], %[[H]], 0] [1, 1, 1, 64]
+// CHECK: tensor.insert_slice %[[R]] into %[[TILE]][%[[I]], 0] [1, 64] [1, 1]
+func.func @paged(%kc: tensor<?x16x2x64xbf16>, %pt: tensor<?x?xi32>, %b: index, %row: index, %h: index, %len: index) -> tensor<64x64xbf16> {
+  %t = fa3.load_paged_tile %kc[%pt, %b, %row, %h] limit %len : tensor<?x16x2x64xbf16>, tensor<?x?xi32> -> tensor<64x64xbf16>
+  return %t : tensor<64x64xbf16>
+}

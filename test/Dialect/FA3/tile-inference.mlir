@@ -1,0 +1,118 @@
+// RUN: split-file %s %t
+// RUN: fa3-opt %t/ops.mlir | fa3-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// RUN: fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile --canonicalize | FileCheck %s --check-prefix=TILE
+// RUN: fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile --fa3-fuse-softmax --canonicalize | FileCheck %s --check-prefix=FUSED
+// RUN: not fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile=grid=true 2>&1 | FileCheck %s --check-prefix=GRID
+
+// The inference ops through fa3-tile and fa3-fuse-softmax: packed sequences
+// become row offsets and limits of the tile ops, cache lengths the key_len
+// of each block, a page table paged key loads.
+
+//--- ops.mlir
+
+// ROUNDTRIP-LABEL: func.func @varlen
+// ROUNDTRIP: fa3.attention_varlen %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {causal}
+// ROUNDTRIP-LABEL: func.func @paged
+// ROUNDTRIP: fa3.attention_kvcache %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {window = array<i64: 32, -1>}
+// ROUNDTRIP-LABEL: func.func @append
+// ROUNDTRIP: fa3.kvcache_append
+
+// Sequence b: queries from cu_seqlens_q[b], ceildiv(its length, 64) query
+// blocks, loads and stores bounded by cu_seqlens_q[b + 1]; the block reads
+// keys from cu_seqlens_k[b], seqused_k[b] of them.
+// TILE-LABEL: func.func @varlen
+// TILE-SAME: (%[[Q:[^:]+]]: tensor<?x4x64xbf16>, %[[K:[^:]+]]: tensor<?x2x64xbf16>, %[[V:[^:]+]]: tensor<?x2x64xbf16>, %[[CUQ:[^:]+]]: tensor<?xi32>, %[[CUK:[^:]+]]: tensor<?xi32>, %[[USED:[^:]+]]: tensor<?xi32>)
+// TILE-DAG: %[[Q4:.+]] = tensor.expand_shape %[[Q]] {{\[}}[0, 1], [2], [3]] {{.+}} into tensor<1x?x4x64xbf16>
+// TILE-DAG: %[[K4:.+]] = tensor.expand_shape %[[K]] {{.+}} into tensor<1x?x2x64xbf16>
+// TILE-DAG: %[[ZERO_O:.+]] = linalg.fill {{.+}} -> tensor<1x?x4x64xbf16>
+// TILE-DAG: %[[NEGINF_L:.+]] = linalg.fill {{.+}} -> tensor<1x4x?xf32>
+// TILE: scf.for %[[SEQ:[^ ]+]] = {{.+}} iter_args({{.+}} = %[[ZERO_O]], {{.+}} = %[[NEGINF_L]])
+// TILE: %[[Q0I:.+]] = tensor.extract %[[CUQ]][%[[SEQ]]] : tensor<?xi32>
+// TILE: %[[Q0:.+]] = arith.maxsi
+// TILE: %[[Q1I:.+]] = tensor.extract %[[CUQ]][{{.+}}] : tensor<?xi32>
+// TILE: %[[QEND:.+]] = arith.maxsi %{{.+}}, %[[Q0]] : index
+// TILE: %[[QLEN:.+]] = arith.subi %[[QEND]], %[[Q0]] : index
+// TILE: %[[NQB:.+]] = arith.ceildivui %[[QLEN]], %{{.+}} : index
+// TILE: tensor.extract %[[CUK]][%[[SEQ]]] : tensor<?xi32>
+// TILE: %[[K0:.+]] = arith.maxsi
+// TILE: tensor.extract %[[USED]][%[[SEQ]]] : tensor<?xi32>
+// TILE: %[[KLEN:.+]] = arith.maxsi
+// TILE: scf.for
+// TILE: scf.for %{{.+}} = %{{.+}} to %[[NQB]]
+// TILE: %[[ROW:.+]] = arith.addi %[[Q0]], %[[QS:.+]] : index
+// TILE: %[[QT:.+]] = fa3.load_tile %[[Q4]][%{{.+}}, %[[ROW]], %{{.+}}] limit %[[QEND]] : tensor<1x?x4x64xbf16> -> tensor<64x64xbf16>
+// TILE: fa3.attention_block %[[QT]], %[[K4]], %{{.+}}, %{{.+}}, %{{.+}}, %[[QS]], %[[QLEN]] key_start %[[K0]] key_len %[[KLEN]] {causal,
+// TILE: fa3.store_tile {{.+}}[%{{.+}}, %[[ROW]], %{{.+}}] limit %[[QEND]] : tensor<64x64xbf16> into tensor<1x?x4x64xbf16>
+// TILE: fa3.store_stats {{.+}}[%{{.+}}, %{{.+}}, %[[ROW]]] limit %[[QEND]] : tensor<64xf32> into tensor<1x4x?xf32>
+// TILE: tensor.collapse_shape {{.+}} into tensor<?x4x64xbf16>
+// TILE: tensor.collapse_shape {{.+}} into tensor<4x?xf32>
+
+// FUSED-LABEL: func.func @varlen
+// FUSED: %[[K4:.+]] = tensor.expand_shape %arg1
+// FUSED: %[[V4:.+]] = tensor.expand_shape %arg2
+// The key loop stops at the sequence's own keys; loads start at its first
+// key row and stop at key_start + key_len.
+// FUSED: tensor.extract %arg4[
+// FUSED: %[[KSTART:.+]] = arith.maxsi
+// FUSED: tensor.extract %arg5[
+// FUSED: %[[KLEN:.+]] = arith.maxsi
+// FUSED: %[[KEND:.+]] = arith.addi %[[KSTART]], %[[KLEN]] : index
+// FUSED: scf.for %[[KB:[^ ]+]] = {{.+}} -> (tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>)
+// FUSED: %[[K0:.+]] = arith.muli %[[KB]], %{{.+}} : index
+// FUSED: %[[KROW:.+]] = arith.addi %[[KSTART]], %[[K0]] : index
+// FUSED: fa3.load_tile %[[K4]][%{{.+}}, %[[KROW]], %{{.+}}] limit %[[KEND]]
+// FUSED: fa3.load_tile %[[V4]][%{{.+}}, %{{.+}}, %{{.+}}] limit %[[KEND]]
+// The mask is in the sequence's coordinates: row/column offsets within it,
+// its own lengths.
+// FUSED: fa3.mask %{{.+}}, %{{.+}}, %[[K0]], %{{.+}}, %[[KLEN]] {causal}
+func.func @varlen(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>, %used: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
+  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk, %used {causal}
+      : (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>)
+  return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
+}
+
+// Batch b's block reads cache_seqlens[b] keys through the page table.
+// TILE-LABEL: func.func @paged
+// TILE-SAME: (%[[Q:[^:]+]]: tensor<?x?x8x64xf16>, %[[KC:[^:]+]]: tensor<?x16x2x64xf16>, %[[VC:[^:]+]]: tensor<?x16x2x64xf16>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[PT:[^:]+]]: tensor<?x?xi32>)
+// TILE: scf.for %[[B:[^ ]+]] = {{.+}}
+// TILE: tensor.extract %[[LENS]][%[[B]]] : tensor<?xi32>
+// TILE: %[[LEN:.+]] = arith.maxsi
+// TILE: fa3.load_tile %[[Q]][%[[B]], %{{.+}}, %{{.+}}] : tensor<?x?x8x64xf16>
+// TILE: fa3.attention_block %{{.+}}, %[[KC]], %[[VC]], %[[B]], %{{.+}}, %{{.+}}, %{{.+}} key_len %[[LEN]] pages %[[PT]] {scale
+// TILE-SAME: window = array<i64: 32, -1>
+// TILE-SAME: : tensor<64x64xf16>, tensor<?x16x2x64xf16>, tensor<?x16x2x64xf16>, tensor<?x?xi32> -> tensor<64x64xf16>, tensor<64xf32>
+
+// FUSED-LABEL: func.func @paged
+// FUSED: %[[LEN:.+]] = arith.maxsi
+// FUSED: scf.for %[[KB:[^ ]+]] = {{.+}} -> (tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>)
+// FUSED: %[[K0:.+]] = arith.muli %[[KB]]
+// FUSED: fa3.load_paged_tile %arg1[%arg4, %{{.+}}, %[[K0]], %{{.+}}] limit %[[LEN]] : tensor<?x16x2x64xf16>, tensor<?x?xi32> -> tensor<64x64xf16>
+// FUSED: fa3.load_paged_tile %arg2[%arg4, %{{.+}}, %[[K0]], %{{.+}}] limit %[[LEN]]
+func.func @paged(%q: tensor<?x?x8x64xf16>, %kc: tensor<?x16x2x64xf16>, %vc: tensor<?x16x2x64xf16>, %lens: tensor<?xi32>, %pt: tensor<?x?xi32>) -> (tensor<?x?x8x64xf16>, tensor<?x8x?xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pt {window = array<i64: 32, -1>}
+      : (tensor<?x?x8x64xf16>, tensor<?x16x2x64xf16>, tensor<?x16x2x64xf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x?x8x64xf16>, tensor<?x8x?xf32>)
+  return %o, %lse : tensor<?x?x8x64xf16>, tensor<?x8x?xf32>
+}
+
+// One row at a time: position cache_seqlens[b] + i, at the row itself in a
+// contiguous cache; rows past the cache are dropped.
+// TILE-LABEL: func.func @append
+// TILE-SAME: (%[[KC:[^:]+]]: tensor<?x?x2x64xf16>, %[[VC:[^:]+]]: tensor<?x?x2x64xf16>, %[[K:[^:]+]]: tensor<?x?x2x64xf16>, %[[V:[^:]+]]: tensor<?x?x2x64xf16>, %[[LENS:[^:]+]]: tensor<?xi32>)
+// TILE: %[[CAP:.+]] = tensor.dim %[[KC]], %c1
+// TILE: scf.for %[[B:[^ ]+]] = {{.+}} iter_args(%{{.+}} = %[[KC]], %{{.+}} = %[[VC]])
+// TILE: %[[BASE:.+]] = arith.maxsi
+// TILE: scf.for %[[I:[^ ]+]] = {{.+}} iter_args(%[[KI:.+]] = %{{.+}}, %[[VI:.+]] = %{{.+}})
+// TILE: %[[POS:.+]] = arith.addi %[[BASE]], %[[I]] : index
+// TILE: %[[IN:.+]] = arith.cmpi slt, %[[POS]], %[[CAP]] : index
+// TILE: scf.if %[[IN]]
+// TILE: %[[ROW:.+]] = tensor.extract_slice %[[K]][%[[B]], %[[I]], 0, 0] [1, 1, 2, 64]
+// TILE: tensor.insert_slice %[[ROW]] into %[[KI]][%[[B]], %[[POS]], 0, 0] [1, 1, 2, 64]
+func.func @append(%kc: tensor<?x?x2x64xf16>, %vc: tensor<?x?x2x64xf16>, %k: tensor<?x?x2x64xf16>, %v: tensor<?x?x2x64xf16>, %lens: tensor<?xi32>) -> (tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>) {
+  %a, %b = fa3.kvcache_append %kc, %vc, %k, %v, %lens
+      : (tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>, tensor<?xi32>) -> (tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>)
+  return %a, %b : tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>
+}
+
+// GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention only; the CPU pipeline runs it
+// GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
+// GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet
