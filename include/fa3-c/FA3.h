@@ -36,6 +36,13 @@ typedef struct fa3_schedule {
  *  query tile (short queries) and a persistent grid (short key loops): the
  *  runtime compiles one kernel per distinct schedule (length buckets), with
  *  the schedule written into the fa3.attention it compiles. */
+/** The number of key splits (split-KV, fa3.attention_kvcache's num_splits)
+ *  for `work_tiles` (batch, head, query tile) units of `key_blocks` key
+ *  blocks each on `multiprocessors` SMs, at most `max_splits`:
+ *  FlashAttention-3's wave-efficiency rule (docs/Design.md, section 10). */
+int64_t fa3_select_num_splits(int64_t work_tiles, int64_t multiprocessors,
+                              int64_t key_blocks, int64_t max_splits);
+
 void fa3_select_forward_schedule(int64_t head_dim, int fp8, int causal,
                                  int64_t seq_q, int64_t seq_k,
                                  fa3_schedule *out);

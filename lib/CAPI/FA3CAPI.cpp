@@ -7,6 +7,7 @@
 #include "fa3-c/FA3.h"
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
+#include "fa3/Dialect/FA3/Utils/SplitKV.h"
 #include "fa3/InitAllDialects.h"
 #include "fa3/JIT/HopperKernelCache.h"
 #include "fa3/Runtime/AttentionLauncher.h"
@@ -71,6 +72,14 @@ static int launchOnDevice(const fa3_kernel &kernel, char **error,
 }
 
 extern "C" const char *fa3_version(void) { return FA3_VERSION; }
+
+extern "C" int64_t fa3_select_num_splits(int64_t work_tiles,
+                                         int64_t multiprocessors,
+                                         int64_t key_blocks,
+                                         int64_t max_splits) {
+  return mlir::fa3::selectNumSplits(work_tiles, multiprocessors, key_blocks,
+                                    max_splits);
+}
 
 extern "C" void fa3_select_forward_schedule(int64_t head_dim, int fp8,
                                             int causal, int64_t seq_q,

@@ -144,7 +144,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, page_table=None,
                            causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                           return_lse=False):
+                           return_lse=False, num_splits=0):
     """Attention of new queries against a KV cache, with an optional append,
     in FlashAttention's `flash_attn_with_kvcache` layout (numpy arrays, CPU).
 
@@ -164,6 +164,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     batch at the bottom-right corner of its own length (query i sees keys
     j <= i + length - seqlen_q). Returns out (batch, seqlen_q, num_heads,
     head_dim_v) or (out, lse) with lse (batch, num_heads, seqlen_q).
+
+    `num_splits` > 1 computes the attention as that many partial attentions
+    over ranges of whole key blocks merged by their LSE (split-KV,
+    fa3.combine_splits): the structure a GPU runs to fill its SMs when the
+    queries alone cannot. 0 (the default) lets fa3 choose; on the CPU, which
+    runs the splits one after another, it chooses 1.
     """
     dtype = _dtype_name("q", q)
     for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -241,10 +247,13 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                                  f"(num_pages = {num_pages})")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0: fa3 chooses), got {num_splits!r}")
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)
-    fn = _jit.get_mlir(spec.kvcache_mlir(paged=paged, append=k is not None), "attention_kvcache", "cpu", "fwd")
+    source = spec.kvcache_mlir(paged=paged, append=k is not None, num_splits=max(int(num_splits), 1))
+    fn = _jit.get_mlir(source, "attention_kvcache", "cpu", "fwd")
     inputs = [_contiguous("q", q), np.ascontiguousarray(k_cache), np.ascontiguousarray(v_cache)]
     if k is not None:
         inputs += [_contiguous("k", k), _contiguous("v", v)]

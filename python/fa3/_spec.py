@@ -115,12 +115,13 @@ class AttentionSpec:
                 f" : ({q}, {k}, {v}, {idx}, {idx}{used_type}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
-    def kvcache_mlir(self, paged=False, append=False):
+    def kvcache_mlir(self, paged=False, append=False, num_splits=1):
         """`@attention_kvcache(q, k_cache, v_cache[, k_new, v_new],
         cache_seqlens[, seqlens_before_append][, page_table]) -> (o, lse[,
         k_cache, v_cache])`: with `append`, fa3.kvcache_append writes the new
         rows at the lengths before the append, and fa3.attention_kvcache
-        attends to the lengths after it."""
+        attends to the lengths after it, in `num_splits` splits of the keys
+        (split-KV) when > 1."""
         q, k, v, o, lse = self._types()
         idx, table = "tensor<?xi32>", "tensor<?x?xi32>"
         args = [f"%q: {q}", f"%kc: {k}", f"%vc: {v}"]
@@ -141,7 +142,10 @@ class AttentionSpec:
             caches = "%kc1, %vc1"
             results += ", %kc1, %vc1"
             result_types += f", {k}, {v}"
-        body += (f"  %o, %lse = fa3.attention_kvcache %q, {caches}, %lens{pages_op}{self._attrs()}"
+        attrs = self._attrs()
+        if num_splits > 1:
+            attrs = attrs[:-1] + f", num_splits = {int(num_splits)} : i64}}"
+        body += (f"  %o, %lse = fa3.attention_kvcache %q, {caches}, %lens{pages_op}{attrs}"
                  f" : ({q}, {k}, {v}, {idx}{pages_type}) -> ({o}, {lse})\n")
         return (f"func.func @attention_kvcache({', '.join(args)}) -> ({result_types}) {{\n{body}"
                 f"  return {results} : {result_types}\n}}\n")

@@ -284,6 +284,18 @@ PYBIND11_MODULE(_fa3, m) {
   py::register_exception<Fa3Exception>(m, "Error", PyExc_RuntimeError);
   m.def("version", [] { return std::string(fa3_version()); });
   m.def(
+      "select_num_splits",
+      [](int64_t workTiles, int64_t multiprocessors, int64_t keyBlocks,
+         int64_t maxSplits) {
+        return fa3_select_num_splits(workTiles, multiprocessors, keyBlocks,
+                                     maxSplits);
+      },
+      py::arg("work_tiles"), py::arg("multiprocessors"), py::arg("key_blocks"),
+      py::arg("max_splits") = 128,
+      "How many key splits a split-KV attention of work_tiles (batch, head, "
+      "query tile) units over key_blocks key blocks takes on that many SMs "
+      "(FlashAttention-3's wave-efficiency rule)");
+  m.def(
       "select_forward_schedule",
       [](int64_t headDim, bool fp8, bool causal, int64_t seqQ, int64_t seqK) {
         fa3_schedule chosen;

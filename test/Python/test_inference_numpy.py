@@ -258,3 +258,58 @@ def test_torch_tensors_are_refused_with_the_reason():
     q = torch.zeros(4, 2, 64)
     with pytest.raises(TypeError, match="q must be a numpy.ndarray, got a torch tensor.*Hopper kernels are not built"):
         fa3.attention_varlen(q, q, q, np.array([0, 4], np.int32), np.array([0, 4], np.int32), 4, 4)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 64])
+def test_split_kv_equals_the_unsplit_attention(num_splits):
+    """Split-KV (partial attentions over ranges of key blocks, merged by
+    fa3.combine_splits) against the reference, with more splits than some
+    sequences have key blocks (empty splits weigh 0) and a batch whose
+    cache is empty."""
+    rng, seed = _rng(f"splits-{num_splits}")
+    batch, hq, hkv, d = 4, 8, 2, 64
+    k_cache, v_cache, table = _paged_cache(rng, batch, 700, 16, hkv, d, d, "bf16")
+    lens = np.array([700, 0, 65, 1], np.int32)
+    q = _draw(rng, (batch, 3, hq, d), "bf16")
+    out, lse = fa3.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=table, causal=True,
+                                         return_lse=True, num_splits=num_splits)
+    ref_o, ref_lse = reference.attention_kvcache(q, k_cache.astype(np.float64), v_cache.astype(np.float64),
+                                                 lens, table, causal=True)
+    _check(out, lse, ref_o, ref_lse, v_cache, "bf16", seed)
+
+
+def test_split_kv_bad_num_splits():
+    q = np.zeros((1, 1, 2, 64), np.float32)
+    kc = np.zeros((1, 8, 2, 64), np.float32)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="num_splits must be an int >= 0"):
+            fa3.attention_with_kvcache(q, kc, kc.copy(), num_splits=bad)
+
+
+def _num_splits_model(tiles, sms, blocks, max_splits=128):
+    """The documented rule (docs/Design.md section 10), written out again."""
+    if tiles >= 0.8 * sms or blocks <= 4:
+        return 1
+    limit = min(max_splits, sms, blocks)
+    per = lambda s: -(-blocks // s)  # noqa: E731
+    ok = [s for s in range(1, limit + 1) if s == 1 or per(s) != per(s - 1)]
+    eff = {s: (tiles * s / sms) / np.ceil(tiles * s / sms) for s in ok}
+    best = max(eff.values())
+    return next(s for s in ok if eff[s] >= 0.85 * best)
+
+
+def test_num_splits_heuristic():
+    select = fa3._jit._module().select_num_splits
+    # Enough tiles for 80% of the SMs, or too few key blocks: no split.
+    assert select(work_tiles=106, multiprocessors=132, key_blocks=1000) == 1
+    assert select(work_tiles=8, multiprocessors=132, key_blocks=4) == 1
+    # One tile over 512 key blocks: one split per SM up to max_splits.
+    assert select(work_tiles=1, multiprocessors=132, key_blocks=512) == 128
+    # ... and within 85% of the best allowed: 14 of at most 16 (14/132 >= 0.85 * 16/132).
+    assert select(work_tiles=1, multiprocessors=132, key_blocks=512, max_splits=16) == 14
+    # Decode, B=1, 8 KV heads packed (8 tiles), 32k keys in 128-key blocks:
+    # 14 splits (112 of 132 SMs busy, efficiency 0.85 of the best).
+    assert select(work_tiles=8, multiprocessors=132, key_blocks=256) == 14
+    for tiles in (1, 2, 3, 5, 8, 13, 40, 64, 100, 105):
+        for blocks in (5, 17, 64, 255, 256, 1000):
+            assert select(tiles, 132, blocks) == _num_splits_model(tiles, 132, blocks), (tiles, blocks)

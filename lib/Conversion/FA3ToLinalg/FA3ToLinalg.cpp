@@ -718,6 +718,134 @@ struct MmaTNLowering : OpConversionPattern<MmaTNOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Split-KV merge
+//===----------------------------------------------------------------------===//
+
+/// lse = log Σ_s exp(lse_s) (via the max), O = Σ_s exp(lse_s − lse) · O_s,
+/// as four linalg.generic ops over [N, B, ...] with N the reduction.
+struct CombineSplitsLowering : OpConversionPattern<CombineSplitsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(CombineSplitsOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    Value parts = op.getPartialOutput(), lses = op.getPartialLse();
+    auto outType = cast<RankedTensorType>(op.getOutput().getType());
+    auto lseType = cast<RankedTensorType>(op.getLse().getType());
+    Type f32 = rewriter.getF32Type();
+    // [B, Hq, Sq] and [B, Sq, Hq, Dv] from the partials' sizes.
+    auto size = [&](Value v, int64_t d) {
+      return tensor::getMixedSize(rewriter, loc, v, d);
+    };
+    auto empty = [&](ArrayRef<OpFoldResult> sizes) {
+      return tensor::EmptyOp::create(rewriter, loc, sizes, f32).getResult();
+    };
+    SmallVector<OpFoldResult> rowSizes = {size(lses, 1), size(lses, 2),
+                                          size(lses, 3)};
+    SmallVector<OpFoldResult> outSizes = {size(parts, 1), size(parts, 2),
+                                          size(parts, 3), size(parts, 4)};
+    auto filled = [&](ArrayRef<OpFoldResult> sizes, float v) {
+      return linalg::FillOp::create(rewriter, loc, f32Cst(rewriter, loc, v),
+                                    empty(sizes))
+          .getResult(0);
+    };
+    auto rowType = RankedTensorType::get(lseType.getShape(), f32);
+    auto accType = RankedTensorType::get(outType.getShape(), f32);
+    // (n, b, h, q) -> ...
+    AffineMap all4 = AffineMap::getMultiDimIdentityMap(4, ctx);
+    AffineMap rows4 = map(ctx, 4, {1, 2, 3});
+    SmallVector<utils::IteratorType> red4 = {kRed, kPar, kPar, kPar};
+    auto finiteOr0 = [](OpBuilder &b, Location loc, Value x) {
+      Value isInf = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, x,
+                                          negInf(b, loc));
+      return arith::SelectOp::create(b, loc, isInf, f32Cst(b, loc, 0.0f), x)
+          .getResult();
+    };
+
+    Value rowMax =
+        generic(rewriter, loc, rowType, {lses}, filled(rowSizes, -std::numeric_limits<float>::infinity()),
+                {all4, rows4}, red4,
+                [](OpBuilder &b, Location loc, ValueRange args) {
+                  linalg::YieldOp::create(
+                      b, loc,
+                      ValueRange{arith::MaximumFOp::create(b, loc, args[0],
+                                                           args[1])});
+                })
+            .getResult(0);
+    Value rowSum =
+        generic(rewriter, loc, rowType, {lses, rowMax}, filled(rowSizes, 0.0f),
+                {all4, rows4, rows4}, red4,
+                [&](OpBuilder &b, Location loc, ValueRange args) {
+                  Value d = arith::SubFOp::create(b, loc, args[0],
+                                                  finiteOr0(b, loc, args[1]));
+                  Value e = math::ExpOp::create(b, loc, d);
+                  linalg::YieldOp::create(
+                      b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], e)});
+                })
+            .getResult(0);
+    AffineMap id3 = AffineMap::getMultiDimIdentityMap(3, ctx);
+    Value lse =
+        generic(rewriter, loc, rowType, {rowMax, rowSum}, empty(rowSizes),
+                {id3, id3, id3}, {kPar, kPar, kPar},
+                [&](OpBuilder &b, Location loc, ValueRange args) {
+                  Value hasKey = arith::CmpFOp::create(
+                      b, loc, arith::CmpFPredicate::OGT, args[1],
+                      f32Cst(b, loc, 0.0f));
+                  Value l = arith::AddFOp::create(
+                      b, loc, finiteOr0(b, loc, args[0]),
+                      math::LogOp::create(b, loc, args[1]));
+                  linalg::YieldOp::create(
+                      b, loc,
+                      ValueRange{arith::SelectOp::create(b, loc, hasKey, l,
+                                                         negInf(b, loc))});
+                })
+            .getResult(0);
+    // (n, b, q, h, d): O += exp(lse_n − lse) · O_n; a row without keys
+    // (lse = -inf) weighs every split 0.
+    AffineMap all5 = AffineMap::getMultiDimIdentityMap(5, ctx);
+    AffineMap lseN = map(ctx, 5, {0, 1, 3, 2}), lseRow = map(ctx, 5, {1, 3, 2});
+    AffineMap out5 = map(ctx, 5, {1, 2, 3, 4});
+    Value acc =
+        generic(rewriter, loc, accType, {parts, lses, lse},
+                filled(outSizes, 0.0f), {all5, lseN, lseRow, out5},
+                {kRed, kPar, kPar, kPar, kPar},
+                [&](OpBuilder &b, Location loc, ValueRange args) {
+                  Value rowIsEmpty = arith::CmpFOp::create(
+                      b, loc, arith::CmpFPredicate::OEQ, args[2],
+                      negInf(b, loc));
+                  Value w = math::ExpOp::create(
+                      b, loc,
+                      arith::SubFOp::create(b, loc, args[1],
+                                            finiteOr0(b, loc, args[2])));
+                  w = arith::SelectOp::create(b, loc, rowIsEmpty,
+                                              f32Cst(b, loc, 0.0f), w);
+                  Value term = arith::MulFOp::create(b, loc, w, args[0]);
+                  linalg::YieldOp::create(
+                      b, loc, ValueRange{arith::AddFOp::create(b, loc, args[3], term)});
+                })
+            .getResult(0);
+    Value out = acc;
+    if (!outType.getElementType().isF32()) {
+      Value init = tensor::EmptyOp::create(rewriter, loc, outSizes,
+                                           outType.getElementType());
+      AffineMap id4 = AffineMap::getMultiDimIdentityMap(4, ctx);
+      out = generic(rewriter, loc, outType, {acc}, init, {id4, id4},
+                    {kPar, kPar, kPar, kPar},
+                    [&](OpBuilder &b, Location loc, ValueRange args) {
+                      linalg::YieldOp::create(
+                          b, loc,
+                          ValueRange{arith::TruncFOp::create(
+                              b, loc, outType.getElementType(), args[0])});
+                    })
+                .getResult(0);
+    }
+    rewriter.replaceOp(op, {out, lse});
+    return success();
+  }
+};
+
 struct ScaleCastLowering : OpConversionPattern<ScaleCastOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -764,7 +892,8 @@ struct ConvertFA3ToLinalgPass
 
 void mlir::fa3::populateFA3ToLinalgConversionPatterns(
     RewritePatternSet &patterns) {
-  patterns.add<LoadTileLowering, LoadPagedTileLowering, StoreTileLowering, LoadStatsLowering,
+  patterns.add<LoadTileLowering, LoadPagedTileLowering, StoreTileLowering,
+               CombineSplitsLowering, LoadStatsLowering,
                StoreStatsLowering, QKLowering, PVLowering, SoftcapLowering,
                MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,

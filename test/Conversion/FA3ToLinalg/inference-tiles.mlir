@@ -46,3 +46,27 @@ func.func @paged(%kc: tensor<?x16x2x64xbf16>, %pt: tensor<?x?xi32>, %b: index, %
   %t = fa3.load_paged_tile %kc[%pt, %b, %row, %h] limit %len : tensor<?x16x2x64xbf16>, tensor<?x?xi32> -> tensor<64x64xbf16>
   return %t : tensor<64x64xbf16>
 }
+
+// The split-KV merge: the row max over the splits, the sum of exp(lse_s - max),
+// lse = max + log(sum) (-inf when no split saw a key), then
+// O = sum_s exp(lse_s - lse) O_s in f32 and one rounding to the output type.
+// CHECK-LABEL: func.func @combine
+// CHECK: linalg.generic {{.+}} iterator_types = ["reduction", "parallel", "parallel", "parallel"]} ins(%arg1 : tensor<?x?x8x1xf32>)
+// CHECK: arith.maximumf
+// CHECK: linalg.generic {{.+}} iterator_types = ["reduction", "parallel", "parallel", "parallel"]} ins(%arg1, %{{.+}} : tensor<?x?x8x1xf32>, tensor<?x8x1xf32>)
+// CHECK: math.exp
+// CHECK: arith.addf
+// CHECK: linalg.generic {{.+}} iterator_types = ["parallel", "parallel", "parallel"]}
+// CHECK: %[[HAS:.+]] = arith.cmpf ogt
+// CHECK: math.log
+// CHECK: arith.select %[[HAS]]
+// CHECK: %[[ACC:.+]] = linalg.generic {{.+}} iterator_types = ["reduction", "parallel", "parallel", "parallel", "parallel"]} ins(%arg0, %arg1, %{{.+}} : tensor<?x?x1x8x64xf32>, tensor<?x?x8x1xf32>, tensor<?x8x1xf32>) outs(%{{.+}} : tensor<?x1x8x64xf32>)
+// CHECK: math.exp
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: linalg.generic {{.+}} ins(%[[ACC]] : tensor<?x1x8x64xf32>) outs(%{{.+}} : tensor<?x1x8x64xbf16>)
+// CHECK: arith.truncf
+func.func @combine(%p: tensor<?x?x1x8x64xf32>, %l: tensor<?x?x8x1xf32>) -> (tensor<?x1x8x64xbf16>, tensor<?x8x1xf32>) {
+  %o, %lse = fa3.combine_splits %p, %l : (tensor<?x?x1x8x64xf32>, tensor<?x?x8x1xf32>) -> (tensor<?x1x8x64xbf16>, tensor<?x8x1xf32>)
+  return %o, %lse : tensor<?x1x8x64xbf16>, tensor<?x8x1xf32>
+}

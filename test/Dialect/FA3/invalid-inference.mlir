@@ -137,3 +137,43 @@ func.func @paged_tile_table_type(%kc: tensor<?x16x2x64xbf16>, %pt: tensor<?x?xi6
   %t = fa3.load_paged_tile %kc[%pt, %i, %i, %i] limit %i : tensor<?x16x2x64xbf16>, tensor<?x?xi64> -> tensor<64x64xbf16>
   return
 }
+
+// -----
+
+func.func @kvcache_num_splits(%q: tensor<4x1x8x64xbf16>, %kc: tensor<4x128x2x64xbf16>, %vc: tensor<4x128x2x64xbf16>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{'fa3.attention_kvcache' op num_splits must be at least 1, got 0}}
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {num_splits = 0 : i64} : (tensor<4x1x8x64xbf16>, tensor<4x128x2x64xbf16>, tensor<4x128x2x64xbf16>, tensor<4xi32>) -> (tensor<4x1x8x64xbf16>, tensor<4x8x1xf32>)
+  return
+}
+
+// -----
+
+func.func @combine_shapes(%p: tensor<4x2x1x8x64xf32>, %l: tensor<4x2x1x8xf32>) {
+  // expected-error @+1 {{'fa3.combine_splits' op partial_output [4, 2, 1, 8, 64] ([N, B, Sq, Hq, Dv]) and partial_lse [4, 2, 1, 8] ([N, B, Hq, Sq]) disagree}}
+  %o, %lse = fa3.combine_splits %p, %l : (tensor<4x2x1x8x64xf32>, tensor<4x2x1x8xf32>) -> (tensor<2x1x8x64xbf16>, tensor<2x8x1xf32>)
+  return
+}
+
+// -----
+
+func.func @combine_f32_parts(%p: tensor<4x2x1x8x64xbf16>, %l: tensor<4x2x8x1xf32>) {
+  // expected-error @+1 {{'fa3.combine_splits' op expects f32 partial results, got 'bf16' and 'f32'}}
+  %o, %lse = fa3.combine_splits %p, %l : (tensor<4x2x1x8x64xbf16>, tensor<4x2x8x1xf32>) -> (tensor<2x1x8x64xbf16>, tensor<2x8x1xf32>)
+  return
+}
+
+// -----
+
+func.func @combine_output(%p: tensor<4x2x1x8x64xf32>, %l: tensor<4x2x8x1xf32>) {
+  // expected-error @+1 {{'fa3.combine_splits' op expects output of shape [2, 1, 8, 64] and element type 'bf16', got 'tensor<2x8x1x64xbf16>'}}
+  %o, %lse = fa3.combine_splits %p, %l : (tensor<4x2x1x8x64xf32>, tensor<4x2x8x1xf32>) -> (tensor<2x8x1x64xbf16>, tensor<2x8x1xf32>)
+  return
+}
+
+// -----
+
+func.func @split_block_output(%qt: tensor<64x64xbf16>, %k: tensor<?x?x2x64xbf16>, %v: tensor<?x?x2x64xbf16>, %i: index) {
+  // expected-error @+1 {{'fa3.attention_block' op expects an output tile of type 'tensor<64x64xf32>', got 'tensor<64x64xbf16>'}}
+  %o, %l = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i key_len %i split[%i, %i] {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>, tensor<64xf32>
+  return
+}

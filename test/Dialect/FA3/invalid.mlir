@@ -423,7 +423,7 @@ func.func @block_m_vs_tile_rows(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>
 // -----
 
 func.func @block_output_tile(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x32xf16>, %i: index) {
-  // expected-error @+1 {{'fa3.attention_block' op expects an output tile of 64x32x'f16', got 'tensor<64x64xf16>'}}
+  // expected-error @+1 {{'fa3.attention_block' op expects an output tile of type 'tensor<64x32xf16>', got 'tensor<64x64xf16>'}}
   %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x32xf16> -> tensor<64x64xf16>, tensor<64xf32>
   return
 }

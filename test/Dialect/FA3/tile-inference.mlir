@@ -113,6 +113,49 @@ func.func @append(%kc: tensor<?x?x2x64xf16>, %vc: tensor<?x?x2x64xf16>, %k: tens
   return %a, %b : tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>
 }
 
+// Split-KV: a loop over 3 splits outside the batch loop; split s of batch b
+// takes key blocks [s·n, s·n + n) of its ceildiv(len, 64), n = ceildiv(blocks,
+// 3), with f32 partial results at batch s·B + b; fa3.combine_splits merges
+// them after the loops.
+// TILE-LABEL: func.func @split_kv
+// TILE: %[[B:.+]] = tensor.dim %arg0, %c0
+// TILE: %[[ROWS:.+]] = arith.muli %[[B]], %c3 : index
+// TILE: %[[PARTS:.+]] = tensor.empty(%[[ROWS]], %{{.+}}) : tensor<?x?x4x64xf32>
+// TILE: %[[LSES:.+]] = tensor.empty(%[[ROWS]], %{{.+}}) : tensor<?x4x?xf32>
+// TILE: %[[LOOPS:.+]]:2 = scf.for %[[S:[^ ]+]] = %c0 to %c3 step %c1 iter_args({{.+}} = %[[PARTS]], {{.+}} = %[[LSES]])
+// TILE: scf.for %[[BI:[^ ]+]] = %c0 to %[[B]]
+// TILE: %[[LEN:.+]] = arith.maxsi
+// TILE: %[[BLOCKS:.+]] = arith.ceildivsi %[[LEN]], %c64 : index
+// TILE: %[[PER:.+]] = arith.ceildivsi %[[BLOCKS]], %c3 : index
+// TILE: %[[FIRST0:.+]] = arith.muli %[[S]], %[[PER]] : index
+// TILE: %[[FIRST:.+]] = arith.minsi %[[FIRST0]], %[[BLOCKS]] : index
+// TILE: %[[LAST0:.+]] = arith.addi %[[FIRST]], %[[PER]] : index
+// TILE: %[[LAST:.+]] = arith.minsi %[[LAST0]], %[[BLOCKS]] : index
+// TILE: %[[SB0:.+]] = arith.muli %[[S]], %[[B]] : index
+// TILE: %[[SB:.+]] = arith.addi %[[SB0]], %[[BI]] : index
+// TILE: fa3.attention_block {{.+}} key_len %[[LEN]] split[%[[FIRST]], %[[LAST]]] {causal
+// TILE-SAME: -> tensor<64x64xf32>, tensor<64xf32>
+// TILE: fa3.store_tile %{{.+}} into %{{.+}}[%[[SB]], %{{.+}}, %{{.+}}] : tensor<64x64xf32> into tensor<?x?x4x64xf32>
+// TILE: %[[P5:.+]] = tensor.expand_shape %[[LOOPS]]#0 {{\[}}[0, 1], [2], [3], [4]] output_shape [3, %[[B]], {{.+}}] : tensor<?x?x4x64xf32> into tensor<3x?x?x4x64xf32>
+// TILE: %[[O:.+]], %[[L:.+]] = fa3.combine_splits %[[P5]], %{{.+}} : (tensor<3x?x?x4x64xf32>, tensor<3x?x4x?xf32>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>)
+// TILE: return %[[O]], %[[L]]
+
+// The split's key loop runs its key blocks only.
+// FUSED-LABEL: func.func @split_kv
+// FUSED: %[[FIRST:.+]] = arith.minsi %{{.+}}, %[[BLOCKS:.+]] : index
+// FUSED: %[[LAST:.+]] = arith.minsi %{{.+}}, %[[BLOCKS]] : index
+// FUSED: %[[LO:.+]] = arith.maxsi {{.*}}%[[FIRST]]{{.*}} : index
+// FUSED: %[[HI0:.+]] = arith.minsi {{.*}}%[[LAST]]{{.*}} : index
+// FUSED: %[[HI:.+]] = arith.maxsi %[[LO]], %[[HI0]] : index
+// FUSED: scf.for %{{.+}} = %[[LO]] to %[[HI]] step
+// FUSED: fa3.finalize {{.+}} -> tensor<64x64xf32>
+func.func @split_kv(%q: tensor<?x?x4x64xbf16>, %kc: tensor<?x?x2x64xbf16>, %vc: tensor<?x?x2x64xbf16>, %lens: tensor<?xi32>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {causal, num_splits = 3 : i64}
+      : (tensor<?x?x4x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?xi32>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>)
+  return %o, %lse : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+}
+
 // GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention only; the CPU pipeline runs it
 // GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
 // GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet
+// GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet

@@ -439,6 +439,8 @@ LogicalResult AttentionKVCacheOp::verify() {
   if (failed(t))
     return failure();
   int64_t batch = t->q.getDimSize(0);
+  if (auto splits = getNumSplits(); splits && *splits < 1)
+    return emitOpError() << "num_splits must be at least 1, got " << *splits;
   if (failed(verifyIndexOperand(*this, getCacheSeqlens(), "cache_seqlens",
                                 {batch}, "[B]")))
     return failure();
@@ -453,6 +455,32 @@ LogicalResult AttentionKVCacheOp::verify() {
     return failure();
   return verifyResultType(*this, getLse().getType(), "lse", lseShape(t->q),
                           Float32Type::get(getContext()));
+}
+
+LogicalResult CombineSplitsOp::verify() {
+  auto parts = getRankedOperand(*this, getPartialOutput(), "partial_output", 5,
+                                "[N, B, Sq, Hq, Dv]");
+  auto lses =
+      getRankedOperand(*this, getPartialLse(), "partial_lse", 4, "[N, B, Hq, Sq]");
+  if (failed(parts) || failed(lses))
+    return failure();
+  if (!parts->getElementType().isF32() || !lses->getElementType().isF32())
+    return emitOpError() << "expects f32 partial results, got "
+                         << parts->getElementType() << " and "
+                         << lses->getElementType();
+  ArrayRef<int64_t> p = parts->getShape(), l = lses->getShape();
+  if (!compatibleDims(p[0], l[0]) || !compatibleDims(p[1], l[1]) ||
+      !compatibleDims(p[2], l[3]) || !compatibleDims(p[3], l[2]))
+    return emitOpError() << "partial_output " << shapeStr(p)
+                         << " ([N, B, Sq, Hq, Dv]) and partial_lse "
+                         << shapeStr(l) << " ([N, B, Hq, Sq]) disagree";
+  auto out = cast<RankedTensorType>(getOutput().getType());
+  if (failed(verifyElementType(*this, out.getElementType(), false)) ||
+      failed(verifyResultType(*this, out, "output", {p[1], p[2], p[3], p[4]},
+                              out.getElementType())))
+    return failure();
+  return verifyResultType(*this, getLse().getType(), "lse",
+                          {p[1], p[3], p[2]}, Float32Type::get(getContext()));
 }
 
 LogicalResult KVCacheAppendOp::verify() {

@@ -144,12 +144,17 @@ LogicalResult AttentionBlockOp::verify() {
     return emitOpError() << "query tile has " << cols(getQueryTile())
                          << " columns but the key head dim is "
                          << k.getDimSize(3);
+  if (static_cast<bool>(getSplitBegin()) != static_cast<bool>(getSplitEnd()))
+    return emitOpError() << "takes a split as [begin, end): both or neither";
+  // A split's partial output stays in f32 until fa3.combine_splits.
+  Type outElt = getSplitBegin() ? Float32Type::get(getContext()) : elt;
   if (rows(getOutput()) != rows(getQueryTile()) ||
       v.isDynamicDim(3) || cols(getOutput()) != v.getDimSize(3) ||
-      elementType(getOutput()) != elt)
-    return emitOpError() << "expects an output tile of "
-                         << rows(getQueryTile()) << "x" << v.getDimSize(3)
-                         << "x" << elt << ", got " << getOutput().getType();
+      elementType(getOutput()) != outElt)
+    return emitOpError() << "expects an output tile of type "
+                         << RankedTensorType::get(
+                                {rows(getQueryTile()), v.getDimSize(3)}, outElt)
+                         << ", got " << getOutput().getType();
   if (cast<RankedTensorType>(getLse().getType()).getDimSize(0) !=
       rows(getQueryTile()))
     return emitOpError() << "expects an lse tile of " << rows(getQueryTile())

@@ -69,6 +69,12 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
     kLo = m.max(m.cst(0), m.sub(m.add(qStart, off), m.cst(left)));
   Value blockLo = arith::FloorDivSIOp::create(rewriter, loc, kLo, m.cst(blockN));
   Value blockHi = arith::CeilDivSIOp::create(rewriter, loc, kHi, m.cst(blockN));
+  // One split of a split-KV attention: its key blocks only. An empty
+  // intersection runs no iteration (O = 0, LSE = -inf: weight 0 in the merge).
+  if (op.getSplitBegin()) {
+    blockLo = m.max(blockLo, op.getSplitBegin());
+    blockHi = m.max(blockLo, m.min(blockHi, op.getSplitEnd()));
+  }
 
   Value acc0 = splat(rewriter, loc, {blockM, headDimV}, 0.0f);
   Value max0 = splat(rewriter, loc, {blockM},

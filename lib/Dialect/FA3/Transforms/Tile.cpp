@@ -52,6 +52,9 @@ struct TiledForward {
   std::function<SequenceBounds(OpBuilder &, Location, Value)> bounds;
   /// Index constants 0 and 1 for the loop bounds.
   Value c0, c1;
+  /// Split-KV: partial attentions per split of the key blocks, stored at
+  /// batch `split · numBatches + b` of outInit/lseInit (f32 O).
+  int64_t numSplits = 1;
   ScheduleAttr schedule;
   UnitAttr causal;
   FloatAttr scale, softcap, probsScale;
@@ -64,26 +67,40 @@ static Value indexConstant(OpBuilder &b, Location loc, int64_t v) {
 }
 
 /// Builds the serial loops over (batch entry, query head, query block) of
-/// `t` and returns their (O, LSE) results.
-static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
-                                 const TiledForward &t) {
+/// `t` with `inits` as the (O, LSE) destinations and returns their results.
+/// With a `split` index, the blocks are that split's partial attentions
+/// over its range of key blocks, stored at batch `split · B + b`.
+static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
+                                  const TiledForward &t, ValueRange inits,
+                                  Value split) {
   auto qType = cast<RankedTensorType>(t.query.getType());
   auto kType = cast<RankedTensorType>(t.key.getType());
-  auto vType = cast<RankedTensorType>(t.value.getType());
   int64_t numQHeads = qType.getDimSize(2);
   int64_t groupSize = numQHeads / kType.getDimSize(2);
-  int64_t blockM = t.schedule.getBlockM();
+  int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
   auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
                                          qType.getElementType());
-  auto oTileType = RankedTensorType::get({blockM, vType.getDimSize(3)},
-                                         vType.getElementType());
-  auto lseTileType = RankedTensorType::get({blockM}, rewriter.getF32Type());
+  // The output tile has the output tensor's element type: f32 for a split.
+  auto oTileType = RankedTensorType::get({blockM, t.outType.getDimSize(3)},
+                                         t.outType.getElementType());
+  auto lseTileType = RankedTensorType::get({blockM}, builder.getF32Type());
   Value c0 = t.c0, c1 = t.c1;
 
   auto batchLoop = scf::ForOp::create(
-      rewriter, loc, c0, t.numBatches, c1, ValueRange{t.outInit, t.lseInit},
+      builder, loc, c0, t.numBatches, c1, inits,
       [&](OpBuilder &b, Location loc, Value entry, ValueRange batchIters) {
         SequenceBounds seq = t.bounds(b, loc, entry);
+        Value storeBatch = seq.tensorBatch, splitBegin, splitEnd;
+        if (split) {
+          // Split s takes key blocks [s·n, (s+1)·n) of the sequence's
+          // ceildiv(len, block_n), with n = ceildiv(blocks, splits).
+          IndexMath m{b, loc};
+          Value blocks = m.ceilDiv(seq.keyLen, blockN);
+          Value perSplit = m.ceilDiv(blocks, t.numSplits);
+          splitBegin = m.min(m.mul(split, perSplit), blocks);
+          splitEnd = m.min(m.add(splitBegin, perSplit), blocks);
+          storeBatch = m.add(m.mul(split, t.numBatches), seq.tensorBatch);
+        }
         auto headLoop = scf::ForOp::create(
             b, loc, c0, indexConstant(b, loc, numQHeads), c1, batchIters,
             [&](OpBuilder &b, Location loc, Value head, ValueRange headIters) {
@@ -104,14 +121,15 @@ static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
                     auto block = AttentionBlockOp::create(
                         b, loc, oTileType, lseTileType, qTile, t.key, t.value,
                         seq.tensorBatch, kvHead, qStart, seq.qLen,
-                        seq.keyStart, seq.keyLen, t.pageTable, t.causal,
-                        t.scale, t.window, t.softcap, t.schedule, t.probsScale);
+                        seq.keyStart, seq.keyLen, t.pageTable, splitBegin,
+                        splitEnd, t.causal, t.scale, t.window, t.softcap,
+                        t.schedule, t.probsScale);
                     Value out = StoreTileOp::create(
                         b, loc, t.outType, block.getOutput(), iters[0],
-                        seq.tensorBatch, row, head, seq.qEnd);
+                        storeBatch, row, head, seq.qEnd);
                     Value lse = StoreStatsOp::create(
                         b, loc, t.lseType, block.getLse(), iters[1],
-                        seq.tensorBatch, head, row, seq.qEnd);
+                        storeBatch, head, row, seq.qEnd);
                     scf::YieldOp::create(b, loc, ValueRange{out, lse});
                   });
               scf::YieldOp::create(b, loc, blockLoop.getResults());
@@ -119,6 +137,22 @@ static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
         scf::YieldOp::create(b, loc, headLoop.getResults());
       });
   return batchLoop.getResults();
+}
+
+/// The tile loops of `t`: the batch loops, inside a loop over the splits
+/// when `t.numSplits` > 1.
+static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
+                                 const TiledForward &t) {
+  SmallVector<Value, 2> inits = {t.outInit, t.lseInit};
+  if (t.numSplits <= 1)
+    return buildBatchLoops(rewriter, loc, t, inits, Value());
+  auto splitLoop = scf::ForOp::create(
+      rewriter, loc, t.c0, indexConstant(rewriter, loc, t.numSplits), t.c1,
+      inits, [&](OpBuilder &b, Location loc, Value split, ValueRange iters) {
+        scf::YieldOp::create(b, loc,
+                             buildBatchLoops(b, loc, t, iters, split));
+      });
+  return splitLoop.getResults();
 }
 
 /// The masking attributes every tiled forward passes to its blocks.
@@ -250,7 +284,8 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
     auto block = AttentionBlockOp::create(
         rewriter, loc, oTileType, lseTileType, qTile, op.getKey(),
         op.getValue(), bIdx, kvHead, qStart, seqQ, /*key_start=*/Value(),
-        /*key_len=*/Value(), /*page_table=*/Value(), t.causal, t.scale,
+        /*key_len=*/Value(), /*page_table=*/Value(), /*split_begin=*/Value(),
+        /*split_end=*/Value(), t.causal, t.scale,
         t.window, t.softcap, schedule, probsScale);
     rewriter.setInsertionPointToStart(inParallel.getBody());
     ValueRange shared = forall.getRegionIterArgs();
@@ -371,11 +406,35 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
   t.key = op.getKeyCache();
   t.value = op.getValueCache();
   t.pageTable = op.getPageTable();
-  t.outType = cast<RankedTensorType>(op.getOutput().getType());
-  t.lseType = cast<RankedTensorType>(op.getLse().getType());
-  t.outInit = emptyWithDims(rewriter, loc, t.outType, t.query, {0, 1});
-  t.lseInit = emptyWithDims(rewriter, loc, t.lseType, t.query, {0, 1});
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  auto lseType = cast<RankedTensorType>(op.getLse().getType());
+  t.numSplits = op.getNumSplits().value_or(1);
   t.numBatches = tensor::DimOp::create(rewriter, loc, t.query, 0);
+  if (t.numSplits > 1) {
+    // The splits' partial results, [N·B, ...] (f32 O), merged below.
+    auto f32 = rewriter.getF32Type();
+    t.outType = RankedTensorType::get(
+        {ShapedType::kDynamic, outType.getDimSize(1), outType.getDimSize(2),
+         outType.getDimSize(3)},
+        f32);
+    t.lseType = RankedTensorType::get(
+        {ShapedType::kDynamic, lseType.getDimSize(1), lseType.getDimSize(2)},
+        f32);
+    IndexMath m{rewriter, loc};
+    Value rows = m.mul(t.numBatches, m.cst(t.numSplits));
+    Value seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
+    t.outInit = tensor::EmptyOp::create(
+        rewriter, loc, t.outType.getShape(), f32,
+        t.outType.isDynamicDim(1) ? ValueRange{rows, seqQ} : ValueRange{rows});
+    t.lseInit = tensor::EmptyOp::create(
+        rewriter, loc, t.lseType.getShape(), f32,
+        t.lseType.isDynamicDim(2) ? ValueRange{rows, seqQ} : ValueRange{rows});
+  } else {
+    t.outType = outType;
+    t.lseType = lseType;
+    t.outInit = emptyWithDims(rewriter, loc, t.outType, t.query, {0, 1});
+    t.lseInit = emptyWithDims(rewriter, loc, t.lseType, t.query, {0, 1});
+  }
   Value seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
   Value numQBlocks = arith::CeilDivUIOp::create(
       rewriter, loc, seqQ, indexConstant(rewriter, loc, t.schedule.getBlockM()));
@@ -388,7 +447,31 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
     seq.keyLen = indexAt(b, loc, lengths, entry);
     return seq;
   };
-  rewriter.replaceOp(op, buildTileLoops(rewriter, loc, t));
+  ValueRange results = buildTileLoops(rewriter, loc, t);
+  if (t.numSplits <= 1) {
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+  // [N·B, ...] -> [N, B, ...], then the merge.
+  auto splitsFirst = [&](Value parts) {
+    auto type = cast<RankedTensorType>(parts.getType());
+    SmallVector<int64_t> shape = {t.numSplits, ShapedType::kDynamic};
+    llvm::append_range(shape, type.getShape().drop_front());
+    SmallVector<ReassociationIndices> groups = {{0, 1}};
+    for (int64_t i = 2; i <= type.getRank(); ++i)
+      groups.push_back({i});
+    SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(t.numSplits),
+                                       t.numBatches};
+    for (int64_t i = 1; i < type.getRank(); ++i)
+      sizes.push_back(tensor::getMixedSize(rewriter, loc, parts, i));
+    return tensor::ExpandShapeOp::create(
+        rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
+        parts, groups, sizes);
+  };
+  auto combined = CombineSplitsOp::create(
+      rewriter, loc, outType, lseType, splitsFirst(results[0]),
+      splitsFirst(results[1]));
+  rewriter.replaceOp(op, combined.getResults());
   return success();
 }
 

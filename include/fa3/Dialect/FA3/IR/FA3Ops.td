@@ -215,6 +215,13 @@ def FA3_AttentionKVCacheOp : FA3_AttentionOpBase<"attention_kvcache"> {
     `j <= i + cache_seqlens[b] - Sq`. `fa3.kvcache_append` writes new keys
     and values into the cache first.
 
+    `num_splits = N` (N >= 1; absent: 1) splits each batch's keys into N
+    ranges of whole key blocks (split-KV, FlashAttention's `num_splits`):
+    `fa3-tile` computes one partial attention per (split, batch, head, query
+    block), independent work for N times as many CTAs when the queries
+    alone cannot fill the GPU (decode), and merges them with
+    `fa3.combine_splits`. The result is the same attention up to rounding.
+
     ```mlir
     %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pages {causal}
         : (tensor<?x1x8x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?x64x2x128xbf16>,
@@ -224,11 +231,35 @@ def FA3_AttentionKVCacheOp : FA3_AttentionOpBase<"attention_kvcache"> {
   let arguments = !con((ins AnyTensor:$query, AnyTensor:$key_cache,
                             AnyTensor:$value_cache, AnyTensor:$cache_seqlens,
                             Optional<AnyTensor>:$page_table),
-                       FA3_AttentionAttrs);
+                       FA3_AttentionAttrs,
+                       (ins OptionalAttr<I64Attr>:$num_splits));
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionMaskDecls # [{
     bool isPaged() { return static_cast<bool>(getPageTable()); }
   }];
+}
+
+def FA3_CombineSplitsOp : FA3_Op<"combine_splits", [Pure]> {
+  let summary = "Merge the partial attentions of a split-KV attention";
+  let description = [{
+    `partial_output [N, B, Sq, Hq, Dv]` (f32) and `partial_lse [N, B, Hq,
+    Sq]` hold N attentions of the same queries over disjoint key ranges,
+    each normalized over its own keys. With `lse = log Σ_s exp(lse_s)`
+    (-inf when every split saw no key) the result is
+    `output = Σ_s exp(lse_s − lse) · partial_output_s` in the output's
+    element type, and `lse`: exactly the attention over the union of the
+    key ranges. A split without keys (`lse_s = -inf`) weighs 0.
+
+    ```mlir
+    %o, %lse = fa3.combine_splits %parts, %lses
+        : (tensor<4x?x1x8x128xf32>, tensor<4x?x8x1xf32>) -> (tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$partial_output,
+                       AnyRankedTensor:$partial_lse);
+  let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def FA3_KVCacheAppendOp : FA3_Op<"kvcache_append", [Pure]> {

@@ -254,6 +254,12 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
     Masks and the causal diagonal are in the sequence's own coordinates:
     query row `r` sees key `j <= r + key_len - q_len`.
 
+    `split [%begin, %end]` makes it one split of a split-KV attention: only
+    the key *blocks* (of `block_n` keys) in `[begin, end)` take part, the
+    others are left to the other splits. Its output is then f32 (the
+    split's normalized partial O) and its LSE that of its keys alone;
+    `fa3.combine_splits` merges the splits.
+
     ```mlir
     %o, %lse = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq
         {causal, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<...>}
@@ -266,6 +272,7 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
                        Index:$q_start, Index:$q_len,
                        Optional<Index>:$key_start, Optional<Index>:$key_len,
                        Optional<FA3_PageTableTensor>:$page_table,
+                       Optional<Index>:$split_begin, Optional<Index>:$split_end,
                        UnitAttr:$causal, F32Attr:$scale,
                        OptionalAttr<DenseI64ArrayAttr>:$window,
                        OptionalAttr<F32Attr>:$softcap,
@@ -275,7 +282,8 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
   let assemblyFormat = [{
     $query_tile `,` $key `,` $value `,` $batch `,` $kv_head `,` $q_start `,`
     $q_len (`key_start` $key_start^)? (`key_len` $key_len^)?
-    (`pages` $page_table^)? attr-dict `:` type($query_tile) `,` type($key)
+    (`pages` $page_table^)? (`split` `[` $split_begin^ `,` $split_end `]`)?
+    attr-dict `:` type($query_tile) `,` type($key)
     `,` type($value) (`,` type($page_table)^)? `->` type($output) `,`
     type($lse)
   }];
