@@ -26,8 +26,19 @@ different result: a padding (or any other explicit) attention mask, dropout
 while training, attention sinks (`s_aux`), float32 activations outside
 autocast (fa3's CUDA kernels take bf16/f16) and head dims other than 64, 128
 and 256.
+
+Generation through fa3's KV-cache path (`fa3.attention_with_kvcache`, CPU
+for now): `register_kvcache()` adds "fa3_kvcache", whose attention appends
+each layer's new keys and values to a `PagedKVCache` and attends to the
+whole cache in one fa3 call; `generate_greedy(model, input_ids,
+max_new_tokens)` runs the prefill and the decode steps with it.
+
+    fa3_hf.register_kvcache()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="fa3_kvcache")
+    tokens = fa3_hf.generate_greedy(model, input_ids, max_new_tokens=32)
 """
 
+import numpy as np
 import torch
 
 import fa3
@@ -85,3 +96,114 @@ def register(name=NAME):
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, flash_attention_mask)
     return name
+
+
+KVCACHE_NAME = "fa3_kvcache"
+
+
+class PagedKVCache:
+    """The KV cache of a generation through fa3: per layer, a paged key and
+    value cache `(num_pages, page_size, num_key_value_heads, head_dim)` of
+    numpy arrays, one page table `(batch, max_pages)` shared by the layers
+    (pages handed out in a shuffled order, as a serving system's allocator
+    would leave them), and each layer's cached length per sequence.
+
+    The "fa3_kvcache" attention appends a layer's new rows and attends to
+    everything cached in one `fa3.attention_with_kvcache` call (the compiled
+    fa3.kvcache_append + fa3.attention_kvcache)."""
+
+    def __init__(self, config, batch_size, max_length, page_size=16, dtype=np.float32, seed=0):
+        heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        self.page_size = int(page_size)
+        self.max_length = int(max_length)
+        pages_per_sequence = -(-self.max_length // self.page_size)
+        num_pages = batch_size * pages_per_sequence
+        order = np.random.default_rng(seed).permutation(num_pages).astype(np.int32)
+        self.page_table = order.reshape(batch_size, pages_per_sequence)
+        shape = (num_pages, self.page_size, self.num_kv_heads, self.head_dim)
+        layers = config.num_hidden_layers
+        self.keys = [np.zeros(shape, dtype) for _ in range(layers)]
+        self.values = [np.zeros(shape, dtype) for _ in range(layers)]
+        self.lengths = np.zeros((layers, batch_size), np.int32)
+
+    def get_seq_length(self, layer_idx=0):
+        """Tokens cached so far (the same for every sequence of the batch)."""
+        return int(self.lengths[layer_idx].max(initial=0))
+
+    def attend(self, layer_idx, query, key, value, causal, scale, window, softcap):
+        """Appends layer `layer_idx`'s new rows `key`/`value` (B, S_new, Hkv,
+        D) and returns the attention of `query` (B, S_new, H, D) over the
+        cache, numpy in and out."""
+        lengths = self.lengths[layer_idx]
+        out = fa3.attention_with_kvcache(query, self.keys[layer_idx], self.values[layer_idx], k=key, v=value,
+                                         cache_seqlens=lengths, page_table=self.page_table, causal=causal,
+                                         softmax_scale=scale, window_size=window, softcap=softcap)
+        lengths += key.shape[1]
+        return out
+
+
+def kvcache_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                              sliding_window=None, softcap=None, is_causal=None, fa3_cache=None, **kwargs):
+    """The "fa3_kvcache" attention: `key`/`value` are this step's new rows
+    (the model runs without a transformers cache); they go into `fa3_cache`
+    (a PagedKVCache passed to the model call) and the queries attend to the
+    whole cache. Float32 CPU tensors (fa3's CPU pipeline)."""
+    if not isinstance(fa3_cache, PagedKVCache):
+        raise ValueError(f"fa3_kvcache attention: pass fa3_cache=PagedKVCache(...) to the model call, got {type(fa3_cache).__name__} "
+                         "(fa3.integrations.transformers.generate_greedy does)")
+    if attention_mask is not None:
+        raise ValueError("fa3_kvcache attention: an explicit attention mask (padding) is not expressible")
+    if dropout and module.training:
+        raise ValueError("fa3_kvcache attention: dropout is not supported")
+    if query.device.type != "cpu":
+        raise ValueError(f"fa3_kvcache attention runs on the CPU for now (fa3.attention_with_kvcache takes "
+                         f"numpy arrays), got tensors on {query.device}")
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    window = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, 0)
+
+    def to_numpy(x):
+        return x.detach().transpose(1, 2).contiguous().numpy()
+
+    out = fa3_cache.attend(module.layer_idx, to_numpy(query), to_numpy(key), to_numpy(value), causal,
+                           None if scaling is None else float(scaling), window, float(softcap) if softcap else 0.0)
+    return torch.from_numpy(out).to(query.dtype), None
+
+
+def register_kvcache(name=KVCACHE_NAME):
+    """Registers the "fa3_kvcache" attention (and FlashAttention's mask
+    function: no mask without padding); returns the name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register(name, kvcache_attention_forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return name
+
+
+@torch.no_grad()
+def generate_greedy(model, input_ids, max_new_tokens, page_size=16, seed=0, return_logits=False):
+    """Greedy decoding through fa3's KV-cache path: one prefill call over the
+    prompt, then one call per new token, each attention appending to and
+    reading from a PagedKVCache (pages in the order of `seed`). `model` must
+    use attn_implementation "fa3_kvcache" (register_kvcache). Returns the
+    prompt followed by the new tokens, like `model.generate(do_sample=False)`;
+    with `return_logits`, also the logits each new token was chosen from
+    (a list of (batch, vocab) tensors)."""
+    if model.config._attn_implementation != KVCACHE_NAME:
+        raise ValueError(f"generate_greedy needs a model loaded with attn_implementation={KVCACHE_NAME!r}, "
+                         f"got {model.config._attn_implementation!r}")
+    batch, prompt = input_ids.shape
+    cache = PagedKVCache(model.config, batch, prompt + max_new_tokens, page_size=page_size, seed=seed)
+    tokens = input_ids
+    step = input_ids
+    scores = []
+    for _ in range(max_new_tokens):
+        start = cache.get_seq_length()
+        positions = torch.arange(start, start + step.shape[1]).unsqueeze(0).expand(batch, -1)
+        logits = model(input_ids=step, position_ids=positions, use_cache=False, fa3_cache=cache).logits[:, -1]
+        scores.append(logits)
+        step = logits.argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, step], dim=1)
+    return (tokens, scores) if return_logits else tokens
