@@ -163,6 +163,18 @@ static void collectEqualities(mlir::func::FuncOp func,
       require(varlen.getCuSeqlensQ(), 0, varlen.getSequsedK(), 0,
               "seqused_k must have B entries, one fewer than cu_seqlens_q",
               /*offset=*/1);
+    } else if (auto grad =
+                   llvm::dyn_cast<mlir::fa3::AttentionVarlenGradOp>(op)) {
+      require(grad.getKey(), 0, grad.getValue(), 0,
+              "key and value must have the same number of tokens");
+      require(grad.getQuery(), 0, grad.getGradOutput(), 0,
+              "query and grad_output must have the same number of tokens");
+      require(grad.getQuery(), 0, grad.getOutput(), 0,
+              "query and output must have the same number of tokens");
+      require(grad.getQuery(), 0, grad.getLse(), 1,
+              "the lse must have one column per query token");
+      require(grad.getCuSeqlensQ(), 0, grad.getCuSeqlensK(), 0,
+              "cu_seqlens_q and cu_seqlens_k must both have B + 1 entries");
     } else if (auto cache = llvm::dyn_cast<mlir::fa3::AttentionKVCacheOp>(op)) {
       require(cache.getQuery(), 0, cache.getCacheSeqlens(), 0,
               "cache_seqlens must have one entry per batch of the query");

@@ -23,7 +23,7 @@ ring attention), differentiably with torch; `fa3.jax` is fa3 for JAX.
 """
 
 from . import _jit
-from ._inference import attention_varlen, attention_with_kvcache
+from ._inference import attention_varlen, attention_varlen_grad, attention_with_kvcache
 from .api import Kernel, attention, compile, compile_mlir
 from .merge import merge_attention
 
@@ -43,4 +43,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'fa3' has no attribute {name!r}")
 
 
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile", "compile_mlir", "merge_attention", "Kernel", "cache_info", "Error"]
+__all__ = ["attention", "attention_varlen", "attention_varlen_grad", "attention_with_kvcache", "compile", "compile_mlir", "merge_attention", "Kernel", "cache_info", "Error"]

@@ -69,23 +69,9 @@ def _contiguous(name, a):
     return np.ascontiguousarray(a)
 
 
-def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                     softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None):
-    """Attention over a packed batch of variable-length sequences, in
-    FlashAttention's `flash_attn_varlen_func` layout (numpy arrays, CPU).
-
-    q: (total_q, num_heads, head_dim); k: (total_k, num_kv_heads, head_dim);
-    v: (total_k, num_kv_heads, head_dim_v). Sequence b owns query rows
-    cu_seqlens_q[b]:cu_seqlens_q[b+1] and key rows
-    cu_seqlens_k[b]:cu_seqlens_k[b+1] (int32 arrays of batch + 1 offsets,
-    non-decreasing from 0); with `seqused_k` (int32, (batch,)) only its first
-    seqused_k[b] keys take part. `max_seqlen_q`/`max_seqlen_k` must be at
-    least the longest sequence (FlashAttention sizes its grid by them; here
-    they are checked). `causal` and `window_size` align each sequence at its
-    own bottom-right corner. Returns out (total_q, num_heads, head_dim_v) or
-    (out, lse) with lse (num_heads, total_q) float32, -inf for rows that see
-    no key; rows past cu_seqlens_q[-1] get out = 0, lse = -inf.
-    """
+def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    """Checks the packed tensors and their offsets; returns (dtype, Hq, Hkv,
+    D, Dv, cu_q, cu_k, query lengths, key lengths)."""
     dtype = _dtype_name("q", q)
     _dtype_name("k", k, like=q)
     _dtype_name("v", v, like=q)
@@ -102,7 +88,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     cu_k = _int32_vector("cu_seqlens_k", cu_seqlens_k, length=cu_q.shape[0])
     if cu_q.shape[0] == 0:
         raise ValueError("cu_seqlens_q must have batch + 1 >= 1 entries, got 0")
-    lengths = {}
+    lengths = []
     for name, cu, total in (("cu_seqlens_q", cu_q, q.shape[0]), ("cu_seqlens_k", cu_k, k.shape[0])):
         if cu[0] != 0:
             raise ValueError(f"{name} must start at 0, got {cu[0]}")
@@ -114,8 +100,29 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         if cu[-1] > total:
             raise ValueError(f"{name}[-1] = {cu[-1]} exceeds the {total} packed rows of "
                              f"{'q' if name.endswith('q') else 'k and v'}")
-        lengths[name] = steps
-    seq_k = lengths["cu_seqlens_k"]
+        lengths.append(steps)
+    return dtype, hq, hkv, d, dv, cu_q, cu_k, lengths[0], lengths[1]
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                     softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None):
+    """Attention over a packed batch of variable-length sequences, in
+    FlashAttention's `flash_attn_varlen_func` layout (numpy arrays, CPU).
+
+    q: (total_q, num_heads, head_dim); k: (total_k, num_kv_heads, head_dim);
+    v: (total_k, num_kv_heads, head_dim_v). Sequence b owns query rows
+    cu_seqlens_q[b]:cu_seqlens_q[b+1] and key rows
+    cu_seqlens_k[b]:cu_seqlens_k[b+1] (int32 arrays of batch + 1 offsets,
+    non-decreasing from 0); with `seqused_k` (int32, (batch,)) only its first
+    seqused_k[b] keys take part. `max_seqlen_q`/`max_seqlen_k` must be at
+    least the longest sequence (FlashAttention sizes its grid by them; here
+    they are checked). `causal` and `window_size` align each sequence at its
+    own bottom-right corner. Returns out (total_q, num_heads, head_dim_v) or
+    (out, lse) with lse (num_heads, total_q) float32, -inf for rows that see
+    no key; rows past cu_seqlens_q[-1] get out = 0, lse = -inf.
+    `attention_varlen_grad` is its backward.
+    """
+    dtype, hq, hkv, d, dv, cu_q, cu_k, seq_q, seq_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
         used = _int32_vector("seqused_k", seqused_k, length=cu_q.shape[0] - 1)
         bad = (used < 0) | (used > seq_k)
@@ -123,8 +130,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             b = int(np.argmax(bad))
             raise ValueError(f"seqused_k[{b}] = {used[b]} must lie in [0, {seq_k[b]}] (sequence {b}'s keys)")
         seq_k = used
-    for name, given, longest in (("max_seqlen_q", max_seqlen_q, lengths["cu_seqlens_q"]),
-                                 ("max_seqlen_k", max_seqlen_k, seq_k)):
+    for name, given, longest in (("max_seqlen_q", max_seqlen_q, seq_q), ("max_seqlen_k", max_seqlen_k, seq_k)):
         if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
             raise TypeError(f"{name} must be an int, got {type(given).__name__}")
         if longest.size and given < longest.max():
@@ -140,6 +146,32 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         inputs.append(used)
     out, lse = fn.run(inputs)
     return (out, lse) if return_lse else out
+
+
+def attention_varlen_grad(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal=False,
+                          softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+    """The backward of `attention_varlen` (numpy arrays, CPU): given the
+    gradient `dout` of its output and the forward's `out` and `lse`, returns
+    (dq, dk, dv) shaped like q, k and v, with GQA's key/value gradients
+    summed over their query heads; rows outside every sequence get 0. The
+    options must be the forward's. (FlashAttention's varlen backward;
+    `seqused_k` is not taken here.)"""
+    dtype, hq, hkv, d, dv, cu_q, cu_k, _, _ = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    o_shape = (q.shape[0], hq, dv)
+    for name, a in (("dout", dout), ("out", out)):
+        _dtype_name(name, a, like=q)
+        if a.shape != o_shape:
+            raise ValueError(f"{name} must have shape (total_q, num_heads, head_dim_v) = {o_shape}, got {a.shape}")
+    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (hq, q.shape[0]):
+        raise ValueError(f"lse must be a float32 array of shape (num_heads, total_q) = {(hq, q.shape[0])}, got "
+                         f"{getattr(lse, 'dtype', type(lse).__name__)} {getattr(lse, 'shape', '')}")
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
+                         causal=causal, scale=scale, window=window, softcap=softcap)
+    fn = _jit.get_mlir(spec.varlen_backward_mlir(), "attention_varlen_grad", "cpu", "bwd")
+    inputs = [_contiguous(n, a) for n, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out))]
+    inputs += [np.ascontiguousarray(lse), cu_q, cu_k]
+    return tuple(fn.run(inputs))
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, page_table=None,

@@ -115,6 +115,22 @@ class AttentionSpec:
                 f" : ({q}, {k}, {v}, {idx}, {idx}{used_type}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
+    def varlen_backward_mlir(self):
+        """`@attention_varlen_grad(do, q, k, v, o, lse, cu_seqlens_q,
+        cu_seqlens_k) -> (dq, dk, dv)`: one fa3.attention_varlen_grad."""
+        e = self.dtype
+        q = f"tensor<?x{self.num_heads}x{self.head_dim}x{e}>"
+        k = f"tensor<?x{self.num_kv_heads}x{self.head_dim}x{e}>"
+        v = f"tensor<?x{self.num_kv_heads}x{self.head_dim_v}x{e}>"
+        o = f"tensor<?x{self.num_heads}x{self.head_dim_v}x{e}>"
+        lse = f"tensor<{self.num_heads}x?xf32>"
+        idx = "tensor<?xi32>"
+        return (f"func.func @attention_varlen_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse}, "
+                f"%cuq: {idx}, %cuk: {idx}) -> ({q}, {k}, {v}) {{\n"
+                f"  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk{self._attrs()}"
+                f" : ({o}, {q}, {k}, {v}, {o}, {lse}, {idx}, {idx}) -> ({q}, {k}, {v})\n"
+                f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
+
     def kvcache_mlir(self, paged=False, append=False, num_splits=1):
         """`@attention_kvcache(q, k_cache, v_cache[, k_new, v_new],
         cache_seqlens[, seqlens_before_append][, page_table]) -> (o, lse[,

@@ -317,8 +317,8 @@ struct ConvertFA3ToHopperPass
         // Grid: ceildiv(Sq, block_m) x Hq x B.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
-      } else if (isa<AttentionVarlenOp, AttentionKVCacheOp, KVCacheAppendOp>(
-                     op)) {
+      } else if (isa<AttentionVarlenOp, AttentionVarlenGradOp,
+                     AttentionKVCacheOp, KVCacheAppendOp>(op)) {
         op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
                              "(fa3-cpu-pipeline) runs it";
         failedAny = true;

@@ -231,7 +231,7 @@ struct LoadStatsLowering : OpConversionPattern<LoadStatsOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     auto tileType = cast<RankedTensorType>(op.getType());
-    Value seqLen = tensor::DimOp::create(rewriter, loc, op.getSource(), 2);
+    Value seqLen = rowEnd(rewriter, loc, op.getSource(), 2, op.getLimit());
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(),
                                   tileType.getDimSize(0));
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);

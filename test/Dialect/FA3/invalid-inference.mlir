@@ -177,3 +177,19 @@ func.func @split_block_output(%qt: tensor<64x64xbf16>, %k: tensor<?x?x2x64xbf16>
   %o, %l = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i key_len %i split[%i, %i] {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>, tensor<64xf32>
   return
 }
+
+// -----
+
+func.func @varlen_grad_lse(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tensor<?x2x64xf16>, %v: tensor<?x2x64xf16>, %o: tensor<?x4x64xf16>, %lse: tensor<?x4xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) {
+  // expected-error @+1 {{'fa3.attention_varlen_grad' op expects lse of shape [4, ?] and element type 'f32', got 'tensor<?x4xf32>'}}
+  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<?x4xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>)
+  return
+}
+
+// -----
+
+func.func @varlen_grad_dk(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tensor<?x2x64xf16>, %v: tensor<?x2x64xf16>, %o: tensor<?x4x64xf16>, %lse: tensor<4x?xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) {
+  // expected-error @+1 {{'fa3.attention_varlen_grad' op expects grad_key of shape [?, 2, 64] and element type 'f16', got 'tensor<?x4x64xf16>'}}
+  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>)
+  return
+}

@@ -3,6 +3,7 @@
 // RUN: fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile --canonicalize | FileCheck %s --check-prefix=TILE
 // RUN: fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile --fa3-fuse-softmax --canonicalize | FileCheck %s --check-prefix=FUSED
 // RUN: not fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile=grid=true 2>&1 | FileCheck %s --check-prefix=GRID
+// RUN: fa3-opt %t/grad.mlir --fa3-select-schedule --fa3-tile --canonicalize --cse | FileCheck %s --check-prefix=VGRAD
 
 // The inference ops through fa3-tile and fa3-fuse-softmax: packed sequences
 // become row offsets and limits of the tile ops, cache lengths the key_len
@@ -159,3 +160,34 @@ func.func @split_kv(%q: tensor<?x?x4x64xbf16>, %kc: tensor<?x?x2x64xbf16>, %vc: 
 // GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
 // GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet
 // GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
+
+//--- grad.mlir
+
+// The packed backward: fa3.attention_grad's three nests inside a loop over
+// the sequences, every query-side load and store bounded by the sequence's
+// end (its LSE and Δ too), every key-side one by its keys' end; dK and dV
+// start zero-filled (rows outside every sequence are written by no tile).
+// VGRAD-LABEL: func.func @varlen_grad
+// (CSE shares the zero-filled dK and dV inits.)
+// VGRAD: %[[ZKV:.+]] = linalg.fill {{.+}} -> tensor<1x?x2x64xf16>
+// VGRAD: scf.for
+// VGRAD: fa3.row_dot
+// VGRAD: fa3.store_stats {{.+}} limit
+// VGRAD: scf.for %[[SEQ:[^ ]+]] = {{.+}} iter_args(%{{.+}} = %[[ZKV]], %{{.+}} = %[[ZKV]], {{.+}}) -> (tensor<1x?x2x64xf16>, tensor<1x?x2x64xf16>, tensor<1x?x4x64xf32>)
+// VGRAD: %[[K0I:.+]] = tensor.extract %arg7[%[[SEQ]]] : tensor<?xi32>
+// VGRAD: fa3.load_tile %{{.+}}[%c0, %{{.+}}, %{{.+}}] limit %[[KEND:[^ ]+]] : tensor<1x?x2x64xf16> -> tensor<64x64xf16>
+// VGRAD: fa3.load_stats %{{.+}} limit %[[QEND:[^ ]+]] : tensor<1x4x?xf32> -> tensor<64xf32>
+// VGRAD: fa3.load_stats %{{.+}} limit %[[QEND]] : tensor<1x4x?xf32> -> tensor<64xf32>
+// VGRAD: fa3.mask
+// VGRAD: fa3.softmax_grad
+// VGRAD: fa3.store_tile {{.+}} limit %[[KEND]] : tensor<64x64xf16> into tensor<1x?x2x64xf16>
+// VGRAD: fa3.store_tile {{.+}} limit %[[KEND]] : tensor<64x64xf16> into tensor<1x?x2x64xf16>
+// VGRAD: fa3.scale_cast
+// VGRAD: tensor.collapse_shape {{.+}} into tensor<?x4x64xf16>
+// VGRAD: tensor.collapse_shape {{.+}} into tensor<?x2x64xf16>
+// VGRAD: tensor.collapse_shape {{.+}} into tensor<?x2x64xf16>
+func.func @varlen_grad(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tensor<?x2x64xf16>, %v: tensor<?x2x64xf16>, %o: tensor<?x4x64xf16>, %lse: tensor<4x?xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>) {
+  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk {causal}
+      : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>)
+  return %dq, %dk, %dv : tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>
+}

@@ -265,6 +265,12 @@ float AttentionVarlenOp::getEffectiveScale() { return effectiveScale(*this); }
 std::pair<int64_t, int64_t> AttentionVarlenOp::getWindowBounds() {
   return windowBounds(*this);
 }
+float AttentionVarlenGradOp::getEffectiveScale() {
+  return effectiveScale(*this);
+}
+std::pair<int64_t, int64_t> AttentionVarlenGradOp::getWindowBounds() {
+  return windowBounds(*this);
+}
 float AttentionKVCacheOp::getEffectiveScale() { return effectiveScale(*this); }
 std::pair<int64_t, int64_t> AttentionKVCacheOp::getWindowBounds() {
   return windowBounds(*this);
@@ -431,6 +437,40 @@ LogicalResult AttentionVarlenOp::verify() {
                           Float32Type::get(getContext()));
 }
 
+LogicalResult AttentionVarlenGradOp::verify() {
+  auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
+                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
+                     getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
+  if (failed(t))
+    return failure();
+  auto cuQ = dyn_cast<RankedTensorType>(getCuSeqlensQ().getType());
+  int64_t numOffsets = cuQ && cuQ.getRank() == 1 ? cuQ.getDimSize(0)
+                                                 : ShapedType::kDynamic;
+  if (failed(verifyIndexOperand(*this, getCuSeqlensQ(), "cu_seqlens_q",
+                                {numOffsets}, "[B + 1]")) ||
+      failed(verifyIndexOperand(*this, getCuSeqlensK(), "cu_seqlens_k",
+                                {numOffsets}, "[B + 1] (as cu_seqlens_q)")))
+    return failure();
+  Type elt = t->q.getElementType();
+  SmallVector<int64_t, 3> oShape = {t->q.getDimSize(0), t->q.getDimSize(1),
+                                    t->v.getDimSize(2)};
+  Type f32 = Float32Type::get(getContext());
+  if (failed(verifyResultType(*this, getGradOutput().getType(), "grad_output",
+                              oShape, elt)) ||
+      failed(verifyResultType(*this, getOutput().getType(), "output", oShape,
+                              elt)) ||
+      failed(verifyResultType(*this, getLse().getType(), "lse",
+                              {t->q.getDimSize(1), t->q.getDimSize(0)}, f32)) ||
+      failed(verifyResultType(*this, getGradQuery().getType(), "grad_query",
+                              t->q.getShape(), elt)) ||
+      failed(verifyResultType(*this, getGradKey().getType(), "grad_key",
+                              t->k.getShape(), elt)) ||
+      failed(verifyResultType(*this, getGradValue().getType(), "grad_value",
+                              t->v.getShape(), elt)))
+    return failure();
+  return success();
+}
+
 LogicalResult AttentionKVCacheOp::verify() {
   auto t = verifyQKV(*this, getQuery(), getKeyCache(), getValueCache(),
                      toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
@@ -593,6 +633,11 @@ void AttentionGradOp::getCanonicalizationPatterns(RewritePatternSet &results,
 void AttentionVarlenOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                                     MLIRContext *context) {
   results.add<DropRedundantMaskAttrs<AttentionVarlenOp>>(context);
+}
+
+void AttentionVarlenGradOp::getCanonicalizationPatterns(
+    RewritePatternSet &results, MLIRContext *context) {
+  results.add<DropRedundantMaskAttrs<AttentionVarlenGradOp>>(context);
 }
 
 void AttentionKVCacheOp::getCanonicalizationPatterns(

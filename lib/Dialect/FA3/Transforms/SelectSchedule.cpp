@@ -271,6 +271,12 @@ struct FA3SelectSchedulePass
         scheduleForDynamicLengths(varlen);
       } else if (auto cache = dyn_cast<AttentionKVCacheOp>(op)) {
         scheduleForDynamicLengths(cache);
+      } else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op)) {
+        if (varlenGrad.getSchedule())
+          return;
+        auto q = cast<RankedTensorType>(varlenGrad.getQuery().getType());
+        varlenGrad.setScheduleAttr(applyOverrides(*selectGradSchedule(
+            op->getContext(), target, q.getShape().back())));
       } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
         if (grad.getSchedule())
           return;

@@ -649,7 +649,8 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
         ops.push_back(attention);
       else if (auto grad = dyn_cast<AttentionGradOp>(op))
         gradOps.push_back(grad);
-      else if (isa<AttentionVarlenOp, AttentionKVCacheOp, KVCacheAppendOp>(op))
+      else if (isa<AttentionVarlenOp, AttentionVarlenGradOp,
+                   AttentionKVCacheOp, KVCacheAppendOp>(op))
         cacheOps.push_back(op);
     });
     for (Operation *op : cacheOps) {
@@ -662,6 +663,8 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
       LogicalResult tiled = success();
       if (auto varlen = dyn_cast<AttentionVarlenOp>(op))
         tiled = tileAttentionVarlen(varlen, rewriter);
+      else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op))
+        tiled = tileAttentionVarlenGrad(varlenGrad, rewriter);
       else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))
         tiled = tileAttentionKVCache(cache, rewriter);
       else

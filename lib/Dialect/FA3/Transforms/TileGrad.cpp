@@ -7,16 +7,20 @@
 // query head of its GQA group, so dK/dV are summed without atomics); dQ
 // accumulates in an f32 tensor across key blocks. Memory beyond the inputs
 // and outputs is O(N): Δ [B, Hq, Sq] and the dQ accumulator [B, Sq, Hq, D].
+// The packed variable-length backward (fa3.attention_varlen_grad) runs the
+// same nests with each sequence's rows as offsets and limits.
 //
 //===----------------------------------------------------------------------===//
 
 #include "TileGrad.h"
 #include "IndexMath.h"
 
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 #include <cmath>
+#include <functional>
 
 using namespace mlir;
 using namespace mlir::fa3;
@@ -70,205 +74,414 @@ buildLoopNest(OpBuilder &b, Location loc, ArrayRef<Value> upperBounds,
   return nest(b, 0, iters);
 }
 
-LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
-                                           RewriterBase &rewriter) {
-  ScheduleAttr schedule = op.getScheduleAttr();
-  if (!schedule)
-    return op.emitOpError()
-           << "has no #fa3.schedule; run fa3-select-schedule first";
+namespace {
+/// Where one batch entry's rows are in the (4-D) tensors of a backward:
+/// queries `[qBegin, qBegin + qLen)` and keys `[kBegin, kBegin + kLen)` of
+/// batch `tensorBatch`; null begins are 0 and null ends the tensors' ends
+/// (a packed batch bounds each sequence's loads and stores by them).
+struct GradSequence {
+  Value tensorBatch;
+  Value qBegin, qEnd, qLen, numQBlocks;
+  Value kBegin, kEnd, kLen, numKBlocks;
+};
 
-  Location loc = op.getLoc();
-  rewriter.setInsertionPoint(op);
+/// What the three loop nests of a backward need, in the 4-D form.
+struct GradTiling {
+  Value gradOutput, query, key, value, output, lse, gradLse;
+  Value numBatches;
+  /// The extents of dim 1 of the query and key tensors (for the inits).
+  Value seqQ, seqK;
+  /// The rows of batch entry `b`, built inside each batch loop.
+  std::function<GradSequence(OpBuilder &, Location, Value)> bounds;
+  /// Start dQ/dK/dV from zeros: rows outside every sequence of a packed
+  /// batch are written by no tile.
+  bool zeroInit = false;
+  ScheduleAttr schedule;
+  UnitAttr causal;
+  DenseI64ArrayAttr window;
+  float scale = 1.0f, softcap = 0.0f;
+  int64_t left = -1, right = -1;
+};
+} // namespace
+
+/// `begin + start`, or `start` without a begin.
+static Value rowOf(IndexMath &m, Value begin, Value start) {
+  return begin ? m.add(begin, start) : start;
+}
+
+/// A loop over the batch entries carrying `iters`; `body` gets the entry's
+/// rows and returns the next iteration values.
+static ValueRange forEachBatch(
+    OpBuilder &b, Location loc, const GradTiling &t, ValueRange iters,
+    function_ref<SmallVector<Value>(OpBuilder &, Location,
+                                    const GradSequence &, ValueRange)>
+        body) {
+  Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+  Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
+  auto loop = scf::ForOp::create(
+      b, loc, c0, t.numBatches, c1, iters,
+      [&](OpBuilder &b, Location loc, Value entry, ValueRange args) {
+        GradSequence seq = t.bounds(b, loc, entry);
+        scf::YieldOp::create(b, loc, body(b, loc, seq, args));
+      });
+  return loop.getResults();
+}
+
+/// `init` filled with zeros when `zero`.
+static Value maybeZero(OpBuilder &b, Location loc, Value init, bool zero) {
+  if (!zero)
+    return init;
+  Type elt = cast<RankedTensorType>(init.getType()).getElementType();
+  Value v = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
+  return linalg::FillOp::create(b, loc, v, init).getResult(0);
+}
+
+/// FlashAttention-2's backward over `t`'s tensors; returns (dQ, dK, dV) in
+/// the 4-D form.
+static SmallVector<Value> tileGrad(const GradTiling &t, RewriterBase &rewriter,
+                                   Location loc) {
   IndexMath m{rewriter, loc};
-  auto qType = cast<RankedTensorType>(op.getQuery().getType());
-  auto kType = cast<RankedTensorType>(op.getKey().getType());
-  auto vType = cast<RankedTensorType>(op.getValue().getType());
-  auto lseType = cast<RankedTensorType>(op.getLse().getType());
+  auto qType = cast<RankedTensorType>(t.query.getType());
+  auto kType = cast<RankedTensorType>(t.key.getType());
+  auto vType = cast<RankedTensorType>(t.value.getType());
+  auto lseType = cast<RankedTensorType>(t.lse.getType());
   int64_t numQHeads = qType.getDimSize(2), numKVHeads = kType.getDimSize(2);
   int64_t groupSize = numQHeads / numKVHeads;
   int64_t headDim = qType.getDimSize(3), headDimV = vType.getDimSize(3);
-  int64_t blockM = schedule.getBlockM(), blockN = schedule.getBlockN();
-  float scale = op.getEffectiveScale();
-  float softcap = op.getEffectiveSoftcap();
-  auto [left, right] = op.getWindowBounds();
+  int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
+  int64_t left = t.left, right = t.right;
+  float scale = t.scale, softcap = t.softcap;
   Type f32 = rewriter.getF32Type();
   Type elt = qType.getElementType();
+  Value batch = tensor::DimOp::create(rewriter, loc, t.query, 0);
 
-  Value batch = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
-  Value seqQ = tensor::DimOp::create(rewriter, loc, op.getQuery(), 1);
-  Value seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 1);
-  Value numQBlocks = m.ceilDiv(seqQ, blockM);
-  Value numKBlocks = m.ceilDiv(seqK, blockN);
-
-  auto tile = [&](int64_t rows, int64_t cols, Type t) {
-    return RankedTensorType::get({rows, cols}, t);
+  auto tile = [&](int64_t rows, int64_t cols, Type type) {
+    return RankedTensorType::get({rows, cols}, type);
   };
   auto rowType = RankedTensorType::get({blockM}, f32);
   auto sType = tile(blockM, blockN, f32);
-  Value dqInit = emptyTensor(rewriter, loc, qType,
-                             {batch, seqQ, m.cst(numQHeads), m.cst(headDim)});
-  Value dkInit = emptyTensor(rewriter, loc, kType,
-                             {batch, seqK, m.cst(numKVHeads), m.cst(headDim)});
-  Value dvInit = emptyTensor(rewriter, loc, vType,
-                             {batch, seqK, m.cst(numKVHeads), m.cst(headDimV)});
+  Value dqInit = maybeZero(
+      rewriter, loc,
+      emptyTensor(rewriter, loc, qType,
+                  {batch, t.seqQ, m.cst(numQHeads), m.cst(headDim)}),
+      t.zeroInit);
+  Value dkInit = maybeZero(
+      rewriter, loc,
+      emptyTensor(rewriter, loc, kType,
+                  {batch, t.seqK, m.cst(numKVHeads), m.cst(headDim)}),
+      t.zeroInit);
+  Value dvInit = maybeZero(
+      rewriter, loc,
+      emptyTensor(rewriter, loc, vType,
+                  {batch, t.seqK, m.cst(numKVHeads), m.cst(headDimV)}),
+      t.zeroInit);
   // The f32 workspace: Δ per query row and the dQ accumulator.
   Value deltaInit =
-      emptyTensor(rewriter, loc, lseType, {batch, m.cst(numQHeads), seqQ});
+      emptyTensor(rewriter, loc, lseType, {batch, m.cst(numQHeads), t.seqQ});
   auto dqAccType = RankedTensorType::get(qType.getShape(), f32);
-  Value dqAccInit = emptyTensor(rewriter, loc, dqAccType,
-                                {batch, seqQ, m.cst(numQHeads), m.cst(headDim)});
+  Value dqAccInit = emptyTensor(
+      rewriter, loc, dqAccType,
+      {batch, t.seqQ, m.cst(numQHeads), m.cst(headDim)});
 
   // Phase 1, per query tile: Δ = rowsum(dO ∘ O) (− dLSE) and a zeroed dQ
   // accumulator.
-  ValueRange pre = buildLoopNest(
-      rewriter, loc, {batch, m.cst(numQHeads), numQBlocks},
-      ValueRange{deltaInit, dqAccInit},
-      [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
+  ValueRange pre = forEachBatch(
+      rewriter, loc, t, ValueRange{deltaInit, dqAccInit},
+      [&](OpBuilder &b, Location loc, const GradSequence &seq,
+          ValueRange batchIters) {
         IndexMath m{b, loc};
-        Value bIdx = ivs[0], head = ivs[1], qStart = m.mul(ivs[2], m.cst(blockM));
-        auto oTileType = tile(blockM, headDimV, elt);
-        Value dO = LoadTileOp::create(b, loc, oTileType, op.getGradOutput(),
-                                      bIdx, qStart, head);
-        Value o = LoadTileOp::create(b, loc, oTileType, op.getOutput(), bIdx,
-                                     qStart, head);
-        // Δ = rowsum(dO ∘ O), or Δ − dLSE when the LSE has a gradient.
-        Value gradLse;
-        if (op.getGradLse())
-          gradLse = LoadStatsOp::create(b, loc, rowType, op.getGradLse(), bIdx,
-                                        head, qStart);
-        Value rowDot = RowDotOp::create(b, loc, rowType, dO, o, gradLse);
-        Value delta = StoreStatsOp::create(b, loc, lseType, rowDot, iters[0],
-                                           bIdx, head, qStart);
-        Value dqAcc = StoreTileOp::create(
-            b, loc, dqAccType, zeroTile(b, loc, {blockM, headDim}), iters[1],
-            bIdx, qStart, head);
-        return SmallVector<Value>{delta, dqAcc};
+        return llvm::to_vector(buildLoopNest(
+            b, loc, {m.cst(numQHeads), seq.numQBlocks}, batchIters,
+            [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
+              IndexMath m{b, loc};
+              Value bIdx = seq.tensorBatch, head = ivs[0];
+              Value row = rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(blockM)));
+              auto oTileType = tile(blockM, headDimV, elt);
+              Value dO = LoadTileOp::create(b, loc, oTileType, t.gradOutput,
+                                            bIdx, row, head, seq.qEnd);
+              Value o = LoadTileOp::create(b, loc, oTileType, t.output, bIdx,
+                                           row, head, seq.qEnd);
+              // Δ = rowsum(dO ∘ O), or Δ − dLSE when the LSE has a gradient.
+              Value gradLse;
+              if (t.gradLse)
+                gradLse = LoadStatsOp::create(b, loc, rowType, t.gradLse, bIdx,
+                                              head, row, seq.qEnd);
+              Value rowDot = RowDotOp::create(b, loc, rowType, dO, o, gradLse);
+              Value delta =
+                  StoreStatsOp::create(b, loc, lseType, rowDot, iters[0], bIdx,
+                                       head, row, seq.qEnd);
+              Value dqAcc = StoreTileOp::create(
+                  b, loc, dqAccType, zeroTile(b, loc, {blockM, headDim}),
+                  iters[1], bIdx, row, head, seq.qEnd);
+              return SmallVector<Value>{delta, dqAcc};
+            }));
       });
   Value delta = pre[0];
 
   // Phase 2, per key tile: dK and dV over the visible query tiles of every
   // query head in the group; dQ += dS K into the accumulator.
-  Value offset = m.sub(seqK, seqQ); // row r's diagonal is column r + offset
   float exp2Scale = scale * static_cast<float>(M_LOG2E);
   FloatAttr scaleAttr = rewriter.getF32FloatAttr(scale);
   FloatAttr softcapAttr = rewriter.getF32FloatAttr(softcap);
-  UnitAttr causal = op.getCausal() ? rewriter.getUnitAttr() : UnitAttr();
-  ValueRange main = buildLoopNest(
-      rewriter, loc, {batch, m.cst(numKVHeads), numKBlocks},
-      ValueRange{dkInit, dvInit, pre[1]},
-      [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
+  ValueRange main = forEachBatch(
+      rewriter, loc, t, ValueRange{dkInit, dvInit, pre[1]},
+      [&](OpBuilder &b, Location loc, const GradSequence &seq,
+          ValueRange batchIters) {
         IndexMath m{b, loc};
-        Value bIdx = ivs[0], kvHead = ivs[1];
-        Value kStart = m.mul(ivs[2], m.cst(blockN));
-        Value kTile = LoadTileOp::create(b, loc, tile(blockN, headDim, elt),
-                                         op.getKey(), bIdx, kStart, kvHead);
-        Value vTile = LoadTileOp::create(b, loc, tile(blockN, headDimV, elt),
-                                         op.getValue(), bIdx, kStart, kvHead);
-        // The query rows that see some key of this block: those whose
-        // window [r + offset - left, r + offset + right] meets it.
-        Value kLast = m.sub(m.min(m.add(kStart, m.cst(blockN)), seqK), m.cst(1));
-        Value rowLo = m.cst(0), rowHi = seqQ;
-        if (right >= 0)
-          rowLo = m.max(rowLo, m.sub(m.sub(kStart, offset), m.cst(right)));
-        if (left >= 0)
-          rowHi = m.min(rowHi, m.add(m.sub(kLast, offset), m.cst(left + 1)));
-        Value qbLo = m.floorDiv(rowLo, blockM);
-        Value qbHi = m.max(qbLo, m.ceilDiv(rowHi, blockM));
-
-        Value c1 = m.cst(1);
-        auto groupLoop = scf::ForOp::create(
-            b, loc, m.cst(0), m.cst(groupSize), c1,
-            ValueRange{zeroTile(b, loc, {blockN, headDim}),
-                       zeroTile(b, loc, {blockN, headDimV}), iters[2]},
-            [&](OpBuilder &b, Location loc, Value g, ValueRange groupIters) {
+        Value seqQ = seq.qLen, seqK = seq.kLen;
+        // Row r's diagonal is column r + offset (sequence coordinates).
+        Value offset = m.sub(seqK, seqQ);
+        return llvm::to_vector(buildLoopNest(
+            b, loc, {m.cst(numKVHeads), seq.numKBlocks}, batchIters,
+            [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
               IndexMath m{b, loc};
-              Value head = m.add(m.mul(kvHead, m.cst(groupSize)), g);
-              auto qLoop = scf::ForOp::create(
-                  b, loc, qbLo, qbHi, m.cst(1), groupIters,
-                  [&](OpBuilder &b, Location loc, Value qb, ValueRange acc) {
-                    IndexMath m{b, loc};
-                    Value qStart = m.mul(qb, m.cst(blockM));
-                    Value qLast = m.sub(
-                        m.min(m.add(qStart, m.cst(blockM)), seqQ), m.cst(1));
-                    Value q = LoadTileOp::create(
-                        b, loc, tile(blockM, headDim, elt), op.getQuery(), bIdx,
-                        qStart, head);
-                    Value dO = LoadTileOp::create(
-                        b, loc, tile(blockM, headDimV, elt),
-                        op.getGradOutput(), bIdx, qStart, head);
-                    Value lse = LoadStatsOp::create(b, loc, rowType, op.getLse(),
-                                                    bIdx, head, qStart);
-                    Value rowDelta = LoadStatsOp::create(b, loc, rowType, delta,
-                                                         bIdx, head, qStart);
-                    Value dq = LoadTileOp::create(
-                        b, loc, tile(blockM, headDim, f32), acc[2], bIdx,
-                        qStart, head);
+              Value bIdx = seq.tensorBatch, kvHead = ivs[0];
+              Value kStart = m.mul(ivs[1], m.cst(blockN));
+              Value kRow = rowOf(m, seq.kBegin, kStart);
+              Value kTile =
+                  LoadTileOp::create(b, loc, tile(blockN, headDim, elt), t.key,
+                                     bIdx, kRow, kvHead, seq.kEnd);
+              Value vTile =
+                  LoadTileOp::create(b, loc, tile(blockN, headDimV, elt),
+                                     t.value, bIdx, kRow, kvHead, seq.kEnd);
+              // The query rows that see some key of this block: those whose
+              // window [r + offset - left, r + offset + right] meets it.
+              Value kLast =
+                  m.sub(m.min(m.add(kStart, m.cst(blockN)), seqK), m.cst(1));
+              Value rowLo = m.cst(0), rowHi = seqQ;
+              if (right >= 0)
+                rowLo =
+                    m.max(rowLo, m.sub(m.sub(kStart, offset), m.cst(right)));
+              if (left >= 0)
+                rowHi = m.min(rowHi,
+                              m.add(m.sub(kLast, offset), m.cst(left + 1)));
+              Value qbLo = m.floorDiv(rowLo, blockM);
+              Value qbHi = m.max(qbLo, m.ceilDiv(rowHi, blockM));
 
-                    Value scores = QKOp::create(b, loc, sType, q, kTile);
-                    if (softcap > 0)
-                      scores = SoftcapOp::create(b, loc, sType, scores,
-                                                 scaleAttr, softcapAttr);
-                    Value needsMask = m.blockNeedsMask(
-                        qStart, qLast, kStart, blockN, seqK, offset, left, right);
-                    auto masked = scf::IfOp::create(
-                        b, loc, needsMask,
-                        [&](OpBuilder &b, Location loc) {
-                          Value s = MaskOp::create(b, loc, sType, scores, qStart,
-                                                   kStart, seqQ, seqK, causal,
-                                                   op.getWindowAttr());
-                          scf::YieldOp::create(b, loc, s);
-                        },
-                        [&](OpBuilder &b, Location loc) {
-                          scf::YieldOp::create(b, loc, scores);
+              Value c1 = m.cst(1);
+              auto groupLoop = scf::ForOp::create(
+                  b, loc, m.cst(0), m.cst(groupSize), c1,
+                  ValueRange{zeroTile(b, loc, {blockN, headDim}),
+                             zeroTile(b, loc, {blockN, headDimV}), iters[2]},
+                  [&](OpBuilder &b, Location loc, Value g,
+                      ValueRange groupIters) {
+                    IndexMath m{b, loc};
+                    Value head = m.add(m.mul(kvHead, m.cst(groupSize)), g);
+                    auto qLoop = scf::ForOp::create(
+                        b, loc, qbLo, qbHi, m.cst(1), groupIters,
+                        [&](OpBuilder &b, Location loc, Value qb,
+                            ValueRange acc) {
+                          IndexMath m{b, loc};
+                          Value qStart = m.mul(qb, m.cst(blockM));
+                          Value qRow = rowOf(m, seq.qBegin, qStart);
+                          Value qLast = m.sub(
+                              m.min(m.add(qStart, m.cst(blockM)), seqQ),
+                              m.cst(1));
+                          Value q = LoadTileOp::create(
+                              b, loc, tile(blockM, headDim, elt), t.query,
+                              bIdx, qRow, head, seq.qEnd);
+                          Value dO = LoadTileOp::create(
+                              b, loc, tile(blockM, headDimV, elt),
+                              t.gradOutput, bIdx, qRow, head, seq.qEnd);
+                          Value lse =
+                              LoadStatsOp::create(b, loc, rowType, t.lse, bIdx,
+                                                  head, qRow, seq.qEnd);
+                          Value rowDelta =
+                              LoadStatsOp::create(b, loc, rowType, delta, bIdx,
+                                                  head, qRow, seq.qEnd);
+                          Value dq = LoadTileOp::create(
+                              b, loc, tile(blockM, headDim, f32), acc[2], bIdx,
+                              qRow, head, seq.qEnd);
+
+                          Value scores = QKOp::create(b, loc, sType, q, kTile);
+                          if (softcap > 0)
+                            scores = SoftcapOp::create(b, loc, sType, scores,
+                                                       scaleAttr, softcapAttr);
+                          Value needsMask =
+                              m.blockNeedsMask(qStart, qLast, kStart, blockN,
+                                               seqK, offset, left, right);
+                          auto masked = scf::IfOp::create(
+                              b, loc, needsMask,
+                              [&](OpBuilder &b, Location loc) {
+                                Value s = MaskOp::create(
+                                    b, loc, sType, scores, qStart, kStart, seqQ,
+                                    seqK, t.causal, t.window);
+                                scf::YieldOp::create(b, loc, s);
+                              },
+                              [&](OpBuilder &b, Location loc) {
+                                scf::YieldOp::create(b, loc, scores);
+                              });
+                          Value p = RecomputeProbsOp::create(
+                              b, loc, sType, masked.getResult(0), lse,
+                              b.getF32FloatAttr(exp2Scale));
+                          Value dv = MmaTNOp::create(b, loc, acc[1].getType(),
+                                                     p, dO, acc[1]);
+                          Value dp = QKOp::create(b, loc, sType, dO, vTile);
+                          Value ds = SoftmaxGradOp::create(b, loc, sType, p, dp,
+                                                           rowDelta);
+                          if (softcap > 0)
+                            ds = SoftcapGradOp::create(b, loc, sType, ds,
+                                                       scores, scaleAttr,
+                                                       softcapAttr);
+                          Value dk = MmaTNOp::create(b, loc, acc[0].getType(),
+                                                     ds, q, acc[0]);
+                          dq = PVOp::create(b, loc, dq.getType(), ds, kTile, dq,
+                                            /*probs_scale=*/FloatAttr());
+                          Value dqAcc =
+                              StoreTileOp::create(b, loc, dqAccType, dq, acc[2],
+                                                  bIdx, qRow, head, seq.qEnd);
+                          scf::YieldOp::create(b, loc,
+                                               ValueRange{dk, dv, dqAcc});
                         });
-                    Value p = RecomputeProbsOp::create(
-                        b, loc, sType, masked.getResult(0), lse,
-                        b.getF32FloatAttr(exp2Scale));
-                    Value dv = MmaTNOp::create(b, loc, acc[1].getType(), p, dO,
-                                               acc[1]);
-                    Value dp = QKOp::create(b, loc, sType, dO, vTile);
-                    Value ds =
-                        SoftmaxGradOp::create(b, loc, sType, p, dp, rowDelta);
-                    if (softcap > 0)
-                      ds = SoftcapGradOp::create(b, loc, sType, ds, scores,
-                                                 scaleAttr, softcapAttr);
-                    Value dk = MmaTNOp::create(b, loc, acc[0].getType(), ds, q,
-                                               acc[0]);
-                    dq = PVOp::create(b, loc, dq.getType(), ds, kTile, dq,
-                                      /*probs_scale=*/FloatAttr());
-                    Value dqAcc = StoreTileOp::create(b, loc, dqAccType, dq,
-                                                      acc[2], bIdx, qStart, head);
-                    scf::YieldOp::create(b, loc, ValueRange{dk, dv, dqAcc});
+                    scf::YieldOp::create(b, loc, qLoop.getResults());
                   });
-              scf::YieldOp::create(b, loc, qLoop.getResults());
-            });
-        Value dkTile = ScaleCastOp::create(b, loc, tile(blockN, headDim, elt),
-                                           groupLoop.getResult(0), scaleAttr);
-        Value dvTile =
-            ScaleCastOp::create(b, loc, tile(blockN, headDimV, elt),
-                                groupLoop.getResult(1), b.getF32FloatAttr(1.0f));
-        Value dk = StoreTileOp::create(b, loc, kType, dkTile, iters[0], bIdx,
-                                       kStart, kvHead);
-        Value dv = StoreTileOp::create(b, loc, vType, dvTile, iters[1], bIdx,
-                                       kStart, kvHead);
-        return SmallVector<Value>{dk, dv, groupLoop.getResult(2)};
+              Value dkTile =
+                  ScaleCastOp::create(b, loc, tile(blockN, headDim, elt),
+                                      groupLoop.getResult(0), scaleAttr);
+              Value dvTile = ScaleCastOp::create(
+                  b, loc, tile(blockN, headDimV, elt), groupLoop.getResult(1),
+                  b.getF32FloatAttr(1.0f));
+              Value dk = StoreTileOp::create(b, loc, kType, dkTile, iters[0],
+                                             bIdx, kRow, kvHead, seq.kEnd);
+              Value dv = StoreTileOp::create(b, loc, vType, dvTile, iters[1],
+                                             bIdx, kRow, kvHead, seq.kEnd);
+              return SmallVector<Value>{dk, dv, groupLoop.getResult(2)};
+            }));
       });
 
   // Phase 3, per query tile: dQ = scale · accumulator, in the storage type.
   Value dqAcc = main[2];
-  ValueRange post = buildLoopNest(
-      rewriter, loc, {batch, m.cst(numQHeads), numQBlocks}, ValueRange{dqInit},
-      [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
+  ValueRange post = forEachBatch(
+      rewriter, loc, t, ValueRange{dqInit},
+      [&](OpBuilder &b, Location loc, const GradSequence &seq,
+          ValueRange batchIters) {
         IndexMath m{b, loc};
-        Value bIdx = ivs[0], head = ivs[1], qStart = m.mul(ivs[2], m.cst(blockM));
-        Value acc = LoadTileOp::create(b, loc, tile(blockM, headDim, f32),
-                                       dqAcc, bIdx, qStart, head);
-        Value dq = ScaleCastOp::create(b, loc, tile(blockM, headDim, elt), acc,
-                                       scaleAttr);
-        return SmallVector<Value>{StoreTileOp::create(b, loc, qType, dq,
-                                                      iters[0], bIdx, qStart,
-                                                      head)};
+        return llvm::to_vector(buildLoopNest(
+            b, loc, {m.cst(numQHeads), seq.numQBlocks}, batchIters,
+            [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
+              IndexMath m{b, loc};
+              Value bIdx = seq.tensorBatch, head = ivs[0];
+              Value row = rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(blockM)));
+              Value acc =
+                  LoadTileOp::create(b, loc, tile(blockM, headDim, f32), dqAcc,
+                                     bIdx, row, head, seq.qEnd);
+              Value dq = ScaleCastOp::create(
+                  b, loc, tile(blockM, headDim, elt), acc, scaleAttr);
+              return SmallVector<Value>{StoreTileOp::create(
+                  b, loc, qType, dq, iters[0], bIdx, row, head, seq.qEnd)};
+            }));
       });
-  rewriter.replaceOp(op, ValueRange{post[0], main[0], main[1]});
+  return {post[0], main[0], main[1]};
+}
+
+/// The mask and scale fields of `t` from a backward op.
+template <typename OpTy>
+static void setMaskFields(GradTiling &t, OpTy op, RewriterBase &rewriter) {
+  t.schedule = op.getScheduleAttr();
+  t.causal = op.getCausal() ? rewriter.getUnitAttr() : UnitAttr();
+  t.window = op.getWindowAttr();
+  t.scale = op.getEffectiveScale();
+  t.softcap = op.getEffectiveSoftcap();
+  std::tie(t.left, t.right) = op.getWindowBounds();
+}
+
+LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
+                                           RewriterBase &rewriter) {
+  if (!op.getScheduleAttr())
+    return op.emitOpError()
+           << "has no #fa3.schedule; run fa3-select-schedule first";
+  Location loc = op.getLoc();
+  rewriter.setInsertionPoint(op);
+  IndexMath m{rewriter, loc};
+  GradTiling t;
+  setMaskFields(t, op, rewriter);
+  t.gradOutput = op.getGradOutput();
+  t.query = op.getQuery();
+  t.key = op.getKey();
+  t.value = op.getValue();
+  t.output = op.getOutput();
+  t.lse = op.getLse();
+  t.gradLse = op.getGradLse();
+  t.numBatches = tensor::DimOp::create(rewriter, loc, t.query, 0);
+  t.seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
+  t.seqK = tensor::DimOp::create(rewriter, loc, t.key, 1);
+  Value numQBlocks = m.ceilDiv(t.seqQ, t.schedule.getBlockM());
+  Value numKBlocks = m.ceilDiv(t.seqK, t.schedule.getBlockN());
+  t.bounds = [&](OpBuilder &, Location, Value entry) {
+    GradSequence seq;
+    seq.tensorBatch = entry;
+    seq.qLen = t.seqQ;
+    seq.kLen = t.seqK;
+    seq.numQBlocks = numQBlocks;
+    seq.numKBlocks = numKBlocks;
+    return seq;
+  };
+  rewriter.replaceOp(op, tileGrad(t, rewriter, loc));
+  return success();
+}
+
+LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
+                                                 RewriterBase &rewriter) {
+  if (!op.getScheduleAttr())
+    return op.emitOpError()
+           << "has no #fa3.schedule; run fa3-select-schedule first";
+  Location loc = op.getLoc();
+  rewriter.setInsertionPoint(op);
+  // The packed [T, H, D] / [H, T] tensors as one batch entry.
+  auto expand = [&](Value packed) -> Value {
+    auto type = cast<RankedTensorType>(packed.getType());
+    SmallVector<int64_t> shape = {1};
+    llvm::append_range(shape, type.getShape());
+    SmallVector<ReassociationIndices> groups = {{0, 1}};
+    for (int64_t i = 2; i <= type.getRank(); ++i)
+      groups.push_back({i});
+    return tensor::ExpandShapeOp::create(
+        rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
+        packed, groups);
+  };
+  GradTiling t;
+  setMaskFields(t, op, rewriter);
+  t.gradOutput = expand(op.getGradOutput());
+  t.query = expand(op.getQuery());
+  t.key = expand(op.getKey());
+  t.value = expand(op.getValue());
+  t.output = expand(op.getOutput());
+  t.lse = expand(op.getLse());
+  t.zeroInit = true;
+  IndexMath m{rewriter, loc};
+  t.numBatches = m.sub(
+      tensor::DimOp::create(rewriter, loc, op.getCuSeqlensQ(), 0), m.cst(1));
+  t.seqQ = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
+  t.seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 0);
+  int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
+  Value cuQ = op.getCuSeqlensQ(), cuK = op.getCuSeqlensK();
+  t.bounds = [&, blockM, blockN](OpBuilder &b, Location loc, Value entry) {
+    IndexMath m{b, loc};
+    // An i32 offset as a non-negative index.
+    auto offsetAt = [&](Value offsets, Value i) {
+      Value v = tensor::ExtractOp::create(b, loc, offsets, i);
+      return m.max(arith::IndexCastOp::create(b, loc, b.getIndexType(), v),
+                   m.cst(0));
+    };
+    Value next = m.add(entry, m.cst(1));
+    GradSequence seq;
+    seq.tensorBatch = m.cst(0);
+    seq.qBegin = offsetAt(cuQ, entry);
+    seq.qEnd = m.max(offsetAt(cuQ, next), seq.qBegin);
+    seq.qLen = m.sub(seq.qEnd, seq.qBegin);
+    seq.numQBlocks = m.ceilDiv(seq.qLen, blockM);
+    seq.kBegin = offsetAt(cuK, entry);
+    seq.kEnd = m.max(offsetAt(cuK, next), seq.kBegin);
+    seq.kLen = m.sub(seq.kEnd, seq.kBegin);
+    seq.numKBlocks = m.ceilDiv(seq.kLen, blockN);
+    return seq;
+  };
+  SmallVector<Value> grads = tileGrad(t, rewriter, loc);
+  SmallVector<Value> results;
+  for (auto [grad, type] : llvm::zip_equal(grads, op->getResultTypes()))
+    results.push_back(tensor::CollapseShapeOp::create(
+        rewriter, loc, type, grad,
+        ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}}));
+  rewriter.replaceOp(op, results);
   return success();
 }

@@ -19,6 +19,12 @@ namespace mlir::fa3 {
 /// conversion.
 LogicalResult tileAttentionGrad(AttentionGradOp op, RewriterBase &rewriter);
 
+/// The same for fa3.attention_varlen_grad: each packed sequence's backward,
+/// its rows bounded by the sequence offsets; rows outside every sequence get
+/// zero gradients.
+LogicalResult tileAttentionVarlenGrad(AttentionVarlenGradOp op,
+                                      RewriterBase &rewriter);
+
 } // namespace mlir::fa3
 
 #endif // FA3_LIB_DIALECT_FA3_TRANSFORMS_TILEGRAD_H

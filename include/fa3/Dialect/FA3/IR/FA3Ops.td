@@ -189,6 +189,35 @@ def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
   let extraClassDeclaration = attentionMaskDecls;
 }
 
+def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad"> {
+  let summary = "Gradients of fa3.attention_varlen with respect to Q, K and V";
+  let description = [{
+    The backward of `fa3.attention_varlen` (FlashAttention's
+    `flash_attn_varlen_func` backward) with the same attributes, on the
+    packed layout: operands `grad_output` `[Tq, Hq, Dv]`, `query`, `key`,
+    `value`, `output`, `lse` `[Hq, Tq]`, `cu_seqlens_q`, `cu_seqlens_k`;
+    results `grad_query`, `grad_key`, `grad_value` shaped like `query`,
+    `key` and `value`. Each sequence is the backward of its own attention
+    (`fa3.attention_grad`'s, GQA sums included). Rows outside every
+    sequence get zero gradients.
+
+    ```mlir
+    %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk {causal}
+        : (tensor<?x8x64xbf16>, tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>,
+           tensor<?x8x64xbf16>, tensor<8x?xf32>, tensor<?xi32>, tensor<?xi32>)
+        -> (tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>)
+    ```
+  }];
+  let arguments = !con((ins AnyTensor:$grad_output, AnyTensor:$query,
+                            AnyTensor:$key, AnyTensor:$value,
+                            AnyTensor:$output, AnyTensor:$lse,
+                            AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k),
+                       FA3_AttentionAttrs);
+  let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
+                      AnyTensor:$grad_value);
+  let extraClassDeclaration = attentionMaskDecls;
+}
+
 def FA3_AttentionKVCacheOp : FA3_AttentionOpBase<"attention_kvcache"> {
   let summary = "Attention of new queries against a (paged) KV cache";
   let description = [{

@@ -113,20 +113,26 @@ def FA3_StoreTileOp : FA3_TileOp<"store_tile",
 def FA3_LoadStatsOp : FA3_TileOp<"load_stats"> {
   let summary = "Load per-row statistics (LSE, rowsum) of rows [row, row + R)";
   let description = [{
-    `result[i] = source[batch, head, row + i]` for rows inside the sequence,
-    0 past its end. Used by the backward to read the forward's LSE.
+    `result[i] = source[batch, head, row + i]` for rows inside the sequence
+    (`row + i < dim(source, 2)`, and `< limit` with a `limit`), 0 past its
+    end. Used by the backward to read the forward's LSE.
 
     ```mlir
     %l = fa3.load_stats %lse[%b, %h, %row] : tensor<2x8x?xf32> -> tensor<128xf32>
     ```
   }];
   let arguments = (ins FA3_BHSTensor:$source, Index:$batch, Index:$head,
-                       Index:$row);
+                       Index:$row, Optional<Index>:$limit);
   let results = (outs FA3_Tile1D:$result);
   let assemblyFormat = [{
-    $source `[` $batch `,` $head `,` $row `]` attr-dict `:` type($source)
-    `->` type($result)
+    $source `[` $batch `,` $head `,` $row `]` (`limit` $limit^)? attr-dict `:`
+    type($source) `->` type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "Type":$result, "Value":$source, "Value":$batch,
+                   "Value":$head, "Value":$row), [{
+      build($_builder, $_state, result, source, batch, head, row, Value());
+    }]>];
 }
 
 def FA3_StoreStatsOp : FA3_TileOp<"store_stats",
