@@ -43,6 +43,11 @@ typedef struct fa3_schedule {
 int64_t fa3_select_num_splits(int64_t work_tiles, int64_t multiprocessors,
                               int64_t key_blocks, int64_t max_splits);
 
+/** Whether to pack the `group_size` query heads of each KV head into the
+ *  rows of one `block_m`-row tile for `seq_q` queries (PackGQA,
+ *  fa3.attention_kvcache's pack_gqa): 1 or 0, FlashAttention-3's rule. */
+int fa3_should_pack_gqa(int64_t seq_q, int64_t group_size, int64_t block_m);
+
 void fa3_select_forward_schedule(int64_t head_dim, int fp8, int causal,
                                  int64_t seq_q, int64_t seq_k,
                                  fa3_schedule *out);

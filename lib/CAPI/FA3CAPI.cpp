@@ -7,7 +7,7 @@
 #include "fa3-c/FA3.h"
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
-#include "fa3/Dialect/FA3/Utils/SplitKV.h"
+#include "fa3/Dialect/FA3/Utils/KVCacheHeuristics.h"
 #include "fa3/InitAllDialects.h"
 #include "fa3/JIT/HopperKernelCache.h"
 #include "fa3/Runtime/AttentionLauncher.h"
@@ -79,6 +79,11 @@ extern "C" int64_t fa3_select_num_splits(int64_t work_tiles,
                                          int64_t max_splits) {
   return mlir::fa3::selectNumSplits(work_tiles, multiprocessors, key_blocks,
                                     max_splits);
+}
+
+extern "C" int fa3_should_pack_gqa(int64_t seq_q, int64_t group_size,
+                                   int64_t block_m) {
+  return mlir::fa3::shouldPackGQA(seq_q, group_size, block_m) ? 1 : 0;
 }
 
 extern "C" void fa3_select_forward_schedule(int64_t head_dim, int fp8,

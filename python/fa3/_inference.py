@@ -18,6 +18,9 @@ from . import _jit
 from ._spec import AttentionSpec, check_options
 
 _NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+# The CPU schedule's query tile (fa3-select-schedule, target cpu), which
+# the PackGQA rule weighs.
+_CPU_BLOCK_M = 64
 
 
 def _dtype_name(name, a, like=None):
@@ -176,7 +179,7 @@ def attention_varlen_grad(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, c
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, page_table=None,
                            causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                           return_lse=False, num_splits=0):
+                           return_lse=False, num_splits=0, pack_gqa=None):
     """Attention of new queries against a KV cache, with an optional append,
     in FlashAttention's `flash_attn_with_kvcache` layout (numpy arrays, CPU).
 
@@ -201,7 +204,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     over ranges of whole key blocks merged by their LSE (split-KV,
     fa3.combine_splits): the structure a GPU runs to fill its SMs when the
     queries alone cannot. 0 (the default) lets fa3 choose; on the CPU, which
-    runs the splits one after another, it chooses 1.
+    runs the splits one after another, it chooses 1. `pack_gqa` packs the
+    query heads of each KV head into the rows of one query tile (PackGQA:
+    a decode step's single query fills num_heads / num_kv_heads rows instead
+    of one); None lets fa3's rule decide from seqlen_q and the group size.
+    Neither changes the result beyond rounding.
     """
     dtype = _dtype_name("q", q)
     for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -281,10 +288,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
         raise ValueError(f"num_splits must be an int >= 0 (0: fa3 chooses), got {num_splits!r}")
+    if pack_gqa is None:
+        pack_gqa = _jit._module().should_pack_gqa(seq_q, hq // hkv, _CPU_BLOCK_M)
+    elif not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
+    pack_gqa = pack_gqa and hq > hkv
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)
-    source = spec.kvcache_mlir(paged=paged, append=k is not None, num_splits=max(int(num_splits), 1))
+    source = spec.kvcache_mlir(paged=paged, append=k is not None, num_splits=max(int(num_splits), 1),
+                               pack_gqa=pack_gqa)
     fn = _jit.get_mlir(source, "attention_kvcache", "cpu", "fwd")
     inputs = [_contiguous("q", q), np.ascontiguousarray(k_cache), np.ascontiguousarray(v_cache)]
     if k is not None:

@@ -131,13 +131,14 @@ class AttentionSpec:
                 f" : ({o}, {q}, {k}, {v}, {o}, {lse}, {idx}, {idx}) -> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
 
-    def kvcache_mlir(self, paged=False, append=False, num_splits=1):
+    def kvcache_mlir(self, paged=False, append=False, num_splits=1, pack_gqa=False):
         """`@attention_kvcache(q, k_cache, v_cache[, k_new, v_new],
         cache_seqlens[, seqlens_before_append][, page_table]) -> (o, lse[,
         k_cache, v_cache])`: with `append`, fa3.kvcache_append writes the new
         rows at the lengths before the append, and fa3.attention_kvcache
         attends to the lengths after it, in `num_splits` splits of the keys
-        (split-KV) when > 1."""
+        (split-KV) when > 1, with the query heads of each KV head packed into
+        one tile with `pack_gqa`."""
         q, k, v, o, lse = self._types()
         idx, table = "tensor<?xi32>", "tensor<?x?xi32>"
         args = [f"%q: {q}", f"%kc: {k}", f"%vc: {v}"]
@@ -161,6 +162,8 @@ class AttentionSpec:
         attrs = self._attrs()
         if num_splits > 1:
             attrs = attrs[:-1] + f", num_splits = {int(num_splits)} : i64}}"
+        if pack_gqa:
+            attrs = attrs[:-1] + ", pack_gqa}"
         body += (f"  %o, %lse = fa3.attention_kvcache %q, {caches}, %lens{pages_op}{attrs}"
                  f" : ({q}, {k}, {v}, {idx}{pages_type}) -> ({o}, {lse})\n")
         return (f"func.func @attention_kvcache({', '.join(args)}) -> ({result_types}) {{\n{body}"

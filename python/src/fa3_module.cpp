@@ -296,6 +296,15 @@ PYBIND11_MODULE(_fa3, m) {
       "query tile) units over key_blocks key blocks takes on that many SMs "
       "(FlashAttention-3's wave-efficiency rule)");
   m.def(
+      "should_pack_gqa",
+      [](int64_t seqQ, int64_t groupSize, int64_t blockM) {
+        return fa3_should_pack_gqa(seqQ, groupSize, blockM) != 0;
+      },
+      py::arg("seq_q"), py::arg("group_size"), py::arg("block_m"),
+      "Whether a KV-cache attention of seq_q queries packs the group_size "
+      "query heads of each KV head into one block_m-row tile (PackGQA; "
+      "FlashAttention-3's rule)");
+  m.def(
       "select_forward_schedule",
       [](int64_t headDim, bool fp8, bool causal, int64_t seqQ, int64_t seqK) {
         fa3_schedule chosen;

@@ -377,3 +377,42 @@ def test_varlen_backward_bad_arguments():
         fa3.attention_varlen_grad(out[:9], q, k, v, out, lse, cu_q, cu_k)
     with pytest.raises(ValueError, match=r"lse must be a float32 array of shape \(num_heads, total_q\) = \(2, 10\)"):
         fa3.attention_varlen_grad(out, q, k, v, out, lse.T.copy(), cu_q, cu_k)
+
+
+@pytest.mark.parametrize("seq_q, hq, hkv, num_splits", [(1, 8, 2, 1), (5, 12, 4, 1), (40, 8, 2, 3), (7, 6, 2, 2)])
+def test_pack_gqa_matches_reference_and_the_unpacked_tiles(seq_q, hq, hkv, num_splits):
+    """PackGQA (the group's query heads as rows of one tile; G = 3 leaves a
+    64-row tile with a partial query group) against float64 with causal and
+    window masks, and bit for bit against the unpacked tiling (every row's
+    arithmetic is the same)."""
+    rng, seed = _rng(f"pack-{seq_q}-{hq}-{hkv}-{num_splits}")
+    batch, d = 3, 64
+    k_cache, v_cache, table = _paged_cache(rng, batch, 200, 16, hkv, d, d, "bf16")
+    lens = np.array([200, 1, 77], np.int32)
+    q = _draw(rng, (batch, seq_q, hq, d), "bf16")
+    options = {"causal": True, "window_size": (50, 0), "num_splits": num_splits}
+    packed, lse = fa3.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=table,
+                                            return_lse=True, pack_gqa=True, **options)
+    plain, plain_lse = fa3.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=table,
+                                                  return_lse=True, pack_gqa=False, **options)
+    np.testing.assert_array_equal(packed, plain)
+    np.testing.assert_array_equal(lse, plain_lse)
+    ref_o, ref_lse = reference.attention_kvcache(q, k_cache.astype(np.float64), v_cache.astype(np.float64),
+                                                 lens, table, causal=True, window=(50, 0))
+    _check(packed, lse, ref_o, ref_lse, v_cache, "bf16", seed)
+
+
+def test_pack_gqa_rule():
+    rule = fa3._jit._module().should_pack_gqa
+    # Decode: one query fills 1 of 64 rows unpacked, 4 packed.
+    assert rule(seq_q=1, group_size=4, block_m=64)
+    # 64 queries fill their tiles: nothing to gain.
+    assert not rule(seq_q=64, group_size=4, block_m=64)
+    # 40 of 64 rows (0.625) vs 160 of 192 (0.83): 0.625 < 0.9 · 0.83, pack.
+    assert rule(seq_q=40, group_size=4, block_m=64)
+    # 60 of 64 (0.94) vs 240 of 256 (0.94): no.
+    assert not rule(seq_q=60, group_size=4, block_m=64)
+    assert not rule(seq_q=1, group_size=1, block_m=64)
+    with pytest.raises(TypeError, match="pack_gqa must be a bool or None"):
+        fa3.attention_with_kvcache(np.zeros((1, 1, 2, 64), np.float32), np.zeros((1, 8, 1, 64), np.float32),
+                                   np.zeros((1, 8, 1, 64), np.float32), pack_gqa=1)

@@ -266,9 +266,9 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
-      if (load.getLimit())
-        return fail(load, "row limits (variable-length sequences) have no "
-                          "Hopper lowering yet");
+      if (load.getLimit() || load.getPackedHeads())
+        return fail(load, "row limits (variable-length sequences) and packed "
+                          "heads (PackGQA) have no Hopper lowering yet");
       if (kernel.queryLoad || load.getSource() != func.getArgument(0))
         return fail(load, "the forall body loads one query tile");
       kernel.queryLoad = load;

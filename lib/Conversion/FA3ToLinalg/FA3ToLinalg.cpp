@@ -112,6 +112,26 @@ namespace {
 // Tile loads and stores
 //===----------------------------------------------------------------------===//
 
+/// PackGQA tiles (`packed_heads = G`): tile rows g, g + G, g + 2G, ... are
+/// head `head + g` of consecutive query rows, a stride-G slice of the tile.
+/// Calls `move(g, start, n)` for each of the G heads with the in-range rows
+/// `[start, start + n)` of the sequence that the slice holds.
+static void forEachPackedHead(
+    OpBuilder &b, Location loc, Value seqLen, Value row, int64_t tileRows,
+    int64_t packed, function_ref<void(int64_t, Value, Value)> move) {
+  for (int64_t g = 0; g < packed; ++g) {
+    int64_t rowsOfHead = (tileRows - g + packed - 1) / packed;
+    auto [start, n] = rowsInRange(b, loc, seqLen, row, rowsOfHead);
+    move(g, start, n);
+  }
+}
+
+/// `head + g`.
+static Value headPlus(OpBuilder &b, Location loc, Value head, int64_t g) {
+  return g ? arith::AddIOp::create(b, loc, head, indexCst(b, loc, g)).getResult()
+           : head;
+}
+
 struct LoadTileLowering : OpConversionPattern<LoadTileOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -121,6 +141,29 @@ struct LoadTileLowering : OpConversionPattern<LoadTileOp> {
     auto tileType = cast<RankedTensorType>(op.getType());
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
     Value seqLen = rowEnd(rewriter, loc, op.getSource(), 1, op.getLimit());
+    if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1) {
+      OpFoldResult one = rewriter.getIndexAttr(1),
+                   zero = rewriter.getIndexAttr(0);
+      auto sliceType = RankedTensorType::get({ShapedType::kDynamic, cols},
+                                             tileType.getElementType());
+      Value tile = zeros(rewriter, loc, tileType);
+      forEachPackedHead(
+          rewriter, loc, seqLen, op.getRow(), rows, packed,
+          [&](int64_t g, Value start, Value n) {
+            Value slice = tensor::ExtractSliceOp::create(
+                rewriter, loc, sliceType, op.getSource(),
+                {op.getBatch(), start, headPlus(rewriter, loc, op.getHead(), g),
+                 zero},
+                {one, n, one, rewriter.getIndexAttr(cols)},
+                {one, one, one, one});
+            tile = tensor::InsertSliceOp::create(
+                rewriter, loc, slice, tile, {rewriter.getIndexAttr(g), zero},
+                {n, rewriter.getIndexAttr(cols)},
+                {rewriter.getIndexAttr(packed), one});
+          });
+      rewriter.replaceOp(op, tile);
+      return success();
+    }
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
     auto sliceType = RankedTensorType::get({ShapedType::kDynamic, cols},
@@ -208,6 +251,30 @@ struct StoreTileLowering : OpConversionPattern<StoreTileOp> {
     auto tileType = cast<RankedTensorType>(op.getTile().getType());
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
     Value seqLen = rowEnd(rewriter, loc, op.getDest(), 1, op.getLimit());
+    if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1) {
+      OpFoldResult one = rewriter.getIndexAttr(1),
+                   zero = rewriter.getIndexAttr(0);
+      auto partType = RankedTensorType::get({ShapedType::kDynamic, cols},
+                                            tileType.getElementType());
+      Value result = op.getDest();
+      forEachPackedHead(
+          rewriter, loc, seqLen, op.getRow(), rows, packed,
+          [&](int64_t g, Value start, Value n) {
+            Value part = tensor::ExtractSliceOp::create(
+                rewriter, loc, partType, op.getTile(),
+                {rewriter.getIndexAttr(g), zero},
+                {n, rewriter.getIndexAttr(cols)},
+                {rewriter.getIndexAttr(packed), one});
+            result = tensor::InsertSliceOp::create(
+                rewriter, loc, part, result,
+                {op.getBatch(), start, headPlus(rewriter, loc, op.getHead(), g),
+                 zero},
+                {one, n, one, rewriter.getIndexAttr(cols)},
+                {one, one, one, one});
+          });
+      rewriter.replaceOp(op, result);
+      return success();
+    }
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
     auto partType = RankedTensorType::get({ShapedType::kDynamic, cols},
@@ -256,6 +323,26 @@ struct StoreStatsLowering : OpConversionPattern<StoreStatsOp> {
     Location loc = op.getLoc();
     auto tileType = cast<RankedTensorType>(op.getTile().getType());
     Value seqLen = rowEnd(rewriter, loc, op.getDest(), 2, op.getLimit());
+    if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1) {
+      OpFoldResult one = rewriter.getIndexAttr(1);
+      auto partType = RankedTensorType::get({ShapedType::kDynamic},
+                                            tileType.getElementType());
+      Value result = op.getDest();
+      forEachPackedHead(
+          rewriter, loc, seqLen, op.getRow(), tileType.getDimSize(0), packed,
+          [&](int64_t g, Value start, Value n) {
+            Value part = tensor::ExtractSliceOp::create(
+                rewriter, loc, partType, op.getTile(),
+                {rewriter.getIndexAttr(g)}, {n},
+                {rewriter.getIndexAttr(packed)});
+            result = tensor::InsertSliceOp::create(
+                rewriter, loc, part, result,
+                {op.getBatch(), headPlus(rewriter, loc, op.getHead(), g), start},
+                {one, one, n}, {one, one, one});
+          });
+      rewriter.replaceOp(op, result);
+      return success();
+    }
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(),
                                   tileType.getDimSize(0));
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
@@ -390,6 +477,9 @@ struct MaskLowering : OpConversionPattern<MaskOp> {
           };
           Value i = linalg::IndexOp::create(b, loc, 0);
           Value j = linalg::IndexOp::create(b, loc, 1);
+          // PackGQA: G consecutive rows are the G heads of one query.
+          if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1)
+            i = arith::DivUIOp::create(b, loc, i, indexCst(b, loc, packed));
           Value row = arith::AddIOp::create(b, loc, op.getQStart(), i);
           Value col = arith::AddIOp::create(b, loc, op.getKStart(), j);
           // The diagonal of row r sits at column r + Sk - Sq.

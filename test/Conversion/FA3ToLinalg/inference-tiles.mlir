@@ -70,3 +70,31 @@ func.func @combine(%p: tensor<?x?x1x8x64xf32>, %l: tensor<?x?x8x1xf32>) -> (tens
   %o, %lse = fa3.combine_splits %p, %l : (tensor<?x?x1x8x64xf32>, tensor<?x?x8x1xf32>) -> (tensor<?x1x8x64xbf16>, tensor<?x8x1xf32>)
   return %o, %lse : tensor<?x1x8x64xbf16>, tensor<?x8x1xf32>
 }
+
+// PackGQA: tile rows g, g + 3, g + 6, ... are head h + g of consecutive
+// queries: one stride-3 insert per head (22, 21 and 21 rows of a 64-row
+// tile), and the mask's row i is query q0 + i / 3.
+// CHECK-LABEL: func.func @packed_load
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<1x?x6x64xbf16>, %[[ROW:[^:]+]]: index, %[[H:[^:]+]]: index)
+// CHECK: %[[S0:.+]] = tensor.extract_slice %[[Q]][0, %{{.+}}, %[[H]], 0] [1, %[[N0:.+]], 1, 64]
+// CHECK: %[[T0:.+]] = tensor.insert_slice %[[S0]] into %{{.+}}[0, 0] [%[[N0]], 64] [3, 1]
+// CHECK: %[[H1:.+]] = arith.addi %[[H]], %c1 : index
+// CHECK: %[[S1:.+]] = tensor.extract_slice %[[Q]][0, %{{.+}}, %[[H1]], 0] [1, %[[N1:.+]], 1, 64]
+// CHECK: %[[T1:.+]] = tensor.insert_slice %[[S1]] into %[[T0]][1, 0] [%[[N1]], 64] [3, 1]
+// CHECK: %[[H2:.+]] = arith.addi %[[H]], %c2 : index
+// CHECK: tensor.insert_slice %{{.+}} into %[[T1]][2, 0] [%{{.+}}, 64] [3, 1]
+func.func @packed_load(%q: tensor<1x?x6x64xbf16>, %row: index, %h: index) -> tensor<64x64xbf16> {
+  %c0 = arith.constant 0 : index
+  %t = fa3.load_tile %q[%c0, %row, %h] {packed_heads = 3 : i64} : tensor<1x?x6x64xbf16> -> tensor<64x64xbf16>
+  return %t : tensor<64x64xbf16>
+}
+
+// CHECK-LABEL: func.func @packed_mask
+// CHECK: linalg.generic
+// CHECK: %[[I:.+]] = linalg.index 0 : index
+// CHECK: %[[QI:.+]] = arith.divui %[[I]], %c3 : index
+// CHECK: arith.addi %arg1, %[[QI]] : index
+func.func @packed_mask(%s: tensor<64x64xf32>, %q0: index, %k0: index, %sq: index, %sk: index) -> tensor<64x64xf32> {
+  %m = fa3.mask %s, %q0, %k0, %sq, %sk {causal, packed_heads = 3 : i64} : tensor<64x64xf32>
+  return %m : tensor<64x64xf32>
+}

@@ -3,6 +3,7 @@
 // RUN: fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile --canonicalize | FileCheck %s --check-prefix=TILE
 // RUN: fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile --fa3-fuse-softmax --canonicalize | FileCheck %s --check-prefix=FUSED
 // RUN: not fa3-opt %t/ops.mlir --fa3-select-schedule --fa3-tile=grid=true 2>&1 | FileCheck %s --check-prefix=GRID
+// RUN: fa3-opt %t/pack.mlir --fa3-select-schedule --fa3-tile --fa3-fuse-softmax --canonicalize --cse | FileCheck %s --check-prefix=PACK
 // RUN: fa3-opt %t/grad.mlir --fa3-select-schedule --fa3-tile --canonicalize --cse | FileCheck %s --check-prefix=VGRAD
 
 // The inference ops through fa3-tile and fa3-fuse-softmax: packed sequences
@@ -190,4 +191,29 @@ func.func @varlen_grad(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tens
   %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk {causal}
       : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>)
   return %dq, %dk, %dv : tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>
+}
+
+//--- pack.mlir
+
+// PackGQA: the head loop runs over the 2 KV heads; each 64-row tile holds
+// the 4 query heads of 16 queries (ceildiv(Sq, 16) tiles), loaded, masked
+// and stored with packed_heads = 4 from query head 4·hkv.
+// PACK-LABEL: func.func @pack
+// PACK-DAG: %[[C16:.+]] = arith.constant 16 : index
+// PACK-DAG: %[[C4:.+]] = arith.constant 4 : index
+// PACK: %[[SQ:.+]] = tensor.dim %arg0, %c1
+// PACK: %[[NQB:.+]] = arith.ceildivui %[[SQ]], %[[C16]] : index
+// PACK: scf.for %[[HKV:[^ ]+]] = %c0 to %c2 step
+// PACK: scf.for %[[QB:[^ ]+]] = %c0 to %[[NQB]] step
+// PACK: %[[H0:.+]] = arith.muli %[[HKV]], %[[C4]] : index
+// PACK: %[[Q0:.+]] = arith.muli %[[QB]], %[[C16]] : index
+// PACK: fa3.load_tile %arg0[%{{.+}}, %[[Q0]], %[[H0]]] {packed_heads = 4 : i64} : tensor<?x?x8x64xbf16> -> tensor<64x64xbf16>
+// PACK: fa3.load_paged_tile %arg1[%arg4, %{{.+}}, %{{.+}}, %[[HKV]]]
+// PACK: fa3.mask %{{.+}}, %[[Q0]], {{.+}} {causal, packed_heads = 4 : i64}
+// PACK: fa3.store_tile {{.+}}[%{{.+}}, %[[Q0]], %[[H0]]] {packed_heads = 4 : i64}
+// PACK: fa3.store_stats {{.+}}[%{{.+}}, %[[H0]], %[[Q0]]] {packed_heads = 4 : i64}
+func.func @pack(%q: tensor<?x?x8x64xbf16>, %kc: tensor<?x16x2x64xbf16>, %vc: tensor<?x16x2x64xbf16>, %lens: tensor<?xi32>, %pt: tensor<?x?xi32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pt {causal, pack_gqa}
+      : (tensor<?x?x8x64xbf16>, tensor<?x16x2x64xbf16>, tensor<?x16x2x64xbf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>)
+  return %o, %lse : tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>
 }

@@ -65,7 +65,23 @@ static LogicalResult verifyStatsTensor(Operation *op, Value tensor) {
   return success();
 }
 
+/// `packed_heads = G` (PackGQA) must pack at least one head and at most one
+/// query's heads per tile row.
+static LogicalResult verifyPackedHeads(Operation *op,
+                                       std::optional<uint64_t> packed,
+                                       int64_t tileRows) {
+  if (!packed)
+    return success();
+  auto g = static_cast<int64_t>(*packed);
+  if (g < 1 || g > tileRows)
+    return op->emitOpError() << "packed_heads must lie in [1, " << tileRows
+                             << "] (the tile's rows), got " << g;
+  return success();
+}
+
 LogicalResult LoadTileOp::verify() {
+  if (failed(verifyPackedHeads(*this, getPackedHeads(), rows(getResult()))))
+    return failure();
   return verifyTileOfBSHD(*this, getResult(), getSource());
 }
 
@@ -74,6 +90,8 @@ LogicalResult LoadPagedTileOp::verify() {
 }
 
 LogicalResult StoreTileOp::verify() {
+  if (failed(verifyPackedHeads(*this, getPackedHeads(), rows(getTile()))))
+    return failure();
   return verifyTileOfBSHD(*this, getTile(), getDest());
 }
 
@@ -82,6 +100,9 @@ LogicalResult LoadStatsOp::verify() {
 }
 
 LogicalResult StoreStatsOp::verify() {
+  auto tile = cast<RankedTensorType>(getTile().getType());
+  if (failed(verifyPackedHeads(*this, getPackedHeads(), tile.getDimSize(0))))
+    return failure();
   return verifyStatsTensor(*this, getDest());
 }
 
@@ -159,6 +180,9 @@ LogicalResult AttentionBlockOp::verify() {
       rows(getQueryTile()))
     return emitOpError() << "expects an lse tile of " << rows(getQueryTile())
                          << " rows, got " << getLse().getType();
+  if (failed(verifyPackedHeads(*this, getPackedHeads(),
+                               rows(getQueryTile()))))
+    return failure();
   if (isPaged() && (!getKeyLen() || getKeyStart()))
     return emitOpError() << "reads a paged cache: it needs key_len (the "
                             "cache length) and takes no key_start";
@@ -196,7 +220,11 @@ LogicalResult SoftcapOp::verify() {
   return verifyPositive(*this, "softcap", getSoftcap().convertToFloat());
 }
 
-LogicalResult MaskOp::verify() { return verifyWindowAttr(*this, getWindow()); }
+LogicalResult MaskOp::verify() {
+  if (failed(verifyPackedHeads(*this, getPackedHeads(), rows(getScores()))))
+    return failure();
+  return verifyWindowAttr(*this, getWindow());
+}
 
 LogicalResult OnlineSoftmaxOp::verify() {
   int64_t statRows =

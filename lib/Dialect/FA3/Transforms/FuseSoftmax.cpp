@@ -59,7 +59,12 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
     keyEnd = keyStart ? m.add(keyStart, seqK) : seqK;
   // Query row r sees key columns [r + off - left, r + off + right].
   Value off = m.sub(seqK, seqQ);
-  Value qLast = m.sub(m.min(m.add(qStart, m.cst(blockM)), seqQ), m.cst(1));
+  // The tile's queries: block_m of them, or with G packed heads per query
+  // (PackGQA) ceildiv(block_m, G).
+  int64_t packed = op.getPackedHeads().value_or(1);
+  int64_t queriesPerTile = (blockM + packed - 1) / packed;
+  Value qLast =
+      m.sub(m.min(m.add(qStart, m.cst(queriesPerTile)), seqQ), m.cst(1));
 
   // Key range any row of the tile sees, widened to whole key blocks.
   Value kLo = m.cst(0), kHi = seqK;
@@ -121,9 +126,10 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
         auto masked = scf::IfOp::create(
             b, loc, needsMask,
             [&](OpBuilder &b, Location loc) {
-              Value s = MaskOp::create(b, loc, sType, scores, qStart, kStart, seqQ,
-                                       seqK, op.getCausalAttr(),
-                                       op.getWindowAttr());
+              Value s = MaskOp::create(b, loc, sType, scores, qStart, kStart,
+                                       seqQ, seqK, op.getCausalAttr(),
+                                       op.getWindowAttr(),
+                                       op.getPackedHeadsAttr());
               scf::YieldOp::create(b, loc, s);
             },
             [&](OpBuilder &b, Location loc) {

@@ -55,6 +55,10 @@ struct TiledForward {
   /// Split-KV: partial attentions per split of the key blocks, stored at
   /// batch `split · numBatches + b` of outInit/lseInit (f32 O).
   int64_t numSplits = 1;
+  /// PackGQA: each query tile holds the `packedHeads` query heads of one
+  /// key/value head for block_m / packedHeads queries; the head loop runs
+  /// over the key/value heads.
+  int64_t packedHeads = 1;
   ScheduleAttr schedule;
   UnitAttr causal;
   FloatAttr scale, softcap, probsScale;
@@ -78,6 +82,13 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
   int64_t numQHeads = qType.getDimSize(2);
   int64_t groupSize = numQHeads / kType.getDimSize(2);
   int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
+  // Packed, a tile is the group's heads of block_m / G queries, one tile
+  // row per (query, head); the loop below runs over key/value heads.
+  int64_t packed = t.packedHeads;
+  int64_t queriesPerTile = blockM / packed;
+  int64_t headLoopCount = numQHeads / packed;
+  IntegerAttr packedAttr =
+      packed > 1 ? builder.getI64IntegerAttr(packed) : IntegerAttr();
   auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
                                          qType.getElementType());
   // The output tile has the output tensor's element type: f32 for a split.
@@ -102,34 +113,42 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
           storeBatch = m.add(m.mul(split, t.numBatches), seq.tensorBatch);
         }
         auto headLoop = scf::ForOp::create(
-            b, loc, c0, indexConstant(b, loc, numQHeads), c1, batchIters,
-            [&](OpBuilder &b, Location loc, Value head, ValueRange headIters) {
+            b, loc, c0, indexConstant(b, loc, headLoopCount), c1, batchIters,
+            [&](OpBuilder &b, Location loc, Value headIv,
+                ValueRange headIters) {
               auto blockLoop = scf::ForOp::create(
                   b, loc, c0, seq.numQBlocks, c1, headIters,
                   [&](OpBuilder &b, Location loc, Value qBlock,
                       ValueRange iters) {
-                    Value kvHead = arith::DivUIOp::create(
-                        b, loc, head, indexConstant(b, loc, groupSize));
+                    // Unpacked: query head `headIv`; packed: the first
+                    // query head of key/value head `headIv`.
+                    Value head = headIv, kvHead = headIv;
+                    if (packed > 1)
+                      head = arith::MulIOp::create(
+                          b, loc, headIv, indexConstant(b, loc, packed));
+                    else
+                      kvHead = arith::DivUIOp::create(
+                          b, loc, headIv, indexConstant(b, loc, groupSize));
                     Value qStart = arith::MulIOp::create(
-                        b, loc, qBlock, indexConstant(b, loc, blockM));
+                        b, loc, qBlock, indexConstant(b, loc, queriesPerTile));
                     Value row = seq.qBegin ? arith::AddIOp::create(
                                                  b, loc, seq.qBegin, qStart)
                                            : qStart;
-                    Value qTile =
-                        LoadTileOp::create(b, loc, qTileType, t.query,
-                                           seq.tensorBatch, row, head, seq.qEnd);
+                    Value qTile = LoadTileOp::create(
+                        b, loc, qTileType, t.query, seq.tensorBatch, row, head,
+                        seq.qEnd, packedAttr);
                     auto block = AttentionBlockOp::create(
                         b, loc, oTileType, lseTileType, qTile, t.key, t.value,
                         seq.tensorBatch, kvHead, qStart, seq.qLen,
                         seq.keyStart, seq.keyLen, t.pageTable, splitBegin,
                         splitEnd, t.causal, t.scale, t.window, t.softcap,
-                        t.schedule, t.probsScale);
+                        t.schedule, t.probsScale, packedAttr);
                     Value out = StoreTileOp::create(
                         b, loc, t.outType, block.getOutput(), iters[0],
-                        storeBatch, row, head, seq.qEnd);
+                        storeBatch, row, head, seq.qEnd, packedAttr);
                     Value lse = StoreStatsOp::create(
                         b, loc, t.lseType, block.getLse(), iters[1],
-                        storeBatch, head, row, seq.qEnd);
+                        storeBatch, head, row, seq.qEnd, packedAttr);
                     scf::YieldOp::create(b, loc, ValueRange{out, lse});
                   });
               scf::YieldOp::create(b, loc, blockLoop.getResults());
@@ -286,7 +305,7 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
         op.getValue(), bIdx, kvHead, qStart, seqQ, /*key_start=*/Value(),
         /*key_len=*/Value(), /*page_table=*/Value(), /*split_begin=*/Value(),
         /*split_end=*/Value(), t.causal, t.scale,
-        t.window, t.softcap, schedule, probsScale);
+        t.window, t.softcap, schedule, probsScale, /*packed_heads=*/IntegerAttr());
     rewriter.setInsertionPointToStart(inParallel.getBody());
     ValueRange shared = forall.getRegionIterArgs();
     ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
@@ -435,9 +454,20 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
     t.outInit = emptyWithDims(rewriter, loc, t.outType, t.query, {0, 1});
     t.lseInit = emptyWithDims(rewriter, loc, t.lseType, t.query, {0, 1});
   }
+  if (op.getPackGqa()) {
+    auto qType = cast<RankedTensorType>(t.query.getType());
+    auto kType = cast<RankedTensorType>(t.key.getType());
+    t.packedHeads = qType.getDimSize(2) / kType.getDimSize(2);
+    if (t.packedHeads > t.schedule.getBlockM())
+      return op.emitOpError()
+             << "pack_gqa puts " << t.packedHeads
+             << " query heads in each query of a tile, more than its block_m = "
+             << t.schedule.getBlockM() << " rows";
+  }
   Value seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
   Value numQBlocks = arith::CeilDivUIOp::create(
-      rewriter, loc, seqQ, indexConstant(rewriter, loc, t.schedule.getBlockM()));
+      rewriter, loc, seqQ,
+      indexConstant(rewriter, loc, t.schedule.getBlockM() / t.packedHeads));
   Value lengths = op.getCacheSeqlens();
   t.bounds = [&](OpBuilder &b, Location loc, Value entry) {
     SequenceBounds seq;

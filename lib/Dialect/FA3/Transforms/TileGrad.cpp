@@ -305,7 +305,8 @@ static SmallVector<Value> tileGrad(const GradTiling &t, RewriterBase &rewriter,
                               [&](OpBuilder &b, Location loc) {
                                 Value s = MaskOp::create(
                                     b, loc, sType, scores, qStart, kStart, seqQ,
-                                    seqK, t.causal, t.window);
+                                    seqK, t.causal, t.window,
+                                    /*packed_heads=*/IntegerAttr());
                                 scf::YieldOp::create(b, loc, s);
                               },
                               [&](OpBuilder &b, Location loc) {

@@ -251,6 +251,11 @@ def FA3_AttentionKVCacheOp : FA3_AttentionOpBase<"attention_kvcache"> {
     alone cannot fill the GPU (decode), and merges them with
     `fa3.combine_splits`. The result is the same attention up to rounding.
 
+    `pack_gqa` (PackGQA): the `Hq / Hkv` query heads that share a key/value
+    head are packed as rows of one query tile (`packed_heads` on the tile
+    ops), so a decode step with one query fills `Hq / Hkv` rows of the tile
+    instead of one; the result is the same.
+
     ```mlir
     %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pages {causal}
         : (tensor<?x1x8x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?x64x2x128xbf16>,
@@ -261,7 +266,8 @@ def FA3_AttentionKVCacheOp : FA3_AttentionOpBase<"attention_kvcache"> {
                             AnyTensor:$value_cache, AnyTensor:$cache_seqlens,
                             Optional<AnyTensor>:$page_table),
                        FA3_AttentionAttrs,
-                       (ins OptionalAttr<I64Attr>:$num_splits));
+                       (ins OptionalAttr<I64Attr>:$num_splits,
+                            UnitAttr:$pack_gqa));
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionMaskDecls # [{
     bool isPaged() { return static_cast<bool>(getPageTable()); }

@@ -64,13 +64,17 @@ def FA3_LoadTileOp : FA3_TileOp<"load_tile"> {
     batch (`fa3.attention_varlen`). The tile's column count equals the
     source's head dim.
 
+    With `packed_heads = G` (PackGQA) the tile holds G heads of each query
+    row: tile row `r` is `source[batch, row + r / G, head + r % G, :]`.
+
     ```mlir
     %t = fa3.load_tile %q[%b, %row, %h] : tensor<2x?x8x64xf16> -> tensor<128x64xf16>
     %u = fa3.load_tile %q[%c0, %row, %h] limit %end : tensor<1x?x8x64xf16> -> tensor<128x64xf16>
     ```
   }];
   let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
-                       Index:$head, Optional<Index>:$limit);
+                       Index:$head, Optional<Index>:$limit,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let results = (outs FA3_Tile2D:$result);
   let assemblyFormat = [{
     $source `[` $batch `,` $row `,` $head `]` (`limit` $limit^)? attr-dict `:`
@@ -79,7 +83,13 @@ def FA3_LoadTileOp : FA3_TileOp<"load_tile"> {
   let builders = [
     OpBuilder<(ins "Type":$result, "Value":$source, "Value":$batch,
                    "Value":$row, "Value":$head), [{
-      build($_builder, $_state, result, source, batch, row, head, Value());
+      build($_builder, $_state, result, source, batch, row, head, Value(),
+            IntegerAttr());
+    }]>,
+    OpBuilder<(ins "Type":$result, "Value":$source, "Value":$batch,
+                   "Value":$row, "Value":$head, "Value":$limit), [{
+      build($_builder, $_state, result, source, batch, row, head, limit,
+            IntegerAttr());
     }]>];
 }
 
@@ -90,14 +100,16 @@ def FA3_StoreTileOp : FA3_TileOp<"store_tile",
     Returns `dest` with `dest[batch, row + i, head, :] = tile[i, :]` for the
     rows with `row + i < end`; rows past the end are dropped. `end` is
     `dim(dest, 1)`, or `min(limit, dim(dest, 1))` with a `limit` (as in
-    `fa3.load_tile`).
+    `fa3.load_tile`). With `packed_heads = G`, tile row `r` goes to
+    `dest[batch, row + r / G, head + r % G, :]`.
 
     ```mlir
     %o1 = fa3.store_tile %t into %o[%b, %row, %h] : tensor<128x64xf16> into tensor<2x?x8x64xf16>
     ```
   }];
   let arguments = (ins FA3_Tile2D:$tile, FA3_BSHDTensor:$dest, Index:$batch,
-                       Index:$row, Index:$head, Optional<Index>:$limit);
+                       Index:$row, Index:$head, Optional<Index>:$limit,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let results = (outs FA3_BSHDTensor:$result);
   let assemblyFormat = [{
     $tile `into` $dest `[` $batch `,` $row `,` $head `]` (`limit` $limit^)?
@@ -106,7 +118,14 @@ def FA3_StoreTileOp : FA3_TileOp<"store_tile",
   let builders = [
     OpBuilder<(ins "Type":$result, "Value":$tile, "Value":$dest,
                    "Value":$batch, "Value":$row, "Value":$head), [{
-      build($_builder, $_state, result, tile, dest, batch, row, head, Value());
+      build($_builder, $_state, result, tile, dest, batch, row, head, Value(),
+            IntegerAttr());
+    }]>,
+    OpBuilder<(ins "Type":$result, "Value":$tile, "Value":$dest,
+                   "Value":$batch, "Value":$row, "Value":$head,
+                   "Value":$limit), [{
+      build($_builder, $_state, result, tile, dest, batch, row, head, limit,
+            IntegerAttr());
     }]>];
 }
 
@@ -141,14 +160,16 @@ def FA3_StoreStatsOp : FA3_TileOp<"store_stats",
   let description = [{
     Returns `dest` with `dest[batch, head, row + i] = tile[i]` for the rows
     inside the sequence: `row + i < dim(dest, 2)`, and `< limit` with a
-    `limit` (as in `fa3.store_tile`).
+    `limit` (as in `fa3.store_tile`). With `packed_heads = G`, entry `r`
+    goes to `dest[batch, head + r % G, row + r / G]`.
 
     ```mlir
     %lse1 = fa3.store_stats %l into %lse[%b, %h, %row] : tensor<128xf32> into tensor<2x8x?xf32>
     ```
   }];
   let arguments = (ins FA3_Tile1D:$tile, FA3_BHSTensor:$dest, Index:$batch,
-                       Index:$head, Index:$row, Optional<Index>:$limit);
+                       Index:$head, Index:$row, Optional<Index>:$limit,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let results = (outs FA3_BHSTensor:$result);
   let assemblyFormat = [{
     $tile `into` $dest `[` $batch `,` $head `,` $row `]` (`limit` $limit^)?
@@ -157,7 +178,14 @@ def FA3_StoreStatsOp : FA3_TileOp<"store_stats",
   let builders = [
     OpBuilder<(ins "Type":$result, "Value":$tile, "Value":$dest,
                    "Value":$batch, "Value":$head, "Value":$row), [{
-      build($_builder, $_state, result, tile, dest, batch, head, row, Value());
+      build($_builder, $_state, result, tile, dest, batch, head, row, Value(),
+            IntegerAttr());
+    }]>,
+    OpBuilder<(ins "Type":$result, "Value":$tile, "Value":$dest,
+                   "Value":$batch, "Value":$head, "Value":$row,
+                   "Value":$limit), [{
+      build($_builder, $_state, result, tile, dest, batch, head, row, limit,
+            IntegerAttr());
     }]>];
 }
 
@@ -260,6 +288,10 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
     Masks and the causal diagonal are in the sequence's own coordinates:
     query row `r` sees key `j <= r + key_len - q_len`.
 
+    `packed_heads = G` (PackGQA): the query tile holds the G query heads
+    of `kv_head` for each of its queries (tile row `r` is query
+    `q_start + r / G`), as `fa3.load_tile {packed_heads}` loads it.
+
     `split [%begin, %end]` makes it one split of a split-KV attention: only
     the key *blocks* (of `block_n` keys) in `[begin, end)` take part, the
     others are left to the other splits. Its output is then f32 (the
@@ -283,7 +315,8 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
                        OptionalAttr<DenseI64ArrayAttr>:$window,
                        OptionalAttr<F32Attr>:$softcap,
                        FA3_ScheduleAttr:$schedule,
-                       OptionalAttr<F32Attr>:$probs_scale);
+                       OptionalAttr<F32Attr>:$probs_scale,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
   let assemblyFormat = [{
     $query_tile `,` $key `,` $value `,` $batch `,` $kv_head `,` $q_start `,`
@@ -344,7 +377,8 @@ def FA3_MaskOp : FA3_TileOp<"mask", [AllTypesMatch<["scores", "result"]>]> {
     `c = k_start + j`. It becomes -inf when `c >= k_len`, or when `causal`
     and `c > r + k_len - q_len`, or outside the `window`
     `[r + k_len - q_len - left, r + k_len - q_len + right]`. `fa3-fuse-softmax`
-    emits it only on key blocks that cross such a boundary.
+    emits it only on key blocks that cross such a boundary. With
+    `packed_heads = G` row `i` is query `r = q_start + i / G` (PackGQA).
 
     ```mlir
     %m = fa3.mask %s, %q0, %k0, %sq, %sk {causal} : tensor<64x64xf32>
@@ -352,7 +386,8 @@ def FA3_MaskOp : FA3_TileOp<"mask", [AllTypesMatch<["scores", "result"]>]> {
   }];
   let arguments = (ins FA3_F32Tile2D:$scores, Index:$q_start, Index:$k_start,
                        Index:$q_len, Index:$k_len, UnitAttr:$causal,
-                       OptionalAttr<DenseI64ArrayAttr>:$window);
+                       OptionalAttr<DenseI64ArrayAttr>:$window,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let results = (outs FA3_F32Tile2D:$result);
   let assemblyFormat = [{
     $scores `,` $q_start `,` $k_start `,` $q_len `,` $k_len attr-dict `:`

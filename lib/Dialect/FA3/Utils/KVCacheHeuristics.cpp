@@ -1,10 +1,10 @@
-//===- SplitKV.cpp - How many splits a split-KV attention takes --------------===//
+//===- KVCacheHeuristics.cpp - Launch-time choices of KV-cache attention ----===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
 //===----------------------------------------------------------------------===//
 
-#include "fa3/Dialect/FA3/Utils/SplitKV.h"
+#include "fa3/Dialect/FA3/Utils/KVCacheHeuristics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,4 +35,15 @@ int64_t mlir::fa3::selectNumSplits(int64_t workTiles, int64_t multiprocessors,
     if (eligible(s) && efficiency[s] >= 0.85 * best)
       return s;
   return 1;
+}
+
+bool mlir::fa3::shouldPackGQA(int64_t seqLenQ, int64_t groupSize,
+                              int64_t blockM) {
+  if (seqLenQ <= 0 || groupSize <= 1 || blockM <= 0)
+    return false;
+  auto usefulFraction = [&](int64_t rows) {
+    int64_t padded = (rows + blockM - 1) / blockM * blockM;
+    return double(rows) / double(padded);
+  };
+  return usefulFraction(seqLenQ) < 0.9 * usefulFraction(seqLenQ * groupSize);
 }
