@@ -66,6 +66,11 @@ def _check_heads(q_heads, k_shape, v_shape, d, names=("k", "v")):
     return hkv, dv
 
 
+def _check_num_splits(num_splits):
+    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0: fa3 chooses), got {num_splits!r}")
+
+
 def _contiguous(name, a):
     if a.size and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
         raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), got strides {a.strides}")
@@ -108,7 +113,8 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                     softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None):
+                     softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None,
+                     num_splits=1):
     """Attention over a packed batch of variable-length sequences, in
     FlashAttention's `flash_attn_varlen_func` layout (numpy arrays, CPU).
 
@@ -123,7 +129,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     own bottom-right corner. Returns out (total_q, num_heads, head_dim_v) or
     (out, lse) with lse (num_heads, total_q) float32, -inf for rows that see
     no key; rows past cu_seqlens_q[-1] get out = 0, lse = -inf.
-    `attention_varlen_grad` is its backward.
+    `num_splits` > 1 splits each sequence's keys (split-KV, as in
+    `attention_with_kvcache`). `attention_varlen_grad` is its backward.
     """
     dtype, hq, hkv, d, dv, cu_q, cu_k, seq_q, seq_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
@@ -140,10 +147,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise ValueError(f"{name} = {given} is less than the longest sequence ({longest.max()})")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    _check_num_splits(num_splits)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)
-    fn = _jit.get_mlir(spec.varlen_mlir(seqused_k is not None), "attention_varlen", "cpu", "fwd")
+    source = spec.varlen_mlir(seqused_k is not None, num_splits=max(int(num_splits), 1))
+    fn = _jit.get_mlir(source, "attention_varlen", "cpu", "fwd")
     inputs = [_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v))] + [cu_q, cu_k]
     if seqused_k is not None:
         inputs.append(used)
@@ -286,13 +295,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                                  f"(num_pages = {num_pages})")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
-    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
-        raise ValueError(f"num_splits must be an int >= 0 (0: fa3 chooses), got {num_splits!r}")
+    _check_num_splits(num_splits)
+    group = hq // hkv
     if pack_gqa is None:
-        pack_gqa = _jit._module().should_pack_gqa(seq_q, hq // hkv, _CPU_BLOCK_M)
+        pack_gqa = group <= _CPU_BLOCK_M and _jit._module().should_pack_gqa(seq_q, group, _CPU_BLOCK_M)
     elif not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
-    pack_gqa = pack_gqa and hq > hkv
+    elif pack_gqa and group > _CPU_BLOCK_M:
+        raise ValueError(f"pack_gqa=True packs the {group} query heads of a KV head into one tile row group, "
+                         f"more than the tile's {_CPU_BLOCK_M} rows")
+    pack_gqa = pack_gqa and group > 1
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)

@@ -69,6 +69,13 @@ class AttentionSpec:
             attrs.append(f"schedule = {schedule}")
         return " {" + ", ".join(attrs) + "}"
 
+    def _split_attrs(self, num_splits):
+        """`_attrs()` with `num_splits` (split-KV) when > 1."""
+        attrs = self._attrs()
+        if num_splits > 1:
+            attrs = attrs[:-1] + f", num_splits = {int(num_splits)} : i64}}"
+        return attrs
+
     @property
     def fp8(self):
         return self.dtype == "f8E4M3FN"
@@ -98,9 +105,10 @@ class AttentionSpec:
                 f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs(schedule)} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
-    def varlen_mlir(self, seqused_k=False):
+    def varlen_mlir(self, seqused_k=False, num_splits=1):
         """`@attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])
-        -> (o, lse)` on packed [T, H, D] tensors: one fa3.attention_varlen."""
+        -> (o, lse)` on packed [T, H, D] tensors: one fa3.attention_varlen
+        (split-KV in `num_splits` splits when > 1)."""
         e = self.dtype
         q = f"tensor<?x{self.num_heads}x{self.head_dim}x{e}>"
         k = f"tensor<?x{self.num_kv_heads}x{self.head_dim}x{e}>"
@@ -111,7 +119,7 @@ class AttentionSpec:
         used_arg, used_op, used_type = (f", %used: {idx}", ", %used", f", {idx}") if seqused_k else ("", "", "")
         return (f"func.func @attention_varlen(%q: {q}, %k: {k}, %v: {v}, %cuq: {idx}, %cuk: {idx}{used_arg})"
                 f" -> ({o}, {lse}) {{\n"
-                f"  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk{used_op}{self._attrs()}"
+                f"  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk{used_op}{self._split_attrs(num_splits)}"
                 f" : ({q}, {k}, {v}, {idx}, {idx}{used_type}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
@@ -159,9 +167,7 @@ class AttentionSpec:
             caches = "%kc1, %vc1"
             results += ", %kc1, %vc1"
             result_types += f", {k}, {v}"
-        attrs = self._attrs()
-        if num_splits > 1:
-            attrs = attrs[:-1] + f", num_splits = {int(num_splits)} : i64}}"
+        attrs = self._split_attrs(num_splits)
         if pack_gqa:
             attrs = attrs[:-1] + ", pack_gqa}"
         body += (f"  %o, %lse = fa3.attention_kvcache %q, {caches}, %lens{pages_op}{attrs}"

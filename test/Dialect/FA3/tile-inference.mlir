@@ -157,10 +157,27 @@ func.func @split_kv(%q: tensor<?x?x4x64xbf16>, %kc: tensor<?x?x2x64xbf16>, %vc: 
   return %o, %lse : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
 }
 
+// Split-KV on a packed batch: one [1, T, ...] slab of partials per split
+// (zero/-inf filled: rows outside every sequence), merged, then unpacked.
+// TILE-LABEL: func.func @varlen_split
+// TILE: %[[P0:.+]] = linalg.fill {{.+}} -> tensor<2x?x4x64xf32>
+// TILE: %[[L0:.+]] = linalg.fill {{.+}} -> tensor<2x4x?xf32>
+// TILE: %[[R:.+]]:2 = scf.for %{{.+}} = %c0 to %c2 step %c1 iter_args(%{{.+}} = %[[P0]], %{{.+}} = %[[L0]])
+// TILE: fa3.attention_block {{.+}} key_start %{{.+}} key_len %{{.+}} split[%{{.+}}, %{{.+}}]
+// TILE: %[[O:.+]], %[[L:.+]] = fa3.combine_splits %{{.+}}, %{{.+}} : (tensor<2x1x?x4x64xf32>, tensor<2x1x4x?xf32>) -> (tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>)
+// TILE: tensor.collapse_shape %[[O]] {{.+}} into tensor<?x4x64xbf16>
+// TILE: tensor.collapse_shape %[[L]] {{.+}} into tensor<4x?xf32>
+func.func @varlen_split(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
+  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {num_splits = 2 : i64}
+      : (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>)
+  return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
+}
+
 // GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention only; the CPU pipeline runs it
 // GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
 // GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet
 // GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
+// GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet
 
 //--- grad.mlir
 

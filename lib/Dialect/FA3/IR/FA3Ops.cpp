@@ -419,6 +419,8 @@ LogicalResult AttentionVarlenOp::verify() {
     return failure();
   if (numOffsets == 0)
     return emitOpError() << "expects cu_seqlens_q of B + 1 >= 1 entries, got 0";
+  if (auto splits = getNumSplits(); splits && *splits < 1)
+    return emitOpError() << "num_splits must be at least 1, got " << *splits;
   if (Value used = getSequsedK()) {
     int64_t batch = ShapedType::isDynamic(numOffsets) ? numOffsets
                                                       : numOffsets - 1;

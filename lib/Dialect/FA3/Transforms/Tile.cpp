@@ -53,8 +53,10 @@ struct TiledForward {
   /// Index constants 0 and 1 for the loop bounds.
   Value c0, c1;
   /// Split-KV: partial attentions per split of the key blocks, stored at
-  /// batch `split · numBatches + b` of outInit/lseInit (f32 O).
+  /// batch `split · tensorBatches + b` of outInit/lseInit (f32 O), with
+  /// `tensorBatches` the query tensor's batch (1 for a packed batch).
   int64_t numSplits = 1;
+  Value tensorBatches;
   /// PackGQA: each query tile holds the `packedHeads` query heads of one
   /// key/value head for block_m / packedHeads queries; the head loop runs
   /// over the key/value heads.
@@ -110,7 +112,7 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
           Value perSplit = m.ceilDiv(blocks, t.numSplits);
           splitBegin = m.min(m.mul(split, perSplit), blocks);
           splitEnd = m.min(m.add(splitBegin, perSplit), blocks);
-          storeBatch = m.add(m.mul(split, t.numBatches), seq.tensorBatch);
+          storeBatch = m.add(m.mul(split, t.tensorBatches), seq.tensorBatch);
         }
         auto headLoop = scf::ForOp::create(
             b, loc, c0, indexConstant(b, loc, headLoopCount), c1, batchIters,
@@ -326,6 +328,35 @@ static Value indexAt(OpBuilder &b, Location loc, Value tensor,
   return arith::MaxSIOp::create(b, loc, i, indexConstant(b, loc, 0));
 }
 
+/// Merges the split-KV partials `parts` ([N·b, ...] O and LSE, b =
+/// t.tensorBatches) of `t` into `outType` / `lseType`: the partials viewed as
+/// [N, b, ...], then fa3.combine_splits.
+static CombineSplitsOp combineSplits(RewriterBase &rewriter, Location loc,
+                                     const TiledForward &t,
+                                     ArrayRef<Value> parts,
+                                     RankedTensorType outType,
+                                     RankedTensorType lseType) {
+  auto splitsFirst = [&](Value part) {
+    auto type = cast<RankedTensorType>(part.getType());
+    std::optional<int64_t> batches = getConstantIntValue(t.tensorBatches);
+    SmallVector<int64_t> shape = {t.numSplits,
+                                  batches ? *batches : ShapedType::kDynamic};
+    llvm::append_range(shape, type.getShape().drop_front());
+    SmallVector<ReassociationIndices> groups = {{0, 1}};
+    for (int64_t i = 2; i <= type.getRank(); ++i)
+      groups.push_back({i});
+    SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(t.numSplits),
+                                       getAsOpFoldResult(t.tensorBatches)};
+    for (int64_t i = 1; i < type.getRank(); ++i)
+      sizes.push_back(tensor::getMixedSize(rewriter, loc, part, i));
+    return tensor::ExpandShapeOp::create(
+        rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
+        part, groups, sizes);
+  };
+  return CombineSplitsOp::create(rewriter, loc, outType, lseType,
+                                 splitsFirst(parts[0]), splitsFirst(parts[1]));
+}
+
 /// fa3.attention_varlen: the packed [T, H, D] tensors are viewed as
 /// [1, T, H, D]; sequence b's tiles use batch 0, rows offset by
 /// cu_seqlens_q[b] and bounded by cu_seqlens_q[b + 1].
@@ -361,9 +392,22 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
   t.query = as4D(op.getQuery());
   t.key = as4D(op.getKey());
   t.value = as4D(op.getValue());
+  t.numSplits = op.getNumSplits().value_or(1);
+  t.tensorBatches = indexConstant(rewriter, loc, 1);
+  if (t.numSplits > 1) {
+    // One [1, T, ...] slab of f32 partials per split, merged below.
+    auto f32 = rewriter.getF32Type();
+    out4D = RankedTensorType::get(
+        {t.numSplits, out4D.getDimSize(1), out4D.getDimSize(2),
+         out4D.getDimSize(3)},
+        f32);
+    lse3D = RankedTensorType::get(
+        {t.numSplits, lse3D.getDimSize(1), lse3D.getDimSize(2)}, f32);
+  }
   t.outType = out4D;
   t.lseType = lse3D;
-  // Rows outside every sequence (past cu_seqlens_q[B]) read as no keys seen.
+  // Rows outside every sequence (past cu_seqlens_q[B]) read as no keys seen,
+  // in the output or in every split's partials.
   t.outInit = fill(rewriter, loc,
                    emptyWithDims(rewriter, loc, out4D, op.getQuery(), {0}),
                    0.0f);
@@ -397,7 +441,18 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
     }
     return seq;
   };
-  ValueRange results = buildTileLoops(rewriter, loc, t);
+  SmallVector<Value> results = llvm::to_vector(buildTileLoops(rewriter, loc, t));
+  if (t.numSplits > 1) {
+    auto f32 = rewriter.getF32Type();
+    auto combined = combineSplits(
+        rewriter, loc, t, results,
+        RankedTensorType::get({1, outType.getDimSize(0), outType.getDimSize(1),
+                               outType.getDimSize(2)},
+                              outType.getElementType()),
+        RankedTensorType::get({1, lseType.getDimSize(0), lseType.getDimSize(1)},
+                              f32));
+    results = {combined.getOutput(), combined.getLse()};
+  }
   Value out = tensor::CollapseShapeOp::create(
       rewriter, loc, outType, results[0],
       ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
@@ -429,6 +484,7 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
   auto lseType = cast<RankedTensorType>(op.getLse().getType());
   t.numSplits = op.getNumSplits().value_or(1);
   t.numBatches = tensor::DimOp::create(rewriter, loc, t.query, 0);
+  t.tensorBatches = t.numBatches;
   if (t.numSplits > 1) {
     // The splits' partial results, [N·B, ...] (f32 O), merged below.
     auto f32 = rewriter.getF32Type();
@@ -482,26 +538,9 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
     rewriter.replaceOp(op, results);
     return success();
   }
-  // [N·B, ...] -> [N, B, ...], then the merge.
-  auto splitsFirst = [&](Value parts) {
-    auto type = cast<RankedTensorType>(parts.getType());
-    SmallVector<int64_t> shape = {t.numSplits, ShapedType::kDynamic};
-    llvm::append_range(shape, type.getShape().drop_front());
-    SmallVector<ReassociationIndices> groups = {{0, 1}};
-    for (int64_t i = 2; i <= type.getRank(); ++i)
-      groups.push_back({i});
-    SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(t.numSplits),
-                                       t.numBatches};
-    for (int64_t i = 1; i < type.getRank(); ++i)
-      sizes.push_back(tensor::getMixedSize(rewriter, loc, parts, i));
-    return tensor::ExpandShapeOp::create(
-        rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
-        parts, groups, sizes);
-  };
-  auto combined = CombineSplitsOp::create(
-      rewriter, loc, outType, lseType, splitsFirst(results[0]),
-      splitsFirst(results[1]));
-  rewriter.replaceOp(op, combined.getResults());
+  rewriter.replaceOp(op, combineSplits(rewriter, loc, t, llvm::to_vector(results),
+                                       outType, lseType)
+                            .getResults());
   return success();
 }
 

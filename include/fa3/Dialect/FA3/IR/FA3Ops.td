@@ -175,6 +175,9 @@ def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
     gets `O = 0` and `LSE = -inf`. The verifier checks shapes and types; the
     offsets themselves are data (the Python API checks them before a call).
 
+    `num_splits = N` splits each sequence's keys into N ranges of whole key
+    blocks, as `fa3.attention_kvcache`'s does (split-KV).
+
     ```mlir
     %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal}
         : (tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>,
@@ -184,7 +187,8 @@ def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
   let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value,
                             AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k,
                             Optional<AnyTensor>:$seqused_k),
-                       FA3_AttentionAttrs);
+                       FA3_AttentionAttrs,
+                       (ins OptionalAttr<I64Attr>:$num_splits));
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionMaskDecls;
 }
