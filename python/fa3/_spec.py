@@ -105,17 +105,21 @@ class AttentionSpec:
                 f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs(schedule)} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
+    def _packed_types(self):
+        """The packed [T, H, D] types of q, k, v, o, the [H, T] LSE and the
+        i32 offsets."""
+        e = self.dtype
+        return (f"tensor<?x{self.num_heads}x{self.head_dim}x{e}>",
+                f"tensor<?x{self.num_kv_heads}x{self.head_dim}x{e}>",
+                f"tensor<?x{self.num_kv_heads}x{self.head_dim_v}x{e}>",
+                f"tensor<?x{self.num_heads}x{self.head_dim_v}x{e}>",
+                f"tensor<{self.num_heads}x?xf32>", "tensor<?xi32>")
+
     def varlen_mlir(self, seqused_k=False, num_splits=1):
         """`@attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])
         -> (o, lse)` on packed [T, H, D] tensors: one fa3.attention_varlen
         (split-KV in `num_splits` splits when > 1)."""
-        e = self.dtype
-        q = f"tensor<?x{self.num_heads}x{self.head_dim}x{e}>"
-        k = f"tensor<?x{self.num_kv_heads}x{self.head_dim}x{e}>"
-        v = f"tensor<?x{self.num_kv_heads}x{self.head_dim_v}x{e}>"
-        o = f"tensor<?x{self.num_heads}x{self.head_dim_v}x{e}>"
-        lse = f"tensor<{self.num_heads}x?xf32>"
-        idx = "tensor<?xi32>"
+        q, k, v, o, lse, idx = self._packed_types()
         used_arg, used_op, used_type = (f", %used: {idx}", ", %used", f", {idx}") if seqused_k else ("", "", "")
         return (f"func.func @attention_varlen(%q: {q}, %k: {k}, %v: {v}, %cuq: {idx}, %cuk: {idx}{used_arg})"
                 f" -> ({o}, {lse}) {{\n"
@@ -126,13 +130,7 @@ class AttentionSpec:
     def varlen_backward_mlir(self):
         """`@attention_varlen_grad(do, q, k, v, o, lse, cu_seqlens_q,
         cu_seqlens_k) -> (dq, dk, dv)`: one fa3.attention_varlen_grad."""
-        e = self.dtype
-        q = f"tensor<?x{self.num_heads}x{self.head_dim}x{e}>"
-        k = f"tensor<?x{self.num_kv_heads}x{self.head_dim}x{e}>"
-        v = f"tensor<?x{self.num_kv_heads}x{self.head_dim_v}x{e}>"
-        o = f"tensor<?x{self.num_heads}x{self.head_dim_v}x{e}>"
-        lse = f"tensor<{self.num_heads}x?xf32>"
-        idx = "tensor<?xi32>"
+        q, k, v, o, lse, idx = self._packed_types()
         return (f"func.func @attention_varlen_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse}, "
                 f"%cuq: {idx}, %cuk: {idx}) -> ({q}, {k}, {v}) {{\n"
                 f"  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk{self._attrs()}"

@@ -34,9 +34,9 @@
 // TILE: %[[Q1I:.+]] = tensor.extract %[[CUQ]][{{.+}}] : tensor<?xi32>
 // TILE: %[[QEND:.+]] = arith.maxsi %{{.+}}, %[[Q0]] : index
 // TILE: %[[QLEN:.+]] = arith.subi %[[QEND]], %[[Q0]] : index
-// TILE: %[[NQB:.+]] = arith.ceildivui %[[QLEN]], %{{.+}} : index
 // TILE: tensor.extract %[[CUK]][%[[SEQ]]] : tensor<?xi32>
 // TILE: %[[K0:.+]] = arith.maxsi
+// TILE: %[[NQB:.+]] = arith.ceildivui %[[QLEN]], %{{.+}} : index
 // TILE: tensor.extract %[[USED]][%[[SEQ]]] : tensor<?xi32>
 // TILE: %[[KLEN:.+]] = arith.maxsi
 // TILE: scf.for

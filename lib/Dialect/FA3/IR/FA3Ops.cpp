@@ -399,8 +399,22 @@ static LogicalResult verifyIndexOperand(Operation *op, Value value,
   return success();
 }
 
-static int64_t plusOne(int64_t d) {
-  return ShapedType::isDynamic(d) ? d : d + 1;
+/// Checks the two offset operands of a packed batch, i32 [B + 1] each;
+/// returns B + 1 (dynamic when unknown).
+static FailureOr<int64_t> verifyOffsets(Operation *op, Value cuSeqlensQ,
+                                        Value cuSeqlensK) {
+  auto cuQ = dyn_cast<RankedTensorType>(cuSeqlensQ.getType());
+  int64_t numOffsets = cuQ && cuQ.getRank() == 1 ? cuQ.getDimSize(0)
+                                                 : ShapedType::kDynamic;
+  if (failed(verifyIndexOperand(op, cuSeqlensQ, "cu_seqlens_q", {numOffsets},
+                                "[B + 1]")) ||
+      failed(verifyIndexOperand(op, cuSeqlensK, "cu_seqlens_k", {numOffsets},
+                                "[B + 1] (as cu_seqlens_q)")))
+    return failure();
+  if (numOffsets == 0)
+    return op->emitOpError()
+           << "expects cu_seqlens_q of B + 1 >= 1 entries, got 0";
+  return numOffsets;
 }
 
 LogicalResult AttentionVarlenOp::verify() {
@@ -409,21 +423,15 @@ LogicalResult AttentionVarlenOp::verify() {
                      getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
   if (failed(t))
     return failure();
-  auto cuQ = dyn_cast<RankedTensorType>(getCuSeqlensQ().getType());
-  int64_t numOffsets = cuQ && cuQ.getRank() == 1 ? cuQ.getDimSize(0)
-                                                 : ShapedType::kDynamic;
-  if (failed(verifyIndexOperand(*this, getCuSeqlensQ(), "cu_seqlens_q",
-                                {numOffsets}, "[B + 1]")) ||
-      failed(verifyIndexOperand(*this, getCuSeqlensK(), "cu_seqlens_k",
-                                {numOffsets}, "[B + 1] (as cu_seqlens_q)")))
+  FailureOr<int64_t> numOffsets =
+      verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK());
+  if (failed(numOffsets))
     return failure();
-  if (numOffsets == 0)
-    return emitOpError() << "expects cu_seqlens_q of B + 1 >= 1 entries, got 0";
   if (auto splits = getNumSplits(); splits && *splits < 1)
     return emitOpError() << "num_splits must be at least 1, got " << *splits;
   if (Value used = getSequsedK()) {
-    int64_t batch = ShapedType::isDynamic(numOffsets) ? numOffsets
-                                                      : numOffsets - 1;
+    int64_t batch = ShapedType::isDynamic(*numOffsets) ? *numOffsets
+                                                       : *numOffsets - 1;
     if (failed(verifyIndexOperand(*this, used, "seqused_k", {batch},
                                   "[B] (one fewer than cu_seqlens_q)")))
       return failure();
@@ -445,13 +453,7 @@ LogicalResult AttentionVarlenGradOp::verify() {
                      getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
   if (failed(t))
     return failure();
-  auto cuQ = dyn_cast<RankedTensorType>(getCuSeqlensQ().getType());
-  int64_t numOffsets = cuQ && cuQ.getRank() == 1 ? cuQ.getDimSize(0)
-                                                 : ShapedType::kDynamic;
-  if (failed(verifyIndexOperand(*this, getCuSeqlensQ(), "cu_seqlens_q",
-                                {numOffsets}, "[B + 1]")) ||
-      failed(verifyIndexOperand(*this, getCuSeqlensK(), "cu_seqlens_k",
-                                {numOffsets}, "[B + 1] (as cu_seqlens_q)")))
+  if (failed(verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK())))
     return failure();
   Type elt = t->q.getElementType();
   SmallVector<int64_t, 3> oShape = {t->q.getDimSize(0), t->q.getDimSize(1),

@@ -7,6 +7,7 @@
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
 #include "IndexMath.h"
+#include "PackedSequences.h"
 #include "TileGrad.h"
 
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
@@ -29,6 +30,7 @@ using namespace mlir;
 using namespace mlir::fa3;
 
 using mlir::fa3::detail::IndexMath;
+using mlir::fa3::detail::indexAt;
 
 namespace {
 /// Where one batch entry's queries and keys are, as the tile loops see them.
@@ -319,15 +321,6 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
   return success();
 }
 
-/// An i32 entry `i` of a 1-D or 2-D index tensor, as a non-negative index
-/// (a negative entry reads as 0).
-static Value indexAt(OpBuilder &b, Location loc, Value tensor,
-                     ValueRange indices) {
-  Value v = tensor::ExtractOp::create(b, loc, tensor, indices);
-  Value i = arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
-  return arith::MaxSIOp::create(b, loc, i, indexConstant(b, loc, 0));
-}
-
 /// Merges the split-KV partials `parts` ([N·b, ...] O and LSE, b =
 /// t.tensorBatches) of `t` into `outType` / `lseType`: the partials viewed as
 /// [N, b, ...], then fa3.combine_splits.
@@ -367,15 +360,6 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
            << "has no #fa3.schedule; run fa3-select-schedule first";
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
-  auto as4D = [&](Value packed) {
-    auto type = cast<RankedTensorType>(packed.getType());
-    auto expanded = RankedTensorType::get(
-        {1, type.getDimSize(0), type.getDimSize(1), type.getDimSize(2)},
-        type.getElementType());
-    return tensor::ExpandShapeOp::create(
-        rewriter, loc, expanded, packed,
-        ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
-  };
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
   auto lseType = cast<RankedTensorType>(op.getLse().getType());
   auto out4D = RankedTensorType::get(
@@ -389,9 +373,9 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
   t.c0 = indexConstant(rewriter, loc, 0);
   t.c1 = indexConstant(rewriter, loc, 1);
   setMaskAttrs(t, op, rewriter);
-  t.query = as4D(op.getQuery());
-  t.key = as4D(op.getKey());
-  t.value = as4D(op.getValue());
+  t.query = fa3::detail::asBatchOfOne(rewriter, loc, op.getQuery());
+  t.key = fa3::detail::asBatchOfOne(rewriter, loc, op.getKey());
+  t.value = fa3::detail::asBatchOfOne(rewriter, loc, op.getValue());
   t.numSplits = op.getNumSplits().value_or(1);
   t.tensorBatches = indexConstant(rewriter, loc, 1);
   if (t.numSplits > 1) {
@@ -422,23 +406,17 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
   Value cuQ = op.getCuSeqlensQ(), cuK = op.getCuSeqlensK(),
         used = op.getSequsedK();
   t.bounds = [&, blockM](OpBuilder &b, Location loc, Value entry) {
-    Value next = arith::AddIOp::create(b, loc, entry, indexConstant(b, loc, 1));
+    fa3::detail::SequenceRows queries = fa3::detail::sequenceRows(b, loc, cuQ, entry);
+    fa3::detail::SequenceRows keys = fa3::detail::sequenceRows(b, loc, cuK, entry);
     SequenceBounds seq;
     seq.tensorBatch = indexConstant(b, loc, 0);
-    seq.qBegin = indexAt(b, loc, cuQ, entry);
-    seq.qEnd = arith::MaxSIOp::create(b, loc, indexAt(b, loc, cuQ, next),
-                                      seq.qBegin);
-    seq.qLen = arith::SubIOp::create(b, loc, seq.qEnd, seq.qBegin);
+    seq.qBegin = queries.begin;
+    seq.qEnd = queries.end;
+    seq.qLen = queries.length;
     seq.numQBlocks = arith::CeilDivUIOp::create(b, loc, seq.qLen,
                                                 indexConstant(b, loc, blockM));
-    seq.keyStart = indexAt(b, loc, cuK, entry);
-    if (used) {
-      seq.keyLen = indexAt(b, loc, used, entry);
-    } else {
-      Value keyEnd = arith::MaxSIOp::create(b, loc, indexAt(b, loc, cuK, next),
-                                            seq.keyStart);
-      seq.keyLen = arith::SubIOp::create(b, loc, keyEnd, seq.keyStart);
-    }
+    seq.keyStart = keys.begin;
+    seq.keyLen = used ? indexAt(b, loc, used, entry) : keys.length;
     return seq;
   };
   SmallVector<Value> results = llvm::to_vector(buildTileLoops(rewriter, loc, t));
@@ -453,12 +431,8 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
                               f32));
     results = {combined.getOutput(), combined.getLse()};
   }
-  Value out = tensor::CollapseShapeOp::create(
-      rewriter, loc, outType, results[0],
-      ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}});
-  Value lse = tensor::CollapseShapeOp::create(
-      rewriter, loc, lseType, results[1],
-      ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+  Value out = fa3::detail::unpack(rewriter, loc, results[0], outType);
+  Value lse = fa3::detail::unpack(rewriter, loc, results[1], lseType);
   rewriter.replaceOp(op, ValueRange{out, lse});
   return success();
 }

@@ -14,6 +14,7 @@
 
 #include "TileGrad.h"
 #include "IndexMath.h"
+#include "PackedSequences.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -429,16 +430,8 @@ LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
   // The packed [T, H, D] / [H, T] tensors as one batch entry.
-  auto expand = [&](Value packed) -> Value {
-    auto type = cast<RankedTensorType>(packed.getType());
-    SmallVector<int64_t> shape = {1};
-    llvm::append_range(shape, type.getShape());
-    SmallVector<ReassociationIndices> groups = {{0, 1}};
-    for (int64_t i = 2; i <= type.getRank(); ++i)
-      groups.push_back({i});
-    return tensor::ExpandShapeOp::create(
-        rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
-        packed, groups);
+  auto expand = [&](Value packed) {
+    return fa3::detail::asBatchOfOne(rewriter, loc, packed);
   };
   GradTiling t;
   setMaskFields(t, op, rewriter);
@@ -458,31 +451,25 @@ LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
   Value cuQ = op.getCuSeqlensQ(), cuK = op.getCuSeqlensK();
   t.bounds = [&, blockM, blockN](OpBuilder &b, Location loc, Value entry) {
     IndexMath m{b, loc};
-    // An i32 offset as a non-negative index.
-    auto offsetAt = [&](Value offsets, Value i) {
-      Value v = tensor::ExtractOp::create(b, loc, offsets, i);
-      return m.max(arith::IndexCastOp::create(b, loc, b.getIndexType(), v),
-                   m.cst(0));
-    };
-    Value next = m.add(entry, m.cst(1));
+    fa3::detail::SequenceRows queries = fa3::detail::sequenceRows(b, loc, cuQ, entry);
+    fa3::detail::SequenceRows keys = fa3::detail::sequenceRows(b, loc, cuK, entry);
     GradSequence seq;
     seq.tensorBatch = m.cst(0);
-    seq.qBegin = offsetAt(cuQ, entry);
-    seq.qEnd = m.max(offsetAt(cuQ, next), seq.qBegin);
-    seq.qLen = m.sub(seq.qEnd, seq.qBegin);
+    seq.qBegin = queries.begin;
+    seq.qEnd = queries.end;
+    seq.qLen = queries.length;
     seq.numQBlocks = m.ceilDiv(seq.qLen, blockM);
-    seq.kBegin = offsetAt(cuK, entry);
-    seq.kEnd = m.max(offsetAt(cuK, next), seq.kBegin);
-    seq.kLen = m.sub(seq.kEnd, seq.kBegin);
+    seq.kBegin = keys.begin;
+    seq.kEnd = keys.end;
+    seq.kLen = keys.length;
     seq.numKBlocks = m.ceilDiv(seq.kLen, blockN);
     return seq;
   };
   SmallVector<Value> grads = tileGrad(t, rewriter, loc);
   SmallVector<Value> results;
   for (auto [grad, type] : llvm::zip_equal(grads, op->getResultTypes()))
-    results.push_back(tensor::CollapseShapeOp::create(
-        rewriter, loc, type, grad,
-        ArrayRef<ReassociationIndices>{{0, 1}, {2}, {3}}));
+    results.push_back(
+        fa3::detail::unpack(rewriter, loc, grad, cast<RankedTensorType>(type)));
   rewriter.replaceOp(op, results);
   return success();
 }
