@@ -97,11 +97,11 @@ static llvm::Expected<HostTensor> readInput(unsigned index,
   if (tensor->elementType != want)
     return llvm::createStringError(
         std::errc::invalid_argument,
-        "input #%u (%s, from '%s') needs a %s .npy file%s, got %s", index,
+        "input #%u (%s, from '%s') needs %s .npy file%s, got %s", index,
         sig.describe().c_str(), path->c_str(),
-        want == ElementType::F32   ? "float32"
-        : want == ElementType::I32 ? "int32"
-                                   : "float16",
+        want == ElementType::F32   ? "a float32"
+        : want == ElementType::I32 ? "an int32"
+                                   : "a float16",
         viaF32 ? (sig.elementType == ElementType::BF16
                       ? " (rounded to bf16)"
                       : " (rounded to e4m3, saturating at 448)")
