@@ -173,6 +173,8 @@ static void collectEqualities(mlir::func::FuncOp func,
               "query and output must have the same number of tokens");
       require(grad.getQuery(), 0, grad.getLse(), 1,
               "the lse must have one column per query token");
+      require(grad.getQuery(), 0, grad.getGradLse(), 1,
+              "grad_lse must have one column per query token");
       require(grad.getCuSeqlensQ(), 0, grad.getCuSeqlensK(), 0,
               "cu_seqlens_q and cu_seqlens_k must both have B + 1 entries");
     } else if (auto cache = llvm::dyn_cast<mlir::fa3::AttentionKVCacheOp>(op)) {

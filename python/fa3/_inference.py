@@ -5,12 +5,15 @@ FlashAttention's `flash_attn_with_kvcache`).
 
 Both compile one MLIR function per specialization (fa3.attention_varlen;
 fa3.kvcache_append + fa3.attention_kvcache) and run it through the CPU
-pipeline on numpy arrays. The sequence offsets, lengths and page tables are
+pipeline on numpy arrays; torch CPU tensors go through the custom ops of
+fa3._inference_torch (autograd for the packed attention, torch.compile). The sequence offsets, lengths and page tables are
 data: one compiled function serves every batch, and the checks here, on
 their values, are what keeps a call from reading another sequence's rows.
-The Hopper kernels for these ops are not built yet; torch tensors get a
-TypeError saying so.
+The Hopper kernels for these ops are not built yet; CUDA tensors get a
+ValueError saying so.
 """
+
+import sys
 
 import numpy as np
 
@@ -23,13 +26,32 @@ _NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 _CPU_BLOCK_M = 64
 
 
+def _torch_inputs(*tensors):
+    """Whether the call has torch tensors (then fa3._inference_torch runs it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and any(isinstance(t, torch.Tensor) for t in tensors)
+
+
+def _resolve_pack_gqa(pack_gqa, seq_q, hq, hkv):
+    """pack_gqa as given, or by fa3's rule when None; checked."""
+    group = hq // hkv
+    if pack_gqa is None:
+        pack_gqa = group <= _CPU_BLOCK_M and _jit._module().should_pack_gqa(seq_q, group, _CPU_BLOCK_M)
+    elif not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
+    elif pack_gqa and group > _CPU_BLOCK_M:
+        raise ValueError(f"pack_gqa=True packs the {group} query heads of a KV head into one tile row group, "
+                         f"more than the tile's {_CPU_BLOCK_M} rows")
+    return bool(pack_gqa and group > 1)
+
+
 def _dtype_name(name, a, like=None):
     """The fa3 element type of numpy array `a` (argument `name`), which must
     match `like`'s dtype when given."""
     if not isinstance(a, np.ndarray):
         kind = "a torch tensor" if type(a).__module__.startswith("torch") else type(a).__name__
-        raise TypeError(f"{name} must be a numpy.ndarray, got {kind} (attention_varlen and "
-                        "attention_with_kvcache run on the CPU; their Hopper kernels are not built yet)")
+        raise TypeError(f"{name} must be a numpy.ndarray, got {kind} (q decides: numpy arrays or torch CPU "
+                        "tensors, all of one kind)")
     dtype = _NUMPY_DTYPES.get(a.dtype.name)
     if dtype is None:
         raise TypeError(f"{name} has dtype {a.dtype}; fa3 takes float32, float16 or ml_dtypes.bfloat16")
@@ -131,7 +153,28 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     no key; rows past cu_seqlens_q[-1] get out = 0, lse = -inf.
     `num_splits` > 1 splits each sequence's keys (split-KV, as in
     `attention_with_kvcache`). `attention_varlen_grad` is its backward.
+
+    torch CPU tensors (float32/float16/bfloat16, int32 offsets) work too, with
+    autograd through the output and the LSE and under torch.compile (the op
+    is `torch.ops.fa3.attention_varlen_fwd`); CUDA tensors are a ValueError
+    until the Hopper kernel exists.
     """
+    if _torch_inputs(q, k, v):
+        from . import _inference_torch
+
+        for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+        if seqused_k is not None:
+            raise ValueError("seqused_k is taken with numpy arrays only (the torch op has no autograd for it)")
+        _check_num_splits(num_splits)
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+        causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, q.shape[-1])
+        out, lse = _inference_torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                     max_seqlen_k, causal, scale, window, softcap,
+                                                     max(int(num_splits), 1))
+        return (out, lse) if return_lse else out
     dtype, hq, hkv, d, dv, cu_q, cu_k, seq_q, seq_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
         used = _int32_vector("seqused_k", seqused_k, length=cu_q.shape[0] - 1)
@@ -161,28 +204,35 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def attention_varlen_grad(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal=False,
-                          softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+                          softmax_scale=None, window_size=(-1, -1), softcap=0.0, dlse=None):
     """The backward of `attention_varlen` (numpy arrays, CPU): given the
     gradient `dout` of its output and the forward's `out` and `lse`, returns
     (dq, dk, dv) shaped like q, k and v, with GQA's key/value gradients
     summed over their query heads; rows outside every sequence get 0. The
-    options must be the forward's. (FlashAttention's varlen backward;
-    `seqused_k` is not taken here.)"""
+    options must be the forward's. `dlse` (float32, like `lse`) is the
+    gradient reaching the LSE, if a loss uses it. (FlashAttention's varlen
+    backward; `seqused_k` is not taken here.)"""
     dtype, hq, hkv, d, dv, cu_q, cu_k, _, _ = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     o_shape = (q.shape[0], hq, dv)
     for name, a in (("dout", dout), ("out", out)):
         _dtype_name(name, a, like=q)
         if a.shape != o_shape:
             raise ValueError(f"{name} must have shape (total_q, num_heads, head_dim_v) = {o_shape}, got {a.shape}")
-    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (hq, q.shape[0]):
-        raise ValueError(f"lse must be a float32 array of shape (num_heads, total_q) = {(hq, q.shape[0])}, got "
-                         f"{getattr(lse, 'dtype', type(lse).__name__)} {getattr(lse, 'shape', '')}")
+    for name, x in (("lse", lse), ("dlse", dlse)):
+        if x is None and name == "dlse":
+            continue
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != (hq, q.shape[0]):
+            raise ValueError(f"{name} must be a float32 array of shape (num_heads, total_q) = {(hq, q.shape[0])}, "
+                             f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)
-    fn = _jit.get_mlir(spec.varlen_backward_mlir(), "attention_varlen_grad", "cpu", "bwd")
+    fn = _jit.get_mlir(spec.varlen_backward_mlir(grad_lse=dlse is not None), "attention_varlen_grad", "cpu",
+                       "bwd")
     inputs = [_contiguous(n, a) for n, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out))]
     inputs += [np.ascontiguousarray(lse), cu_q, cu_k]
+    if dlse is not None:
+        inputs.append(np.ascontiguousarray(dlse))
     return tuple(fn.run(inputs))
 
 
@@ -218,7 +268,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     a decode step's single query fills num_heads / num_kv_heads rows instead
     of one); None lets fa3's rule decide from seqlen_q and the group size.
     Neither changes the result beyond rounding.
+
+    torch CPU tensors work too (the caches are updated in place; the op is
+    `torch.ops.fa3.attention_with_kvcache`, traceable by torch.compile; no
+    autograd); CUDA tensors are a ValueError until the Hopper kernel exists.
     """
+    if _torch_inputs(q, k_cache, v_cache):
+        return _attention_with_kvcache_torch(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
+                                             softmax_scale, window_size, softcap, return_lse, num_splits, pack_gqa)
     dtype = _dtype_name("q", q)
     for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
         _dtype_name(name, a, like=q)
@@ -296,15 +353,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     _check_num_splits(num_splits)
-    group = hq // hkv
-    if pack_gqa is None:
-        pack_gqa = group <= _CPU_BLOCK_M and _jit._module().should_pack_gqa(seq_q, group, _CPU_BLOCK_M)
-    elif not isinstance(pack_gqa, bool):
-        raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
-    elif pack_gqa and group > _CPU_BLOCK_M:
-        raise ValueError(f"pack_gqa=True packs the {group} query heads of a KV head into one tile row group, "
-                         f"more than the tile's {_CPU_BLOCK_M} rows")
-    pack_gqa = pack_gqa and group > 1
+    pack_gqa = _resolve_pack_gqa(pack_gqa, seq_q, hq, hkv)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)
@@ -324,4 +373,38 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     if k is not None:
         np.copyto(k_cache, results[2])
         np.copyto(v_cache, results[3])
+    return (out, lse) if return_lse else out
+
+
+def _attention_with_kvcache_torch(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
+                                  window_size, softcap, return_lse, num_splits, pack_gqa):
+    """attention_with_kvcache on torch CPU tensors: the options resolved
+    here, the rest checked by the numpy path inside the custom op."""
+    import torch
+
+    from . import _inference_torch
+
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise ValueError(f"q must be a 4-d torch tensor (batch, seqlen_q, num_heads, head_dim), got "
+                         f"{getattr(q, 'shape', type(q).__name__)}")
+    if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
+        raise ValueError(f"k_cache must be a 4-d torch tensor, got {getattr(k_cache, 'shape', type(k_cache).__name__)}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    _check_num_splits(num_splits)
+    batch, seq_q, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q's {hq} heads must be a positive multiple of k_cache's {hkv} heads (GQA)")
+    pack_gqa = _resolve_pack_gqa(pack_gqa, seq_q, hq, hkv)
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32)
+    elif cache_seqlens is None:
+        if k is not None:
+            raise ValueError("appending k and v needs cache_seqlens (where the new rows go)")
+        capacity = page_table.shape[1] * k_cache.shape[1] if page_table is not None else k_cache.shape[1]
+        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32)
+    out, lse = _inference_torch.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
+                                                       scale, window, softcap, max(int(num_splits), 1), pack_gqa)
     return (out, lse) if return_lse else out

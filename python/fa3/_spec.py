@@ -127,14 +127,16 @@ class AttentionSpec:
                 f" : ({q}, {k}, {v}, {idx}, {idx}{used_type}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
-    def varlen_backward_mlir(self):
+    def varlen_backward_mlir(self, grad_lse=False):
         """`@attention_varlen_grad(do, q, k, v, o, lse, cu_seqlens_q,
-        cu_seqlens_k) -> (dq, dk, dv)`: one fa3.attention_varlen_grad."""
+        cu_seqlens_k[, dlse]) -> (dq, dk, dv)`: one fa3.attention_varlen_grad
+        (with the LSE's gradient as a ninth argument when `grad_lse`)."""
         q, k, v, o, lse, idx = self._packed_types()
+        dlse_arg, dlse_op, dlse_type = (f", %dlse: {lse}", ", %dlse", f", {lse}") if grad_lse else ("", "", "")
         return (f"func.func @attention_varlen_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse}, "
-                f"%cuq: {idx}, %cuk: {idx}) -> ({q}, {k}, {v}) {{\n"
-                f"  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk{self._attrs()}"
-                f" : ({o}, {q}, {k}, {v}, {o}, {lse}, {idx}, {idx}) -> ({q}, {k}, {v})\n"
+                f"%cuq: {idx}, %cuk: {idx}{dlse_arg}) -> ({q}, {k}, {v}) {{\n"
+                f"  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk{dlse_op}"
+                f"{self._attrs()} : ({o}, {q}, {k}, {v}, {o}, {lse}, {idx}, {idx}{dlse_type}) -> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
 
     def kvcache_mlir(self, paged=False, append=False, num_splits=1, pack_gqa=False):

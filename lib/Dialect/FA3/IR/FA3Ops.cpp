@@ -465,6 +465,9 @@ LogicalResult AttentionVarlenGradOp::verify() {
                               elt)) ||
       failed(verifyResultType(*this, getLse().getType(), "lse",
                               {t->q.getDimSize(1), t->q.getDimSize(0)}, f32)) ||
+      (getGradLse() &&
+       failed(verifyResultType(*this, getGradLse().getType(), "grad_lse",
+                               {t->q.getDimSize(1), t->q.getDimSize(0)}, f32))) ||
       failed(verifyResultType(*this, getGradQuery().getType(), "grad_query",
                               t->q.getShape(), elt)) ||
       failed(verifyResultType(*this, getGradKey().getType(), "grad_key",

@@ -441,6 +441,8 @@ LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
   t.value = expand(op.getValue());
   t.output = expand(op.getOutput());
   t.lse = expand(op.getLse());
+  if (op.getGradLse())
+    t.gradLse = expand(op.getGradLse());
   t.zeroInit = true;
   IndexMath m{rewriter, loc};
   t.numBatches = m.sub(

@@ -199,11 +199,12 @@ def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad"> {
     The backward of `fa3.attention_varlen` (FlashAttention's
     `flash_attn_varlen_func` backward) with the same attributes, on the
     packed layout: operands `grad_output` `[Tq, Hq, Dv]`, `query`, `key`,
-    `value`, `output`, `lse` `[Hq, Tq]`, `cu_seqlens_q`, `cu_seqlens_k`;
-    results `grad_query`, `grad_key`, `grad_value` shaped like `query`,
-    `key` and `value`. Each sequence is the backward of its own attention
-    (`fa3.attention_grad`'s, GQA sums included). Rows outside every
-    sequence get zero gradients.
+    `value`, `output`, `lse` `[Hq, Tq]`, `cu_seqlens_q`, `cu_seqlens_k` and,
+    optionally, `grad_lse` (`[Hq, Tq]` f32, the gradient reaching the LSE,
+    as in `fa3.attention_grad`); results `grad_query`, `grad_key`,
+    `grad_value` shaped like `query`, `key` and `value`. Each sequence is
+    the backward of its own attention (`fa3.attention_grad`'s, GQA sums
+    included). Rows outside every sequence get zero gradients.
 
     ```mlir
     %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk {causal}
@@ -215,7 +216,8 @@ def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad"> {
   let arguments = !con((ins AnyTensor:$grad_output, AnyTensor:$query,
                             AnyTensor:$key, AnyTensor:$value,
                             AnyTensor:$output, AnyTensor:$lse,
-                            AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k),
+                            AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k,
+                            Optional<AnyTensor>:$grad_lse),
                        FA3_AttentionAttrs);
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);

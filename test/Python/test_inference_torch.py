@@ -1,0 +1,94 @@
+"""fa3.attention_varlen and fa3.attention_with_kvcache on torch CPU tensors
+(the custom ops of fa3._inference_torch): autograd through the output and
+the LSE against float64 gradients, torch.compile(fullgraph=True) equal to
+eager, the KV cache written in place, and the errors for what is not
+supported (CUDA tensors, mixed kinds, wrong index dtypes).
+
+Bounds as in test_inference_numpy.py: float32 gradients within 1e-4 of
+their scale; bf16 outputs within 8·u·(1 + max|V|)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+from fa3 import reference  # noqa: E402
+
+
+def _offsets(lengths):
+    return torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+
+
+def test_varlen_autograd_matches_reference():
+    torch.manual_seed(0)
+    lq, lk = [5, 0, 1, 70], [9, 3, 0, 130]
+    cu_q, cu_k = _offsets(lq), _offsets(lk)
+    q = torch.randn(int(cu_q[-1]), 4, 32, requires_grad=True)
+    k = torch.randn(int(cu_k[-1]), 2, 32, requires_grad=True)
+    v = torch.randn(int(cu_k[-1]), 2, 32, requires_grad=True)
+    do, dlse = torch.randn(q.shape), torch.randn(4, q.shape[0])
+    out, lse = fa3.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, return_lse=True)
+    ((out * do).sum() + (torch.where(lse.isfinite(), lse, 0) * dlse).sum()).backward()
+    args = (q.detach().numpy(), k.detach().numpy(), v.detach().numpy())
+    ref_o, ref_lse = reference.attention_varlen(*args, cu_q.numpy(), cu_k.numpy(), causal=True)
+    assert np.abs(out.detach().numpy() - ref_o).max() <= 1e-5 * (1 + np.abs(args[2]).max())
+    ref = reference.attention_varlen_grad(*args, do.numpy(), cu_q.numpy(), cu_k.numpy(), dlse=dlse.numpy(),
+                                          causal=True)
+    for name, got, want in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref):
+        err = np.abs(got.numpy() - want).max()
+        assert err <= 1e-4 * (1 + np.abs(want).max()), f"{name} error {err:.3g}"
+
+
+def test_varlen_bf16_and_torch_compile():
+    torch.manual_seed(1)
+    cu_q, cu_k = _offsets([17, 64]), _offsets([20, 100])
+    q = torch.randn(81, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(120, 2, 64, dtype=torch.bfloat16)
+    v = torch.randn(120, 2, 64, dtype=torch.bfloat16)
+    eager = fa3.attention_varlen(q, k, v, cu_q, cu_k, 64, 100, causal=True)
+    assert eager.dtype == torch.bfloat16 and eager.shape == (81, 4, 64)
+    ref_o, _ = reference.attention_varlen(q.float().numpy(), k.float().numpy(), v.float().numpy(), cu_q.numpy(),
+                                          cu_k.numpy(), causal=True)
+    assert np.abs(eager.float().numpy() - ref_o).max() <= 8 * 2.0**-8 * (1 + v.float().abs().max().item())
+    compiled = torch.compile(lambda q, k, v: fa3.attention_varlen(q, k, v, cu_q, cu_k, 64, 100, causal=True),
+                             fullgraph=True)
+    assert torch.equal(compiled(q, k, v), eager)
+
+
+def test_kvcache_torch_updates_the_cache_in_place():
+    torch.manual_seed(2)
+    batch, hq, hkv, d = 2, 8, 2, 64
+    k_cache = torch.randn(6, 16, hkv, d)
+    v_cache = torch.randn(6, 16, hkv, d)
+    table = torch.tensor([[4, 0, 2], [5, 1, 3]], dtype=torch.int32)
+    lens = torch.tensor([3, 30], dtype=torch.int32)
+    q = torch.randn(batch, 1, hq, d)
+    k, v = torch.randn(batch, 1, hkv, d), torch.randn(batch, 1, hkv, d)
+    before = k_cache.clone()
+    out = fa3.attention_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=lens, page_table=table,
+                                     causal=True)
+    for b in range(batch):
+        pos = int(lens[b])
+        assert torch.equal(k_cache[table[b, pos // 16], pos % 16], k[b, 0])
+    assert int((k_cache != before).any(dim=(2, 3)).sum()) == batch
+    ref_o, _ = reference.attention_kvcache(q.numpy(), k_cache.numpy(), v_cache.numpy(), (lens + 1).numpy(),
+                                           table.numpy(), causal=True)
+    assert np.abs(out.numpy() - ref_o).max() <= 1e-5 * (1 + v_cache.abs().max().item())
+
+
+def test_torch_errors():
+    q = torch.zeros(4, 2, 32)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(TypeError, match="cu_seqlens_q must be an int32 tensor"):
+        fa3.attention_varlen(q, q, q, cu.long(), cu, 4, 4)
+    with pytest.raises(TypeError, match="k must be a torch.Tensor like the others"):
+        fa3.attention_varlen(q, q.numpy(), q, cu, cu, 4, 4)
+    with pytest.raises(TypeError, match="k has dtype torch.float16 but q has torch.float32"):
+        fa3.attention_varlen(q, q.half(), q, cu, cu, 4, 4)
+    with pytest.raises(ValueError, match="max_seqlen_q = 3 is less than the longest sequence"):
+        fa3.attention_varlen(q, q, q, cu, cu, 3, 4)
+    # Any non-CPU device (a meta tensor stands in for CUDA here) is refused.
+    m = q.to("meta")
+    with pytest.raises(ValueError, match="q is on meta; fa3's varlen and KV-cache attention run on the CPU"):
+        fa3.attention_varlen(m, m, m, cu, cu, 4, 4)
