@@ -47,6 +47,17 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   };
   if (count != 1 || func.getNumArguments() != attention->getNumOperands())
     return shapeError();
+  // fa3-cast-fp8 replaces such an op with a chain of kernels (quantize Q, K
+  // and V, then the FP8 attention): not one kernel.
+  if (auto forward = llvm::dyn_cast<mlir::fa3::AttentionOp>(attention))
+    if (forward.getFp8Attr())
+      return error("'" + func.getSymName() +
+                   "' cannot be compiled as one kernel: its fa3.attention "
+                   "has an 'fp8' attribute, which fa3-cast-fp8 turns into a "
+                   "chain of kernels (fa3.quantize of Q, K and V, then the "
+                   "FP8 attention); run the chain with fa3-run --device=cuda "
+                   "or fa3.attention(fp8=True), or compile the FP8 "
+                   "fa3.attention itself");
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (attention->getOperand(i) != func.getArgument(i))
       return shapeError();

@@ -47,6 +47,8 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
 
   // The kernels are built from arith, scf, llvm and nvvm ops.
   OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  // The Hopper kernel level's own ops (fa3.wgmma, fa3.named_barrier) to PTX.
+  kernels.addPass(createConvertFA3KernelToNVVM());
   kernels.addPass(createSCFToControlFlowPass());
   kernels.addPass(createConvertNVVMToLLVMPass());
   kernels.addPass(createArithToLLVMConversionPass());

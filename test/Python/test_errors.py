@@ -111,3 +111,14 @@ def test_capi_compiles_fp8_prep_ops_to_ptx_only():
     k = _fa3.CudaKernel(src, "h", _fa3.CudaKernel.Kind.PTX_ONLY, 0, 0)
     assert k.name == "fa3_hadamard_bf16_f32_d128_s3"
     assert "shfl.sync.bfly.b32" in k.ptx
+
+
+def test_a_cast_fp8_attention_is_not_one_kernel():
+    """fa3-cast-fp8 turns an attention marked fp8 into a chain of kernels; a
+    single-kernel compile says so (it once dereferenced the replaced op)."""
+    from fa3._spec import AttentionSpec
+
+    spec = AttentionSpec(dtype="bf16", num_heads=4, num_kv_heads=2, head_dim=64, head_dim_v=64, scale=0.125,
+                         cast_fp8=True, hadamard=True)
+    with pytest.raises(fa3.Error, match="has an 'fp8' attribute, which fa3-cast-fp8 turns into a chain of kernels"):
+        fa3.compile_mlir(spec.forward_mlir(), "attention", device="ptx")

@@ -218,4 +218,24 @@ def ConvertFA3TileToHopper
                            "::mlir::scf::SCFDialect"];
 }
 
+def ConvertFA3KernelToNVVM : Pass<"convert-fa3-kernel-to-nvvm"> {
+  let summary = "Lower fa3's Hopper kernel ops to inline PTX in the LLVM dialect";
+  let description = [{
+    The last step of the Hopper kernel level: the kernel builders emit LLVM
+    and NVVM ops plus the fa3 ops for instructions MLIR has no form for
+    (`fa3.wgmma`: an MMA with an A operand in registers and accumulators
+    kept in place; `fa3.named_barrier`: `bar.sync`/`bar.arrive` at a chosen
+    id and thread count). This pass rewrites each, one pattern per op, into
+    the inline PTX of its instruction, and fails on any it leaves.
+
+    ```mlir
+    fa3.named_barrier %id {threads = 256 : i64}
+    // becomes
+    %t = llvm.mlir.constant(256 : i32) : i32
+    llvm.inline_asm has_side_effects "bar.sync $0, $1;", "r,r" %id, %t : (i32, i32) -> ()
+    ```
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 #endif // FA3_CONVERSION_PASSES_TD

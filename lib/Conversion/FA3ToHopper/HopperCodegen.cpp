@@ -87,15 +87,17 @@ void HopperCodegen::bulkLoad(Value dst, Value src, int64_t bytes, Value bar) {
 }
 
 void HopperCodegen::namedBarrier(int64_t id, int64_t threads) {
-  ptxVoid("bar.sync $0, $1;", "r,r", {ci(id), ci(threads)});
+  namedBarrierSync(ci(id), threads);
 }
 
 void HopperCodegen::namedBarrierSync(Value id, int64_t threads) {
-  ptxVoid("bar.sync $0, $1;", "r,r", {id, ci(threads)});
+  NamedBarrierOp::create(b, loc, id, b.getI64IntegerAttr(threads),
+                         UnitAttr());
 }
 
 void HopperCodegen::namedBarrierArrive(Value id, int64_t threads) {
-  ptxVoid("bar.arrive $0, $1;", "r,r", {id, ci(threads)});
+  NamedBarrierOp::create(b, loc, id, b.getI64IntegerAttr(threads),
+                         b.getUnitAttr());
 }
 
 SmallVector<Value>
@@ -174,60 +176,23 @@ Value HopperCodegen::packE4M3(Value x0, Value x1, Value x2, Value x3) {
       .getResult(0);
 }
 
-SmallVector<Value> HopperCodegen::wgmma(ArrayRef<Value> acc,
-                                        ArrayRef<Value> operands,
-                                        StringRef constraints,
-                                        StringRef operandsPtx,
-                                        int64_t scaleD) {
-  int64_t n = acc.size();
-  std::string t = fp8 ? "e4m3" : bf16 ? "bf16" : "f16";
-  std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                    std::to_string(scaleD) +
-                    ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                    std::to_string(2 * n) + "k" + std::to_string(mmaK()) +
-                    ".f32." + t + "." + t + " {";
-  std::string allConstraints;
-  for (int64_t i = 0; i < n; ++i) {
-    ptx += (i ? ", $" : "$") + std::to_string(i);
-    allConstraints += "=f,";
-  }
-  ptx += "}, " + operandsPtx.str() + ";\n}\n";
-  for (int64_t i = 0; i < n; ++i)
-    allConstraints += std::to_string(i) + ",";
-  allConstraints += constraints.str();
-  SmallVector<Value> allOperands(acc.begin(), acc.end());
-  allOperands.append(operands.begin(), operands.end());
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), SmallVector<Type>(n, f32));
-  auto op = inlineAsm(b, loc, structType, allOperands, ptx, allConstraints);
-  SmallVector<Value> out;
-  for (int64_t i = 0; i < n; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0), i));
-  return out;
-}
-
 SmallVector<Value> HopperCodegen::wgmmaSS(ArrayRef<Value> acc, Value descA,
                                           Value descB, bool accumulate,
                                           bool transA, bool transB) {
-  int64_t first = 2 * acc.size(); // descA, descB, scale-d
   assert(!(fp8 && (transA || transB)) && "e4m3 wgmma operands are K-major");
-  std::string operandsPtx = "$" + std::to_string(first) + ", $" +
-                            std::to_string(first + 1) + ", p, 1, 1";
-  if (!fp8)
-    operandsPtx += std::string(", ") + (transA ? "1" : "0") + ", " +
-                   (transB ? "1" : "0");
-  return wgmma(acc, {descA, descB, ci(accumulate ? 1 : 0)}, "l,l,r",
-               operandsPtx, first + 2);
+  auto op = WgmmaOp::create(
+      b, loc, SmallVector<Type>(acc.size(), f32), acc, ValueRange(), descA,
+      descB, ci(accumulate ? 1 : 0), TypeAttr::get(mmaType()),
+      transA ? b.getUnitAttr() : UnitAttr(),
+      transB ? b.getUnitAttr() : UnitAttr());
+  return SmallVector<Value>(op.getResults());
 }
 
 SmallVector<Value> HopperCodegen::wgmmaRS(ArrayRef<Value> acc,
                                           ArrayRef<Value> a, Value descB) {
-  int64_t first = 2 * acc.size(); // the A registers, descB, scale-d
-  std::string operandsPtx =
-      "{$" + std::to_string(first) + ", $" + std::to_string(first + 1) +
-      ", $" + std::to_string(first + 2) + ", $" + std::to_string(first + 3) +
-      "}, $" + std::to_string(first + 4) + (fp8 ? ", p, 1, 1" : ", p, 1, 1, 1");
-  SmallVector<Value> operands(a.begin(), a.end());
-  operands.append({descB, ci(1)});
-  return wgmma(acc, operands, "r,r,r,r,l,r", operandsPtx, first + 5);
+  // 16-bit B is read MN-major (imm-trans-b), e4m3 B K-major.
+  auto op = WgmmaOp::create(b, loc, SmallVector<Type>(acc.size(), f32), acc,
+                            a, Value(), descB, ci(1), TypeAttr::get(mmaType()),
+                            UnitAttr(), fp8 ? UnitAttr() : b.getUnitAttr());
+  return SmallVector<Value>(op.getResults());
 }

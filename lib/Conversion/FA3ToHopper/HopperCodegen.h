@@ -12,6 +12,8 @@
 #ifndef FA3_LIB_CONVERSION_FA3TOHOPPER_HOPPERCODEGEN_H
 #define FA3_LIB_CONVERSION_FA3TOHOPPER_HOPPERCODEGEN_H
 
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -163,7 +165,7 @@ protected:
   /// A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
   /// aligned) from global `src` to shared `dst`, completing on `bar`.
   void bulkLoad(Value dst, Value src, int64_t bytes, Value bar);
-  /// bar.sync on named barrier `id` with `threads` threads.
+  /// bar.sync on named barrier `id` with `threads` threads (fa3.named_barrier).
   void namedBarrier(int64_t id, int64_t threads);
   /// bar.sync / bar.arrive on a named barrier chosen at run time (not the
   /// .aligned forms: the other warpgroups of the CTA do not execute them).
@@ -209,16 +211,10 @@ protected:
   /// saturating), `x0` in the low byte.
   Value packE4M3(Value x0, Value x1, Value x2, Value x3);
 
-  /// One `wgmma.mma_async` m64nNk16 as inline PTX: the N/2 f32 accumulators
-  /// are outputs $0.. tied to the first N/2 inputs (so register allocation
-  /// keeps them in place across the K loop), followed by `operands` with
-  /// `constraints`; `operandsPtx` names those operands in the instruction and
-  /// `scaleD` is the operand number of the scale-d flag.
-  SmallVector<Value> wgmma(ArrayRef<Value> acc, ArrayRef<Value> operands,
-                           StringRef constraints, StringRef operandsPtx,
-                           int64_t scaleD);
-  /// A and B from shared memory; `transA`/`transB` read them MN-major
-  /// (16-bit types only: e4m3 operands are always K-major).
+  /// `fa3.wgmma` (the Hopper kernel level's MMA, lowered to inline PTX by
+  /// convert-fa3-kernel-to-nvvm) with A and B from shared memory;
+  /// `transA`/`transB` read them MN-major (16-bit types only: e4m3 operands
+  /// are always K-major).
   SmallVector<Value> wgmmaSS(ArrayRef<Value> acc, Value descA, Value descB,
                              bool accumulate, bool transA = false,
                              bool transB = false);
@@ -241,6 +237,10 @@ protected:
   bool bf16, fp8;
   /// The K of one wgmma: 16 for 16-bit operands, 32 for e4m3.
   int64_t mmaK() const { return fp8 ? 32 : 16; }
+  /// The element type of the wgmma operands.
+  Type mmaType() const {
+    return fp8 ? Type(b.getType<Float8E4M3FNType>()) : elt;
+  }
   Type i1, i32, i64, f32, elt;
   LLVM::LLVMPointerType smemPtr, globalPtr, genericPtr;
   Value smem;

@@ -1,6 +1,6 @@
 // RUN: split-file %s %t
-// RUN: fa3-opt %t/kernel.mlir --convert-fa3-tile-to-hopper | FileCheck %s
-// RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
+// RUN: fa3-opt %t/kernel.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s
+// RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
 // RUN: fa3-opt %t/errors.mlir --convert-fa3-tile-to-hopper --split-input-file -verify-diagnostics
 
 //--- kernel.mlir

@@ -1,4 +1,4 @@
-// RUN: fa3-opt %s --split-input-file --pass-pipeline="builtin.module(fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-fuse-softmax),convert-fa3-tile-to-hopper))" | FileCheck %s
+// RUN: fa3-opt %s --split-input-file --pass-pipeline="builtin.module(fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-fuse-softmax),convert-fa3-tile-to-hopper,convert-fa3-kernel-to-nvvm))" | FileCheck %s
 
 // The kernel structure follows the schedule's producer_regs/consumer_regs
 // and pingpong fields; each form below is what one schedule builds.
@@ -61,7 +61,8 @@ func.func @ws(%q: tensor<?x?x4x64xbf16>, %k: tensor<?x?x4x64xbf16>, %v: tensor<?
 // CHECK: nvvm.setmaxregister  decrease 24
 // CHECK: nvvm.setmaxregister  increase 240
 // CHECK: scf.if
-// CHECK-NEXT: llvm.inline_asm has_side_effects "bar.arrive $0, $1;", "r,r" %c1_i32, %{{.+}} : (i32, i32) -> ()
+// CHECK-NEXT: %[[THREADS:.+]] = llvm.mlir.constant(256 : i32) : i32
+// CHECK-NEXT: llvm.inline_asm has_side_effects "bar.arrive $0, $1;", "r,r" %c1_i32, %[[THREADS]] : (i32, i32) -> ()
 // CHECK: scf.for
 // CHECK: nvvm.mbarrier.try_wait.parity
 // CHECK: llvm.inline_asm has_side_effects "bar.sync $0, $1;", "r,r"

@@ -1,0 +1,165 @@
+//===- FA3KernelToNVVM.cpp - fa3 Hopper kernel ops to inline PTX -------------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// One pattern per op of the Hopper kernel level (FA3KernelOps.td): each
+// becomes the inline PTX of its instruction, in the LLVM dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Conversion/Passes.h"
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/PatternMatch.h"
+
+#include <string>
+
+namespace mlir::fa3 {
+#define GEN_PASS_DEF_CONVERTFA3KERNELTONVVM
+#include "fa3/Conversion/Passes.h.inc"
+} // namespace mlir::fa3
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+/// A side-effecting inline PTX statement.
+static LLVM::InlineAsmOp inlinePtx(OpBuilder &b, Location loc, Type result,
+                                   ValueRange operands, StringRef ptx,
+                                   StringRef constraints) {
+  return LLVM::InlineAsmOp::create(
+      b, loc, result, operands, b.getStringAttr(ptx),
+      b.getStringAttr(constraints), /*has_side_effects=*/b.getUnitAttr(),
+      /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
+      LLVM::AsmDialectAttr(), ArrayAttr());
+}
+
+namespace {
+
+/// fa3.wgmma -> `wgmma.mma_async` in inline PTX: the N/2 accumulators are
+/// outputs $0.. tied to the first N/2 inputs (register allocation keeps
+/// the fragment in place), then A (descriptor or 4 registers), B's
+/// descriptor and the scale-d flag, tested into a predicate.
+struct WgmmaLowering : OpRewritePattern<WgmmaOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(WgmmaOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    int64_t n = op.getAccumulators().size();
+    bool fp8 = isa<Float8E4M3FNType>(op.getElementType());
+    std::string t = fp8                               ? "e4m3"
+                    : op.getElementType().isBF16() ? "bf16"
+                                                     : "f16";
+    bool registers = !op.getARegisters().empty();
+    // Operand numbers after the tied accumulators.
+    int64_t first = 2 * n;
+    std::string operandsPtx, constraints;
+    SmallVector<Value> operands(op.getAccumulators());
+    if (registers) {
+      operandsPtx = "{$" + std::to_string(first) + ", $" +
+                    std::to_string(first + 1) + ", $" +
+                    std::to_string(first + 2) + ", $" +
+                    std::to_string(first + 3) + "}, $" +
+                    std::to_string(first + 4) +
+                    (fp8 ? ", p, 1, 1" : ", p, 1, 1, 1");
+      constraints = "r,r,r,r,l,r";
+      llvm::append_range(operands, op.getARegisters());
+    } else {
+      operandsPtx = "$" + std::to_string(first) + ", $" +
+                    std::to_string(first + 1) + ", p, 1, 1";
+      if (!fp8)
+        operandsPtx += std::string(", ") + (op.getTransA() ? "1" : "0") +
+                       ", " + (op.getTransB() ? "1" : "0");
+      constraints = "l,l,r";
+      operands.push_back(op.getADescriptor());
+    }
+    operands.push_back(op.getBDescriptor());
+    operands.push_back(op.getScaleD());
+    // PTX numbers the n outputs first, then the inputs: scale-d is last.
+    int64_t scaleD = n + operands.size() - 1;
+
+    std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                      std::to_string(scaleD) +
+                      ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                      std::to_string(op.getN()) + "k" +
+                      std::to_string(op.getK()) + ".f32." + t + "." + t + " {";
+    std::string allConstraints;
+    for (int64_t i = 0; i < n; ++i) {
+      ptx += (i ? ", $" : "$") + std::to_string(i);
+      allConstraints += "=f,";
+    }
+    ptx += "}, " + operandsPtx + ";\n}\n";
+    for (int64_t i = 0; i < n; ++i)
+      allConstraints += std::to_string(i) + ",";
+    allConstraints += constraints;
+
+    auto structType = LLVM::LLVMStructType::getLiteral(
+        rewriter.getContext(), SmallVector<Type>(n, rewriter.getF32Type()));
+    auto asmOp = inlinePtx(rewriter, loc, structType, operands, ptx,
+                           allConstraints);
+    SmallVector<Value> results;
+    for (int64_t i = 0; i < n; ++i)
+      results.push_back(
+          LLVM::ExtractValueOp::create(rewriter, loc, asmOp.getResult(0), i));
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
+/// fa3.named_barrier -> `bar.sync id, threads;` or `bar.arrive`.
+struct NamedBarrierLowering : OpRewritePattern<NamedBarrierOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NamedBarrierOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    Value threads = LLVM::ConstantOp::create(
+        rewriter, loc, rewriter.getI32Type(),
+        rewriter.getI32IntegerAttr(static_cast<int32_t>(op.getThreads())));
+    inlinePtx(rewriter, loc, Type(), ValueRange{op.getId(), threads},
+              op.getArrive() ? "bar.arrive $0, $1;" : "bar.sync $0, $1;",
+              "r,r");
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct ConvertFA3KernelToNVVMPass
+    : public fa3::impl::ConvertFA3KernelToNVVMBase<ConvertFA3KernelToNVVMPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    // Each op is rewritten where it stands, once, without folding or
+    // erasing anything else: the output is the builders' IR with these ops
+    // expanded, as if the builders had written the PTX themselves.
+    MLIRContext *ctx = &getContext();
+    WgmmaLowering wgmma(ctx);
+    NamedBarrierLowering barrier(ctx);
+    SmallVector<Operation *> ops;
+    getOperation()->walk([&](Operation *op) {
+      if (isa<WgmmaOp, NamedBarrierOp>(op))
+        ops.push_back(op);
+    });
+    PatternRewriter rewriter(ctx);
+    for (Operation *op : ops) {
+      LogicalResult lowered =
+          isa<WgmmaOp>(op)
+              ? wgmma.matchAndRewrite(cast<WgmmaOp>(op), rewriter)
+              : barrier.matchAndRewrite(cast<NamedBarrierOp>(op), rewriter);
+      if (failed(lowered))
+        return signalPassFailure();
+    }
+    // Every kernel op must be gone: a leftover is a bug, not a slow path.
+    WalkResult leftover = getOperation()->walk([](Operation *op) {
+      if (isa<WgmmaOp, NamedBarrierOp>(op)) {
+        op->emitOpError() << "was not lowered to NVVM";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (leftover.wasInterrupted())
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,39 @@
+// RUN: fa3-opt %s --convert-fa3-kernel-to-nvvm | FileCheck %s
+
+// The Hopper kernel level's own ops, one pattern each, to inline PTX. PTX
+// numbers the outputs first: with N/2 = 4 accumulators, the tied inputs are
+// $4-$7, so A and B follow at $8 and the scale-d flag is the last operand.
+
+// CHECK-LABEL: llvm.func @wgmma_ss
+// CHECK: %[[S:.+]] = llvm.inline_asm has_side_effects "{\0A.reg .pred p;\0Asetp.ne.b32 p, $10, 0;\0Awgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {$0, $1, $2, $3}, $8, $9, p, 1, 1, 0, 1;\0A}\0A", "=f,=f,=f,=f,0,1,2,3,l,l,r" %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6
+// CHECK: %[[R0:.+]] = llvm.extractvalue %[[S]][0]
+// CHECK: %[[R3:.+]] = llvm.extractvalue %[[S]][3]
+// CHECK: llvm.fadd %[[R0]], %[[R3]]
+llvm.func @wgmma_ss(%a0: f32, %a1: f32, %a2: f32, %a3: f32, %da: i64, %db: i64, %scale: i32) -> f32 {
+  %r:4 = fa3.wgmma acc(%a0, %a1, %a2, %a3) desc_a %da desc_b %db scale_d %scale {element_type = bf16, trans_b} : f32, f32, f32, f32
+  %x = llvm.fadd %r#0, %r#3 : f32
+  llvm.return %x : f32
+}
+
+// The register-A form: four A registers at $8-$11, B at $12, scale-d $13;
+// 16-bit B is read MN-major (the last 1), e4m3 takes no transpose flags.
+// CHECK-LABEL: llvm.func @wgmma_rs
+// CHECK: llvm.inline_asm has_side_effects "{\0A.reg .pred p;\0Asetp.ne.b32 p, $13, 0;\0Awgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {$0, $1, $2, $3}, {$8, $9, $10, $11}, $12, p, 1, 1, 1;\0A}\0A", "=f,=f,=f,=f,0,1,2,3,r,r,r,r,l,r"
+// CHECK: llvm.inline_asm has_side_effects "{\0A.reg .pred p;\0Asetp.ne.b32 p, $13, 0;\0Awgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {$0, $1, $2, $3}, {$8, $9, $10, $11}, $12, p, 1, 1;\0A}\0A"
+llvm.func @wgmma_rs(%a0: f32, %a1: f32, %a2: f32, %a3: f32, %r0: i32, %r1: i32, %r2: i32, %r3: i32, %db: i64, %scale: i32) -> f32 {
+  %r:4 = fa3.wgmma acc(%a0, %a1, %a2, %a3) a(%r0, %r1, %r2, %r3) desc_b %db scale_d %scale {element_type = f16, trans_b} : f32, f32, f32, f32
+  %e:4 = fa3.wgmma acc(%r#0, %r#1, %r#2, %r#3) a(%r0, %r1, %r2, %r3) desc_b %db scale_d %scale {element_type = f8E4M3FN} : f32, f32, f32, f32
+  llvm.return %e#0 : f32
+}
+
+// CHECK-LABEL: llvm.func @named_barriers
+// CHECK: %[[T:.+]] = llvm.mlir.constant(256 : i32) : i32
+// CHECK: llvm.inline_asm has_side_effects "bar.sync $0, $1;", "r,r" %arg0, %[[T]]
+// CHECK: %[[T2:.+]] = llvm.mlir.constant(128 : i32) : i32
+// CHECK: llvm.inline_asm has_side_effects "bar.arrive $0, $1;", "r,r" %arg0, %[[T2]]
+// CHECK-NOT: fa3.
+llvm.func @named_barriers(%id: i32) {
+  fa3.named_barrier %id {threads = 256 : i64}
+  fa3.named_barrier %id {threads = 128 : i64, arrive}
+  llvm.return
+}

@@ -1,0 +1,49 @@
+// RUN: fa3-opt %s -split-input-file -verify-diagnostics
+
+// Verifier diagnostics of the Hopper kernel level ops (FA3KernelOps.td).
+
+llvm.func @odd_n(%a: f32, %da: i64, %db: i64, %s: i32) {
+  // expected-error @+1 {{'fa3.wgmma' op takes N / 2 accumulators for an N that is a multiple of 8 in [8, 256], got 1}}
+  %r = fa3.wgmma acc(%a) desc_a %da desc_b %db scale_d %s {element_type = bf16} : f32
+  llvm.return
+}
+
+// -----
+
+llvm.func @both_a(%a0: f32, %a1: f32, %a2: f32, %a3: f32, %r: i32, %da: i64, %db: i64, %s: i32) {
+  // expected-error @+1 {{'fa3.wgmma' op takes A either as four registers or as a shared-memory descriptor, not both}}
+  %o:4 = fa3.wgmma acc(%a0, %a1, %a2, %a3) a(%r, %r, %r, %r) desc_a %da desc_b %db scale_d %s {element_type = bf16, trans_b} : f32, f32, f32, f32
+  llvm.return
+}
+
+// -----
+
+llvm.func @fp8_transposed(%a0: f32, %a1: f32, %a2: f32, %a3: f32, %da: i64, %db: i64, %s: i32) {
+  // expected-error @+1 {{'fa3.wgmma' op e4m3 operands are K-major: no trans_a/trans_b}}
+  %o:4 = fa3.wgmma acc(%a0, %a1, %a2, %a3) desc_a %da desc_b %db scale_d %s {element_type = f8E4M3FN, trans_b} : f32, f32, f32, f32
+  llvm.return
+}
+
+// -----
+
+llvm.func @rs_needs_mn_major_b(%a0: f32, %a1: f32, %a2: f32, %a3: f32, %r: i32, %db: i64, %s: i32) {
+  // expected-error @+1 {{'fa3.wgmma' op with a register A, a 16-bit B is read MN-major: trans_b must be set}}
+  %o:4 = fa3.wgmma acc(%a0, %a1, %a2, %a3) a(%r, %r, %r, %r) desc_b %db scale_d %s {element_type = bf16} : f32, f32, f32, f32
+  llvm.return
+}
+
+// -----
+
+llvm.func @f32_operands(%a0: f32, %a1: f32, %a2: f32, %a3: f32, %da: i64, %db: i64, %s: i32) {
+  // expected-error @+1 {{'fa3.wgmma' op element_type must be bf16, f16 or f8E4M3FN, got 'f32'}}
+  %o:4 = fa3.wgmma acc(%a0, %a1, %a2, %a3) desc_a %da desc_b %db scale_d %s {element_type = f32} : f32, f32, f32, f32
+  llvm.return
+}
+
+// -----
+
+llvm.func @barrier_threads(%id: i32) {
+  // expected-error @+1 {{'fa3.named_barrier' op threads must be a multiple of 32 in [32, 1024], got 100}}
+  fa3.named_barrier %id {threads = 100 : i64}
+  llvm.return
+}
