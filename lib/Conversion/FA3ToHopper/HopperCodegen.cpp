@@ -81,6 +81,8 @@ Value HopperCodegen::descriptor(Value addr, int64_t leadingBytes,
 }
 
 void HopperCodegen::bulkLoad(Value dst, Value src, int64_t bytes, Value bar) {
+  // Inline PTX rather than nvvm.cp.async.bulk.shared.cluster.global, which
+  // changes the backward's address arithmetic (not byte-identical PTX).
   ptxVoid("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
           "[$0], [$1], $2, [$3];",
           "r,l,r,r", {smemAddr(dst), src, ci(bytes), smemAddr(bar)});
@@ -119,7 +121,9 @@ HopperCodegen::maskFragment(ArrayRef<Value> acc, Value needMask,
 }
 
 void HopperCodegen::fenceProxyAsyncShared() {
-  ptxVoid("fence.proxy.async.shared::cta;", "", {});
+  NVVM::FenceProxyOp::create(
+      b, loc, NVVM::ProxyKind::async_shared,
+      NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
 }
 
 void HopperCodegen::reduceAddPair(Value ptr, Value x, Value y) {
