@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The PTX of a matrix of fa3's Hopper kernels, for refactoring the kernel
+builders without a GPU: dump it before a change, dump it after, compare.
+
+    python3 scripts/ptx_matrix.py dump /tmp/before     # at the old commit
+    python3 scripts/ptx_matrix.py dump /tmp/after      # after the change
+    python3 scripts/ptx_matrix.py compare /tmp/before /tmp/after
+
+The matrix: the bf16/f16 forward at d64/128/256, causal or not, in every
+kernel structure of fa3.schedules (WS, pingpong, overlap, persistent, ...)
+and in the length buckets fa3.attention picks for four (Sq, Sk); the
+backward; the FP8 forward. `compare` reports kernels whose PTX differs in
+anything but the `// begin/end inline asm` comment lines (which only say
+where an instruction came from). Identical PTX runs identically, so a
+change that keeps it needs no GPU run; any other difference does.
+Needs the built extension (`bash scripts/build.sh`), no GPU.
+"""
+
+import argparse
+import itertools
+import os
+import pathlib
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def dump(out):
+    # A fresh kernel cache: every kernel compiles.
+    os.environ["FA3_CACHE_DIR"] = tempfile.mkdtemp(prefix="fa3-ptx-matrix-")
+    sys.path.insert(0, str(REPO / "python"))
+    from fa3 import _jit, schedules
+    from fa3._spec import AttentionSpec
+
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+
+    def write(name, kernel):
+        nonlocal count
+        (out / f"{name}.ptx").write_text(kernel.ptx)
+        count += 1
+
+    for dtype, d, causal in itertools.product(("bf16", "f16"), (64, 128, 256), (False, True)):
+        spec = AttentionSpec(dtype=dtype, num_heads=8, num_kv_heads=2, head_dim=d, head_dim_v=d, causal=causal,
+                             scale=0.125)
+        for structure in schedules.STRUCTURES:
+            if structure == "n176_overlap" and d != 128:
+                continue
+            write(f"fwd-{dtype}-d{d}-causal{int(causal)}-{structure}",
+                  _jit.get(spec, "ptx", "fwd", schedule=schedules.hopper_forward(d, structure)))
+        for sq, sk in ((197, 197), (512, 512), (8192, 8192), (8192, 512)):
+            write(f"bucket-{dtype}-d{d}-causal{int(causal)}-{sq}x{sk}",
+                  _jit.get(spec, "ptx", "fwd", schedule=_jit.forward_schedule(spec, sq, sk)))
+        write(f"bwd-{dtype}-d{d}-causal{int(causal)}", _jit.get(spec, "ptx", "bwd"))
+    for d, causal in itertools.product((64, 128, 256), (False, True)):
+        spec = AttentionSpec(dtype="f8E4M3FN", num_heads=8, num_kv_heads=2, head_dim=d, head_dim_v=d,
+                             causal=causal, scale=0.125)
+        write(f"fp8-d{d}-causal{int(causal)}", _jit.get(spec, "ptx", "fwd"))
+    print(f"{count} kernels in {out}")
+
+
+def _code(path):
+    return [line for line in path.read_text().splitlines() if "inline asm" not in line]
+
+
+def compare(before, after):
+    before, after = pathlib.Path(before), pathlib.Path(after)
+    names = sorted({p.name for p in before.glob("*.ptx")} | {p.name for p in after.glob("*.ptx")})
+    missing = [n for n in names if not (before / n).exists() or not (after / n).exists()]
+    changed = [n for n in names if n not in missing and _code(before / n) != _code(after / n)]
+    for n in missing:
+        print(f"only in one directory: {n}")
+    for n in changed:
+        print(f"differs: {n}")
+    print(f"{len(names) - len(missing) - len(changed)} of {len(names)} kernels identical")
+    return 1 if missing or changed else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("dump").add_argument("dir")
+    cmp = sub.add_parser("compare")
+    cmp.add_argument("before")
+    cmp.add_argument("after")
+    args = parser.parse_args()
+    if args.command == "dump":
+        dump(args.dir)
+        return 0
+    return compare(args.before, args.after)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

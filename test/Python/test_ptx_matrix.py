@@ -1,0 +1,30 @@
+"""scripts/ptx_matrix.py's comparison: PTX that differs only in the inline-asm
+comment lines counts as identical; any other change, or a kernel missing on
+one side, fails the comparison."""
+
+import importlib.util
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("ptx_matrix", REPO / "scripts" / "ptx_matrix.py")
+ptx_matrix = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ptx_matrix)
+
+
+def _write(directory, name, text):
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text(text)
+
+
+def test_compare(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write(a, "k.ptx", "\t// begin inline asm\n\tbar.sync 1, 256;\n\t// end inline asm\n")
+    _write(b, "k.ptx", "\tbar.sync 1, 256;\n")
+    assert ptx_matrix.compare(a, b) == 0
+    assert "1 of 1 kernels identical" in capsys.readouterr().out
+    _write(b, "k.ptx", "\tbar.sync 2, 256;\n")
+    assert ptx_matrix.compare(a, b) == 1
+    assert "differs: k.ptx" in capsys.readouterr().out
+    _write(a, "only.ptx", "ret;\n")
+    assert ptx_matrix.compare(a, b) == 1
+    assert "only in one directory: only.ptx" in capsys.readouterr().out
