@@ -299,6 +299,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
             raise ValueError(f"page_table must have shape (batch, max_pages) = ({batch}, max_pages), "
                              f"got {page_table.shape}")
         num_pages, page_size = k_cache.shape[:2]
+        if page_size == 0:
+            raise ValueError(f"k_cache's page size (dim 1) must be at least 1, got shape {k_cache.shape}")
         capacity = page_table.shape[1] * page_size
     else:
         if k_cache.shape[0] != batch:

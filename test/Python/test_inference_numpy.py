@@ -249,6 +249,8 @@ def test_kvcache_bad_arguments():
                                    v=np.zeros((2, 1, 2, 64), np.float32), page_table=table)
     with pytest.raises(TypeError, match="page_table must be an int32 numpy array"):
         fa3.attention_with_kvcache(q, kc, kc.copy(), cache_seqlens=3, page_table=table.astype(np.int64))
+    with pytest.raises(ValueError, match="page size .dim 1. must be at least 1"):
+        fa3.attention_with_kvcache(q, kc[:, :0], kc[:, :0].copy(), cache_seqlens=0, page_table=table)
     with pytest.raises(ValueError, match="k_cache has batch 6 but q has 2"):
         fa3.attention_with_kvcache(q, kc, kc.copy(), cache_seqlens=3)
 
