@@ -192,6 +192,97 @@ static void testCpu(void) {
         "cpu compile rejects NULL");
 }
 
+/* A packed batch (fa3.attention_varlen) through the CPU JIT: int32 offsets
+ * beside f32 tensors, each sequence checked against the reference on its
+ * rows alone; mismatched offset counts are rejected before running. */
+static const char *kVarlenF32 =
+    "func.func @varlen(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, "
+    "%v: tensor<?x2x16xf32>, %cq: tensor<?xi32>, %ck: tensor<?xi32>) -> "
+    "(tensor<?x4x16xf32>, tensor<4x?xf32>) {\n"
+    "  %o, %l = fa3.attention_varlen %q, %k, %v, %cq, %ck {causal} : "
+    "(tensor<?x4x16xf32>, tensor<?x2x16xf32>, tensor<?x2x16xf32>, "
+    "tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x16xf32>, tensor<4x?xf32>)\n"
+    "  return %o, %l : tensor<?x4x16xf32>, tensor<4x?xf32>\n}\n";
+
+static void testCpuVarlen(void) {
+  char *error = NULL;
+  fa3_cpu_function *fn = fa3_cpu_compile(kVarlenF32, "varlen", 0, 0, &error);
+  check(fn != NULL, "cpu varlen compile");
+  if (!fn) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  enum { kSeqs = 3, kHq = 4, kHkv = 2, kD = 16 };
+  int32_t cuQ[kSeqs + 1] = {0, 5, 5, 75}, cuK[kSeqs + 1] = {0, 9, 12, 82};
+  int tq = cuQ[kSeqs], tk = cuK[kSeqs];
+  float *q = malloc((size_t)tq * kHq * kD * 4);
+  float *k = malloc((size_t)tk * kHkv * kD * 4);
+  float *v = malloc((size_t)tk * kHkv * kD * 4);
+  for (int i = 0; i < tq * kHq * kD; ++i)
+    q[i] = 2 * nextUniform();
+  for (int i = 0; i < tk * kHkv * kD; ++i) {
+    k[i] = 2 * nextUniform();
+    v[i] = nextUniform();
+  }
+  fa3_tensor inputs[5] = {{FA3_DTYPE_F32, 3, {tq, kHq, kD}, q},
+                          {FA3_DTYPE_F32, 3, {tk, kHkv, kD}, k},
+                          {FA3_DTYPE_F32, 3, {tk, kHkv, kD}, v},
+                          {FA3_DTYPE_I32, 1, {kSeqs + 1}, cuQ},
+                          {FA3_DTYPE_I32, 1, {kSeqs + 1}, cuK}};
+  fa3_tensor outputs[2];
+  memset(outputs, 0, sizeof(outputs));
+  int rc = fa3_cpu_run(fn, inputs, 5, outputs, 2, &error);
+  check(rc == 0, "cpu varlen run");
+  if (rc == 0) {
+    double errO = 0, errL = 0;
+    const float *got = outputs[0].data, *gotL = outputs[1].data;
+    for (int s = 0; s < kSeqs; ++s) {
+      int sq = cuQ[s + 1] - cuQ[s], sk = cuK[s + 1] - cuK[s];
+      double *o = malloc(sizeof(double) * (size_t)(sq ? sq : 1) * kHq * kD);
+      double *lse = malloc(sizeof(double) * (size_t)(sq ? sq : 1) * kHq);
+      reference(q + (size_t)cuQ[s] * kHq * kD, k + (size_t)cuK[s] * kHkv * kD,
+                v + (size_t)cuK[s] * kHkv * kD, 1, sq, sk, kHq, kHkv, kD, 1, o,
+                lse);
+      for (int i = 0; i < sq * kHq * kD; ++i)
+        errO = fmax(errO, fabs(got[(size_t)cuQ[s] * kHq * kD + i] - o[i]));
+      for (int h = 0; h < kHq; ++h)
+        for (int i = 0; i < sq; ++i)
+          errL = fmax(errL, fabs(gotL[(size_t)h * tq + cuQ[s] + i] -
+                                 lse[(size_t)h * sq + i]));
+      free(o);
+      free(lse);
+    }
+    printf("cpu varlen max |O - ref| = %.2e, max |LSE - ref| = %.2e\n", errO,
+           errL);
+    check(errO < 1e-5 && errL < 1e-5,
+          "cpu varlen matches the float64 reference per sequence");
+    fa3_free_tensor_data(&outputs[0]);
+    fa3_free_tensor_data(&outputs[1]);
+  } else {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+  }
+  /* cu_seqlens_k with one offset fewer than cu_seqlens_q. */
+  inputs[4].shape[0] = kSeqs;
+  error = NULL;
+  rc = fa3_cpu_run(fn, inputs, 5, outputs, 2, &error);
+  check(rc != 0 && errorContains(error, "cu_seqlens_q and cu_seqlens_k must "
+                                        "both have B + 1 entries"),
+        "cpu varlen rejects mismatched offsets");
+  free(q);
+  free(k);
+  free(v);
+  fa3_cpu_destroy(fn);
+
+  /* The launch-time choices of the KV-cache attention. */
+  check(fa3_select_num_splits(8, 132, 256, 128) == 14 &&
+            fa3_select_num_splits(256, 132, 256, 128) == 1,
+        "split-KV rule: 14 splits for 8 tiles over 256 blocks, 1 for 256");
+  check(fa3_should_pack_gqa(1, 4, 64) == 1 && fa3_should_pack_gqa(64, 4, 64) == 0,
+        "PackGQA rule: decode packs, 64 queries do not");
+}
+
 static char *bf16Source(int heads, int kvHeads, int d, int causal) {
   char *buffer = malloc(2048);
   char q[64], kv[64], l[64];
@@ -418,6 +509,7 @@ int main(int argc, char **argv) {
     return testGpu();
   testCostModel();
   testCpu();
+  testCpuVarlen();
   testPtx();
   return failures != 0;
 }
@@ -437,6 +529,12 @@ int main(int argc, char **argv) {
 // CHECK: cpu run rejects a wrong input count: ok
 // CHECK: cpu compile reports a parse error: ok
 // CHECK: cpu compile rejects NULL: ok
+// CHECK: cpu varlen compile: ok
+// CHECK: cpu varlen run: ok
+// CHECK: cpu varlen matches the float64 reference per sequence: ok
+// CHECK: cpu varlen rejects mismatched offsets: ok
+// CHECK: split-KV rule: 14 splits for 8 tiles over 256 blocks, 1 for 256: ok
+// CHECK: PackGQA rule: decode packs, 64 queries do not: ok
 // CHECK: ptx compile: ok
 // CHECK: ptx compile sets cache_hit: ok
 // CHECK: ptx targets sm_90a: ok
