@@ -33,10 +33,12 @@ def _torch_inputs(*tensors):
 
 
 def _resolve_pack_gqa(pack_gqa, seq_q, hq, hkv):
-    """pack_gqa as given, or by fa3's rule when None; checked."""
+    """pack_gqa as given, or by fa3's rule when None (a packed batch,
+    `seq_q` None: always, as FlashAttention-3 packs varlen); checked."""
     group = hq // hkv
     if pack_gqa is None:
-        pack_gqa = group <= _CPU_BLOCK_M and _jit._module().should_pack_gqa(seq_q, group, _CPU_BLOCK_M)
+        pack_gqa = group <= _CPU_BLOCK_M and (
+            seq_q is None or _jit._module().should_pack_gqa(seq_q, group, _CPU_BLOCK_M))
     elif not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
     elif pack_gqa and group > _CPU_BLOCK_M:
@@ -136,7 +138,7 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None,
-                     num_splits=1):
+                     num_splits=1, pack_gqa=None):
     """Attention over a packed batch of variable-length sequences, in
     FlashAttention's `flash_attn_varlen_func` layout (numpy arrays, CPU).
 
@@ -152,7 +154,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     (out, lse) with lse (num_heads, total_q) float32, -inf for rows that see
     no key; rows past cu_seqlens_q[-1] get out = 0, lse = -inf.
     `num_splits` > 1 splits each sequence's keys (split-KV, as in
-    `attention_with_kvcache`). `attention_varlen_grad` is its backward.
+    `attention_with_kvcache`); `pack_gqa` packs the query heads of each KV
+    head into one tile (None: packed whenever heads are grouped, as
+    FlashAttention-3 does for packed batches, whose per-sequence lengths it
+    does not know when it chooses). `attention_varlen_grad` is its backward.
 
     torch CPU tensors (float32/float16/bfloat16, int32 offsets) work too, with
     autograd through the output and the LSE and under torch.compile (the op
@@ -173,7 +178,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, q.shape[-1])
         out, lse = _inference_torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                      max_seqlen_k, causal, scale, window, softcap,
-                                                     max(int(num_splits), 1))
+                                                     max(int(num_splits), 1), pack_gqa)
         return (out, lse) if return_lse else out
     dtype, hq, hkv, d, dv, cu_q, cu_k, seq_q, seq_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
@@ -191,10 +196,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     _check_num_splits(num_splits)
+    pack_gqa = _resolve_pack_gqa(pack_gqa, None, hq, hkv)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap)
-    source = spec.varlen_mlir(seqused_k is not None, num_splits=max(int(num_splits), 1))
+    source = spec.varlen_mlir(seqused_k is not None, num_splits=max(int(num_splits), 1), pack_gqa=pack_gqa)
     fn = _jit.get_mlir(source, "attention_varlen", "cpu", "fwd")
     inputs = [_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v))] + [cu_q, cu_k]
     if seqused_k is not None:

@@ -63,17 +63,17 @@ def check_cpu_tensors(**tensors):
 def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                          cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                          scale: float, window_left: int, window_right: int, softcap: float,
-                         num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+                         num_splits: int, pack_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = _inference.attention_varlen(
         _to_numpy(q), _to_numpy(k), _to_numpy(v), _to_numpy(cu_seqlens_q), _to_numpy(cu_seqlens_k),
         max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=scale, window_size=(window_left, window_right),
-        softcap=softcap, return_lse=True, num_splits=num_splits)
+        softcap=softcap, return_lse=True, num_splits=num_splits, pack_gqa=pack_gqa)
     return _to_torch(out), _to_torch(lse)
 
 
 @attention_varlen_fwd.register_fake
 def _attention_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
-                               window_left, window_right, softcap, num_splits):
+                               window_left, window_right, softcap, num_splits, pack_gqa):
     return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -97,7 +97,7 @@ def _attention_varlen_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, cu_seqlens
 
 
 def _varlen_setup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, _, _, causal, scale, left, right, softcap, _ = inputs
+    q, k, v, cu_q, cu_k, _, _, causal, scale, left, right, softcap, _, _ = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.options = (causal, scale, left, right, softcap)
@@ -109,18 +109,22 @@ def _varlen_backward(ctx, grad_out, grad_lse):
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
     dq, dk, dv = torch.ops.fa3.attention_varlen_bwd(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k,
                                                     *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
 
 
 attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window,
-                     softcap, num_splits):
+                     softcap, num_splits, pack_gqa):
     check_cpu_tensors(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    if q.dim() != 3 or k.dim() != 3 or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q and k must be (total, heads, head_dim) with q's heads a positive multiple of k's, "
+                         f"got {tuple(q.shape)} and {tuple(k.shape)}")
+    pack_gqa = _inference._resolve_pack_gqa(pack_gqa, None, q.shape[1], k.shape[1])
     return torch.ops.fa3.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                               int(max_seqlen_k), causal, scale, window[0], window[1], softcap,
-                                              int(num_splits))
+                                              int(num_splits), bool(pack_gqa))
 
 
 # --- KV cache -----------------------------------------------------------------

@@ -115,15 +115,18 @@ class AttentionSpec:
                 f"tensor<?x{self.num_heads}x{self.head_dim_v}x{e}>",
                 f"tensor<{self.num_heads}x?xf32>", "tensor<?xi32>")
 
-    def varlen_mlir(self, seqused_k=False, num_splits=1):
+    def varlen_mlir(self, seqused_k=False, num_splits=1, pack_gqa=False):
         """`@attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])
         -> (o, lse)` on packed [T, H, D] tensors: one fa3.attention_varlen
-        (split-KV in `num_splits` splits when > 1)."""
+        (split-KV in `num_splits` splits when > 1; PackGQA with `pack_gqa`)."""
         q, k, v, o, lse, idx = self._packed_types()
+        attrs = self._split_attrs(num_splits)
+        if pack_gqa:
+            attrs = attrs[:-1] + ", pack_gqa}"
         used_arg, used_op, used_type = (f", %used: {idx}", ", %used", f", {idx}") if seqused_k else ("", "", "")
         return (f"func.func @attention_varlen(%q: {q}, %k: {k}, %v: {v}, %cuq: {idx}, %cuk: {idx}{used_arg})"
                 f" -> ({o}, {lse}) {{\n"
-                f"  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk{used_op}{self._split_attrs(num_splits)}"
+                f"  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk{used_op}{attrs}"
                 f" : ({q}, {k}, {v}, {idx}, {idx}{used_type}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 

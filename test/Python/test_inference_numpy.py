@@ -455,3 +455,21 @@ def test_varlen_backward_with_the_lse_gradient():
     for name, got, want in zip(("dq", "dk", "dv"), grads, ref):
         err = np.abs(got - want).max(initial=0)
         assert err <= 1e-4 * (1 + np.abs(want).max(initial=0)), f"{name} error {err:.3g} (FA3_TEST_SEED={seed})"
+
+
+def test_varlen_pack_gqa_is_the_default_and_bit_identical():
+    """Packed batches pack the query heads of each KV head by default (as
+    FlashAttention-3 does for varlen); the rows are the same bit for bit."""
+    rng, _ = _rng("varlen-pack")
+    cu_q, cu_k = _offsets([5, 0, 1, 70]), _offsets([9, 3, 0, 130])
+    q = _draw(rng, (cu_q[-1], 8, 64), "bf16")
+    k = _draw(rng, (cu_k[-1], 2, 64), "bf16")
+    v = _draw(rng, (cu_k[-1], 2, 64), "bf16")
+    options = dict(causal=True, window_size=(40, 0), return_lse=True, num_splits=2)
+    default = fa3.attention_varlen(q, k, v, cu_q, cu_k, 70, 130, **options)
+    plain = fa3.attention_varlen(q, k, v, cu_q, cu_k, 70, 130, pack_gqa=False, **options)
+    packed = fa3.attention_varlen(q, k, v, cu_q, cu_k, 70, 130, pack_gqa=True, **options)
+    for a, b in ((default, packed), (packed, plain)):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    assert "pack_gqa" in fa3._spec.AttentionSpec("bf16", 8, 2, 64, 64).varlen_mlir(pack_gqa=True)

@@ -321,6 +321,20 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
   return success();
 }
 
+/// PackGQA for `t`: the query heads of one key/value head share a tile
+/// (t.query and t.key already in their 4-D form).
+static LogicalResult setPackedHeads(TiledForward &t, Operation *op) {
+  auto qType = cast<RankedTensorType>(t.query.getType());
+  auto kType = cast<RankedTensorType>(t.key.getType());
+  t.packedHeads = qType.getDimSize(2) / kType.getDimSize(2);
+  if (t.packedHeads > t.schedule.getBlockM())
+    return op->emitOpError()
+           << "pack_gqa puts " << t.packedHeads
+           << " query heads in each query of a tile, more than its block_m = "
+           << t.schedule.getBlockM() << " rows";
+  return success();
+}
+
 /// Merges the split-KV partials `parts` ([N·b, ...] O and LSE, b =
 /// t.tensorBatches) of `t` into `outType` / `lseType`: the partials viewed as
 /// [N, b, ...], then fa3.combine_splits.
@@ -378,6 +392,10 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
   t.value = fa3::detail::asBatchOfOne(rewriter, loc, op.getValue());
   t.numSplits = op.getNumSplits().value_or(1);
   t.tensorBatches = indexConstant(rewriter, loc, 1);
+  if (op.getPackGqa()) {
+    if (failed(setPackedHeads(t, op)))
+      return failure();
+  }
   if (t.numSplits > 1) {
     // One [1, T, ...] slab of f32 partials per split, merged below.
     auto f32 = rewriter.getF32Type();
@@ -413,8 +431,8 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
     seq.qBegin = queries.begin;
     seq.qEnd = queries.end;
     seq.qLen = queries.length;
-    seq.numQBlocks = arith::CeilDivUIOp::create(b, loc, seq.qLen,
-                                                indexConstant(b, loc, blockM));
+    seq.numQBlocks = arith::CeilDivUIOp::create(
+        b, loc, seq.qLen, indexConstant(b, loc, blockM / t.packedHeads));
     seq.keyStart = keys.begin;
     seq.keyLen = used ? indexAt(b, loc, used, entry) : keys.length;
     return seq;
@@ -485,14 +503,8 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
     t.lseInit = emptyWithDims(rewriter, loc, t.lseType, t.query, {0, 1});
   }
   if (op.getPackGqa()) {
-    auto qType = cast<RankedTensorType>(t.query.getType());
-    auto kType = cast<RankedTensorType>(t.key.getType());
-    t.packedHeads = qType.getDimSize(2) / kType.getDimSize(2);
-    if (t.packedHeads > t.schedule.getBlockM())
-      return op.emitOpError()
-             << "pack_gqa puts " << t.packedHeads
-             << " query heads in each query of a tile, more than its block_m = "
-             << t.schedule.getBlockM() << " rows";
+    if (failed(setPackedHeads(t, op)))
+      return failure();
   }
   Value seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
   Value numQBlocks = arith::CeilDivUIOp::create(

@@ -176,7 +176,8 @@ def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
     offsets themselves are data (the Python API checks them before a call).
 
     `num_splits = N` splits each sequence's keys into N ranges of whole key
-    blocks, as `fa3.attention_kvcache`'s does (split-KV).
+    blocks, and `pack_gqa` packs the query heads of each key/value head into
+    one tile, as in `fa3.attention_kvcache` (split-KV, PackGQA).
 
     ```mlir
     %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal}
@@ -188,7 +189,8 @@ def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
                             AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k,
                             Optional<AnyTensor>:$seqused_k),
                        FA3_AttentionAttrs,
-                       (ins OptionalAttr<I64Attr>:$num_splits));
+                       (ins OptionalAttr<I64Attr>:$num_splits,
+                            UnitAttr:$pack_gqa));
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionMaskDecls;
 }
