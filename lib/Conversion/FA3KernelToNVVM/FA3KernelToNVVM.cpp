@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "fa3/Conversion/InlinePtx.h"
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 
@@ -22,17 +23,6 @@ namespace mlir::fa3 {
 
 using namespace mlir;
 using namespace mlir::fa3;
-
-/// A side-effecting inline PTX statement.
-static LLVM::InlineAsmOp inlinePtx(OpBuilder &b, Location loc, Type result,
-                                   ValueRange operands, StringRef ptx,
-                                   StringRef constraints) {
-  return LLVM::InlineAsmOp::create(
-      b, loc, result, operands, b.getStringAttr(ptx),
-      b.getStringAttr(constraints), /*has_side_effects=*/b.getUnitAttr(),
-      /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
-      LLVM::AsmDialectAttr(), ArrayAttr());
-}
 
 namespace {
 

@@ -6,6 +6,8 @@
 
 #include "HopperCodegen.h"
 
+#include "fa3/Conversion/InlinePtx.h"
+
 #include <limits>
 
 #include <cassert>
@@ -26,15 +28,6 @@ HopperCodegen::HopperCodegen(OpBuilder &b, Location loc, bool bf16, bool fp8)
   genericPtr = LLVM::LLVMPointerType::get(ctx);
 }
 
-static LLVM::InlineAsmOp inlineAsm(OpBuilder &b, Location loc, Type result,
-                                   ValueRange operands, StringRef ptx,
-                                   StringRef constraints) {
-  return LLVM::InlineAsmOp::create(
-      b, loc, result, operands, b.getStringAttr(ptx),
-      b.getStringAttr(constraints), /*has_side_effects=*/b.getUnitAttr(),
-      /*is_align_stack=*/UnitAttr(), LLVM::TailCallKindAttr(),
-      LLVM::AsmDialectAttr(), ArrayAttr());
-}
 
 Value HopperCodegen::ptxUnary(StringRef ptx, Value x) {
   return LLVM::InlineAsmOp::create(
@@ -47,7 +40,7 @@ Value HopperCodegen::ptxUnary(StringRef ptx, Value x) {
 
 void HopperCodegen::ptxVoid(StringRef ptx, StringRef constraints,
                             ValueRange operands) {
-  inlineAsm(b, loc, Type(), operands, ptx, constraints);
+  inlinePtx(b, loc, Type(), operands, ptx, constraints);
 }
 
 void HopperCodegen::declareDynamicSmem(gpu::GPUModuleOp module) {
