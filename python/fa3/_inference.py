@@ -90,6 +90,14 @@ def _check_heads(q_heads, k_shape, v_shape, d, names=("k", "v")):
     return hkv, dv
 
 
+def _make_spec(dtype, hq, hkv, d, dv, causal, softmax_scale, window_size, softcap):
+    """The AttentionSpec of a call, with the mask options checked and
+    resolved (check_options)."""
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    return AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
+                         causal=causal, scale=scale, window=window, softcap=softcap)
+
+
 def _check_num_splits(num_splits):
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
         raise ValueError(f"num_splits must be an int >= 0 (0: fa3 chooses), got {num_splits!r}")
@@ -197,9 +205,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     _check_num_splits(num_splits)
     pack_gqa = _resolve_pack_gqa(pack_gqa, None, hq, hkv)
-    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
-    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
-                         causal=causal, scale=scale, window=window, softcap=softcap)
+    spec = _make_spec(dtype, hq, hkv, d, dv, causal, softmax_scale, window_size, softcap)
     source = spec.varlen_mlir(seqused_k is not None, num_splits=max(int(num_splits), 1), pack_gqa=pack_gqa)
     fn = _jit.get_mlir(source, "attention_varlen", "cpu", "fwd")
     inputs = [_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v))] + [cu_q, cu_k]
@@ -230,9 +236,7 @@ def attention_varlen_grad(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, c
         if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != (hq, q.shape[0]):
             raise ValueError(f"{name} must be a float32 array of shape (num_heads, total_q) = {(hq, q.shape[0])}, "
                              f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
-    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
-    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
-                         causal=causal, scale=scale, window=window, softcap=softcap)
+    spec = _make_spec(dtype, hq, hkv, d, dv, causal, softmax_scale, window_size, softcap)
     fn = _jit.get_mlir(spec.varlen_backward_mlir(grad_lse=dlse is not None), "attention_varlen_grad", "cpu",
                        "bwd")
     inputs = [_contiguous(n, a) for n, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out))]
@@ -362,9 +366,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     _check_num_splits(num_splits)
     pack_gqa = _resolve_pack_gqa(pack_gqa, seq_q, hq, hkv)
-    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
-    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
-                         causal=causal, scale=scale, window=window, softcap=softcap)
+    spec = _make_spec(dtype, hq, hkv, d, dv, causal, softmax_scale, window_size, softcap)
     source = spec.kvcache_mlir(paged=paged, append=k is not None, num_splits=max(int(num_splits), 1),
                                pack_gqa=pack_gqa)
     fn = _jit.get_mlir(source, "attention_kvcache", "cpu", "fwd")

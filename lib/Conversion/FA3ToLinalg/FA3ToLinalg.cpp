@@ -112,8 +112,10 @@ namespace {
 // Tile loads and stores
 //===----------------------------------------------------------------------===//
 
-/// PackGQA tiles (`packed_heads = G`): tile rows g, g + G, g + 2G, ... are
-/// head `head + g` of consecutive query rows, a stride-G slice of the tile.
+/// The rows a tile op moves, per head: with PackGQA (`packed_heads = G`)
+/// tile rows g, g + G, g + 2G, ... are head `head + g` of consecutive query
+/// rows, a stride-G slice of the tile; without it (G = 1) all rows are one
+/// head's.
 /// Calls `move(g, start, n)` for each of the G heads with the in-range rows
 /// `[start, start + n)` of the sequence that the slice holds.
 static void forEachPackedHead(
@@ -141,40 +143,28 @@ struct LoadTileLowering : OpConversionPattern<LoadTileOp> {
     auto tileType = cast<RankedTensorType>(op.getType());
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
     Value seqLen = rowEnd(rewriter, loc, op.getSource(), 1, op.getLimit());
-    if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1) {
-      OpFoldResult one = rewriter.getIndexAttr(1),
-                   zero = rewriter.getIndexAttr(0);
-      auto sliceType = RankedTensorType::get({ShapedType::kDynamic, cols},
-                                             tileType.getElementType());
-      Value tile = zeros(rewriter, loc, tileType);
-      forEachPackedHead(
-          rewriter, loc, seqLen, op.getRow(), rows, packed,
-          [&](int64_t g, Value start, Value n) {
-            Value slice = tensor::ExtractSliceOp::create(
-                rewriter, loc, sliceType, op.getSource(),
-                {op.getBatch(), start, headPlus(rewriter, loc, op.getHead(), g),
-                 zero},
-                {one, n, one, rewriter.getIndexAttr(cols)},
-                {one, one, one, one});
-            tile = tensor::InsertSliceOp::create(
-                rewriter, loc, slice, tile, {rewriter.getIndexAttr(g), zero},
-                {n, rewriter.getIndexAttr(cols)},
-                {rewriter.getIndexAttr(packed), one});
-          });
-      rewriter.replaceOp(op, tile);
-      return success();
-    }
-    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
+    // One slice per packed head (one in all without PackGQA), each a
+    // stride-G set of tile rows; the tile's other rows stay zero.
+    int64_t packed = op.getPackedHeads().value_or(1);
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
     auto sliceType = RankedTensorType::get({ShapedType::kDynamic, cols},
                                            tileType.getElementType());
-    Value slice = tensor::ExtractSliceOp::create(
-        rewriter, loc, sliceType, op.getSource(),
-        {op.getBatch(), start, op.getHead(), zero},
-        {one, n, one, rewriter.getIndexAttr(cols)}, {one, one, one, one});
-    Value tile = tensor::InsertSliceOp::create(
-        rewriter, loc, slice, zeros(rewriter, loc, tileType), {zero, zero},
-        {n, rewriter.getIndexAttr(cols)}, {one, one});
+    Value tile;
+    forEachPackedHead(
+        rewriter, loc, seqLen, op.getRow(), rows, packed,
+        [&](int64_t g, Value start, Value n) {
+          Value slice = tensor::ExtractSliceOp::create(
+              rewriter, loc, sliceType, op.getSource(),
+              {op.getBatch(), start, headPlus(rewriter, loc, op.getHead(), g),
+               zero},
+              {one, n, one, rewriter.getIndexAttr(cols)}, {one, one, one, one});
+          if (!tile)
+            tile = zeros(rewriter, loc, tileType);
+          tile = tensor::InsertSliceOp::create(
+              rewriter, loc, slice, tile, {rewriter.getIndexAttr(g), zero},
+              {n, rewriter.getIndexAttr(cols)},
+              {rewriter.getIndexAttr(packed), one});
+        });
     rewriter.replaceOp(op, tile);
     return success();
   }
@@ -251,41 +241,27 @@ struct StoreTileLowering : OpConversionPattern<StoreTileOp> {
     auto tileType = cast<RankedTensorType>(op.getTile().getType());
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
     Value seqLen = rowEnd(rewriter, loc, op.getDest(), 1, op.getLimit());
-    if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1) {
-      OpFoldResult one = rewriter.getIndexAttr(1),
-                   zero = rewriter.getIndexAttr(0);
-      auto partType = RankedTensorType::get({ShapedType::kDynamic, cols},
-                                            tileType.getElementType());
-      Value result = op.getDest();
-      forEachPackedHead(
-          rewriter, loc, seqLen, op.getRow(), rows, packed,
-          [&](int64_t g, Value start, Value n) {
-            Value part = tensor::ExtractSliceOp::create(
-                rewriter, loc, partType, op.getTile(),
-                {rewriter.getIndexAttr(g), zero},
-                {n, rewriter.getIndexAttr(cols)},
-                {rewriter.getIndexAttr(packed), one});
-            result = tensor::InsertSliceOp::create(
-                rewriter, loc, part, result,
-                {op.getBatch(), start, headPlus(rewriter, loc, op.getHead(), g),
-                 zero},
-                {one, n, one, rewriter.getIndexAttr(cols)},
-                {one, one, one, one});
-          });
-      rewriter.replaceOp(op, result);
-      return success();
-    }
-    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
+    // One stride-G slice of the tile per packed head (one without PackGQA).
+    int64_t packed = op.getPackedHeads().value_or(1);
     OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
     auto partType = RankedTensorType::get({ShapedType::kDynamic, cols},
                                           tileType.getElementType());
-    Value part = tensor::ExtractSliceOp::create(
-        rewriter, loc, partType, op.getTile(), {zero, zero},
-        {n, rewriter.getIndexAttr(cols)}, {one, one});
-    Value result = tensor::InsertSliceOp::create(
-        rewriter, loc, part, op.getDest(),
-        {op.getBatch(), start, op.getHead(), zero},
-        {one, n, one, rewriter.getIndexAttr(cols)}, {one, one, one, one});
+    Value result = op.getDest();
+    forEachPackedHead(
+        rewriter, loc, seqLen, op.getRow(), rows, packed,
+        [&](int64_t g, Value start, Value n) {
+          Value part = tensor::ExtractSliceOp::create(
+              rewriter, loc, partType, op.getTile(),
+              {rewriter.getIndexAttr(g), zero},
+              {n, rewriter.getIndexAttr(cols)},
+              {rewriter.getIndexAttr(packed), one});
+          result = tensor::InsertSliceOp::create(
+              rewriter, loc, part, result,
+              {op.getBatch(), start, headPlus(rewriter, loc, op.getHead(), g),
+               zero},
+              {one, n, one, rewriter.getIndexAttr(cols)},
+              {one, one, one, one});
+        });
     rewriter.replaceOp(op, result);
     return success();
   }
@@ -323,37 +299,24 @@ struct StoreStatsLowering : OpConversionPattern<StoreStatsOp> {
     Location loc = op.getLoc();
     auto tileType = cast<RankedTensorType>(op.getTile().getType());
     Value seqLen = rowEnd(rewriter, loc, op.getDest(), 2, op.getLimit());
-    if (int64_t packed = op.getPackedHeads().value_or(1); packed > 1) {
-      OpFoldResult one = rewriter.getIndexAttr(1);
-      auto partType = RankedTensorType::get({ShapedType::kDynamic},
-                                            tileType.getElementType());
-      Value result = op.getDest();
-      forEachPackedHead(
-          rewriter, loc, seqLen, op.getRow(), tileType.getDimSize(0), packed,
-          [&](int64_t g, Value start, Value n) {
-            Value part = tensor::ExtractSliceOp::create(
-                rewriter, loc, partType, op.getTile(),
-                {rewriter.getIndexAttr(g)}, {n},
-                {rewriter.getIndexAttr(packed)});
-            result = tensor::InsertSliceOp::create(
-                rewriter, loc, part, result,
-                {op.getBatch(), headPlus(rewriter, loc, op.getHead(), g), start},
-                {one, one, n}, {one, one, one});
-          });
-      rewriter.replaceOp(op, result);
-      return success();
-    }
-    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(),
-                                  tileType.getDimSize(0));
-    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    // One stride-G slice of the tile per packed head (one without PackGQA).
+    int64_t packed = op.getPackedHeads().value_or(1);
+    OpFoldResult one = rewriter.getIndexAttr(1);
     auto partType = RankedTensorType::get({ShapedType::kDynamic},
                                           tileType.getElementType());
-    Value part = tensor::ExtractSliceOp::create(rewriter, loc, partType,
-                                                op.getTile(), {zero}, {n},
-                                                {one});
-    Value result = tensor::InsertSliceOp::create(
-        rewriter, loc, part, op.getDest(),
-        {op.getBatch(), op.getHead(), start}, {one, one, n}, {one, one, one});
+    Value result = op.getDest();
+    forEachPackedHead(
+        rewriter, loc, seqLen, op.getRow(), tileType.getDimSize(0), packed,
+        [&](int64_t g, Value start, Value n) {
+          Value part = tensor::ExtractSliceOp::create(
+              rewriter, loc, partType, op.getTile(),
+              {rewriter.getIndexAttr(g)}, {n},
+              {rewriter.getIndexAttr(packed)});
+          result = tensor::InsertSliceOp::create(
+              rewriter, loc, part, result,
+              {op.getBatch(), headPlus(rewriter, loc, op.getHead(), g), start},
+              {one, one, n}, {one, one, one});
+        });
     rewriter.replaceOp(op, result);
     return success();
   }

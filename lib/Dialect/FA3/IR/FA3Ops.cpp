@@ -348,33 +348,42 @@ LogicalResult AttentionOp::verify() {
 // AttentionGradOp
 //===----------------------------------------------------------------------===//
 
+/// The operands and results every backward shares, given the shapes of O
+/// and of the LSE in its layout: dO and O shaped like O, the LSE (and dLSE,
+/// if any) f32, and dQ/dK/dV typed like Q/K/V.
+template <typename OpTy>
+static LogicalResult verifyGradTypes(OpTy op, const AttentionTypes &t,
+                                     ArrayRef<int64_t> outShape,
+                                     ArrayRef<int64_t> lseShape) {
+  Type elt = t.q.getElementType();
+  Type f32 = Float32Type::get(op.getContext());
+  if (failed(verifyResultType(op, op.getGradOutput().getType(), "grad_output",
+                              outShape, elt)) ||
+      failed(verifyResultType(op, op.getOutput().getType(), "output", outShape,
+                              elt)) ||
+      failed(verifyResultType(op, op.getLse().getType(), "lse", lseShape, f32)))
+    return failure();
+  if (Value gradLse = op.getGradLse())
+    if (failed(verifyResultType(op, gradLse.getType(), "grad_lse", lseShape,
+                                f32)))
+      return failure();
+  if (failed(verifyResultType(op, op.getGradQuery().getType(), "grad_query",
+                              t.q.getShape(), elt)) ||
+      failed(verifyResultType(op, op.getGradKey().getType(), "grad_key",
+                              t.k.getShape(), elt)) ||
+      failed(verifyResultType(op, op.getGradValue().getType(), "grad_value",
+                              t.v.getShape(), elt)))
+    return failure();
+  return success();
+}
+
 LogicalResult AttentionGradOp::verify() {
   auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
                      toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
                      getCausal());
   if (failed(t))
     return failure();
-  Type elt = t->q.getElementType();
-  SmallVector<int64_t, 4> oShape = outputShape(t->q, t->v);
-  if (failed(verifyResultType(*this, getGradOutput().getType(), "grad_output",
-                              oShape, elt)) ||
-      failed(verifyResultType(*this, getOutput().getType(), "output", oShape,
-                              elt)) ||
-      failed(verifyResultType(*this, getLse().getType(), "lse",
-                              lseShape(t->q), Float32Type::get(getContext()))))
-    return failure();
-  if (Value gradLse = getGradLse())
-    if (failed(verifyResultType(*this, gradLse.getType(), "grad_lse",
-                                lseShape(t->q), Float32Type::get(getContext()))))
-      return failure();
-  if (failed(verifyResultType(*this, getGradQuery().getType(), "grad_query",
-                              t->q.getShape(), elt)) ||
-      failed(verifyResultType(*this, getGradKey().getType(), "grad_key",
-                              t->k.getShape(), elt)) ||
-      failed(verifyResultType(*this, getGradValue().getType(), "grad_value",
-                              t->v.getShape(), elt)))
-    return failure();
-  return success();
+  return verifyGradTypes(*this, *t, outputShape(t->q, t->v), lseShape(t->q));
 }
 
 //===----------------------------------------------------------------------===//
@@ -455,27 +464,10 @@ LogicalResult AttentionVarlenGradOp::verify() {
     return failure();
   if (failed(verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK())))
     return failure();
-  Type elt = t->q.getElementType();
-  SmallVector<int64_t, 3> oShape = {t->q.getDimSize(0), t->q.getDimSize(1),
-                                    t->v.getDimSize(2)};
-  Type f32 = Float32Type::get(getContext());
-  if (failed(verifyResultType(*this, getGradOutput().getType(), "grad_output",
-                              oShape, elt)) ||
-      failed(verifyResultType(*this, getOutput().getType(), "output", oShape,
-                              elt)) ||
-      failed(verifyResultType(*this, getLse().getType(), "lse",
-                              {t->q.getDimSize(1), t->q.getDimSize(0)}, f32)) ||
-      (getGradLse() &&
-       failed(verifyResultType(*this, getGradLse().getType(), "grad_lse",
-                               {t->q.getDimSize(1), t->q.getDimSize(0)}, f32))) ||
-      failed(verifyResultType(*this, getGradQuery().getType(), "grad_query",
-                              t->q.getShape(), elt)) ||
-      failed(verifyResultType(*this, getGradKey().getType(), "grad_key",
-                              t->k.getShape(), elt)) ||
-      failed(verifyResultType(*this, getGradValue().getType(), "grad_value",
-                              t->v.getShape(), elt)))
-    return failure();
-  return success();
+  // Packed: O [Tq, Hq, Dv], LSE [Hq, Tq].
+  return verifyGradTypes(
+      *this, *t, {t->q.getDimSize(0), t->q.getDimSize(1), t->v.getDimSize(2)},
+      {t->q.getDimSize(1), t->q.getDimSize(0)});
 }
 
 LogicalResult AttentionKVCacheOp::verify() {
