@@ -32,6 +32,9 @@ void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
   pm.addPass(createFA3SelectSchedule(schedule));
   pm.addPass(createFA3Tile());
   pm.addPass(createFA3FuseSoftmax());
+  // A schedule with intra_wg_overlap rotates the key loop here as on Hopper
+  // (the same arithmetic, so the CPU checks the rotated loop's numbers).
+  pm.addPass(createFA3IntraWarpgroupOverlap());
   pm.addPass(createConvertFA3ToLinalg());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

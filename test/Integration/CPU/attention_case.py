@@ -32,6 +32,8 @@ class Case:
     dynamic: bool = True
     block_m: int = 0
     block_n: int = 0
+    # A #fa3.schedule attribute written on the op (None: the cost model's).
+    schedule: str | None = None
 
     @property
     def head_dim_v(self):
@@ -73,6 +75,8 @@ class Case:
             attrs.append(f"window = array<i64: {self.window[0]}, {self.window[1]}>")
         if self.softcap:
             attrs.append(f"softcap = {self.softcap!r} : f32")
+        if self.schedule:
+            attrs.append(f"schedule = {self.schedule}")
         attr_dict = " {" + ", ".join(attrs) + "}" if attrs else ""
         return (
             f"func.func @attn(%q: {qt}, %k: {kt}, %v: {vt}) -> ({ot}, {lt}) {{\n"

@@ -147,6 +147,8 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
         scf::YieldOp::create(b, loc, ValueRange{acc, newMax, newSum});
       });
 
+  loop->setAttr(kKeyLoopScheduleAttrName, schedule);
+
   auto finalize = FinalizeOp::create(
       rewriter, loc, op.getOutput().getType(), op.getLse().getType(),
       loop.getResult(0), loop.getResult(1), loop.getResult(2),

@@ -47,8 +47,10 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     | `persistent` | with a producer (16-bit types) | must be false |
     | `cluster` | must be 1 | must be 1 |
 
-    The CPU lowering uses only `block_m` and `block_n`; the other fields
-    describe GPU kernels and do not change what the CPU computes.
+    The CPU lowering uses `block_m`, `block_n` and `intra_wg_overlap` (the
+    key loop rotated by `fa3-intra-wg-overlap`, with the same arithmetic, so
+    the CPU checks the rotated loop bit for bit); the other fields describe
+    GPU kernels and do not change what the CPU computes.
 
     ```mlir
     #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2,

@@ -18,6 +18,14 @@ namespace mlir::fa3 {
 #define GEN_PASS_DECL
 #include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
 
+/// The attribute fa3-fuse-softmax leaves on each key loop it makes: the
+/// attention block's #fa3.schedule, for the passes that restructure the loop
+/// as the schedule asks (fa3-intra-wg-overlap).
+inline constexpr llvm::StringLiteral kKeyLoopScheduleAttrName = "fa3.schedule";
+/// The unit attribute fa3-intra-wg-overlap puts on a key loop it rotated.
+inline constexpr llvm::StringLiteral kOverlappedKeyLoopAttrName =
+    "fa3.intra_wg_overlap";
+
 /// The schedule the cost model of `fa3-select-schedule` picks for an
 /// attention of head dim `headDim` and element type `elementType` on
 /// `target` ("cpu" or "sm_90a"); failure for an unknown target.

@@ -348,10 +348,65 @@ def FA3FuseSoftmax : Pass<"fa3-fuse-softmax"> {
     batch). With `pages` the key and value tiles are `fa3.load_paged_tile`
     reads through the page table. Masks and loop bounds stay in the
     sequence's own coordinates.
+
+    The loop keeps the block's schedule as its `fa3.schedule` attribute, for
+    the passes that restructure it as the schedule asks
+    (`fa3-intra-wg-overlap`).
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::tensor::TensorDialect"];
+}
+
+def FA3IntraWarpgroupOverlap : Pass<"fa3-intra-wg-overlap"> {
+  let summary = "Rotate the key loop so block j+1's QKᵀ and softmax overlap block j's PV";
+  let description = [{
+    Software-pipelines each key loop of `fa3-fuse-softmax` whose
+    `fa3.schedule` (the attribute that pass leaves on the loop) has
+    `intra_wg_overlap = true` by one stage, FlashAttention-3's
+    intra-warpgroup overlap. The loop body splits into two stages:
+
+    * stage B: `fa3.pv` and what its value tile is computed from (the V
+      load and its index arithmetic);
+    * stage A: everything else: the K load, `fa3.qk`, the mask, the
+      softmax and the `fa3.rescale` of the accumulator.
+
+    The rotated loop runs stage A of block j + 1 beside stage B of block j,
+    with stage B placed right after stage A's `fa3.qk`, so on Hopper the two
+    MMAs are issued back to back and block j + 1's softmax runs while block
+    j's PV computes. Stage A of the first block is peeled before the loop
+    and stage B of the last after it, under one `scf.if` on a non-empty key
+    range, so no MMA sits under a branch of its own:
+
+    ```mlir
+    %r:3 = scf.if %nonempty -> (...) {
+      ... stage A of block lo (K load, qk, mask, softmax, rescale of O0) ...
+      %l:4 = scf.for %j = %lo to %hi_1 step %c1
+          iter_args(%p = ..., %m = ..., %l = ..., %o = ...) {
+        %j1 = arith.addi %j, %c1 : index
+        ... K load and fa3.qk of block j1 ...
+        ... V load of block j; %o1 = fa3.pv %p, %v, %o ...
+        ... mask and fa3.online_softmax of block j1; %o2 = fa3.rescale %o1 ...
+        scf.yield %p1, %m1, %l1, %o2
+      } {fa3.intra_wg_overlap, fa3.schedule = ...}
+      ... stage B of block hi - 1: %o = fa3.pv %l#0, %v, %l#3 ...
+      scf.yield %o, %l#1, %l#2
+    } else {
+      scf.yield %o0, %m0, %l0
+    }
+    ```
+
+    The loop carries P (the probabilities of the block whose PV is still
+    to come), the carried statistics and the rescaled accumulator. The
+    arithmetic is that of the unrotated loop, op for op (O_j = α_j O_{j-1} +
+    P_j V_j either way), so the CPU pipeline gives the same bits with and
+    without the rotation. A rotated loop is marked `fa3.intra_wg_overlap`
+    and not rotated again. A loop the schedule asks to rotate but that is
+    not of this form (no single `fa3.pv`, a value tile that depends on the
+    carried values, a step other than 1) is an error.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
 }
 
 def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
