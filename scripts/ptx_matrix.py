@@ -11,7 +11,8 @@ kernel structure of fa3.schedules (WS, pingpong, overlap, persistent, ...)
 and in the length buckets fa3.attention picks for four (Sq, Sk); the
 backward; the FP8 forward. `compare` reports kernels whose PTX differs in
 anything but the `// begin/end inline asm` comment lines (which only say
-where an instruction came from). Identical PTX runs identically, so a
+where an instruction came from), and separately those equal up to a
+consistent renumbering of virtual registers and labels. Identical PTX runs identically, so a
 change that keeps it needs no GPU run; any other difference does.
 Needs the built extension (`bash scripts/build.sh`), no GPU.
 """
@@ -20,6 +21,7 @@ import argparse
 import itertools
 import os
 import pathlib
+import re
 import sys
 import tempfile
 
@@ -65,16 +67,41 @@ def _code(path):
     return [line for line in path.read_text().splitlines() if "inline asm" not in line]
 
 
+_NAME = re.compile(r"(%rd|%rs|%r|%p|%fd|%f|\$L__BB)([0-9_]+)")
+
+
+def _renamed(lines):
+    """`lines` with every virtual register and label renamed by its first
+    appearance (%r7 first seen third among the %r becomes %r#2): two PTX
+    texts equal after this differ only in the numbering the compiler chose,
+    which is a consistent renaming, so they compute the same."""
+    seen = {}
+
+    def canonical(m):
+        if m.group(0) not in seen:
+            seen[m.group(0)] = f"{m.group(1)}#{sum(k.startswith(m.group(1) + '#') for k in seen.values())}"
+        return seen[m.group(0)]
+
+    return [_NAME.sub(canonical, line) for line in lines]
+
+
 def compare(before, after):
+    """Prints each kernel that is missing on one side, differs, or is equal
+    only up to register numbering; returns 1 if any is missing or differs."""
     before, after = pathlib.Path(before), pathlib.Path(after)
     names = sorted({p.name for p in before.glob("*.ptx")} | {p.name for p in after.glob("*.ptx")})
     missing = [n for n in names if not (before / n).exists() or not (after / n).exists()]
-    changed = [n for n in names if n not in missing and _code(before / n) != _code(after / n)]
+    unequal = [n for n in names if n not in missing and _code(before / n) != _code(after / n)]
+    renamed = [n for n in unequal if _renamed(_code(before / n)) == _renamed(_code(after / n))]
+    changed = [n for n in unequal if n not in renamed]
     for n in missing:
         print(f"only in one directory: {n}")
     for n in changed:
         print(f"differs: {n}")
-    print(f"{len(names) - len(missing) - len(changed)} of {len(names)} kernels identical")
+    for n in renamed:
+        print(f"equal up to register numbering: {n}")
+    print(f"{len(names) - len(missing) - len(unequal)} of {len(names)} kernels identical, "
+          f"{len(renamed)} equal up to register numbering")
     return 1 if missing or changed else 0
 
 

@@ -21,7 +21,18 @@ def test_compare(tmp_path, capsys):
     _write(a, "k.ptx", "\t// begin inline asm\n\tbar.sync 1, 256;\n\t// end inline asm\n")
     _write(b, "k.ptx", "\tbar.sync 1, 256;\n")
     assert ptx_matrix.compare(a, b) == 0
-    assert "1 of 1 kernels identical" in capsys.readouterr().out
+    assert "1 of 1 kernels identical, 0 equal up to register numbering" in capsys.readouterr().out
+    # The same code with registers numbered otherwise (consistently): equal.
+    _write(a, "r.ptx", "\tmov.b32 %r5, 0;\n\tadd.s32 %r6, %r5, %r5;\n")
+    _write(b, "r.ptx", "\tmov.b32 %r4, 0;\n\tadd.s32 %r9, %r4, %r4;\n")
+    assert ptx_matrix.compare(a, b) == 0
+    assert "equal up to register numbering: r.ptx" in capsys.readouterr().out
+    # Not a consistent renaming: the add reads another register.
+    _write(b, "r.ptx", "\tmov.b32 %r4, 0;\n\tadd.s32 %r9, %r4, %r7;\n")
+    assert ptx_matrix.compare(a, b) == 1
+    assert "differs: r.ptx" in capsys.readouterr().out
+    (a / "r.ptx").unlink()
+    (b / "r.ptx").unlink()
     _write(b, "k.ptx", "\tbar.sync 2, 256;\n")
     assert ptx_matrix.compare(a, b) == 1
     assert "differs: k.ptx" in capsys.readouterr().out

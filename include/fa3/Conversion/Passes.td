@@ -194,20 +194,32 @@ def ConvertFA3TileToHopper
       `fa3.pv`: register-A wgmma (P, packed to 16 bits, never leaves the
       registers); `fa3.finalize`: the normalization and LSE with its
       `scale`; `fa3.parallel_store_tile`/`_stats`: masked global stores of
-      the rows inside Sq at the ops' coordinates.
+      the rows inside Sq at the ops' coordinates;
+    * the key loop, plain or rotated by `fa3-intra-wg-overlap` (an `scf.if`
+      on a non-empty range around the first block's stage A, the rotated
+      loop and the last block's stage B), is emitted op by op in IR order:
+      the consumers read the K and V tiles in the order the producer fills
+      the ring (the n-th key tile is ring use n), a wgmma result is waited
+      for (`wgmma.wait_group` with the groups committed after it still in
+      flight) right before its first use, and the ring slot a wgmma read is
+      released right after that wait. So the rotated loop keeps block j's
+      PV in flight during block j + 1's softmax with no schedule flag: the
+      IR's order says it.
 
     How it computes comes from the `#fa3.schedule`: the ring depth
     (`stages`), warp specialization (`producer_regs`/`consumer_regs`: a
     producer warpgroup with `setmaxnreg.dec` issuing the loads, consumers
     with `setmaxnreg.inc`), `pingpong` (named barriers ordering the two
-    consumers' wgmmas) and `intra_wg_overlap` (the key loop rotated by one
-    stage: iteration i+1's QKᵀ issued before iteration i's PV) and
+    consumers' wgmmas: in a plain loop the QKᵀ is one turn, in the rotated
+    loop one turn covers block j + 1's QKᵀ and block j's PV, and outside it
+    each MMA is a turn) and
     `persistent` (both roles walk the same tiles; the K/V ring's position
     and the Q barriers' phases carry across tiles; where two Q tiles fit in
     shared memory (d <= 128) tile n uses Q tile n % 2, so the producer
     loads tile n + 1's Q while tile n computes, else one Q tile is reloaded
     once the consumers arrive on its Q-empty mbarrier after their key
-    loop, during this tile's epilogue). Each
+    loop, during this tile's epilogue). `intra_wg_overlap` must match the
+    key loop's form and needs a producer warpgroup. Each
     consumer warpgroup owns 64 rows of the query tile. A function of another
     form (other ops, other dataflow in the key loop) is an error naming the
     op.

@@ -12,9 +12,11 @@
 // fa3.mask and what it hides from the mask's operands, the scales from
 // fa3.softcap, fa3.online_softmax and fa3.finalize, the store coordinates
 // from the parallel stores. All index arithmetic of the IR is emitted as is
-// (in i32); nothing of it is recomputed here. How the kernel computes it
-// comes from the function's #fa3.schedule: the K/V ring depth, warp
-// specialization, pingpong and intra-warpgroup overlap.
+// (in i32); nothing of it is recomputed here. The consumers' key loop is
+// emitted op by op in IR order, plain or as fa3-intra-wg-overlap rotated
+// it, with each wgmma result waited for right before its first use. How the
+// kernel computes the rest comes from the function's #fa3.schedule: the K/V
+// ring depth, warp specialization, pingpong and the persistent grid.
 //
 // Register fragments: each consumer warpgroup owns 64 rows of the query
 // tile; a thread holds two of them (lane / 4 and lane / 4 + 8 of its warp's
@@ -27,6 +29,7 @@
 #include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
 
 #include "HopperCodegen.h"
@@ -63,9 +66,15 @@ namespace {
 
 /// The key loop fa3-fuse-softmax emits: per key block, load K and V, S = Q Kᵀ,
 /// an optional softcap and boundary mask, the online-softmax step, the
-/// rescale and O += P V.
+/// rescale and O += P V. Or that loop rotated by fa3-intra-wg-overlap: an
+/// scf.if on a non-empty key range around stage A of the first block (the
+/// prologue), the rotated loop (stage A of block j + 1 and stage B of block
+/// j) and stage B of the last block (the epilogue).
 struct KeyLoop {
+  /// The plain key loop, or the rotated one.
   scf::ForOp loop;
+  /// The loads in `loop`. In the rotated loop at induction variable j the
+  /// key load reads block j + 1 and the value load block j.
   LoadTileOp keyLoad, valueLoad;
   QKOp qk;
   SoftcapOp softcap;
@@ -74,6 +83,16 @@ struct KeyLoop {
   OnlineSoftmaxOp softmax;
   RescaleOp rescale;
   PVOp pv;
+  /// Rotated: the non-empty test, and the prologue's key load (block lo).
+  scf::IfOp guard;
+  LoadTileOp firstKeyLoad;
+  /// The key blocks [lo, hi) the tile visits.
+  Value lo, hi;
+  /// What the key structure returns: O, the row max and the row sum.
+  ValueRange results() {
+    return guard ? ValueRange(guard.getResults())
+                 : ValueRange(loop.getResults());
+  }
 };
 
 /// The tile-level kernel function: one scf.forall over the grid whose body
@@ -88,8 +107,6 @@ struct TileKernel {
   FinalizeOp finalize;
   ParallelStoreTileOp storeOutput;
   ParallelStoreStatsOp storeLse;
-  /// The splat values the loop's accumulator, max and sum start from.
-  float initAcc = 0, initMax = 0, initSum = 0;
 };
 
 } // namespace
@@ -219,9 +236,183 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   if (!acc || !max || !sum)
     return fail(loop, "its accumulator, max and sum must start from splat "
                       "constants");
-  kernel.initAcc = *acc;
-  kernel.initMax = *max;
-  kernel.initSum = *sum;
+  keys.lo = loop.getLowerBound();
+  keys.hi = loop.getUpperBound();
+  return keys;
+}
+
+/// The key loop as fa3-intra-wg-overlap rotates it (its pass description
+/// shows the form): the dataflow of each stage is that of the plain loop.
+static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
+                                                 TileKernel &kernel) {
+  auto fail = [&](Operation *at, const Twine &what) {
+    at->emitOpError() << "is not the rotated key loop "
+                         "convert-fa3-tile-to-hopper implements: "
+                      << what;
+    return failure();
+  };
+  KeyLoop keys;
+  keys.guard = guard;
+  func::FuncOp func = kernel.func;
+  Value q = kernel.queryLoad.getResult(), k = func.getArgument(1),
+        v = func.getArgument(2);
+  // lo < hi, or hi > lo as canonicalize writes it.
+  auto cond = guard.getCondition().getDefiningOp<arith::CmpIOp>();
+  bool less = cond && cond.getPredicate() == arith::CmpIPredicate::slt;
+  bool greater = cond && cond.getPredicate() == arith::CmpIPredicate::sgt;
+  if ((!less && !greater) || guard.getNumResults() != 3 ||
+      guard.elseBlock() == nullptr)
+    return fail(guard, "it must test lo < hi and return O, the max and the "
+                       "sum");
+  keys.lo = less ? cond.getLhs() : cond.getRhs();
+  keys.hi = less ? cond.getRhs() : cond.getLhs();
+  for (Value init : guard.elseYield().getOperands())
+    if (!splatValue(init))
+      return fail(guard, "an empty key range must return splat constants");
+
+  // The stage ops of one block (the then-block or the loop body), at most
+  // one of each.
+  struct Stages {
+    LoadTileOp keyLoad, valueLoad;
+    QKOp qk;
+    SoftcapOp softcap;
+    scf::IfOp maskIf;
+    MaskOp mask;
+    OnlineSoftmaxOp softmax;
+    RescaleOp rescale;
+    PVOp pv;
+    scf::ForOp loop;
+  };
+  auto collect = [&](Block &block) -> FailureOr<Stages> {
+    Stages st;
+    auto once = [&](auto &slot, auto op) {
+      if (slot)
+        return false;
+      slot = op;
+      return true;
+    };
+    for (Operation &op : block.without_terminator()) {
+      bool ok = true;
+      if (isScalarOp(&op) || isArgumentDim(&op, func))
+        continue;
+      if (auto load = dyn_cast<LoadTileOp>(op)) {
+        if (load.getLimit() || load.getPackedHeads() ||
+            (load.getSource() != k && load.getSource() != v))
+          return fail(load, "it must load whole key or value tiles");
+        ok = load.getSource() == k ? once(st.keyLoad, load)
+                                   : once(st.valueLoad, load);
+      } else if (auto qk = dyn_cast<QKOp>(op)) {
+        ok = qk.getQuery() == q && qk.getKey() == st.keyLoad.getResult() &&
+             once(st.qk, qk);
+      } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+        ok = st.qk && softcap.getScores() == st.qk.getResult() &&
+             once(st.softcap, softcap);
+      } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+        auto thenYield =
+            cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator());
+        MaskOp mask = thenYield.getNumOperands() == 1
+                          ? thenYield.getOperand(0).getDefiningOp<MaskOp>()
+                          : MaskOp();
+        ok = mask && ifOp.elseBlock() && once(st.maskIf, ifOp);
+        st.mask = mask;
+      } else if (auto softmax = dyn_cast<OnlineSoftmaxOp>(op)) {
+        ok = once(st.softmax, softmax);
+      } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+        ok = st.softmax &&
+             rescale.getCorrection() == st.softmax.getCorrection() &&
+             once(st.rescale, rescale);
+      } else if (auto pv = dyn_cast<PVOp>(op)) {
+        ok = st.valueLoad && pv.getValue() == st.valueLoad.getResult() &&
+             !pv.getProbsScaleAttr() && once(st.pv, pv);
+      } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+        ok = once(st.loop, loop);
+      } else {
+        return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
+      }
+      if (!ok)
+        return fail(&op, "it is not where the rotated key loop has it");
+    }
+    if (st.maskIf) {
+      Value scores = st.softcap ? st.softcap.getResult() : st.qk.getResult();
+      if (st.mask.getScores() != scores ||
+          st.maskIf.elseYield().getOperand(0) != scores)
+        return fail(st.maskIf, "the only branch must mask S");
+    }
+    return st;
+  };
+
+  FailureOr<Stages> outer = collect(*guard.thenBlock());
+  if (failed(outer))
+    return failure();
+  scf::ForOp loop = outer->loop;
+  if (!loop || !loop->hasAttr(kOverlappedKeyLoopAttrName) ||
+      !outer->keyLoad || !outer->qk || !outer->softmax || !outer->rescale ||
+      !outer->valueLoad || !outer->pv)
+    return fail(guard, "it must hold the first block's stage A, the rotated "
+                       "loop and the last block's stage B");
+  FailureOr<Stages> body = collect(*loop.getBody());
+  if (failed(body))
+    return failure();
+  if (!body->keyLoad || !body->qk || !body->softmax || !body->rescale ||
+      !body->valueLoad || !body->pv || body->loop)
+    return fail(loop, "its body must hold stage A of block j + 1 and stage B "
+                      "of block j");
+  if (getConstantIntValue(loop.getStep()) != 1 ||
+      loop.getLowerBound() != keys.lo ||
+      !matchPattern(loop.getUpperBound(),
+                    m_Op<arith::SubIOp>(matchers::m_Val(keys.hi),
+                                        m_One())))
+    return fail(loop, "it must run from lo to hi - 1 in steps of 1");
+  // The carried values: P, the max, the sum and the rescaled O.
+  auto args = loop.getRegionIterArgs();
+  auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+  Value scoresOf = body->maskIf    ? body->maskIf.getResult(0)
+                   : body->softcap ? body->softcap.getResult()
+                                   : body->qk.getResult();
+  if (args.size() != 4 || body->pv.getProbs() != args[0] ||
+      body->pv.getAcc() != args[3] ||
+      body->softmax.getScores() != scoresOf ||
+      body->softmax.getRowMax() != args[1] ||
+      body->softmax.getRowSum() != args[2] ||
+      body->rescale.getAcc() != body->pv.getResult() ||
+      yield.getOperand(0) != body->softmax.getProbs() ||
+      yield.getOperand(1) != body->softmax.getNewMax() ||
+      yield.getOperand(2) != body->softmax.getNewSum() ||
+      yield.getOperand(3) != body->rescale.getResult())
+    return fail(loop, "it must carry P, the max, the sum and O between the "
+                      "stages as fa3-intra-wg-overlap rotates them");
+  ValueRange elseInits = guard.elseYield().getOperands();
+  Value firstScores = outer->maskIf    ? outer->maskIf.getResult(0)
+                      : outer->softcap ? outer->softcap.getResult()
+                                       : outer->qk.getResult();
+  auto inits = loop.getInitArgs();
+  auto thenYield = guard.thenYield();
+  if (outer->softmax.getScores() != firstScores ||
+      outer->softmax.getRowMax() != elseInits[1] ||
+      outer->softmax.getRowSum() != elseInits[2] ||
+      outer->rescale.getAcc() != elseInits[0] ||
+      inits[0] != outer->softmax.getProbs() ||
+      inits[1] != outer->softmax.getNewMax() ||
+      inits[2] != outer->softmax.getNewSum() ||
+      inits[3] != outer->rescale.getResult() ||
+      outer->pv.getProbs() != loop.getResult(0) ||
+      outer->pv.getAcc() != loop.getResult(3) ||
+      thenYield.getOperand(0) != outer->pv.getResult() ||
+      thenYield.getOperand(1) != loop.getResult(1) ||
+      thenYield.getOperand(2) != loop.getResult(2))
+    return fail(guard, "its prologue and epilogue must be the first block's "
+                       "stage A and the last block's stage B");
+  keys.loop = loop;
+  keys.keyLoad = body->keyLoad;
+  keys.valueLoad = body->valueLoad;
+  keys.qk = body->qk;
+  keys.softcap = body->softcap;
+  keys.maskIf = body->maskIf;
+  keys.mask = body->mask;
+  keys.softmax = body->softmax;
+  keys.rescale = body->rescale;
+  keys.pv = body->pv;
+  keys.firstKeyLoad = outer->keyLoad;
   return keys;
 }
 
@@ -272,19 +463,22 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
       if (kernel.queryLoad || load.getSource() != func.getArgument(0))
         return fail(load, "the forall body loads one query tile");
       kernel.queryLoad = load;
-    } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+    } else if (isa<scf::ForOp, scf::IfOp>(op)) {
       if (kernel.keys.loop || !kernel.queryLoad)
-        return fail(loop, "the forall body has one key loop, after the "
-                          "query tile's load");
-      FailureOr<KeyLoop> keys = matchKeyLoop(loop, kernel);
+        return fail(&op, "the forall body has one key loop, after the "
+                         "query tile's load");
+      FailureOr<KeyLoop> keys =
+          isa<scf::ForOp>(op)
+              ? matchKeyLoop(cast<scf::ForOp>(op), kernel)
+              : matchOverlappedKeyLoop(cast<scf::IfOp>(op), kernel);
       if (failed(keys))
         return failure();
       kernel.keys = *keys;
     } else if (auto finalize = dyn_cast<FinalizeOp>(op)) {
-      scf::ForOp loop = kernel.keys.loop;
-      if (kernel.finalize || !loop || finalize.getAcc() != loop.getResult(0) ||
-          finalize.getRowMax() != loop.getResult(1) ||
-          finalize.getRowSum() != loop.getResult(2))
+      if (kernel.finalize || !kernel.keys.loop ||
+          finalize.getAcc() != kernel.keys.results()[0] ||
+          finalize.getRowMax() != kernel.keys.results()[1] ||
+          finalize.getRowSum() != kernel.keys.results()[2])
         return fail(finalize, "fa3.finalize must take the key loop's results");
       kernel.finalize = finalize;
     } else {
@@ -359,6 +553,20 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
            << "schedule " << schedule
            << " is not one the Hopper forward implements (see "
               "convert-fa3-to-hopper's checks)";
+  // The overlap is fa3-intra-wg-overlap's rotated loop; it needs a producer
+  // warpgroup (the consumers' ring refill is written for the plain loop,
+  // and the overlap lost 10-25% without a producer on the H200).
+  bool rotated = static_cast<bool>(kernel.keys.guard);
+  if (spec.intraWarpgroupOverlap != rotated)
+    return kernel.func.emitOpError()
+           << (rotated ? "has a rotated key loop but its schedule has "
+                         "intra_wg_overlap = false"
+                       : "has intra_wg_overlap = true in its schedule but a "
+                         "plain key loop: run fa3-intra-wg-overlap first");
+  if (rotated && !spec.warpSpecialized())
+    return kernel.func.emitOpError()
+           << "intra_wg_overlap needs a producer warpgroup (producer_regs > "
+              "0) on the Hopper forward";
   return spec;
 }
 
@@ -393,10 +601,10 @@ private:
   /// before its QKᵀ; FA3 keeps two pipelines for the same reason).
   enum RingBarrier { kKeyFull, kValueFull, kKeyEmpty, kValueEmpty };
   static constexpr int64_t kRingBarrierKinds = 4;
-  /// Thread 0: the TMA load of the key (`value` false) or value tile of the
-  /// key block whose loop induction variable is `iv` into ring slot
-  /// `stage`, at the coordinates of the IR's load.
-  void issueTile(bool value, Value stage, Value iv);
+  /// Thread 0: the TMA load of the IR's key or value tile `load` into ring
+  /// slot `stage`, at the load's coordinates with the key loop's induction
+  /// variable at `iv`.
+  void issueTile(LoadTileOp load, Value stage, Value iv);
 
   TileKernel &k;
   const HopperAttentionSpec &s;
@@ -484,9 +692,9 @@ Value TileKernelEmitter::replay(Value v, Value iv,
   return result;
 }
 
-void TileKernelEmitter::issueTile(bool value, Value stage, Value iv) {
+void TileKernelEmitter::issueTile(LoadTileOp load, Value stage, Value iv) {
   int64_t bytes = tileBytes(s.blockN);
-  LoadTileOp load = value ? k.keys.valueLoad : k.keys.keyLoad;
+  bool value = load.getSource() == k.func.getArgument(2);
   Value bar = ringBarrier(value ? kValueFull : kKeyFull, stage);
   expectTx(bar, bytes);
   DenseMap<Value, Value> local;
@@ -560,14 +768,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   }
   // The forall body's index arithmetic and the key loop's range for the
   // block at `coords` (x, y, z).
-  scf::ForOp loop = k.keys.loop;
   Value blockLo, numBlocks;
   auto enterBlock = [&](ArrayRef<Value> coords) {
     for (auto [iv, d] : llvm::zip(k.grid.getInductionVars(), blockDims))
       scalars[iv] = coords[d];
     emitKernelScalars(*k.grid.getBody());
-    blockLo = scalar(loop.getLowerBound());
-    numBlocks = maxsi(sub(scalar(loop.getUpperBound()), blockLo), ci(0));
+    blockLo = scalar(k.keys.lo);
+    numBlocks = maxsi(sub(scalar(k.keys.hi), blockLo), ci(0));
   };
   if (!s.persistent)
     enterBlock({NVVM::BlockIdXOp::create(b, loc, i32),
@@ -649,7 +856,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   auto ivOf = [&](Value it) { return add(blockLo, it); };
 
   // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
-  // rows' loop over the key blocks and the epilogue.
+  // rows' key loop, emitted from the IR op by op, and the epilogue.
   auto buildConsumer = [&](Value wg) {
     auto [qBuffer, qPhase] = queryBufferOf(qUse);
     waitParity(barQ(qBuffer), qPhase);
@@ -663,16 +870,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     float negInf = -std::numeric_limits<float>::infinity();
     int64_t nS = s.blockN / 2, nO = s.headDim / 2;
 
-    SmallVector<Value> init = {cf(k.initMax), cf(k.initMax), cf(k.initSum),
-                               cf(k.initSum)};
-    for (int64_t i = 0; i < nO; ++i)
-      init.push_back(cf(k.initAcc));
-
     Value qTileAddr =
         add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
     Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
-
-    auto slotOf = [&](Value it) { return ringSlotOf(add(ringBase, it)); };
 
     // Pingpong: a consumer's wgmmas of one turn are issued between
     // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
@@ -688,9 +888,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     };
     enum Turn { kNoTurn = 0, kTake = 1, kPass = 2, kWhole = 3 };
 
-    // fa3.qk of iteration `it`: S = Q Kᵀ, both from shared memory.
-    auto issueQK = [&](Value it, int turn) {
-      auto [stage, parity] = slotOf(it);
+    // fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
+    // shared memory.
+    auto issueQK = [&](Value use, int turn) {
+      auto [stage, parity] = ringSlotOf(use);
       waitParity(ringBarrier(kKeyFull, stage), parity);
       if (turn & kTake)
         takeTurn();
@@ -712,47 +913,49 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       return sAcc;
     };
 
-    // fa3.softcap, the masking scf.if and fa3.online_softmax of iteration
-    // `it` on the S fragment.
+    // fa3.softcap on the S fragment.
+    auto softcapFragment = [&](SoftcapOp softcap, SmallVector<Value> sAcc) {
+      float scale = softcap.getScale().convertToFloat();
+      float cap = softcap.getSoftcap().convertToFloat();
+      Value in = cf(scale / cap), out = cf(cap / scale);
+      for (Value &v : sAcc)
+        v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+      return sAcc;
+    };
+    // The masking scf.if around fa3.mask, for the key block whose IR
+    // induction variable is `iv`: everything the mask reads is replayed
+    // before its branch.
+    auto maskScores = [&](scf::IfOp maskIf, MaskOp mask,
+                          SmallVector<Value> sAcc, Value iv) {
+      DenseMap<Value, Value> local;
+      Value needMask = replay(maskIf.getCondition(), iv, local);
+      Value qStart = replay(mask.getQStart(), iv, local);
+      Value kStart = replay(mask.getKStart(), iv, local);
+      Value qLen = replay(mask.getQLen(), iv, local);
+      Value kLen = replay(mask.getKLen(), iv, local);
+      Value offset = sub(kLen, qLen);
+      auto [left, right] = resolveWindow(mask.getCausal(), mask.getWindow());
+      Value rows[2] = {add(qStart, rowInTile),
+                       add(qStart, add(rowInTile, ci(8)))};
+      return maskFragment(sAcc, needMask, [&](int64_t r) {
+        Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+        return keyHidden(rows[(r % 4) / 2], col, kLen, offset, left, right);
+      });
+    };
+
+    // fa3.online_softmax on the (masked) S fragment.
     struct SoftmaxStep {
       SmallVector<Value> p;
       Value m[2], l[2], alpha[2];
     };
-    auto softmax = [&](SmallVector<Value> sAcc, Value it, const Value *mOld,
-                       const Value *lOld) {
-      Value iv = ivOf(it);
-      DenseMap<Value, Value> local;
-      if (SoftcapOp softcap = k.keys.softcap) {
-        float scale = softcap.getScale().convertToFloat();
-        float cap = softcap.getSoftcap().convertToFloat();
-        Value in = cf(scale / cap), out = cf(cap / scale);
-        for (Value &v : sAcc)
-          v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
-      }
-      SmallVector<Value> sv = sAcc;
-      if (MaskOp mask = k.keys.mask) {
-        // Everything the mask reads, replayed before its branch.
-        Value needMask = replay(k.keys.maskIf.getCondition(), iv, local);
-        Value qStart = replay(mask.getQStart(), iv, local);
-        Value kStart = replay(mask.getKStart(), iv, local);
-        Value qLen = replay(mask.getQLen(), iv, local);
-        Value kLen = replay(mask.getKLen(), iv, local);
-        Value offset = sub(kLen, qLen);
-        auto [left, right] = resolveWindow(mask.getCausal(), mask.getWindow());
-        Value rows[2] = {add(qStart, rowInTile),
-                         add(qStart, add(rowInTile, ci(8)))};
-        sv = maskFragment(sAcc, needMask, [&](int64_t r) {
-          Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-          return keyHidden(rows[(r % 4) / 2], col, kLen, offset, left, right);
-        });
-      }
-
+    auto softmax = [&](OnlineSoftmaxOp op, ArrayRef<Value> sv,
+                       ArrayRef<Value> mOld, ArrayRef<Value> lOld) {
       // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
       // quad. The sum stays per thread until fa3.finalize. The row max and
       // sum reduce as balanced trees (depth log2(block_n / 4) instead of a
       // chain of block_n / 4 dependent ops: this sits between the QKᵀ and
       // PV wgmmas), and c·x − c·m is one fma.
-      float exp2Scale = k.keys.softmax.getExp2Scale().convertToFloat();
+      float exp2Scale = op.getExp2Scale().convertToFloat();
       Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
       SoftmaxStep step;
       Value negMScaled[2];
@@ -790,10 +993,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       return packed;
     };
 
-    // fa3.pv of iteration `it`: O += P V, V read MN-major from shared memory.
-    auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value it,
+    // fa3.pv reading the value tile of ring use `use`: O += P V, V read
+    // MN-major from shared memory.
+    auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value use,
                        int turn) {
-      auto [stage, parity] = slotOf(it);
+      auto [stage, parity] = ringSlotOf(use);
       waitParity(ringBarrier(kValueFull, stage), parity);
       if (turn & kTake)
         takeTurn();
@@ -811,12 +1015,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       return o;
     };
 
-    // After iteration `it`'s QKᵀ (`value` false) or PV completed: release
-    // its key or value slot. With a producer warpgroup that is all;
-    // otherwise warp 0 refills the slot with iteration it + stages once
-    // every consumer is done with it.
-    auto release = [&](bool value, Value it) {
-      auto [stage, parity] = slotOf(it);
+    // Once the wgmma reading ring use `use` completed: release its key or
+    // value slot. With a producer warpgroup that is all; otherwise warp 0
+    // refills the slot with key block iteration `it` + stages (`it` is the
+    // plain loop's iteration, `load` the IR's load of the tile).
+    auto release = [&](bool value, Value use, Value it, LoadTileOp load) {
+      auto [stage, parity] = ringSlotOf(use);
       Value empty = ringBarrier(value ? kValueEmpty : kKeyEmpty, stage);
       arrive(empty);
       if (s.warpSpecialized())
@@ -827,19 +1031,237 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
         waitParity(empty, parity);
         scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-          issueTile(value, stage, ivOf(next));
+          issueTile(load, stage, ivOf(next));
           scf::YieldOp::create(b, loc);
         });
         scf::YieldOp::create(b, loc);
       });
     };
-    auto waitGroups = [&](int64_t pending) {
-      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending);
+
+    //===------------------------------------------------------------------===//
+    // The key loop, op by op. Each tile value of the IR has its fragment:
+    // f32 registers of S, P, O (C / 2 a thread for [R, C]) and of the row
+    // statistics (2 a thread); P also packed as the A operand of fa3.pv; a
+    // K/V tile its use number of the ring (tiles are read in the order the
+    // producer fills the ring, so the n-th key tile the consumer reads is
+    // ring use ringBase + n). wgmma groups complete in commit order: a
+    // result is waited for (wgmma.wait_group with the groups committed
+    // after it still pending) right before its first use, and the ring
+    // slot a group read is released right after that wait.
+    //===------------------------------------------------------------------===//
+    DenseMap<Value, SmallVector<Value>> regs, packed;
+    DenseMap<Value, Value> ringUse;
+    // The ring use number of the next key and value tile.
+    Value nextUse[2] = {ringBase, ringBase};
+    struct Group {
+      bool value;
+      Value use, it;
+      LoadTileOp load;
     };
-    // fa3.rescale.
-    auto rescale = [&](SmallVector<Value> &o, const Value *alpha) {
-      for (int64_t r = 0; r < nO; ++r)
-        o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+    SmallVector<Group> groups;
+    DenseMap<Value, int64_t> producedBy;
+    int64_t completed = 0;
+    auto commit = [&](Value result, Value tile, Value it) {
+      auto load = tile.getDefiningOp<LoadTileOp>();
+      producedBy[result] = groups.size();
+      groups.push_back({load.getSource() == k.func.getArgument(2),
+                        ringUse.lookup(tile), it, load});
+    };
+    auto completeUpTo = [&](int64_t group) {
+      if (group < completed)
+        return;
+      NVVM::WgmmaWaitGroupSyncOp::create(
+          b, loc, static_cast<int64_t>(groups.size()) - 1 - group);
+      for (; completed <= group; ++completed) {
+        Group &g = groups[completed];
+        release(g.value, g.use, g.it, g.load);
+      }
+    };
+    auto completeAll = [&] {
+      completeUpTo(static_cast<int64_t>(groups.size()) - 1);
+    };
+    // The f32 registers of `v`: a splat constant's, or those an op made
+    // (waiting for the wgmma that makes them).
+    auto fragment = [&](Value v) -> SmallVector<Value> {
+      if (auto found = producedBy.find(v); found != producedBy.end())
+        completeUpTo(found->second);
+      if (std::optional<float> splat = splatValue(v)) {
+        auto type = cast<RankedTensorType>(v.getType());
+        return SmallVector<Value>(type.getRank() == 1 ? 2 : type.getDimSize(1) / 2,
+                                  cf(*splat));
+      }
+      return regs.lookup(v);
+    };
+    // The registers a loop carries or an scf.if returns for `v`, which is
+    // P (packed), a row statistic or O; `flatten` lists them P first, then
+    // the statistics, then O, so the kernel's loops carry
+    // (P, m, l, O) registers in that order.
+    auto isProbs = [](Value v) {
+      auto softmax = v.getDefiningOp<OnlineSoftmaxOp>();
+      return softmax && softmax.getProbs() == v;
+    };
+    auto rankOf = [](Value v) {
+      return cast<RankedTensorType>(v.getType()).getRank();
+    };
+    // Order of `values` (indices) for flattening.
+    auto carryOrder = [&](ValueRange values) {
+      SmallVector<unsigned> order;
+      for (int pass = 0; pass < 3; ++pass)
+        for (auto [i, v] : llvm::enumerate(values)) {
+          int kind = isProbs(v) ? 0 : rankOf(v) == 1 ? 1 : 2;
+          if (kind == pass)
+            order.push_back(i);
+        }
+      return order;
+    };
+    auto flatten = [&](ValueRange values, ArrayRef<unsigned> order) {
+      SmallVector<Value> flat;
+      for (unsigned i : order)
+        flat.append(isProbs(values[i]) ? packed.lookup(values[i])
+                                       : fragment(values[i]));
+      return flat;
+    };
+    // Maps `targets` (loop iter_args or results) to the registers `flat`
+    // holds for `sources` (the values they take) in `order`.
+    auto unflatten = [&](ValueRange targets, ValueRange sources,
+                         ArrayRef<unsigned> order, ValueRange flat) {
+      size_t at = 0;
+      for (unsigned i : order) {
+        size_t n = isProbs(sources[i]) ? packed.lookup(sources[i]).size()
+                                       : fragment(sources[i]).size();
+        SmallVector<Value> part(flat.begin() + at, flat.begin() + at + n);
+        at += n;
+        if (isProbs(sources[i]))
+          packed[targets[i]] = part;
+        else
+          regs[targets[i]] = part;
+      }
+    };
+
+    // Emits the tile ops of `block`. `iv` is what the IR's key loop
+    // induction variable is in this code (null outside the loop), `it` the
+    // emitted loop's iteration (for the ring refill), `rotated` whether
+    // this is the rotated loop's body (one pingpong turn covers its QKᵀ and
+    // PV) rather than a plain loop body (the turn is the QKᵀ) or the
+    // rotated loop's prologue or epilogue (each MMA a turn).
+    enum Place { kPlainBody, kRotatedBody, kPrologueOrEpilogue };
+    std::function<void(Block &, Value, Value, Place)> emitBlock;
+    std::function<void(Operation &, Value, Value, Place)> emitOp =
+        [&](Operation &op, Value iv, Value it, Place place) {
+            if (isScalarOp(&op) || isArgumentDim(&op, k.func) ||
+                (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+              return;
+            if (auto load = dyn_cast<LoadTileOp>(op)) {
+              bool value = load.getSource() == k.func.getArgument(2);
+              ringUse[load.getResult()] = nextUse[value];
+              nextUse[value] = add(nextUse[value], ci(1));
+            } else if (auto qk = dyn_cast<QKOp>(op)) {
+              int turn = place == kRotatedBody ? kTake : kWhole;
+              regs[qk.getResult()] =
+                  issueQK(ringUse.lookup(qk.getKey()), turn);
+              commit(qk.getResult(), qk.getKey(), it);
+            } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+              regs[softcap.getResult()] =
+                  softcapFragment(softcap, fragment(softcap.getScores()));
+            } else if (auto ifOp = dyn_cast<scf::IfOp>(op);
+                       ifOp && ifOp.getNumResults() == 1) {
+              auto mask = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator())
+                              .getOperand(0)
+                              .getDefiningOp<MaskOp>();
+              regs[ifOp.getResult(0)] = maskScores(
+                  ifOp, mask, fragment(mask.getScores()), iv);
+            } else if (auto softmaxOp = dyn_cast<OnlineSoftmaxOp>(op)) {
+              SoftmaxStep step =
+                  softmax(softmaxOp, fragment(softmaxOp.getScores()),
+                          fragment(softmaxOp.getRowMax()), fragment(softmaxOp.getRowSum()));
+              // P carried to a later block's PV (the rotated loop) is
+              // packed here, as the loop carries it; P read by a PV of this
+              // block is packed there, after the rescale.
+              Value probs = softmaxOp.getProbs();
+              regs[probs] = step.p;
+              if (llvm::any_of(probs.getUsers(), [&](Operation *user) {
+                    return !isa<PVOp>(user) || user->getBlock() != op.getBlock();
+                  }))
+                packed[probs] = packP(step.p);
+              regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
+              regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
+              regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
+            } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+              SmallVector<Value> o = fragment(rescale.getAcc());
+              SmallVector<Value> alpha = fragment(rescale.getCorrection());
+              for (int64_t r = 0; r < nO; ++r)
+                o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+              regs[rescale.getResult()] = o;
+            } else if (auto pv = dyn_cast<PVOp>(op)) {
+              int turn = place == kRotatedBody         ? kPass
+                         : place == kPrologueOrEpilogue ? kWhole
+                                                        : kNoTurn;
+              SmallVector<Value> acc = fragment(pv.getAcc());
+              if (!packed.count(pv.getProbs()))
+                packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
+              regs[pv.getResult()] =
+                  issuePV(packed.lookup(pv.getProbs()), acc,
+                          ringUse.lookup(pv.getValue()), turn);
+              commit(pv.getResult(), pv.getValue(), it);
+            } else if (auto guard = dyn_cast<scf::IfOp>(op)) {
+              // The rotated loop's non-empty test.
+              completeAll();
+              SmallVector<unsigned> order =
+                  carryOrder(guard.thenYield().getOperands());
+              ValueRange elseValues = guard.elseYield().getOperands();
+              SmallVector<Value> elseFlat = flatten(elseValues, order);
+              auto emitted = scf::IfOp::create(
+                  b, loc, TypeRange(SmallVector<Type>(elseFlat.size(), f32)),
+                  cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
+                  /*addElseBlock=*/true);
+              {
+                OpBuilder::InsertionGuard g(b);
+                b.setInsertionPointToStart(emitted.thenBlock());
+                emitBlock(*guard.thenBlock(), iv, it, kPrologueOrEpilogue);
+                b.setInsertionPointToStart(emitted.elseBlock());
+                scf::YieldOp::create(b, loc, elseFlat);
+              }
+              unflatten(guard.getResults(), elseValues, order,
+                        emitted.getResults());
+            } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+              // The key loop: plain (iterations 0 .. numBlocks) or rotated
+              // (0 .. numBlocks - 1 inside the guard); iteration i is the
+              // IR's block lo + i.
+              completeAll();
+              bool isRotated = loop->hasAttr(kOverlappedKeyLoopAttrName);
+              ValueRange inits = loop.getInitArgs();
+              SmallVector<unsigned> order = carryOrder(
+                  cast<scf::YieldOp>(loop.getBody()->getTerminator())
+                      .getOperands());
+              SmallVector<Value> flatInits = flatten(inits, order);
+              Value before[2] = {nextUse[0], nextUse[1]};
+              Value trip = isRotated ? sub(numBlocks, ci(1)) : numBlocks;
+              auto emitted = scf::ForOp::create(
+                  b, loc, ci(0), trip, ci(1), flatInits,
+                  [&](OpBuilder &, Location, Value i, ValueRange iters) {
+                    unflatten(loop.getRegionIterArgs(), inits, order, iters);
+                    nextUse[0] = add(before[0], i);
+                    nextUse[1] = add(before[1], i);
+                    emitBlock(*loop.getBody(), ivOf(i), i,
+                              isRotated ? kRotatedBody : kPlainBody);
+                  });
+              nextUse[0] = add(before[0], trip);
+              nextUse[1] = add(before[1], trip);
+              unflatten(loop.getResults(), inits, order, emitted.getResults());
+            } else if (auto yield = dyn_cast<scf::YieldOp>(op)) {
+              completeAll();
+              scf::YieldOp::create(
+                  b, loc,
+                  flatten(yield.getOperands(),
+                          carryOrder(yield.getOperands())));
+            } else {
+              llvm_unreachable("convert-fa3-tile-to-hopper matched the key "
+                               "loop's ops");
+            }
+        };
+    emitBlock = [&](Block &block, Value iv, Value it, Place place) {
+      for (Operation &op : block)
+        emitOp(op, iv, it, place);
     };
 
     // Pingpong: consumer 0 goes first (an arrive on its own barrier that
@@ -852,92 +1274,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       });
     }
 
-    SmallVector<Value> results;
-    if (!s.intraWarpgroupOverlap) {
-      // The key loop in IR order: QKᵀ, wait, softmax, rescale, PV, wait.
-      auto forOp = scf::ForOp::create(
-          b, loc, ci(0), numBlocks, ci(1), init,
-          [&](OpBuilder &, Location, Value it, ValueRange iters) {
-            SmallVector<Value> sAcc = issueQK(it, kWhole);
-            waitGroups(0);
-            release(/*value=*/false, it);
-            Value mOld[2] = {iters[0], iters[1]},
-                  lOld[2] = {iters[2], iters[3]};
-            SoftmaxStep step = softmax(sAcc, it, mOld, lOld);
-            SmallVector<Value> o(iters.begin() + 4, iters.end());
-            rescale(o, step.alpha);
-            o = issuePV(packP(step.p), o, it, kNoTurn);
-            waitGroups(0);
-            release(/*value=*/true, it);
-            SmallVector<Value> yields = {step.m[0], step.m[1], step.l[0],
-                                         step.l[1]};
-            yields.append(o);
-            scf::YieldOp::create(b, loc, yields);
-          });
-      results.assign(forOp.getResults().begin(), forOp.getResults().end());
-    } else {
-      // The key loop rotated by one stage (intra-warpgroup overlap):
-      // iteration it + 1's QKᵀ and iteration it's PV are in flight
-      // together, and it + 1's softmax runs while that PV computes. The
-      // first QKᵀ + softmax is peeled before the loop and the last PV after
-      // it, so no wgmma sits under a branch.
-      Value any = cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0));
-      auto guarded = scf::IfOp::create(
-          b, loc, TypeRange(SmallVector<Type>(init.size(), f32)), any,
-          /*addElseBlock=*/true);
-      {
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(guarded.thenBlock());
-        SmallVector<Value> s0 = issueQK(ci(0), kWhole);
-        waitGroups(0);
-        release(/*value=*/false, ci(0));
-        Value m0[2] = {init[0], init[1]}, l0[2] = {init[2], init[3]};
-        SoftmaxStep first = softmax(s0, ci(0), m0, l0);
-        // The loop carries iteration it's P already packed, the running
-        // max and sum, and O (rescaled for iteration it).
-        SmallVector<Value> o0(init.begin() + 4, init.end());
-        rescale(o0, first.alpha);
-        SmallVector<Value> loopInit = packP(first.p);
-        int64_t nP = loopInit.size();
-        loopInit.append({first.m[0], first.m[1], first.l[0], first.l[1]});
-        loopInit.append(o0);
-        auto forOp = scf::ForOp::create(
-            b, loc, ci(0), sub(numBlocks, ci(1)), ci(1), loopInit,
-            [&](OpBuilder &, Location, Value it, ValueRange iters) {
-              SmallVector<Value> p(iters.begin(), iters.begin() + nP);
-              Value mOld[2] = {iters[nP], iters[nP + 1]};
-              Value lOld[2] = {iters[nP + 2], iters[nP + 3]};
-              SmallVector<Value> o(iters.begin() + nP + 4, iters.end());
-              Value itNext = add(it, ci(1));
-              // One turn: QKᵀ of it + 1, then PV of it.
-              SmallVector<Value> sNext = issueQK(itNext, kTake);
-              o = issuePV(p, o, it, kPass);
-              waitGroups(1); // QKᵀ of it + 1 done, PV of it in flight
-              release(/*value=*/false, itNext);
-              SoftmaxStep step = softmax(sNext, itNext, mOld, lOld);
-              SmallVector<Value> yields = packP(step.p);
-              waitGroups(0); // PV done: O readable, the V slot free
-              release(/*value=*/true, it);
-              rescale(o, step.alpha);
-              yields.append({step.m[0], step.m[1], step.l[0], step.l[1]});
-              yields.append(o);
-              scf::YieldOp::create(b, loc, yields);
-            });
-        SmallVector<Value> res(forOp.getResults());
-        SmallVector<Value> p(res.begin(), res.begin() + nP);
-        SmallVector<Value> o(res.begin() + nP + 4, res.end());
-        Value last = sub(numBlocks, ci(1));
-        o = issuePV(p, o, last, kWhole);
-        waitGroups(0);
-        release(/*value=*/true, last);
-        SmallVector<Value> yields(res.begin() + nP, res.begin() + nP + 4);
-        yields.append(o);
-        scf::YieldOp::create(b, loc, yields);
-        b.setInsertionPointToStart(guarded.elseBlock());
-        scf::YieldOp::create(b, loc, init);
-      }
-      results.assign(guarded.getResults().begin(), guarded.getResults().end());
-    }
+    // The key structure (the plain loop, or the rotated loop's guard) is
+    // the only op of the forall body the walk needs; its results are
+    // (O, m, l).
+    Operation *keyStructure = k.keys.guard
+                                  ? k.keys.guard.getOperation()
+                                  : k.keys.loop.getOperation();
+    emitOp(*keyStructure, Value(), Value(), kPlainBody);
+    ValueRange keyResults = k.keys.results();
+    SmallVector<Value> results = fragment(keyResults[1]);
+    results.append(fragment(keyResults[2]));
+    results.append(fragment(keyResults[0]));
 
     // Persistent: this tile's QKᵀ wgmmas have all completed (each was
     // waited for), so the producer may load the next tile's Q.
@@ -1040,8 +1387,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       for (int64_t st = 0; st < s.stages; ++st) {
         Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
         scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
-          issueTile(/*value=*/false, ci(st), ivOf(ci(st)));
-          issueTile(/*value=*/true, ci(st), ivOf(ci(st)));
+          issueTile(k.keys.keyLoad, ci(st), ivOf(ci(st)));
+          issueTile(k.keys.valueLoad, ci(st), ivOf(ci(st)));
           scf::YieldOp::create(b, loc);
         });
       }
@@ -1079,7 +1426,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               // value tiles (K0; K1 V0; K2 V1; ...), the order the
               // consumers read them in with intra-warpgroup overlap, so no
               // key load waits behind a value slot still read by a PV.
-              auto fill = [&](bool value, Value it) {
+              // Iteration `it` of the tile loads the IR's `load` with the
+              // key loop's induction variable at `iv`.
+              auto fill = [&](LoadTileOp load, Value it, Value iv) {
+                bool value = load.getSource() == k.func.getArgument(2);
                 Value use = add(ringBase, it);
                 auto [stage, parity] = ringSlotOf(use);
                 Value reused =
@@ -1090,23 +1440,29 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                       xori(parity, ci(1)));
                   scf::YieldOp::create(b, loc);
                 });
-                issueTile(value, stage, ivOf(it));
+                issueTile(load, stage, iv);
               };
-              auto fillIf = [&](Value cond, bool value, Value it) {
+              auto fillIf = [&](Value cond, LoadTileOp load, Value it,
+                                Value iv) {
                 scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
-                  fill(value, it);
+                  fill(load, it, iv);
                   scf::YieldOp::create(b, loc);
                 });
               };
+              // The rotated loop's key load at iteration j reads block
+              // j + 1; block 0's is the prologue's.
+              bool rotated = static_cast<bool>(k.keys.guard);
               fillIf(cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
-                     /*value=*/false, ci(0));
+                     rotated ? k.keys.firstKeyLoad : k.keys.keyLoad, ci(0),
+                     ivOf(ci(0)));
               scf::ForOp::create(
                   b, loc, ci(0), numBlocks, ci(1), ValueRange(),
                   [&](OpBuilder &, Location, Value it, ValueRange) {
                     Value itNext = add(it, ci(1));
                     fillIf(cmp(arith::CmpIPredicate::slt, itNext, numBlocks),
-                           /*value=*/false, itNext);
-                    fill(/*value=*/true, it);
+                           k.keys.keyLoad, itNext,
+                           rotated ? ivOf(it) : ivOf(itNext));
+                    fill(k.keys.valueLoad, it, ivOf(it));
                     scf::YieldOp::create(b, loc);
                   });
             });

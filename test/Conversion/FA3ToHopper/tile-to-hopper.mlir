@@ -1,6 +1,7 @@
 // RUN: split-file %s %t
 // RUN: fa3-opt %t/kernel.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s
 // RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
+// RUN: fa3-opt %t/overlap.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s --check-prefix=OVERLAP
 // RUN: fa3-opt %t/errors.mlir --convert-fa3-tile-to-hopper --split-input-file -verify-diagnostics
 
 //--- kernel.mlir
@@ -276,6 +277,131 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
   }
 }
 
+//--- overlap.mlir
+
+// The key loop as fa3-intra-wg-overlap rotates it (canonicalized), in a
+// pingpong kernel: the emitter follows the IR op by op. The prologue's QKᵀ
+// of block 0 is one turn (bar.sync on the own barrier, bar.arrive on the
+// other's), its result waited for (wait_group 0) before the softmax, then
+// the K slot released. In the rotated loop one turn covers block j + 1's
+// QKᵀ (4 shared-memory wgmmas) and block j's PV (4 register-A wgmmas, after
+// the wait for V); the softmax waits for the QKᵀ only (wait_group 1: the PV
+// stays in flight) and releases K, the rescale waits for the PV
+// (wait_group 0) and releases V. The loop carries P packed (16 registers),
+// the max and sum (4) and O (32). The epilogue's PV of the last block is a
+// turn of its own.
+// OVERLAP-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000
+// OVERLAP: nvvm.setmaxregister  increase 240
+// OVERLAP: scf.if %{{.+}} -> (f32
+// OVERLAP: nvvm.mbarrier.try_wait.parity
+// OVERLAP: bar.sync
+// OVERLAP-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, $64, $65, p, 1, 1, 0, 0;
+// OVERLAP: nvvm.wgmma.commit.group.sync.aligned
+// OVERLAP: bar.arrive
+// OVERLAP-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// OVERLAP: nvvm.mbarrier.arrive
+// OVERLAP-NOT: wgmma.mma_async
+// OVERLAP: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// OVERLAP: llvm.fptrunc %{{.+}} : vector<2xf32> to vector<2xbf16>
+// OVERLAP: scf.for %{{.+}} = %c0_i32 to %{{.+}} step %c1_i32 iter_args({{.+}}) -> (i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)  : i32 {
+// OVERLAP: nvvm.mbarrier.try_wait.parity
+// OVERLAP: bar.sync
+// OVERLAP-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, $64, $65, p, 1, 1, 0, 0;
+// OVERLAP: nvvm.wgmma.commit.group.sync.aligned
+// OVERLAP-NOT: bar.
+// OVERLAP: nvvm.mbarrier.try_wait.parity
+// OVERLAP-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, {$64, $65, $66, $67}, $68, p, 1, 1, 1;
+// OVERLAP: nvvm.wgmma.commit.group.sync.aligned
+// OVERLAP: bar.arrive
+// OVERLAP-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// OVERLAP: nvvm.mbarrier.arrive
+// OVERLAP: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// OVERLAP: nvvm.wgmma.wait.group.sync.aligned 0
+// OVERLAP: nvvm.mbarrier.arrive
+// OVERLAP: arith.mulf
+// OVERLAP: scf.yield
+// OVERLAP: nvvm.mbarrier.try_wait.parity
+// OVERLAP: bar.sync
+// OVERLAP-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, {$64, $65, $66, $67}, $68, p, 1, 1, 1;
+// OVERLAP: nvvm.wgmma.commit.group.sync.aligned
+// OVERLAP: bar.arrive
+// OVERLAP-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// OVERLAP: nvvm.mbarrier.arrive
+// OVERLAP: scf.yield
+// OVERLAP: } else {
+// OVERLAP: lg2.approx.f32
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.ceildivsi %dim_3, %c64 : index
+      %8 = arith.cmpi sgt, %7, %c0 : index
+      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %11 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %12 = arith.cmpi slt, %dim_3, %c64 : index
+        %13 = scf.if %12 -> (tensor<128x64xf32>) {
+          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+          scf.yield %20 : tensor<128x64xf32>
+        } else {
+          scf.yield %11 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %15 = arith.subi %7, %c1 : index
+        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+          %20 = arith.addi %arg8, %c1 : index
+          %21 = arith.muli %20, %c64 : index
+          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %23 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %24 = arith.muli %arg8, %c64 : index
+          %25 = fa3.load_tile %arg2[%arg5, %24, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %26 = fa3.pv %arg9, %25, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          %27 = arith.addi %21, %c64 : index
+          %28 = arith.cmpi sgt, %27, %dim_3 : index
+          %29 = scf.if %28 -> (tensor<128x64xf32>) {
+            %31 = fa3.mask %23, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %31 : tensor<128x64xf32>
+          } else {
+            scf.yield %23 : tensor<128x64xf32>
+          }
+          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %29, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %30 = fa3.rescale %26, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+          scf.yield %probs_4, %new_max_5, %new_sum_6, %30 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+        %17 = arith.muli %15, %c64 : index
+        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      } else {
+        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
 //--- errors.mlir
 
 // The L0 attention itself: fa3-tile{grid=true} and fa3-fuse-softmax have
@@ -409,6 +535,224 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
         scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
       }
       %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// The schedule asks for intra-warpgroup overlap, but fa3-intra-wg-overlap
+// has not rotated the key loop.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{has intra_wg_overlap = true in its schedule but a plain key loop: run fa3-intra-wg-overlap first}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.subi %dim_3, %dim_2 : index
+      %8 = arith.addi %5, %c128 : index
+      %9 = arith.minsi %8, %dim_2 : index
+      %10 = arith.subi %9, %c1 : index
+      %11 = arith.addi %10, %7 : index
+      %12 = arith.addi %11, %c1 : index
+      %13 = arith.minsi %dim_3, %12 : index
+      %14 = arith.ceildivsi %13, %c64 : index
+      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %16 = arith.muli %arg8, %c64 : index
+        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %20 = arith.addi %16, %c64 : index
+        %21 = arith.cmpi sgt, %20, %dim_3 : index
+        %22 = arith.addi %5, %7 : index
+        %23 = arith.addi %16, %c63 : index
+        %24 = arith.cmpi sgt, %23, %22 : index
+        %25 = arith.ori %21, %24 : i1
+        %26 = scf.if %25 -> (tensor<128x64xf32>) {
+          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+          scf.yield %29 : tensor<128x64xf32>
+        } else {
+          scf.yield %19 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// A rotated key loop without a producer warpgroup.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{intra_wg_overlap needs a producer warpgroup (producer_regs > 0) on the Hopper forward}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.ceildivsi %dim_3, %c64 : index
+      %8 = arith.cmpi sgt, %7, %c0 : index
+      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %11 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %12 = arith.cmpi slt, %dim_3, %c64 : index
+        %13 = scf.if %12 -> (tensor<128x64xf32>) {
+          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+          scf.yield %20 : tensor<128x64xf32>
+        } else {
+          scf.yield %11 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %15 = arith.subi %7, %c1 : index
+        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+          %20 = arith.addi %arg8, %c1 : index
+          %21 = arith.muli %20, %c64 : index
+          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %23 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %24 = arith.muli %arg8, %c64 : index
+          %25 = fa3.load_tile %arg2[%arg5, %24, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %26 = fa3.pv %arg9, %25, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          %27 = arith.addi %21, %c64 : index
+          %28 = arith.cmpi sgt, %27, %dim_3 : index
+          %29 = scf.if %28 -> (tensor<128x64xf32>) {
+            %31 = fa3.mask %23, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %31 : tensor<128x64xf32>
+          } else {
+            scf.yield %23 : tensor<128x64xf32>
+          }
+          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %29, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %30 = fa3.rescale %26, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+          scf.yield %probs_4, %new_max_5, %new_sum_6, %30 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+        %17 = arith.muli %15, %c64 : index
+        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      } else {
+        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// A rotated key loop the schedule does not describe.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{has a rotated key loop but its schedule has intra_wg_overlap = false}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.ceildivsi %dim_3, %c64 : index
+      %8 = arith.cmpi sgt, %7, %c0 : index
+      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %11 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %12 = arith.cmpi slt, %dim_3, %c64 : index
+        %13 = scf.if %12 -> (tensor<128x64xf32>) {
+          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+          scf.yield %20 : tensor<128x64xf32>
+        } else {
+          scf.yield %11 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %15 = arith.subi %7, %c1 : index
+        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+          %20 = arith.addi %arg8, %c1 : index
+          %21 = arith.muli %20, %c64 : index
+          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %23 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %24 = arith.muli %arg8, %c64 : index
+          %25 = fa3.load_tile %arg2[%arg5, %24, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %26 = fa3.pv %arg9, %25, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          %27 = arith.addi %21, %c64 : index
+          %28 = arith.cmpi sgt, %27, %dim_3 : index
+          %29 = scf.if %28 -> (tensor<128x64xf32>) {
+            %31 = fa3.mask %23, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %31 : tensor<128x64xf32>
+          } else {
+            scf.yield %23 : tensor<128x64xf32>
+          }
+          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %29, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %30 = fa3.rescale %26, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+          scf.yield %probs_4, %new_max_5, %new_sum_6, %30 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+        %17 = arith.muli %15, %c64 : index
+        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      } else {
+        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
       scf.forall.in_parallel {
         fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
         fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
