@@ -40,6 +40,8 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   tiled.addNestedPass<func::FuncOp>(createFA3FuseSoftmax());
   // The schedule's intra_wg_overlap: the key loop rotated by one stage.
   tiled.addNestedPass<func::FuncOp>(createFA3IntraWarpgroupOverlap());
+  // The schedule's pingpong: the MMAs of each consumer turn.
+  tiled.addNestedPass<func::FuncOp>(createFA3Pingpong());
   tiled.addNestedPass<func::FuncOp>(createFA3OrderGrid());
   tiled.addPass(createConvertFA3TileToHopper());
   // The other kernels (FP8 forward, backward, FP8 preparation) from L0.

@@ -209,10 +209,10 @@ def ConvertFA3TileToHopper
     How it computes comes from the `#fa3.schedule`: the ring depth
     (`stages`), warp specialization (`producer_regs`/`consumer_regs`: a
     producer warpgroup with `setmaxnreg.dec` issuing the loads, consumers
-    with `setmaxnreg.inc`), `pingpong` (named barriers ordering the two
-    consumers' wgmmas: in a plain loop the QKᵀ is one turn, in the rotated
-    loop one turn covers block j + 1's QKᵀ and block j's PV, and outside it
-    each MMA is a turn) and
+    with `setmaxnreg.inc`), `pingpong` (`fa3-pingpong`'s `fa3.mma_turn`
+    ops, each emitted as: wait for its first MMA's tile, `bar.sync` on this
+    consumer's named barrier, the wgmmas, `bar.arrive` on the other's; the
+    schedule's flag must match whether the kernel has turns) and
     `persistent` (both roles walk the same tiles; the K/V ring's position
     and the Q barriers' phases carry across tiles; where two Q tiles fit in
     shared memory (d <= 128) tile n uses Q tile n % 2, so the producer

@@ -14,9 +14,10 @@
 // from the parallel stores. All index arithmetic of the IR is emitted as is
 // (in i32); nothing of it is recomputed here. The consumers' key loop is
 // emitted op by op in IR order, plain or as fa3-intra-wg-overlap rotated
-// it, with each wgmma result waited for right before its first use. How the
-// kernel computes the rest comes from the function's #fa3.schedule: the K/V
-// ring depth, warp specialization, pingpong and the persistent grid.
+// it, with each wgmma result waited for right before its first use, and
+// fa3-pingpong's fa3.mma_turn ops as named-barrier turns. How the kernel
+// computes the rest comes from the function's #fa3.schedule: the K/V ring
+// depth, warp specialization and the persistent grid.
 //
 // Register fragments: each consumer warpgroup owns 64 rows of the query
 // tile; a thread holds two of them (lane / 4 and lane / 4 + 8 of its warp's
@@ -142,6 +143,30 @@ static std::optional<float> splatValue(Value v) {
   return dense.getSplatValue<APFloat>().convertToFloat();
 }
 
+/// `v`, or what the fa3.mma_turn that returns it yields for it: the matchers
+/// read the dataflow through fa3-pingpong's turns.
+static Value throughTurns(Value v) {
+  if (auto turn = v.getDefiningOp<MmaTurnOp>()) {
+    auto yield = cast<YieldOp>(turn.getBody().front().getTerminator());
+    return throughTurns(
+        yield.getValues()[cast<OpResult>(v).getResultNumber()]);
+  }
+  return v;
+}
+
+/// The ops of `block` but its terminator, with each fa3.mma_turn replaced by
+/// its body's ops.
+static SmallVector<Operation *> opsThroughTurns(Block &block) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator()) {
+    if (auto turn = dyn_cast<MmaTurnOp>(op))
+      llvm::append_range(ops, opsThroughTurns(turn.getBody().front()));
+    else
+      ops.push_back(&op);
+  }
+  return ops;
+}
+
 static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   KeyLoop keys;
   keys.loop = loop;
@@ -158,7 +183,8 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   Block &body = *loop.getBody();
   func::FuncOp func = kernel.func;
   Value k = func.getArgument(1), v = func.getArgument(2);
-  for (Operation &op : body.without_terminator()) {
+  for (Operation *opInBody : opsThroughTurns(body)) {
+    Operation &op = *opInBody;
     if (isScalarOp(&op) || isArgumentDim(&op, func))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
@@ -175,7 +201,7 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
         return fail(qk, "S must be the query tile times the key tile");
       keys.qk = qk;
     } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
-      if (keys.softcap || !keys.qk || softcap.getScores() != keys.qk)
+      if (keys.softcap || !keys.qk || throughTurns(softcap.getScores()) != keys.qk)
         return fail(softcap, "the softcap must take S");
       keys.softcap = softcap;
     } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
@@ -186,8 +212,8 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
                         ? thenYield.getOperand(0).getDefiningOp<MaskOp>()
                         : MaskOp();
       if (keys.maskIf || ifOp.getNumResults() != 1 || !ifOp.elseBlock() ||
-          !mask || mask.getScores() != scores ||
-          ifOp.elseYield().getOperand(0) != scores)
+          !mask || throughTurns(mask.getScores()) != scores ||
+          throughTurns(ifOp.elseYield().getOperand(0)) != scores)
         return fail(ifOp, "the only branch must mask S on boundary blocks");
       for (Operation &inner : ifOp.thenBlock()->without_terminator())
         if (&inner != mask.getOperation() && !isScalarOp(&inner))
@@ -198,7 +224,8 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
       Value scores = keys.maskIf    ? keys.maskIf.getResult(0)
                      : keys.softcap ? keys.softcap.getResult()
                                     : Value(keys.qk);
-      if (keys.softmax || !scores || softmax.getScores() != scores ||
+      if (keys.softmax || !scores ||
+          throughTurns(softmax.getScores()) != scores ||
           softmax.getRowMax() != loop.getRegionIterArg(1) ||
           softmax.getRowSum() != loop.getRegionIterArg(2))
         return fail(softmax, "the softmax must take the (masked) S and the "
@@ -226,7 +253,7 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   if (!keys.pv)
     return fail(loop, "it has no fa3.pv");
   auto yield = cast<scf::YieldOp>(body.getTerminator());
-  if (yield.getOperand(0) != keys.pv.getResult() ||
+  if (throughTurns(yield.getOperand(0)) != keys.pv.getResult() ||
       yield.getOperand(1) != keys.softmax.getNewMax() ||
       yield.getOperand(2) != keys.softmax.getNewSum())
     return fail(yield, "it must yield O, the new max and the new sum");
@@ -291,7 +318,8 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
       slot = op;
       return true;
     };
-    for (Operation &op : block.without_terminator()) {
+    for (Operation *opInBlock : opsThroughTurns(block)) {
+      Operation &op = *opInBlock;
       bool ok = true;
       if (isScalarOp(&op) || isArgumentDim(&op, func))
         continue;
@@ -305,7 +333,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
         ok = qk.getQuery() == q && qk.getKey() == st.keyLoad.getResult() &&
              once(st.qk, qk);
       } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
-        ok = st.qk && softcap.getScores() == st.qk.getResult() &&
+        ok = st.qk && throughTurns(softcap.getScores()) == st.qk.getResult() &&
              once(st.softcap, softcap);
       } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
         auto thenYield =
@@ -334,8 +362,8 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
     }
     if (st.maskIf) {
       Value scores = st.softcap ? st.softcap.getResult() : st.qk.getResult();
-      if (st.mask.getScores() != scores ||
-          st.maskIf.elseYield().getOperand(0) != scores)
+      if (throughTurns(st.mask.getScores()) != scores ||
+          throughTurns(st.maskIf.elseYield().getOperand(0)) != scores)
         return fail(st.maskIf, "the only branch must mask S");
     }
     return st;
@@ -371,10 +399,10 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
                                    : body->qk.getResult();
   if (args.size() != 4 || body->pv.getProbs() != args[0] ||
       body->pv.getAcc() != args[3] ||
-      body->softmax.getScores() != scoresOf ||
+      throughTurns(body->softmax.getScores()) != scoresOf ||
       body->softmax.getRowMax() != args[1] ||
       body->softmax.getRowSum() != args[2] ||
-      body->rescale.getAcc() != body->pv.getResult() ||
+      throughTurns(body->rescale.getAcc()) != body->pv.getResult() ||
       yield.getOperand(0) != body->softmax.getProbs() ||
       yield.getOperand(1) != body->softmax.getNewMax() ||
       yield.getOperand(2) != body->softmax.getNewSum() ||
@@ -387,7 +415,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
                                        : outer->qk.getResult();
   auto inits = loop.getInitArgs();
   auto thenYield = guard.thenYield();
-  if (outer->softmax.getScores() != firstScores ||
+  if (throughTurns(outer->softmax.getScores()) != firstScores ||
       outer->softmax.getRowMax() != elseInits[1] ||
       outer->softmax.getRowSum() != elseInits[2] ||
       outer->rescale.getAcc() != elseInits[0] ||
@@ -397,7 +425,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
       inits[3] != outer->rescale.getResult() ||
       outer->pv.getProbs() != loop.getResult(0) ||
       outer->pv.getAcc() != loop.getResult(3) ||
-      thenYield.getOperand(0) != outer->pv.getResult() ||
+      throughTurns(thenYield.getOperand(0)) != outer->pv.getResult() ||
       thenYield.getOperand(1) != loop.getResult(1) ||
       thenYield.getOperand(2) != loop.getResult(2))
     return fail(guard, "its prologue and epilogue must be the first block's "
@@ -563,6 +591,15 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
                          "intra_wg_overlap = false"
                        : "has intra_wg_overlap = true in its schedule but a "
                          "plain key loop: run fa3-intra-wg-overlap first");
+  // Pingpong is fa3-pingpong's turns.
+  bool hasTurns = false;
+  kernel.func.walk([&](MmaTurnOp) { hasTurns = true; });
+  if (spec.pingpong != hasTurns)
+    return kernel.func.emitOpError()
+           << (hasTurns ? "has pingpong turns (fa3.mma_turn) but its schedule "
+                          "has pingpong = false"
+                        : "has pingpong = true in its schedule but no "
+                          "fa3.mma_turn: run fa3-pingpong first");
   if (rotated && !spec.warpSpecialized())
     return kernel.func.emitOpError()
            << "intra_wg_overlap needs a producer warpgroup (producer_regs > "
@@ -886,15 +923,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       if (s.pingpong)
         namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
     };
-    enum Turn { kNoTurn = 0, kTake = 1, kPass = 2, kWhole = 3 };
 
     // fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
-    // shared memory.
-    auto issueQK = [&](Value use, int turn) {
+    // shared memory; `waitFull` unless the tile is known to have landed.
+    auto issueQK = [&](Value use, bool waitFull) {
       auto [stage, parity] = ringSlotOf(use);
-      waitParity(ringBarrier(kKeyFull, stage), parity);
-      if (turn & kTake)
-        takeTurn();
+      if (waitFull)
+        waitParity(ringBarrier(kKeyFull, stage), parity);
       Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
                             mul(stage, ci(tileBytes(s.blockN))));
       SmallVector<Value> sAcc(nS, cf(0));
@@ -908,8 +943,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-      if (turn & kPass)
-        passTurn();
       return sAcc;
     };
 
@@ -996,11 +1029,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // fa3.pv reading the value tile of ring use `use`: O += P V, V read
     // MN-major from shared memory.
     auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value use,
-                       int turn) {
+                       bool waitFull) {
       auto [stage, parity] = ringSlotOf(use);
-      waitParity(ringBarrier(kValueFull, stage), parity);
-      if (turn & kTake)
-        takeTurn();
+      if (waitFull)
+        waitParity(ringBarrier(kValueFull, stage), parity);
       Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
                             mul(stage, ci(tileBytes(s.blockN))));
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
@@ -1010,8 +1042,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-      if (turn & kPass)
-        passTurn();
       return o;
     };
 
@@ -1138,16 +1168,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       }
     };
 
+    // The K/V tiles whose full barrier this code already waited on (the
+    // first MMA of a pingpong turn waits before the turn starts).
+    DenseSet<Value> landed;
+    auto waitFull = [&](Value tile) { return landed.insert(tile).second; };
+
     // Emits the tile ops of `block`. `iv` is what the IR's key loop
     // induction variable is in this code (null outside the loop), `it` the
-    // emitted loop's iteration (for the ring refill), `rotated` whether
-    // this is the rotated loop's body (one pingpong turn covers its QKᵀ and
-    // PV) rather than a plain loop body (the turn is the QKᵀ) or the
-    // rotated loop's prologue or epilogue (each MMA a turn).
-    enum Place { kPlainBody, kRotatedBody, kPrologueOrEpilogue };
-    std::function<void(Block &, Value, Value, Place)> emitBlock;
-    std::function<void(Operation &, Value, Value, Place)> emitOp =
-        [&](Operation &op, Value iv, Value it, Place place) {
+    // emitted loop's iteration (for the ring refill).
+    std::function<void(Block &, Value, Value)> emitBlock;
+    std::function<void(Operation &, Value, Value)> emitOp =
+        [&](Operation &op, Value iv, Value it) {
             if (isScalarOp(&op) || isArgumentDim(&op, k.func) ||
                 (op.getNumResults() == 1 && splatValue(op.getResult(0))))
               return;
@@ -1156,9 +1187,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               ringUse[load.getResult()] = nextUse[value];
               nextUse[value] = add(nextUse[value], ci(1));
             } else if (auto qk = dyn_cast<QKOp>(op)) {
-              int turn = place == kRotatedBody ? kTake : kWhole;
-              regs[qk.getResult()] =
-                  issueQK(ringUse.lookup(qk.getKey()), turn);
+              regs[qk.getResult()] = issueQK(ringUse.lookup(qk.getKey()),
+                                             waitFull(qk.getKey()));
               commit(qk.getResult(), qk.getKey(), it);
             } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
               regs[softcap.getResult()] =
@@ -1193,16 +1223,52 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                 o[r] = fmul(o[r], alpha[(r % 4) / 2]);
               regs[rescale.getResult()] = o;
             } else if (auto pv = dyn_cast<PVOp>(op)) {
-              int turn = place == kRotatedBody         ? kPass
-                         : place == kPrologueOrEpilogue ? kWhole
-                                                        : kNoTurn;
               SmallVector<Value> acc = fragment(pv.getAcc());
               if (!packed.count(pv.getProbs()))
                 packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
               regs[pv.getResult()] =
                   issuePV(packed.lookup(pv.getProbs()), acc,
-                          ringUse.lookup(pv.getValue()), turn);
+                          ringUse.lookup(pv.getValue()),
+                          waitFull(pv.getValue()));
               commit(pv.getResult(), pv.getValue(), it);
+            } else if (auto turn = dyn_cast<MmaTurnOp>(op)) {
+              // fa3-pingpong's turn: once the first MMA's tile has landed,
+              // wait for this warpgroup's turn, issue the body's wgmmas and
+              // pass the turn on (no warpgroup holds the turn waiting for
+              // TMA).
+              Block &body = turn.getBody().front();
+              auto ops = body.without_terminator();
+              auto firstMma = llvm::find_if(
+                  ops, [](Operation &inner) { return isa<QKOp, PVOp>(inner); });
+              for (Operation &inner : llvm::make_range(ops.begin(), firstMma))
+                emitOp(inner, iv, it);
+              Value tile = isa<QKOp>(*firstMma)
+                               ? cast<QKOp>(*firstMma).getKey()
+                               : cast<PVOp>(*firstMma).getValue();
+              auto [stage, parity] = ringSlotOf(ringUse.lookup(tile));
+              waitParity(ringBarrier(isa<QKOp>(*firstMma) ? kKeyFull
+                                                          : kValueFull,
+                                     stage),
+                         parity);
+              landed.insert(tile);
+              takeTurn();
+              for (Operation &inner : llvm::make_range(firstMma, ops.end()))
+                emitOp(inner, iv, it);
+              passTurn();
+              // The turn's results are its body's values.
+              for (auto [result, value] :
+                   llvm::zip(turn.getResults(),
+                             cast<YieldOp>(body.getTerminator()).getValues())) {
+                if (auto found = producedBy.find(value);
+                    found != producedBy.end()) {
+                  int64_t group = found->second;
+                  producedBy[result] = group;
+                }
+                if (regs.count(value)) {
+                  SmallVector<Value> values = regs.lookup(value);
+                  regs[result] = values;
+                }
+              }
             } else if (auto guard = dyn_cast<scf::IfOp>(op)) {
               // The rotated loop's non-empty test.
               completeAll();
@@ -1217,7 +1283,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               {
                 OpBuilder::InsertionGuard g(b);
                 b.setInsertionPointToStart(emitted.thenBlock());
-                emitBlock(*guard.thenBlock(), iv, it, kPrologueOrEpilogue);
+                emitBlock(*guard.thenBlock(), iv, it);
                 b.setInsertionPointToStart(emitted.elseBlock());
                 scf::YieldOp::create(b, loc, elseFlat);
               }
@@ -1242,8 +1308,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                     unflatten(loop.getRegionIterArgs(), inits, order, iters);
                     nextUse[0] = add(before[0], i);
                     nextUse[1] = add(before[1], i);
-                    emitBlock(*loop.getBody(), ivOf(i), i,
-                              isRotated ? kRotatedBody : kPlainBody);
+                    emitBlock(*loop.getBody(), ivOf(i), i);
                   });
               nextUse[0] = add(before[0], trip);
               nextUse[1] = add(before[1], trip);
@@ -1259,9 +1324,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                "loop's ops");
             }
         };
-    emitBlock = [&](Block &block, Value iv, Value it, Place place) {
+    emitBlock = [&](Block &block, Value iv, Value it) {
       for (Operation &op : block)
-        emitOp(op, iv, it, place);
+        emitOp(op, iv, it);
     };
 
     // Pingpong: consumer 0 goes first (an arrive on its own barrier that
@@ -1280,7 +1345,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     Operation *keyStructure = k.keys.guard
                                   ? k.keys.guard.getOperation()
                                   : k.keys.loop.getOperation();
-    emitOp(*keyStructure, Value(), Value(), kPlainBody);
+    emitOp(*keyStructure, Value(), Value());
     ValueRange keyResults = k.keys.results();
     SmallVector<Value> results = fragment(keyResults[1]);
     results.append(fragment(keyResults[2]));

@@ -925,6 +925,22 @@ struct ScaleCastLowering : OpConversionPattern<ScaleCastOp> {
   }
 };
 
+/// A pingpong turn only orders a GPU's warpgroups: its body, inline.
+struct MmaTurnLowering : OpConversionPattern<MmaTurnOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(MmaTurnOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Block &body = op.getBody().front();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    SmallVector<Value> values = yield.getValues();
+    rewriter.eraseOp(yield);
+    rewriter.inlineBlockBefore(&body, op);
+    rewriter.replaceOp(op, values);
+    return success();
+  }
+};
+
 struct ConvertFA3ToLinalgPass
     : public fa3::impl::ConvertFA3ToLinalgBase<ConvertFA3ToLinalgPass> {
   using Base::Base;
@@ -951,6 +967,6 @@ void mlir::fa3::populateFA3ToLinalgConversionPatterns(
                MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,
                SoftmaxGradLowering, SoftcapGradLowering, MmaTNLowering,
-               ScaleCastLowering>(patterns.getContext());
+               ScaleCastLowering, MmaTurnLowering>(patterns.getContext());
   populateFP8OpsToLinalgPatterns(patterns);
 }

@@ -279,9 +279,10 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 
 //--- overlap.mlir
 
-// The key loop as fa3-intra-wg-overlap rotates it (canonicalized), in a
-// pingpong kernel: the emitter follows the IR op by op. The prologue's QKᵀ
-// of block 0 is one turn (bar.sync on the own barrier, bar.arrive on the
+// The key loop as fa3-intra-wg-overlap rotates it and fa3-pingpong groups
+// its MMAs into turns (canonicalized): the emitter follows the IR op by op,
+// each fa3.mma_turn a wait for its first MMA's tile, then bar.sync, the
+// MMAs and bar.arrive. The prologue's QKᵀ of block 0 is one turn (bar.sync on the own barrier, bar.arrive on the
 // other's), its result waited for (wait_group 0) before the softmax, then
 // the K slot released. In the rotated loop one turn covers block j + 1's
 // QKᵀ (4 shared-memory wgmmas) and block j's PV (4 register-A wgmmas, after
@@ -354,7 +355,10 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
       %8 = arith.cmpi sgt, %7, %c0 : index
       %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
         %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %11 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %11 = fa3.mma_turn -> (tensor<128x64xf32>) {
+          %20 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          fa3.yield %20 : tensor<128x64xf32>
+        }
         %12 = arith.cmpi slt, %dim_3, %c64 : index
         %13 = scf.if %12 -> (tensor<128x64xf32>) {
           %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
@@ -369,25 +373,31 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
           %20 = arith.addi %arg8, %c1 : index
           %21 = arith.muli %20, %c64 : index
           %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-          %23 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-          %24 = arith.muli %arg8, %c64 : index
-          %25 = fa3.load_tile %arg2[%arg5, %24, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-          %26 = fa3.pv %arg9, %25, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-          %27 = arith.addi %21, %c64 : index
-          %28 = arith.cmpi sgt, %27, %dim_3 : index
-          %29 = scf.if %28 -> (tensor<128x64xf32>) {
-            %31 = fa3.mask %23, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
-            scf.yield %31 : tensor<128x64xf32>
-          } else {
-            scf.yield %23 : tensor<128x64xf32>
+          %23:2 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+            %28 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+            %29 = arith.muli %arg8, %c64 : index
+            %30 = fa3.load_tile %arg2[%arg5, %29, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+            %31 = fa3.pv %arg9, %30, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+            fa3.yield %28, %31 : tensor<128x64xf32>, tensor<128x64xf32>
           }
-          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %29, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-          %30 = fa3.rescale %26, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
-          scf.yield %probs_4, %new_max_5, %new_sum_6, %30 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+          %24 = arith.addi %21, %c64 : index
+          %25 = arith.cmpi sgt, %24, %dim_3 : index
+          %26 = scf.if %25 -> (tensor<128x64xf32>) {
+            %28 = fa3.mask %23#0, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %28 : tensor<128x64xf32>
+          } else {
+            scf.yield %23#0 : tensor<128x64xf32>
+          }
+          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %27 = fa3.rescale %23#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+          scf.yield %probs_4, %new_max_5, %new_sum_6, %27 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
         } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
         %17 = arith.muli %15, %c64 : index
         %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %19 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        %19 = fa3.mma_turn -> (tensor<128x64xf32>) {
+          %20 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          fa3.yield %20 : tensor<128x64xf32>
+        }
         scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
       } else {
         scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
@@ -692,6 +702,167 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
   // expected-error @+1 {{has a rotated key loop but its schedule has intra_wg_overlap = false}}
   func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.ceildivsi %dim_3, %c64 : index
+      %8 = arith.cmpi sgt, %7, %c0 : index
+      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %11 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %12 = arith.cmpi slt, %dim_3, %c64 : index
+        %13 = scf.if %12 -> (tensor<128x64xf32>) {
+          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+          scf.yield %20 : tensor<128x64xf32>
+        } else {
+          scf.yield %11 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %15 = arith.subi %7, %c1 : index
+        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+          %20 = arith.addi %arg8, %c1 : index
+          %21 = arith.muli %20, %c64 : index
+          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %23 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %24 = arith.muli %arg8, %c64 : index
+          %25 = fa3.load_tile %arg2[%arg5, %24, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %26 = fa3.pv %arg9, %25, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          %27 = arith.addi %21, %c64 : index
+          %28 = arith.cmpi sgt, %27, %dim_3 : index
+          %29 = scf.if %28 -> (tensor<128x64xf32>) {
+            %31 = fa3.mask %23, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %31 : tensor<128x64xf32>
+          } else {
+            scf.yield %23 : tensor<128x64xf32>
+          }
+          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %29, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %30 = fa3.rescale %26, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+          scf.yield %probs_4, %new_max_5, %new_sum_6, %30 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+        %17 = arith.muli %15, %c64 : index
+        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      } else {
+        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// Pingpong turns the schedule does not describe.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{has pingpong turns (fa3.mma_turn) but its schedule has pingpong = false}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = true, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %7 = arith.ceildivsi %dim_3, %c64 : index
+      %8 = arith.cmpi sgt, %7, %c0 : index
+      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %11 = fa3.mma_turn -> (tensor<128x64xf32>) {
+          %20 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          fa3.yield %20 : tensor<128x64xf32>
+        }
+        %12 = arith.cmpi slt, %dim_3, %c64 : index
+        %13 = scf.if %12 -> (tensor<128x64xf32>) {
+          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+          scf.yield %20 : tensor<128x64xf32>
+        } else {
+          scf.yield %11 : tensor<128x64xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %15 = arith.subi %7, %c1 : index
+        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+          %20 = arith.addi %arg8, %c1 : index
+          %21 = arith.muli %20, %c64 : index
+          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %23:2 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+            %28 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+            %29 = arith.muli %arg8, %c64 : index
+            %30 = fa3.load_tile %arg2[%arg5, %29, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+            %31 = fa3.pv %arg9, %30, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+            fa3.yield %28, %31 : tensor<128x64xf32>, tensor<128x64xf32>
+          }
+          %24 = arith.addi %21, %c64 : index
+          %25 = arith.cmpi sgt, %24, %dim_3 : index
+          %26 = scf.if %25 -> (tensor<128x64xf32>) {
+            %28 = fa3.mask %23#0, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %28 : tensor<128x64xf32>
+          } else {
+            scf.yield %23#0 : tensor<128x64xf32>
+          }
+          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %27 = fa3.rescale %23#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+          scf.yield %probs_4, %new_max_5, %new_sum_6, %27 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+        %17 = arith.muli %15, %c64 : index
+        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.mma_turn -> (tensor<128x64xf32>) {
+          %20 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          fa3.yield %20 : tensor<128x64xf32>
+        }
+        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      } else {
+        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+      }
+      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// A pingpong schedule whose key loop fa3-pingpong has not grouped into turns.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{has pingpong = true in its schedule but no fa3.mma_turn: run fa3-pingpong first}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ov_ws24x240_pp_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} {
     %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
     %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
     %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>

@@ -644,3 +644,38 @@ func.func @parallel_store_columns(%t: tensor<64x32xf16>, %o: tensor<1x?x2x64xf16
   }
   return %r : tensor<1x?x2x64xf16>
 }
+
+// -----
+
+func.func @turn_without_mma(%k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xbf16> {
+  %c0 = arith.constant 0 : index
+  // expected-error @+1 {{'fa3.mma_turn' op holds no fa3.qk or fa3.pv}}
+  %t = fa3.mma_turn -> (tensor<64x64xbf16>) {
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    fa3.yield %kt : tensor<64x64xbf16>
+  }
+  return %t : tensor<64x64xbf16>
+}
+
+// -----
+
+func.func @turn_with_softmax(%q: tensor<64x64xbf16>, %kt: tensor<64x64xbf16>, %m: tensor<64xf32>) -> tensor<64x64xf32> {
+  %p = fa3.mma_turn -> (tensor<64x64xf32>) {
+    %s = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    // expected-error @+1 {{'fa3.online_softmax' op is not an MMA, a tile load or index arithmetic; a pingpong turn holds only those}}
+    %p, %m1, %l1, %a = fa3.online_softmax %s, %m, %m {exp2_scale = 1.0 : f32} : tensor<64x64xf32>, tensor<64xf32>
+    fa3.yield %p : tensor<64x64xf32>
+  }
+  return %p : tensor<64x64xf32>
+}
+
+// -----
+
+func.func @turn_yield_types(%q: tensor<64x64xbf16>, %kt: tensor<64x64xbf16>) -> tensor<64x32xf32> {
+  // expected-error @+1 {{'fa3.mma_turn' op yields 'tensor<64x64xf32>' but returns 'tensor<64x32xf32>'}}
+  %s = fa3.mma_turn -> (tensor<64x32xf32>) {
+    %s0 = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    fa3.yield %s0 : tensor<64x64xf32>
+  }
+  return %s : tensor<64x32xf32>
+}

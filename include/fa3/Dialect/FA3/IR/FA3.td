@@ -12,5 +12,6 @@ include "fa3/Dialect/FA3/IR/FA3Attrs.td"
 include "fa3/Dialect/FA3/IR/FA3Ops.td"
 include "fa3/Dialect/FA3/IR/FA3TileOps.td"
 include "fa3/Dialect/FA3/IR/FA3KernelOps.td"
+include "fa3/Dialect/FA3/IR/FA3ScheduleOps.td"
 
 #endif // FA3_DIALECT_FA3_IR_FA3_TD

@@ -409,6 +409,38 @@ def FA3IntraWarpgroupOverlap : Pass<"fa3-intra-wg-overlap"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def FA3Pingpong : Pass<"fa3-pingpong"> {
+  let summary = "Group the key loop's MMAs into the turns two consumer warpgroups take";
+  let description = [{
+    FlashAttention-3's pingpong schedule on the tile level: for each key
+    loop whose `fa3.schedule` has `pingpong = true`, wraps the MMAs one
+    consumer warpgroup issues per turn into `fa3.mma_turn`. On Hopper the
+    two consumers take turns through named barriers, so one warpgroup's
+    softmax runs while the other's GEMMs do:
+
+    * plain key loop: the turn is the `fa3.qk` (the PV runs outside turns,
+      as in FlashAttention-3 without intra-warpgroup overlap);
+    * key loop rotated by `fa3-intra-wg-overlap`: one turn spans block
+      j + 1's `fa3.qk` through block j's `fa3.pv` (with the V load between);
+      in the prologue and epilogue around it each MMA is a turn of its own.
+
+    ```mlir
+    %s, %o1 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+      %s = fa3.qk %qt, %kt : ...
+      %vt = fa3.load_tile %v[%b, %row, %h] : ...
+      %o1 = fa3.pv %p, %vt, %o : ...
+      fa3.yield %s, %o1 : tensor<128x64xf32>, tensor<128x64xf32>
+    }
+    ```
+
+    A turn computes what its body computes (the CPU lowering inlines it);
+    it runs after `fa3-intra-wg-overlap` in `fa3-hopper-pipeline`. Loops that
+    already hold turns are left alone; ops other than tile loads and index
+    arithmetic between a rotated loop's QKᵀ and PV are an error.
+  }];
+  let dependentDialects = ["::mlir::fa3::FA3Dialect"];
+}
+
 def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
   let summary = "Launch a causal grid's longest tiles first, in L2-sized head groups";
   let description = [{
