@@ -38,6 +38,9 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   tile.grid = true;
   tiled.addNestedPass<func::FuncOp>(createFA3Tile(tile));
   tiled.addNestedPass<func::FuncOp>(createFA3FuseSoftmax());
+  // The schedule's producer_regs/consumer_regs: a producer region filling
+  // the K/V rings, the tile ops in the consumers region.
+  tiled.addNestedPass<func::FuncOp>(createFA3WarpSpecialize());
   // The schedule's intra_wg_overlap: the key loop rotated by one stage.
   tiled.addNestedPass<func::FuncOp>(createFA3IntraWarpgroupOverlap());
   // The schedule's pingpong: the MMAs of each consumer turn.

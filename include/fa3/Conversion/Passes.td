@@ -181,11 +181,12 @@ def ConvertFA3TileToHopper
       loop's bounds give the key blocks a CTA visits;
     * `fa3.load_tile` of Q: a TMA load (128-byte swizzled atoms of 64
       columns) on an mbarrier, at the op's coordinates; of K and V in the key
-      loop: TMA loads into a `stages`-deep ring, issued by a producer that
-      replays the loads' coordinate arithmetic for each iteration, K one
-      block ahead of V; each slot has its own full and empty mbarriers for
-      K and for V, so a K slot is refilled once its QKᵀ completed, before
-      the PV that reads the V of the same block;
+      loop: reads of a `stages`-deep ring, which the producer region's fills
+      load (or, without a producer warpgroup, the consumers' warp 0, which
+      replays the loads' coordinate arithmetic for block i + stages); each
+      slot has its own full and empty mbarriers for K and for V, so a K slot
+      is refilled once its QKᵀ completed, before the PV that reads the V of
+      the same block;
     * `fa3.qk`: shared-memory wgmma; `fa3.softcap`: `tanh.approx`; the
       `scf.if` around `fa3.mask`: the mask applied on the accumulator
       fragment only where its condition holds, with the mask's operands
@@ -206,10 +207,16 @@ def ConvertFA3TileToHopper
       PV in flight during block j + 1's softmax with no schedule flag: the
       IR's order says it.
 
+    * `fa3.warp_specialize` (`fa3-warp-specialize`): a producer warpgroup
+      (`setmaxnreg.dec` to `producer_regs`) whose thread 0 runs the
+      producer region, each `fa3.ring_fill` a TMA load into its ring slot
+      (`use` mod `stages`, after a wait on the slot's empty barrier once it
+      was used), and consumer warpgroups (`setmaxnreg.inc`) running the
+      consumers region; without it the consumers' warp 0 refills the ring.
+
     How it computes comes from the `#fa3.schedule`: the ring depth
-    (`stages`), warp specialization (`producer_regs`/`consumer_regs`: a
-    producer warpgroup with `setmaxnreg.dec` issuing the loads, consumers
-    with `setmaxnreg.inc`), `pingpong` (`fa3-pingpong`'s `fa3.mma_turn`
+    (`stages`), `producer_regs`/`consumer_regs` (which must match the
+    `fa3.warp_specialize`), `pingpong` (`fa3-pingpong`'s `fa3.mma_turn`
     ops, each emitted as: wait for its first MMA's tile, `bar.sync` on this
     consumer's named barrier, the wgmmas, `bar.arrive` on the other's; the
     schedule's flag must match whether the kernel has turns) and

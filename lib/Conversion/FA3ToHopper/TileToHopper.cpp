@@ -14,10 +14,11 @@
 // from the parallel stores. All index arithmetic of the IR is emitted as is
 // (in i32); nothing of it is recomputed here. The consumers' key loop is
 // emitted op by op in IR order, plain or as fa3-intra-wg-overlap rotated
-// it, with each wgmma result waited for right before its first use, and
-// fa3-pingpong's fa3.mma_turn ops as named-barrier turns. How the kernel
-// computes the rest comes from the function's #fa3.schedule: the K/V ring
-// depth, warp specialization and the persistent grid.
+// it, with each wgmma result waited for right before its first use;
+// fa3-pingpong's fa3.mma_turn ops become named-barrier turns and
+// fa3-warp-specialize's producer region the producer warpgroup's TMA loads.
+// How the kernel computes the rest comes from the function's
+// #fa3.schedule: the K/V ring depth and the persistent grid.
 //
 // Register fragments: each consumer warpgroup owns 64 rows of the query
 // tile; a thread holds two of them (lane / 4 and lane / 4 + 8 of its warp's
@@ -84,9 +85,8 @@ struct KeyLoop {
   OnlineSoftmaxOp softmax;
   RescaleOp rescale;
   PVOp pv;
-  /// Rotated: the non-empty test, and the prologue's key load (block lo).
+  /// Rotated: the non-empty test.
   scf::IfOp guard;
-  LoadTileOp firstKeyLoad;
   /// The key blocks [lo, hi) the tile visits.
   Value lo, hi;
   /// What the key structure returns: O, the row max and the row sum.
@@ -106,6 +106,9 @@ struct TileKernel {
   LoadTileOp queryLoad;
   KeyLoop keys;
   FinalizeOp finalize;
+  /// fa3-warp-specialize's split (null without a producer warpgroup): the
+  /// query load, key loop and finalize are in its consumers region.
+  WarpSpecializeOp warpSpecialize;
   ParallelStoreTileOp storeOutput;
   ParallelStoreStatsOp storeLse;
 };
@@ -440,7 +443,6 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
   keys.softmax = body->softmax;
   keys.rescale = body->rescale;
   keys.pv = body->pv;
-  keys.firstKeyLoad = outer->keyLoad;
   return keys;
 }
 
@@ -480,7 +482,30 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
       ret.getOperand(1) != grid.getResult(1))
     return fail(ret, "it must return the forall's O and LSE");
 
+  // The forall body's ops, with a warp_specialize's consumers region in its
+  // place.
+  SmallVector<Operation *> tileOps;
   for (Operation &op : grid.getBody()->without_terminator()) {
+    auto ws = dyn_cast<WarpSpecializeOp>(op);
+    if (!ws) {
+      tileOps.push_back(&op);
+      continue;
+    }
+    if (kernel.warpSpecialize)
+      return fail(ws, "the forall body has one fa3.warp_specialize");
+    kernel.warpSpecialize = ws;
+    for (Operation &inner : ws.getConsumers().front().without_terminator())
+      tileOps.push_back(&inner);
+    // The consumers return what fa3.finalize makes.
+    auto yield = cast<YieldOp>(ws.getConsumers().front().getTerminator());
+    auto finalize = yield.getValues().size() == 2
+                        ? yield.getValues()[0].getDefiningOp<FinalizeOp>()
+                        : FinalizeOp();
+    if (!finalize || yield.getValues()[1] != finalize.getLse())
+      return fail(ws, "its consumers must return fa3.finalize's O and LSE");
+  }
+  for (Operation *opInBody : tileOps) {
+    Operation &op = *opInBody;
     if (isScalarOp(&op) || isArgumentDim(&op, func) ||
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
@@ -516,15 +541,19 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
   }
   if (!kernel.finalize)
     return fail(grid, "its body has no fa3.finalize");
+  Value output = kernel.warpSpecialize ? kernel.warpSpecialize.getResult(0)
+                                       : kernel.finalize.getOutput();
+  Value lse = kernel.warpSpecialize ? kernel.warpSpecialize.getResult(1)
+                                    : kernel.finalize.getLse();
   for (Operation &op : grid.getTerminator().getYieldingOps()) {
     if (auto store = dyn_cast<ParallelStoreTileOp>(op)) {
-      if (store.getTile() == kernel.finalize.getOutput() &&
+      if (store.getTile() == output &&
           store.getDest() == grid.getRegionIterArgs()[0] && !kernel.storeOutput)
         kernel.storeOutput = store;
       else
         return fail(store, "O must be stored once into the first output");
     } else if (auto store = dyn_cast<ParallelStoreStatsOp>(op)) {
-      if (store.getTile() == kernel.finalize.getLse() &&
+      if (store.getTile() == lse &&
           store.getDest() == grid.getRegionIterArgs()[1] && !kernel.storeLse)
         kernel.storeLse = store;
       else
@@ -591,6 +620,20 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
                          "intra_wg_overlap = false"
                        : "has intra_wg_overlap = true in its schedule but a "
                          "plain key loop: run fa3-intra-wg-overlap first");
+  // Warp specialization is fa3-warp-specialize's split.
+  if (WarpSpecializeOp ws = kernel.warpSpecialize) {
+    if (ws.getProducerRegs() != spec.producerRegs ||
+        ws.getConsumerRegs() != spec.consumerRegs)
+      return ws.emitOpError()
+             << "splits registers " << ws.getProducerRegs() << "/"
+             << ws.getConsumerRegs() << " but the schedule says "
+             << spec.producerRegs << "/" << spec.consumerRegs;
+  } else if (spec.warpSpecialized()) {
+    return kernel.func.emitOpError()
+           << "has producer_regs = " << spec.producerRegs
+           << " in its schedule but no fa3.warp_specialize: run "
+              "fa3-warp-specialize first";
+  }
   // Pingpong is fa3-pingpong's turns.
   bool hasTurns = false;
   kernel.func.walk([&](MmaTurnOp) { hasTurns = true; });
@@ -642,6 +685,10 @@ private:
   /// slot `stage`, at the load's coordinates with the key loop's induction
   /// variable at `iv`.
   void issueTile(LoadTileOp load, Value stage, Value iv);
+  /// The same for the IR coordinates `rowIR`, `headIR`, `batchIR` of a key
+  /// (`value` false) or value tile, replayed with `local`.
+  void issueTileAt(bool value, Value stage, Value rowIR, Value headIR,
+                   Value batchIR, Value iv, DenseMap<Value, Value> &local);
 
   TileKernel &k;
   const HopperAttentionSpec &s;
@@ -730,14 +777,20 @@ Value TileKernelEmitter::replay(Value v, Value iv,
 }
 
 void TileKernelEmitter::issueTile(LoadTileOp load, Value stage, Value iv) {
+  DenseMap<Value, Value> local;
+  issueTileAt(load.getSource() == k.func.getArgument(2), stage, load.getRow(),
+              load.getHead(), load.getBatch(), iv, local);
+}
+
+void TileKernelEmitter::issueTileAt(bool value, Value stage, Value rowIR,
+                                    Value headIR, Value batchIR, Value iv,
+                                    DenseMap<Value, Value> &local) {
   int64_t bytes = tileBytes(s.blockN);
-  bool value = load.getSource() == k.func.getArgument(2);
   Value bar = ringBarrier(value ? kValueFull : kKeyFull, stage);
   expectTx(bar, bytes);
-  DenseMap<Value, Value> local;
-  Value row = replay(load.getRow(), iv, local);
-  Value head = replay(load.getHead(), iv, local);
-  Value batch = replay(load.getBatch(), iv, local);
+  Value row = replay(rowIR, iv, local);
+  Value head = replay(headIR, iv, local);
+  Value batch = replay(batchIR, iv, local);
   Value tile = add(ci(value ? offV : offK), mul(stage, ci(bytes)));
   for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
     Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
@@ -1433,10 +1486,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   };
 
   // fa3.load_tile of Q, at its IR coordinates.
-  auto loadQ = [&](Value buffer) {
-    LoadTileOp load = k.queryLoad;
-    Value row = scalar(load.getRow()), head = scalar(load.getHead()),
-          batch = scalar(load.getBatch());
+  auto loadQ = [&](Value buffer, Value batch, Value row, Value head) {
     Value bar = barQ(buffer);
     expectTx(bar, tileBytes(s.blockM));
     Value tile = mul(buffer, ci(tileBytes(s.blockM)));
@@ -1444,11 +1494,79 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       tmaLoad(smemAt(add(tile, ci(atom * s.blockM * kAtomBytes))), tmaQ,
               {ci(atom * kAtomCols), row, head, batch}, bar);
   };
+  // The producer region of fa3.warp_specialize, op by op: its loops and
+  // branches, each fa3.ring_fill a TMA load into its ring. Index
+  // arithmetic is replayed where a fill, branch or loop reads it; `scope`
+  // maps the IR values already emitted where this block's code goes (the
+  // enclosing loops' induction variables and what the enclosing blocks
+  // replayed before it), so each is computed once.
+  std::function<void(Block &, DenseMap<Value, Value> &)> emitProducer =
+      [&](Block &block, DenseMap<Value, Value> &scope) {
+        for (Operation &op : block) {
+          if (auto fillOp = dyn_cast<RingFillOp>(op)) {
+            if (!fillOp.getUse()) {
+              // The query tile. Persistent: a Q tile is reloaded once every
+              // consumer thread is done with its previous use. With two Q
+              // tiles that use belongs to the tile before last, so this
+              // tile's Q loads while the consumers still compute the last
+              // one.
+              auto [qBuffer, qPhase] = queryBufferOf(qUse);
+              if (s.persistent) {
+                Value reusedQ =
+                    cmp(arith::CmpIPredicate::uge, qUse, ci(s.queryBuffers()));
+                scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
+                  waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
+                  scf::YieldOp::create(b, loc);
+                });
+              }
+              loadQ(qBuffer, replay(fillOp.getBatch(), Value(), scope),
+                    replay(fillOp.getRow(), Value(), scope),
+                    replay(fillOp.getHead(), Value(), scope));
+              continue;
+            }
+            // Ring use u = ringBase + use goes into slot u % stages once
+            // the consumers have released that slot's previous use
+            // (u - stages).
+            bool value = fillOp.getSource() == k.func.getArgument(2);
+            Value use = add(ringBase, replay(fillOp.getUse(), Value(), scope));
+            auto [stage, parity] = ringSlotOf(use);
+            Value reused = cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
+            scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
+              waitParity(ringBarrier(value ? kValueEmpty : kKeyEmpty, stage),
+                         xori(parity, ci(1)));
+              scf::YieldOp::create(b, loc);
+            });
+            issueTileAt(value, stage, fillOp.getRow(), fillOp.getHead(),
+                        fillOp.getBatch(), Value(), scope);
+          } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+            Value cond = replay(ifOp.getCondition(), Value(), scope);
+            scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
+              DenseMap<Value, Value> inner = scope;
+              emitProducer(*ifOp.thenBlock(), inner);
+              scf::YieldOp::create(b, loc);
+            });
+          } else if (auto forOp = dyn_cast<scf::ForOp>(op)) {
+            Value lb = replay(forOp.getLowerBound(), Value(), scope);
+            Value ub = replay(forOp.getUpperBound(), Value(), scope);
+            Value step = replay(forOp.getStep(), Value(), scope);
+            scf::ForOp::create(
+                b, loc, lb, ub, step, ValueRange(),
+                [&](OpBuilder &, Location, Value i, ValueRange) {
+                  DenseMap<Value, Value> inner = scope;
+                  inner[forOp.getInductionVar()] = i;
+                  emitProducer(*forOp.getBody(), inner);
+                  scf::YieldOp::create(b, loc);
+                });
+          }
+        }
+      };
   if (!s.warpSpecialized()) {
     // Prologue: Q, then the first `stages` key blocks; the consumers refill
     // the ring themselves (see `release`).
     scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-      loadQ(ci(0));
+      LoadTileOp query = k.queryLoad;
+      loadQ(ci(0), scalar(query.getBatch()), scalar(query.getRow()),
+            scalar(query.getHead()));
       for (int64_t st = 0; st < s.stages; ++st) {
         Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
         scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
@@ -1471,65 +1589,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                          NVVM::SetMaxRegisterAction::decrease);
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
             forEachTile([&] {
-              // Persistent: a Q tile is reloaded once every consumer
-              // thread is done with its previous use. With two Q tiles
-              // that use belongs to the tile before last, so this tile's Q
-              // loads while the consumers still compute the last one.
-              auto [qBuffer, qPhase] = queryBufferOf(qUse);
-              if (s.persistent) {
-                Value reusedQ =
-                    cmp(arith::CmpIPredicate::uge, qUse, ci(s.queryBuffers()));
-                scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
-                  waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
-                  scf::YieldOp::create(b, loc);
-                });
-              }
-              loadQ(qBuffer);
-              // Ring use u = ringBase + it goes into slot u % stages once
-              // the consumers have released that slot's previous use
-              // (u - stages). The key tiles run one block ahead of the
-              // value tiles (K0; K1 V0; K2 V1; ...), the order the
-              // consumers read them in with intra-warpgroup overlap, so no
-              // key load waits behind a value slot still read by a PV.
-              // Iteration `it` of the tile loads the IR's `load` with the
-              // key loop's induction variable at `iv`.
-              auto fill = [&](LoadTileOp load, Value it, Value iv) {
-                bool value = load.getSource() == k.func.getArgument(2);
-                Value use = add(ringBase, it);
-                auto [stage, parity] = ringSlotOf(use);
-                Value reused =
-                    cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
-                scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
-                  waitParity(
-                      ringBarrier(value ? kValueEmpty : kKeyEmpty, stage),
-                      xori(parity, ci(1)));
-                  scf::YieldOp::create(b, loc);
-                });
-                issueTile(load, stage, iv);
-              };
-              auto fillIf = [&](Value cond, LoadTileOp load, Value it,
-                                Value iv) {
-                scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
-                  fill(load, it, iv);
-                  scf::YieldOp::create(b, loc);
-                });
-              };
-              // The rotated loop's key load at iteration j reads block
-              // j + 1; block 0's is the prologue's.
-              bool rotated = static_cast<bool>(k.keys.guard);
-              fillIf(cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
-                     rotated ? k.keys.firstKeyLoad : k.keys.keyLoad, ci(0),
-                     ivOf(ci(0)));
-              scf::ForOp::create(
-                  b, loc, ci(0), numBlocks, ci(1), ValueRange(),
-                  [&](OpBuilder &, Location, Value it, ValueRange) {
-                    Value itNext = add(it, ci(1));
-                    fillIf(cmp(arith::CmpIPredicate::slt, itNext, numBlocks),
-                           k.keys.keyLoad, itNext,
-                           rotated ? ivOf(it) : ivOf(itNext));
-                    fill(k.keys.valueLoad, it, ivOf(it));
-                    scf::YieldOp::create(b, loc);
-                  });
+              DenseMap<Value, Value> bound;
+              emitProducer(k.warpSpecialize.getProducer().front(), bound);
             });
             scf::YieldOp::create(b, loc);
           });

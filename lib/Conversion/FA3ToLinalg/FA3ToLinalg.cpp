@@ -941,6 +941,24 @@ struct MmaTurnLowering : OpConversionPattern<MmaTurnOp> {
   }
 };
 
+/// Warp specialization only splits a GPU's warpgroups: the consumers' tile
+/// ops load the tiles the producer's ring fills would, so the CPU runs the
+/// consumers region and drops the producer's.
+struct WarpSpecializeLowering : OpConversionPattern<WarpSpecializeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(WarpSpecializeOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Block &consumers = op.getConsumers().front();
+    auto yield = cast<YieldOp>(consumers.getTerminator());
+    SmallVector<Value> values = yield.getValues();
+    rewriter.eraseOp(yield);
+    rewriter.inlineBlockBefore(&consumers, op);
+    rewriter.replaceOp(op, values);
+    return success();
+  }
+};
+
 struct ConvertFA3ToLinalgPass
     : public fa3::impl::ConvertFA3ToLinalgBase<ConvertFA3ToLinalgPass> {
   using Base::Base;
@@ -967,6 +985,7 @@ void mlir::fa3::populateFA3ToLinalgConversionPatterns(
                MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,
                SoftmaxGradLowering, SoftcapGradLowering, MmaTNLowering,
-               ScaleCastLowering, MmaTurnLowering>(patterns.getContext());
+               ScaleCastLowering, MmaTurnLowering, WarpSpecializeLowering>(
+      patterns.getContext());
   populateFP8OpsToLinalgPatterns(patterns);
 }

@@ -1,4 +1,4 @@
-// RUN: fa3-opt %s --split-input-file --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-fuse-softmax,fa3-intra-wg-overlap,fa3-pingpong),convert-fa3-tile-to-hopper,convert-fa3-kernel-to-nvvm))" | FileCheck %s
+// RUN: fa3-opt %s --split-input-file --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-fuse-softmax,fa3-warp-specialize,fa3-intra-wg-overlap,fa3-pingpong),convert-fa3-tile-to-hopper,convert-fa3-kernel-to-nvvm))" | FileCheck %s
 
 // The host side stays at L0 with the kernel symbol and its launch metadata;
 // the kernel lands in gpu.module @fa3_kernels for sm_90a.

@@ -7,10 +7,12 @@
 //--- kernel.mlir
 
 // The input is what fa3-outline-hopper-kernels, fa3-tile{grid=true},
-// fa3-fuse-softmax and canonicalize make of a causal GQA attention (Hq = 4,
-// Hkv = 2, D = 64) scheduled with block_m = 128, block_n = 64 and a producer
-// warpgroup. The kernel keeps the function's name and takes the forward
-// kernel's ABI.
+// fa3-fuse-softmax, fa3-warp-specialize and canonicalize make of a causal
+// GQA attention (Hq = 4, Hkv = 2, D = 64) scheduled with block_m = 128,
+// block_n = 64 and a producer warpgroup: the producer region's ring fills
+// become the producer warpgroup's TMA loads, the consumers region the
+// consumer warpgroups' code. The kernel keeps the function's name and takes
+// the forward kernel's ABI.
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000
 // CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32)
 // CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
@@ -24,10 +26,10 @@
 // CHECK: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
 // CHECK: arith.subi %[[SK]], %[[SQ]] : i32
 // CHECK: arith.minsi %[[SK]], %{{.+}} : i32
-// The producer warpgroup loads Q at the load_tile's coordinates, then the
+// The producer warpgroup loads Q at the ring fill's coordinates, then the
 // key tile of block 0 and, per iteration it, the key tile of block it + 1
 // ahead of the value tile of block it (each after a wait on its slot's
-// empty barrier), replaying the key loop's row = kb * 64.
+// empty barrier), replaying the fills' row = block * 64.
 // CHECK: nvvm.setmaxregister  decrease 24
 // CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
 // CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %c0_i32, %[[HKV]], %[[B]]]
@@ -84,42 +86,63 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
       %4 = arith.divui %arg4, %c2 : index
       %5 = arith.muli %arg3, %c128 : index
-      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
       %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
-      %7 = arith.subi %dim_3, %dim_2 : index
-      %8 = arith.addi %5, %c128 : index
-      %9 = arith.minsi %8, %dim_2 : index
-      %10 = arith.subi %9, %c1 : index
-      %11 = arith.addi %10, %7 : index
-      %12 = arith.addi %11, %c1 : index
-      %13 = arith.minsi %dim_3, %12 : index
-      %14 = arith.ceildivsi %13, %c64 : index
-      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
-        %16 = arith.muli %arg8, %c64 : index
-        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-        %20 = arith.addi %16, %c64 : index
-        %21 = arith.cmpi sgt, %20, %dim_3 : index
-        %22 = arith.addi %5, %7 : index
-        %23 = arith.addi %16, %c63 : index
-        %24 = arith.cmpi sgt, %23, %22 : index
-        %25 = arith.ori %21, %24 : i1
-        %26 = scf.if %25 -> (tensor<128x64xf32>) {
-          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
-          scf.yield %29 : tensor<128x64xf32>
-        } else {
-          scf.yield %19 : tensor<128x64xf32>
+      %6 = arith.subi %dim_3, %dim_2 : index
+      %7 = arith.addi %5, %c128 : index
+      %8 = arith.minsi %7, %dim_2 : index
+      %9 = arith.subi %8, %c1 : index
+      %10 = arith.addi %9, %6 : index
+      %11 = arith.addi %10, %c1 : index
+      %12 = arith.minsi %dim_3, %11 : index
+      %13 = arith.ceildivsi %12, %c64 : index
+      %14:2 = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>) producer {
+        fa3.ring_fill %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %15 = arith.maxsi %13, %c0 : index
+        %16 = arith.cmpi sgt, %15, %c0 : index
+        scf.if %16 {
+          fa3.ring_fill %arg1[%arg5, %c0, %4] use %c0 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
         }
-        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
-        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      }
-      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        scf.for %arg8 = %c0 to %15 step %c1 {
+          %17 = arith.addi %arg8, %c1 : index
+          %18 = arith.cmpi slt, %17, %15 : index
+          scf.if %18 {
+            %20 = arith.muli %17, %c64 : index
+            fa3.ring_fill %arg1[%arg5, %20, %4] use %17 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          }
+          %19 = arith.muli %arg8, %c64 : index
+          fa3.ring_fill %arg2[%arg5, %19, %4] use %arg8 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        fa3.yield
+      } consumers {
+        %15 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %16:3 = scf.for %arg8 = %c0 to %13 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+          %17 = arith.muli %arg8, %c64 : index
+          %18 = fa3.load_tile %arg1[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %19 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %20 = fa3.qk %15, %18 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %21 = arith.addi %17, %c64 : index
+          %22 = arith.cmpi sgt, %21, %dim_3 : index
+          %23 = arith.addi %5, %6 : index
+          %24 = arith.addi %17, %c63 : index
+          %25 = arith.cmpi sgt, %24, %23 : index
+          %26 = arith.ori %22, %25 : i1
+          %27 = scf.if %26 -> (tensor<128x64xf32>) {
+            %30 = fa3.mask %20, %5, %17, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+            scf.yield %30 : tensor<128x64xf32>
+          } else {
+            scf.yield %20 : tensor<128x64xf32>
+          }
+          %probs, %new_max, %new_sum, %correction = fa3.online_softmax %27, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %28 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+          %29 = fa3.pv %probs, %19, %28 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          scf.yield %29, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        } {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>}
+        %output, %lse = fa3.finalize %16#0, %16#1, %16#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        fa3.yield %output, %lse : tensor<128x64xbf16>, tensor<128xf32>
+      } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
       scf.forall.in_parallel {
-        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
-        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+        fa3.parallel_store_tile %14#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %14#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
       }
     } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
@@ -187,7 +210,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[PAR]]
 // PERSIST: %[[QTILE:.+]] = arith.muli %[[QBUF]], %c16384_i32 : i32
 // PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
-// PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %[[NB]] step %c1_i32  : i32 {
+// PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %{{.+}} step %c1_i32  : i32 {
 // PERSIST: %[[USE:.+]] = arith.addi %[[RING]], %[[IT]] : i32
 // PERSIST: arith.remui %[[USE]], %c2_i32 : i32
 // PERSIST: %[[NEXTQ:.+]] = arith.addi %[[QUSE]], %c1_i32 : i32
@@ -235,42 +258,63 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
       %4 = arith.divui %arg4, %c2 : index
       %5 = arith.muli %arg3, %c128 : index
-      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
       %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
-      %7 = arith.subi %dim_3, %dim_2 : index
-      %8 = arith.addi %5, %c128 : index
-      %9 = arith.minsi %8, %dim_2 : index
-      %10 = arith.subi %9, %c1 : index
-      %11 = arith.addi %10, %7 : index
-      %12 = arith.addi %11, %c1 : index
-      %13 = arith.minsi %dim_3, %12 : index
-      %14 = arith.ceildivsi %13, %c64 : index
-      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
-        %16 = arith.muli %arg8, %c64 : index
-        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-        %20 = arith.addi %16, %c64 : index
-        %21 = arith.cmpi sgt, %20, %dim_3 : index
-        %22 = arith.addi %5, %7 : index
-        %23 = arith.addi %16, %c63 : index
-        %24 = arith.cmpi sgt, %23, %22 : index
-        %25 = arith.ori %21, %24 : i1
-        %26 = scf.if %25 -> (tensor<128x64xf32>) {
-          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
-          scf.yield %29 : tensor<128x64xf32>
-        } else {
-          scf.yield %19 : tensor<128x64xf32>
+      %6 = arith.subi %dim_3, %dim_2 : index
+      %7 = arith.addi %5, %c128 : index
+      %8 = arith.minsi %7, %dim_2 : index
+      %9 = arith.subi %8, %c1 : index
+      %10 = arith.addi %9, %6 : index
+      %11 = arith.addi %10, %c1 : index
+      %12 = arith.minsi %dim_3, %11 : index
+      %13 = arith.ceildivsi %12, %c64 : index
+      %14:2 = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>) producer {
+        fa3.ring_fill %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %15 = arith.maxsi %13, %c0 : index
+        %16 = arith.cmpi sgt, %15, %c0 : index
+        scf.if %16 {
+          fa3.ring_fill %arg1[%arg5, %c0, %4] use %c0 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
         }
-        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
-        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      }
-      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        scf.for %arg8 = %c0 to %15 step %c1 {
+          %17 = arith.addi %arg8, %c1 : index
+          %18 = arith.cmpi slt, %17, %15 : index
+          scf.if %18 {
+            %20 = arith.muli %17, %c64 : index
+            fa3.ring_fill %arg1[%arg5, %20, %4] use %17 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          }
+          %19 = arith.muli %arg8, %c64 : index
+          fa3.ring_fill %arg2[%arg5, %19, %4] use %arg8 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        fa3.yield
+      } consumers {
+        %15 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %16:3 = scf.for %arg8 = %c0 to %13 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+          %17 = arith.muli %arg8, %c64 : index
+          %18 = fa3.load_tile %arg1[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %19 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %20 = fa3.qk %15, %18 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %21 = arith.addi %17, %c64 : index
+          %22 = arith.cmpi sgt, %21, %dim_3 : index
+          %23 = arith.addi %5, %6 : index
+          %24 = arith.addi %17, %c63 : index
+          %25 = arith.cmpi sgt, %24, %23 : index
+          %26 = arith.ori %22, %25 : i1
+          %27 = scf.if %26 -> (tensor<128x64xf32>) {
+            %30 = fa3.mask %20, %5, %17, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+            scf.yield %30 : tensor<128x64xf32>
+          } else {
+            scf.yield %20 : tensor<128x64xf32>
+          }
+          %probs, %new_max, %new_sum, %correction = fa3.online_softmax %27, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %28 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+          %29 = fa3.pv %probs, %19, %28 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          scf.yield %29, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        } {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>}
+        %output, %lse = fa3.finalize %16#0, %16#1, %16#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        fa3.yield %output, %lse : tensor<128x64xbf16>, tensor<128xf32>
+      } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
       scf.forall.in_parallel {
-        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
-        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+        fa3.parallel_store_tile %14#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %14#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
       }
     } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
@@ -349,63 +393,84 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
       %4 = arith.divui %arg4, %c2 : index
       %5 = arith.muli %arg3, %c128 : index
-      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
       %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
-      %7 = arith.ceildivsi %dim_3, %c64 : index
-      %8 = arith.cmpi sgt, %7, %c0 : index
-      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
-        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %11 = fa3.mma_turn -> (tensor<128x64xf32>) {
-          %20 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-          fa3.yield %20 : tensor<128x64xf32>
+      %6 = arith.ceildivsi %dim_3, %c64 : index
+      %7:2 = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>) producer {
+        fa3.ring_fill %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %8 = arith.maxsi %6, %c0 : index
+        %9 = arith.cmpi sgt, %8, %c0 : index
+        scf.if %9 {
+          fa3.ring_fill %arg1[%arg5, %c0, %4] use %c0 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
         }
-        %12 = arith.cmpi slt, %dim_3, %c64 : index
-        %13 = scf.if %12 -> (tensor<128x64xf32>) {
-          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
-          scf.yield %20 : tensor<128x64xf32>
-        } else {
-          scf.yield %11 : tensor<128x64xf32>
-        }
-        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
-        %15 = arith.subi %7, %c1 : index
-        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
-          %20 = arith.addi %arg8, %c1 : index
-          %21 = arith.muli %20, %c64 : index
-          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-          %23:2 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
-            %28 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-            %29 = arith.muli %arg8, %c64 : index
-            %30 = fa3.load_tile %arg2[%arg5, %29, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-            %31 = fa3.pv %arg9, %30, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-            fa3.yield %28, %31 : tensor<128x64xf32>, tensor<128x64xf32>
+        scf.for %arg8 = %c0 to %8 step %c1 {
+          %10 = arith.addi %arg8, %c1 : index
+          %11 = arith.cmpi slt, %10, %8 : index
+          scf.if %11 {
+            %13 = arith.muli %10, %c64 : index
+            fa3.ring_fill %arg1[%arg5, %13, %4] use %10 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
           }
-          %24 = arith.addi %21, %c64 : index
-          %25 = arith.cmpi sgt, %24, %dim_3 : index
-          %26 = scf.if %25 -> (tensor<128x64xf32>) {
-            %28 = fa3.mask %23#0, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
-            scf.yield %28 : tensor<128x64xf32>
+          %12 = arith.muli %arg8, %c64 : index
+          fa3.ring_fill %arg2[%arg5, %12, %4] use %arg8 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        fa3.yield
+      } consumers {
+        %8 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %9 = arith.cmpi sgt, %6, %c0 : index
+        %10:3 = scf.if %9 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+          %11 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %12 = fa3.mma_turn -> (tensor<128x64xf32>) {
+            %21 = fa3.qk %8, %11 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+            fa3.yield %21 : tensor<128x64xf32>
+          }
+          %13 = arith.cmpi slt, %dim_3, %c64 : index
+          %14 = scf.if %13 -> (tensor<128x64xf32>) {
+            %21 = fa3.mask %12, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %21 : tensor<128x64xf32>
           } else {
-            scf.yield %23#0 : tensor<128x64xf32>
+            scf.yield %12 : tensor<128x64xf32>
           }
-          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-          %27 = fa3.rescale %23#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
-          scf.yield %probs_4, %new_max_5, %new_sum_6, %27 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
-        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
-        %17 = arith.muli %15, %c64 : index
-        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %19 = fa3.mma_turn -> (tensor<128x64xf32>) {
-          %20 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-          fa3.yield %20 : tensor<128x64xf32>
+          %probs, %new_max, %new_sum, %correction = fa3.online_softmax %14, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %15 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+          %16 = arith.subi %6, %c1 : index
+          %17:4 = scf.for %arg8 = %c0 to %16 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %15) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+            %21 = arith.addi %arg8, %c1 : index
+            %22 = arith.muli %21, %c64 : index
+            %23 = fa3.load_tile %arg1[%arg5, %22, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+            %24:2 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+              %29 = fa3.qk %8, %23 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+              %30 = arith.muli %arg8, %c64 : index
+              %31 = fa3.load_tile %arg2[%arg5, %30, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+              %32 = fa3.pv %arg9, %31, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+              fa3.yield %29, %32 : tensor<128x64xf32>, tensor<128x64xf32>
+            }
+            %25 = arith.addi %22, %c64 : index
+            %26 = arith.cmpi sgt, %25, %dim_3 : index
+            %27 = scf.if %26 -> (tensor<128x64xf32>) {
+              %29 = fa3.mask %24#0, %5, %22, %dim_2, %dim_3 : tensor<128x64xf32>
+              scf.yield %29 : tensor<128x64xf32>
+            } else {
+              scf.yield %24#0 : tensor<128x64xf32>
+            }
+            %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %27, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+            %28 = fa3.rescale %24#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+            scf.yield %probs_4, %new_max_5, %new_sum_6, %28 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+          } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+          %18 = arith.muli %16, %c64 : index
+          %19 = fa3.load_tile %arg2[%arg5, %18, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %20 = fa3.mma_turn -> (tensor<128x64xf32>) {
+            %21 = fa3.pv %17#0, %19, %17#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+            fa3.yield %21 : tensor<128x64xf32>
+          }
+          scf.yield %20, %17#1, %17#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        } else {
+          scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
         }
-        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      } else {
-        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      }
-      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        %output, %lse = fa3.finalize %10#0, %10#1, %10#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        fa3.yield %output, %lse : tensor<128x64xbf16>, tensor<128xf32>
+      } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
       scf.forall.in_parallel {
-        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
-        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+        fa3.parallel_store_tile %7#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %7#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
       }
     } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
@@ -794,63 +859,84 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
       %4 = arith.divui %arg4, %c2 : index
       %5 = arith.muli %arg3, %c128 : index
-      %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
       %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
-      %7 = arith.ceildivsi %dim_3, %c64 : index
-      %8 = arith.cmpi sgt, %7, %c0 : index
-      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
-        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %11 = fa3.mma_turn -> (tensor<128x64xf32>) {
-          %20 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-          fa3.yield %20 : tensor<128x64xf32>
+      %6 = arith.ceildivsi %dim_3, %c64 : index
+      %7:2 = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>) producer {
+        fa3.ring_fill %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %8 = arith.maxsi %6, %c0 : index
+        %9 = arith.cmpi sgt, %8, %c0 : index
+        scf.if %9 {
+          fa3.ring_fill %arg1[%arg5, %c0, %4] use %c0 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
         }
-        %12 = arith.cmpi slt, %dim_3, %c64 : index
-        %13 = scf.if %12 -> (tensor<128x64xf32>) {
-          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
-          scf.yield %20 : tensor<128x64xf32>
-        } else {
-          scf.yield %11 : tensor<128x64xf32>
-        }
-        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
-        %15 = arith.subi %7, %c1 : index
-        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
-          %20 = arith.addi %arg8, %c1 : index
-          %21 = arith.muli %20, %c64 : index
-          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-          %23:2 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
-            %28 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-            %29 = arith.muli %arg8, %c64 : index
-            %30 = fa3.load_tile %arg2[%arg5, %29, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-            %31 = fa3.pv %arg9, %30, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-            fa3.yield %28, %31 : tensor<128x64xf32>, tensor<128x64xf32>
+        scf.for %arg8 = %c0 to %8 step %c1 {
+          %10 = arith.addi %arg8, %c1 : index
+          %11 = arith.cmpi slt, %10, %8 : index
+          scf.if %11 {
+            %13 = arith.muli %10, %c64 : index
+            fa3.ring_fill %arg1[%arg5, %13, %4] use %10 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
           }
-          %24 = arith.addi %21, %c64 : index
-          %25 = arith.cmpi sgt, %24, %dim_3 : index
-          %26 = scf.if %25 -> (tensor<128x64xf32>) {
-            %28 = fa3.mask %23#0, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
-            scf.yield %28 : tensor<128x64xf32>
+          %12 = arith.muli %arg8, %c64 : index
+          fa3.ring_fill %arg2[%arg5, %12, %4] use %arg8 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        fa3.yield
+      } consumers {
+        %8 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %9 = arith.cmpi sgt, %6, %c0 : index
+        %10:3 = scf.if %9 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+          %11 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %12 = fa3.mma_turn -> (tensor<128x64xf32>) {
+            %21 = fa3.qk %8, %11 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+            fa3.yield %21 : tensor<128x64xf32>
+          }
+          %13 = arith.cmpi slt, %dim_3, %c64 : index
+          %14 = scf.if %13 -> (tensor<128x64xf32>) {
+            %21 = fa3.mask %12, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %21 : tensor<128x64xf32>
           } else {
-            scf.yield %23#0 : tensor<128x64xf32>
+            scf.yield %12 : tensor<128x64xf32>
           }
-          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-          %27 = fa3.rescale %23#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
-          scf.yield %probs_4, %new_max_5, %new_sum_6, %27 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
-        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
-        %17 = arith.muli %15, %c64 : index
-        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %19 = fa3.mma_turn -> (tensor<128x64xf32>) {
-          %20 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-          fa3.yield %20 : tensor<128x64xf32>
+          %probs, %new_max, %new_sum, %correction = fa3.online_softmax %14, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %15 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+          %16 = arith.subi %6, %c1 : index
+          %17:4 = scf.for %arg8 = %c0 to %16 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %15) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+            %21 = arith.addi %arg8, %c1 : index
+            %22 = arith.muli %21, %c64 : index
+            %23 = fa3.load_tile %arg1[%arg5, %22, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+            %24:2 = fa3.mma_turn -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+              %29 = fa3.qk %8, %23 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+              %30 = arith.muli %arg8, %c64 : index
+              %31 = fa3.load_tile %arg2[%arg5, %30, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+              %32 = fa3.pv %arg9, %31, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+              fa3.yield %29, %32 : tensor<128x64xf32>, tensor<128x64xf32>
+            }
+            %25 = arith.addi %22, %c64 : index
+            %26 = arith.cmpi sgt, %25, %dim_3 : index
+            %27 = scf.if %26 -> (tensor<128x64xf32>) {
+              %29 = fa3.mask %24#0, %5, %22, %dim_2, %dim_3 : tensor<128x64xf32>
+              scf.yield %29 : tensor<128x64xf32>
+            } else {
+              scf.yield %24#0 : tensor<128x64xf32>
+            }
+            %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %27, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+            %28 = fa3.rescale %24#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+            scf.yield %probs_4, %new_max_5, %new_sum_6, %28 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+          } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+          %18 = arith.muli %16, %c64 : index
+          %19 = fa3.load_tile %arg2[%arg5, %18, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %20 = fa3.mma_turn -> (tensor<128x64xf32>) {
+            %21 = fa3.pv %17#0, %19, %17#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+            fa3.yield %21 : tensor<128x64xf32>
+          }
+          scf.yield %20, %17#1, %17#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        } else {
+          scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
         }
-        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      } else {
-        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      }
-      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        %output, %lse = fa3.finalize %10#0, %10#1, %10#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        fa3.yield %output, %lse : tensor<128x64xbf16>, tensor<128xf32>
+      } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
       scf.forall.in_parallel {
-        fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
-        fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+        fa3.parallel_store_tile %7#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %7#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
       }
     } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
@@ -879,51 +965,137 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
       %4 = arith.divui %arg4, %c2 : index
       %5 = arith.muli %arg3, %c128 : index
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %6 = arith.ceildivsi %dim_3, %c64 : index
+      %7:2 = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>) producer {
+        fa3.ring_fill %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %8 = arith.maxsi %6, %c0 : index
+        %9 = arith.cmpi sgt, %8, %c0 : index
+        scf.if %9 {
+          fa3.ring_fill %arg1[%arg5, %c0, %4] use %c0 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        scf.for %arg8 = %c0 to %8 step %c1 {
+          %10 = arith.addi %arg8, %c1 : index
+          %11 = arith.cmpi slt, %10, %8 : index
+          scf.if %11 {
+            %13 = arith.muli %10, %c64 : index
+            fa3.ring_fill %arg1[%arg5, %13, %4] use %10 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          }
+          %12 = arith.muli %arg8, %c64 : index
+          fa3.ring_fill %arg2[%arg5, %12, %4] use %arg8 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        fa3.yield
+      } consumers {
+        %8 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %9 = arith.cmpi sgt, %6, %c0 : index
+        %10:3 = scf.if %9 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+          %11 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %12 = fa3.qk %8, %11 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %13 = arith.cmpi slt, %dim_3, %c64 : index
+          %14 = scf.if %13 -> (tensor<128x64xf32>) {
+            %21 = fa3.mask %12, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
+            scf.yield %21 : tensor<128x64xf32>
+          } else {
+            scf.yield %12 : tensor<128x64xf32>
+          }
+          %probs, %new_max, %new_sum, %correction = fa3.online_softmax %14, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %15 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
+          %16 = arith.subi %6, %c1 : index
+          %17:4 = scf.for %arg8 = %c0 to %16 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %15) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
+            %21 = arith.addi %arg8, %c1 : index
+            %22 = arith.muli %21, %c64 : index
+            %23 = fa3.load_tile %arg1[%arg5, %22, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+            %24 = fa3.qk %8, %23 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+            %25 = arith.muli %arg8, %c64 : index
+            %26 = fa3.load_tile %arg2[%arg5, %25, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+            %27 = fa3.pv %arg9, %26, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+            %28 = arith.addi %22, %c64 : index
+            %29 = arith.cmpi sgt, %28, %dim_3 : index
+            %30 = scf.if %29 -> (tensor<128x64xf32>) {
+              %32 = fa3.mask %24, %5, %22, %dim_2, %dim_3 : tensor<128x64xf32>
+              scf.yield %32 : tensor<128x64xf32>
+            } else {
+              scf.yield %24 : tensor<128x64xf32>
+            }
+            %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %30, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+            %31 = fa3.rescale %27, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
+            scf.yield %probs_4, %new_max_5, %new_sum_6, %31 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
+          } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+          %18 = arith.muli %16, %c64 : index
+          %19 = fa3.load_tile %arg2[%arg5, %18, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %20 = fa3.pv %17#0, %19, %17#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          scf.yield %20, %17#1, %17#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        } else {
+          scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        }
+        %output, %lse = fa3.finalize %10#0, %10#1, %10#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        fa3.yield %output, %lse : tensor<128x64xbf16>, tensor<128xf32>
+      } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %7#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %7#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// A producer warpgroup in the schedule, but fa3-warp-specialize has not split the tile.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  // expected-error @+1 {{has producer_regs = 24 in its schedule but no fa3.warp_specialize: run fa3-warp-specialize first}}
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
       %6 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
       %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
-      %7 = arith.ceildivsi %dim_3, %c64 : index
-      %8 = arith.cmpi sgt, %7, %c0 : index
-      %9:3 = scf.if %8 -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
-        %10 = fa3.load_tile %arg1[%arg5, %c0, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %11 = fa3.qk %6, %10 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-        %12 = arith.cmpi slt, %dim_3, %c64 : index
-        %13 = scf.if %12 -> (tensor<128x64xf32>) {
-          %20 = fa3.mask %11, %5, %c0, %dim_2, %dim_3 : tensor<128x64xf32>
-          scf.yield %20 : tensor<128x64xf32>
+      %7 = arith.subi %dim_3, %dim_2 : index
+      %8 = arith.addi %5, %c128 : index
+      %9 = arith.minsi %8, %dim_2 : index
+      %10 = arith.subi %9, %c1 : index
+      %11 = arith.addi %10, %7 : index
+      %12 = arith.addi %11, %c1 : index
+      %13 = arith.minsi %dim_3, %12 : index
+      %14 = arith.ceildivsi %13, %c64 : index
+      %15:3 = scf.for %arg8 = %c0 to %14 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+        %16 = arith.muli %arg8, %c64 : index
+        %17 = fa3.load_tile %arg1[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %18 = fa3.load_tile %arg2[%arg5, %16, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        %19 = fa3.qk %6, %17 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+        %20 = arith.addi %16, %c64 : index
+        %21 = arith.cmpi sgt, %20, %dim_3 : index
+        %22 = arith.addi %5, %7 : index
+        %23 = arith.addi %16, %c63 : index
+        %24 = arith.cmpi sgt, %23, %22 : index
+        %25 = arith.ori %21, %24 : i1
+        %26 = scf.if %25 -> (tensor<128x64xf32>) {
+          %29 = fa3.mask %19, %5, %16, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+          scf.yield %29 : tensor<128x64xf32>
         } else {
-          scf.yield %11 : tensor<128x64xf32>
+          scf.yield %19 : tensor<128x64xf32>
         }
-        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %13, %cst_0, %cst {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-        %14 = fa3.rescale %cst_1, %correction : tensor<128x64xf32>, tensor<128xf32>
-        %15 = arith.subi %7, %c1 : index
-        %16:4 = scf.for %arg8 = %c0 to %15 step %c1 iter_args(%arg9 = %probs, %arg10 = %new_max, %arg11 = %new_sum, %arg12 = %14) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>) {
-          %20 = arith.addi %arg8, %c1 : index
-          %21 = arith.muli %20, %c64 : index
-          %22 = fa3.load_tile %arg1[%arg5, %21, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-          %23 = fa3.qk %6, %22 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
-          %24 = arith.muli %arg8, %c64 : index
-          %25 = fa3.load_tile %arg2[%arg5, %24, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-          %26 = fa3.pv %arg9, %25, %arg12 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-          %27 = arith.addi %21, %c64 : index
-          %28 = arith.cmpi sgt, %27, %dim_3 : index
-          %29 = scf.if %28 -> (tensor<128x64xf32>) {
-            %31 = fa3.mask %23, %5, %21, %dim_2, %dim_3 : tensor<128x64xf32>
-            scf.yield %31 : tensor<128x64xf32>
-          } else {
-            scf.yield %23 : tensor<128x64xf32>
-          }
-          %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %29, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
-          %30 = fa3.rescale %26, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
-          scf.yield %probs_4, %new_max_5, %new_sum_6, %30 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
-        } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
-        %17 = arith.muli %15, %c64 : index
-        %18 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
-        %19 = fa3.pv %16#0, %18, %16#3 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
-        scf.yield %19, %16#1, %16#2 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
-      } else {
-        scf.yield %cst_1, %cst_0, %cst : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+        %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+        %28 = fa3.pv %probs, %18, %27 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+        scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
       }
-      %output, %lse = fa3.finalize %9#0, %9#1, %9#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+      %output, %lse = fa3.finalize %15#0, %15#1, %15#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
       scf.forall.in_parallel {
         fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
         fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>

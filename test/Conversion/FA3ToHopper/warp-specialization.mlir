@@ -1,4 +1,4 @@
-// RUN: fa3-opt %s --split-input-file --pass-pipeline="builtin.module(fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-fuse-softmax,fa3-intra-wg-overlap,fa3-pingpong),convert-fa3-tile-to-hopper,convert-fa3-kernel-to-nvvm))" | FileCheck %s
+// RUN: fa3-opt %s --split-input-file --pass-pipeline="builtin.module(fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-fuse-softmax,fa3-warp-specialize,fa3-intra-wg-overlap,fa3-pingpong),convert-fa3-tile-to-hopper,convert-fa3-kernel-to-nvvm))" | FileCheck %s
 
 // The kernel structure follows the schedule's producer_regs/consumer_regs
 // and pingpong fields; each form below is what one schedule builds.

@@ -679,3 +679,59 @@ func.func @turn_yield_types(%q: tensor<64x64xbf16>, %kt: tensor<64x64xbf16>) -> 
   }
   return %s : tensor<64x32xf32>
 }
+
+// -----
+
+func.func @fill_outside_producer(%k: tensor<1x?x1x64xbf16>, %row: index) {
+  %c0 = arith.constant 0 : index
+  // expected-error @+1 {{'fa3.ring_fill' op must be in the producer region of an fa3.warp_specialize}}
+  fa3.ring_fill %k[%c0, %row, %c0] use %c0 : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fill_tile_shape(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0 : index
+  %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {
+    // expected-error @+1 {{'fa3.ring_fill' op tile 'tensor<64x32xbf16>' must be a static [rows, 64] tensor of 'bf16'}}
+    fa3.ring_fill %k[%c0, %row, %c0] use %c0 : tensor<1x?x1x64xbf16> -> tensor<64x32xbf16>
+    fa3.yield
+  } consumers {
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    %s0 = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    fa3.yield %s0 : tensor<64x64xf32>
+  } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+  return %s : tensor<64x64xf32>
+}
+
+// -----
+
+func.func @producer_computes(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0 : index
+  // expected-error @+1 {{'fa3.warp_specialize' op needs positive producer_regs and consumer_regs, got 0 and 240}}
+  %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {
+    fa3.yield
+  } consumers {
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    %s0 = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    fa3.yield %s0 : tensor<64x64xf32>
+  } {consumer_regs = 240 : i64, producer_regs = 0 : i64}
+  return %s : tensor<64x64xf32>
+}
+
+// -----
+
+func.func @producer_mma(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0 : index
+  %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {
+    // expected-error @+1 {{'fa3.load_tile' op is not a ring fill, a loop, a branch or index arithmetic; the producer region holds only those}}
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    fa3.yield
+  } consumers {
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    %s0 = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    fa3.yield %s0 : tensor<64x64xf32>
+  } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+  return %s : tensor<64x64xf32>
+}

@@ -7,6 +7,8 @@
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 using namespace mlir;
 using namespace mlir::fa3;
@@ -33,5 +35,46 @@ LogicalResult MmaTurnOp::verify() {
   }
   if (!hasMma)
     return emitOpError() << "holds no fa3.qk or fa3.pv";
+  return success();
+}
+
+LogicalResult WarpSpecializeOp::verify() {
+  auto producerYield = cast<YieldOp>(getProducer().front().getTerminator());
+  if (!producerYield.getValues().empty())
+    return emitOpError() << "the producer region returns nothing; it yields "
+                         << producerYield.getValues().size() << " values";
+  auto consumerYield = cast<YieldOp>(getConsumers().front().getTerminator());
+  if (consumerYield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "the consumers yield "
+                         << consumerYield.getValues().getTypes()
+                         << " but the op returns " << getResultTypes();
+  if (getProducerRegs() <= 0 || getConsumerRegs() <= 0)
+    return emitOpError() << "needs positive producer_regs and consumer_regs, "
+                            "got "
+                         << getProducerRegs() << " and " << getConsumerRegs();
+  WalkResult result = getProducer().walk([&](Operation *op) {
+    if (isa<RingFillOp, YieldOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
+        isa<arith::ArithDialect>(op->getDialect()) || isa<tensor::DimOp>(op))
+      return WalkResult::advance();
+    op->emitOpError() << "is not a ring fill, a loop, a branch or index "
+                         "arithmetic; the producer region holds only those";
+    return WalkResult::interrupt();
+  });
+  return failure(result.wasInterrupted());
+}
+
+LogicalResult RingFillOp::verify() {
+  auto ws = (*this)->getParentOfType<WarpSpecializeOp>();
+  if (!ws || !ws.getProducer().isAncestor((*this)->getParentRegion()))
+    return emitOpError() << "must be in the producer region of an "
+                            "fa3.warp_specialize";
+  auto tile = dyn_cast<RankedTensorType>(getTile());
+  auto source = cast<RankedTensorType>(getSource().getType());
+  if (!tile || tile.getRank() != 2 || !tile.hasStaticShape() ||
+      tile.getElementType() != source.getElementType() ||
+      tile.getDimSize(1) != source.getDimSize(3))
+    return emitOpError() << "tile " << getTile()
+                         << " must be a static [rows, " << source.getDimSize(3)
+                         << "] tensor of " << source.getElementType();
   return success();
 }

@@ -57,12 +57,14 @@ static std::optional<CausalGrid> matchCausalGrid(func::FuncOp func) {
     forall.walk([&](MaskOp mask) { causal |= mask.getCausal(); });
     if (!causal)
       return std::nullopt;
-    // The query tile's load names the head and batch induction variables;
-    // the third is the query tile.
+    // The query tile's load (in the body, or in fa3-warp-specialize's
+    // consumers region) names the head and batch induction variables; the
+    // third is the query tile.
     LoadTileOp queryLoad;
-    for (auto load : forall.getBody()->getOps<LoadTileOp>())
+    forall.walk([&](LoadTileOp load) {
       if (load.getSource() == func.getArgument(0))
         queryLoad = load;
+    });
     if (!queryLoad)
       return std::nullopt;
     auto ivIndex = [&](Value v) -> std::optional<unsigned> {

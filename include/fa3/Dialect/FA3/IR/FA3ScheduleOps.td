@@ -12,6 +12,7 @@
 #define FA3_DIALECT_FA3_IR_FA3SCHEDULEOPS_TD
 
 include "fa3/Dialect/FA3/IR/FA3Dialect.td"
+include "fa3/Dialect/FA3/IR/FA3TileOps.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
@@ -44,9 +45,72 @@ def FA3_MmaTurnOp : FA3_Op<"mma_turn", [
   let hasVerifier = 1;
 }
 
+def FA3_WarpSpecializeOp : FA3_Op<"warp_specialize", [
+    RecursiveMemoryEffects]> {
+  let summary = "A producer warpgroup filling the tile rings, consumers computing";
+  let description = [{
+    Made by `fa3-warp-specialize` in a grid's `scf.forall` body:
+    FlashAttention-3's warp specialization. The `producer` region is what
+    one producer warpgroup (with `setmaxnreg` lowered to `producer_regs`)
+    runs: `fa3.ring_fill` ops issuing the loads of the query tile and of the
+    key and value tiles, in the order it fills their rings. The `consumers`
+    region is what the consumer warpgroups (raised to `consumer_regs`) run:
+    the tile ops, whose `fa3.load_tile` of K and V read those rings in the
+    order they were filled (the n-th key tile a consumer loads is the n-th
+    one the producer filled), and whose results the op returns.
+
+    ```mlir
+    %o, %lse = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>)
+        producer {
+      fa3.ring_fill %q[%b, %q0, %h] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+      scf.for %i = %c0 to %n step %c1 {
+        ...
+        fa3.ring_fill %v[%b, %row, %hkv] use %i : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+      }
+      fa3.yield
+    } consumers {
+      %qt = fa3.load_tile %q[%b, %q0, %h] : ...
+      ... the key loop, fa3.finalize ...
+      fa3.yield %ot, %lt : tensor<128x64xbf16>, tensor<128xf32>
+    } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+    ```
+
+    The CPU lowering runs the consumers region (the loads it reads are the
+    tiles the producer would fill).
+  }];
+  let arguments = (ins I64Attr:$producer_regs, I64Attr:$consumer_regs);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$producer, SizedRegion<1>:$consumers);
+  let assemblyFormat = [{
+    (`->` `(` type($results)^ `)`)? `producer` $producer `consumers` $consumers
+    attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>]> {
+  let summary = "The producer's load of one tile into the next slot of its ring";
+  let description = [{
+    Loads the `tile`-shaped block of `source` at `[batch, row, head]` (the
+    coordinates of the consumers' `fa3.load_tile` it feeds) into the ring of
+    its source. `use` is the tile's number among the ring's fills of this
+    query tile (key and value tiles: the slot is `use mod stages`, and a
+    slot is refilled once the consumers released its previous use); a query
+    tile has no `use` (the kernel keeps its query tiles per CTA). Only in
+    the producer region of an `fa3.warp_specialize`.
+  }];
+  let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
+                       Index:$head, Optional<Index>:$use, TypeAttr:$tile);
+  let assemblyFormat = [{
+    $source `[` $batch `,` $row `,` $head `]` (`use` $use^)? attr-dict `:`
+    type($source) `->` $tile
+  }];
+  let hasVerifier = 1;
+}
+
 def FA3_YieldOp : FA3_Op<"yield", [Pure, Terminator, ReturnLike,
-    HasParent<"MmaTurnOp">]> {
-  let summary = "The values an fa3.mma_turn returns";
+    ParentOneOf<["MmaTurnOp", "WarpSpecializeOp"]>]> {
+  let summary = "The values an fa3.mma_turn or fa3.warp_specialize region returns";
   let arguments = (ins Variadic<AnyType>:$values);
   let builders = [OpBuilder<(ins), [{ build($_builder, $_state, ValueRange()); }]>];
   let assemblyFormat = "attr-dict ($values^ `:` type($values))?";

@@ -358,6 +358,52 @@ def FA3FuseSoftmax : Pass<"fa3-fuse-softmax"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def FA3WarpSpecialize : Pass<"fa3-warp-specialize"> {
+  let summary = "Split a Hopper grid's tile into a producer warpgroup and consumers";
+  let description = [{
+    FlashAttention-3's warp specialization on the tile level. For each
+    key loop of `fa3-fuse-softmax` whose `fa3.schedule` sets
+    `producer_regs`/`consumer_regs`, directly in a grid `scf.forall`'s body
+    (`fa3-tile{grid=true}`), the query tile's load, the key loop and
+    `fa3.finalize` move into the consumers region of an
+    `fa3.warp_specialize`, and its producer region gets the loads the
+    consumers read, as `fa3.ring_fill` ops in the order the producer fills
+    the rings: the query tile, the key tile of the first block, then per
+    block i the key tile of block i + 1 ahead of the value tile of block i
+    (the order the consumers read them once `fa3-intra-wg-overlap` rotated
+    the loop, so no key load waits behind a value slot a PV still reads).
+    Each fill has the coordinates of the consumers' load, its index
+    arithmetic cloned with the block's index, and its number among the
+    ring's fills (`use`):
+
+    ```mlir
+    %o, %lse = fa3.warp_specialize -> (...) producer {
+      fa3.ring_fill %q[%b, %q0, %h] : ... -> tensor<128x64xbf16>
+      %n = arith.maxsi (%hi - %lo), %c0
+      scf.if (%n > 0) { ... fa3.ring_fill %k[%b, %lo * 64, %hkv] use %c0 ... }
+      scf.for %i = %c0 to %n step %c1 {
+        %i1 = arith.addi %i, %c1 : index
+        scf.if (%i1 < %n) { ... fa3.ring_fill %k[...] use %i1 ... }   // block lo + i + 1
+        ... fa3.ring_fill %v[...] use %i ...                          // block lo + i
+      }
+      fa3.yield
+    } consumers {
+      %qt = fa3.load_tile %q[%b, %q0, %h] : ...
+      ... the key loop and fa3.finalize, unchanged ...
+      fa3.yield %ot, %lt : ...
+    } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+    ```
+
+    It runs in `fa3-hopper-pipeline` after `fa3-fuse-softmax` and before
+    `fa3-intra-wg-overlap`, which then rotates the consumers' loop. Loads
+    the producer cannot issue as whole tiles (row limits, packed heads,
+    pages) are an error.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::fa3::FA3Dialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def FA3IntraWarpgroupOverlap : Pass<"fa3-intra-wg-overlap"> {
   let summary = "Rotate the key loop so block j+1's QKᵀ and softmax overlap block j's PV";
   let description = [{
