@@ -301,20 +301,9 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
       return fail(guard, "an empty key range must return splat constants");
 
   // The stage ops of one block (the then-block or the loop body), at most
-  // one of each.
-  struct Stages {
-    LoadTileOp keyLoad, valueLoad;
-    QKOp qk;
-    SoftcapOp softcap;
-    scf::IfOp maskIf;
-    MaskOp mask;
-    OnlineSoftmaxOp softmax;
-    RescaleOp rescale;
-    PVOp pv;
-    scf::ForOp loop;
-  };
-  auto collect = [&](Block &block) -> FailureOr<Stages> {
-    Stages st;
+  // one of each, in KeyLoop's fields (`loop`: a loop nested in the block).
+  auto collect = [&](Block &block) -> FailureOr<KeyLoop> {
+    KeyLoop st;
     auto once = [&](auto &slot, auto op) {
       if (slot)
         return false;
@@ -372,7 +361,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
     return st;
   };
 
-  FailureOr<Stages> outer = collect(*guard.thenBlock());
+  FailureOr<KeyLoop> outer = collect(*guard.thenBlock());
   if (failed(outer))
     return failure();
   scf::ForOp loop = outer->loop;
@@ -381,7 +370,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
       !outer->valueLoad || !outer->pv)
     return fail(guard, "it must hold the first block's stage A, the rotated "
                        "loop and the last block's stage B");
-  FailureOr<Stages> body = collect(*loop.getBody());
+  FailureOr<KeyLoop> body = collect(*loop.getBody());
   if (failed(body))
     return failure();
   if (!body->keyLoad || !body->qk || !body->softmax || !body->rescale ||
@@ -433,17 +422,13 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
       thenYield.getOperand(2) != loop.getResult(2))
     return fail(guard, "its prologue and epilogue must be the first block's "
                        "stage A and the last block's stage B");
-  keys.loop = loop;
-  keys.keyLoad = body->keyLoad;
-  keys.valueLoad = body->valueLoad;
-  keys.qk = body->qk;
-  keys.softcap = body->softcap;
-  keys.maskIf = body->maskIf;
-  keys.mask = body->mask;
-  keys.softmax = body->softmax;
-  keys.rescale = body->rescale;
-  keys.pv = body->pv;
-  return keys;
+  // The rotated loop's ops stand for the key loop's.
+  KeyLoop rotated = *body;
+  rotated.loop = loop;
+  rotated.guard = guard;
+  rotated.lo = keys.lo;
+  rotated.hi = keys.hi;
+  return rotated;
 }
 
 static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {

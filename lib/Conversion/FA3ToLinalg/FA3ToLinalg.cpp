@@ -925,18 +925,24 @@ struct ScaleCastLowering : OpConversionPattern<ScaleCastOp> {
   }
 };
 
+/// Replaces `op` with the ops of `block` (one of its regions') but the
+/// fa3.yield ending it, and `op`'s results with what that yield returns.
+static void inlineYieldingBlock(Operation *op, Block &block,
+                                ConversionPatternRewriter &rewriter) {
+  auto yield = cast<YieldOp>(block.getTerminator());
+  SmallVector<Value> values = yield.getValues();
+  rewriter.eraseOp(yield);
+  rewriter.inlineBlockBefore(&block, op);
+  rewriter.replaceOp(op, values);
+}
+
 /// A pingpong turn only orders a GPU's warpgroups: its body, inline.
 struct MmaTurnLowering : OpConversionPattern<MmaTurnOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
   matchAndRewrite(MmaTurnOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Block &body = op.getBody().front();
-    auto yield = cast<YieldOp>(body.getTerminator());
-    SmallVector<Value> values = yield.getValues();
-    rewriter.eraseOp(yield);
-    rewriter.inlineBlockBefore(&body, op);
-    rewriter.replaceOp(op, values);
+    inlineYieldingBlock(op, op.getBody().front(), rewriter);
     return success();
   }
 };
@@ -949,12 +955,7 @@ struct WarpSpecializeLowering : OpConversionPattern<WarpSpecializeOp> {
   LogicalResult
   matchAndRewrite(WarpSpecializeOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Block &consumers = op.getConsumers().front();
-    auto yield = cast<YieldOp>(consumers.getTerminator());
-    SmallVector<Value> values = yield.getValues();
-    rewriter.eraseOp(yield);
-    rewriter.inlineBlockBefore(&consumers, op);
-    rewriter.replaceOp(op, values);
+    inlineYieldingBlock(op, op.getConsumers().front(), rewriter);
     return success();
   }
 };

@@ -156,6 +156,17 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
   rewriter.replaceOp(op, finalize.getResults());
 }
 
+SmallVector<std::pair<scf::ForOp, ScheduleAttr>>
+mlir::fa3::getScheduledKeyLoops(Operation *root) {
+  SmallVector<std::pair<scf::ForOp, ScheduleAttr>> loops;
+  root->walk([&](scf::ForOp loop) {
+    if (auto schedule =
+            loop->getAttrOfType<ScheduleAttr>(kKeyLoopScheduleAttrName))
+      loops.emplace_back(loop, schedule);
+  });
+  return loops;
+}
+
 namespace {
 struct FA3FuseSoftmaxPass
     : public fa3::impl::FA3FuseSoftmaxBase<FA3FuseSoftmaxPass> {

@@ -250,13 +250,10 @@ struct FA3IntraWarpgroupOverlapPass
 
   void runOnOperation() override {
     SmallVector<scf::ForOp> loops;
-    getOperation()->walk([&](scf::ForOp loop) {
-      auto schedule =
-          loop->getAttrOfType<ScheduleAttr>(kKeyLoopScheduleAttrName);
-      if (schedule && schedule.getIntraWgOverlap() &&
+    for (auto [loop, schedule] : getScheduledKeyLoops(getOperation()))
+      if (schedule.getIntraWgOverlap() &&
           !loop->hasAttr(kOverlappedKeyLoopAttrName))
         loops.push_back(loop);
-    });
     for (scf::ForOp loop : loops) {
       FailureOr<LoopStages> stages = splitStages(loop);
       if (failed(stages))

@@ -88,13 +88,9 @@ struct FA3PingpongPass
 
   void runOnOperation() override {
     SmallVector<scf::ForOp> loops;
-    getOperation()->walk([&](scf::ForOp loop) {
-      auto schedule =
-          loop->getAttrOfType<ScheduleAttr>(kKeyLoopScheduleAttrName);
-      if (schedule && schedule.getPingpong() &&
-          loop.getBody()->getOps<MmaTurnOp>().empty())
+    for (auto [loop, schedule] : getScheduledKeyLoops(getOperation()))
+      if (schedule.getPingpong() && loop.getBody()->getOps<MmaTurnOp>().empty())
         loops.push_back(loop);
-    });
     for (scf::ForOp loop : loops)
       if (failed(addTurns(loop)))
         return signalPassFailure();

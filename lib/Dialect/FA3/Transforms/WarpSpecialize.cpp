@@ -148,13 +148,10 @@ struct FA3WarpSpecializePass
 
   void runOnOperation() override {
     SmallVector<std::tuple<scf::ForallOp, scf::ForOp, ScheduleAttr>> work;
-    getOperation()->walk([&](scf::ForOp loop) {
-      auto schedule =
-          loop->getAttrOfType<ScheduleAttr>(kKeyLoopScheduleAttrName);
-      auto grid = dyn_cast<scf::ForallOp>(loop->getParentOp());
-      if (schedule && schedule.getProducerRegs() > 0 && grid)
+    for (auto [loop, schedule] : getScheduledKeyLoops(getOperation()))
+      if (auto grid = dyn_cast<scf::ForallOp>(loop->getParentOp());
+          grid && schedule.getProducerRegs() > 0)
         work.emplace_back(grid, loop, schedule);
-    });
     for (auto [grid, loop, schedule] : work)
       if (failed(specialize(grid, loop, schedule)))
         return signalPassFailure();

@@ -22,6 +22,11 @@ namespace mlir::fa3 {
 /// attention block's #fa3.schedule, for the passes that restructure the loop
 /// as the schedule asks (fa3-intra-wg-overlap).
 inline constexpr llvm::StringLiteral kKeyLoopScheduleAttrName = "fa3.schedule";
+/// The key loops under `root` that carry a schedule (kKeyLoopScheduleAttrName),
+/// with it, in walk order: what the schedule passes restructure.
+SmallVector<std::pair<scf::ForOp, ScheduleAttr>>
+getScheduledKeyLoops(Operation *root);
+
 /// The unit attribute fa3-intra-wg-overlap puts on a key loop it rotated.
 inline constexpr llvm::StringLiteral kOverlappedKeyLoopAttrName =
     "fa3.intra_wg_overlap";
