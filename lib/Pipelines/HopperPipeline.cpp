@@ -34,18 +34,19 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   outline.chip = options.chip;
   pm.addPass(createFA3OutlineHopperKernels(outline));
   OpPassManager &tiled = pm.nest<gpu::GPUModuleOp>();
+  OpPassManager &kernelFunctions = tiled.nest<func::FuncOp>();
   FA3TileOptions tile;
   tile.grid = true;
-  tiled.addNestedPass<func::FuncOp>(createFA3Tile(tile));
-  tiled.addNestedPass<func::FuncOp>(createFA3FuseSoftmax());
-  // The schedule's producer_regs/consumer_regs: a producer region filling
-  // the K/V rings, the tile ops in the consumers region.
-  tiled.addNestedPass<func::FuncOp>(createFA3WarpSpecialize());
-  // The schedule's intra_wg_overlap: the key loop rotated by one stage.
-  tiled.addNestedPass<func::FuncOp>(createFA3IntraWarpgroupOverlap());
-  // The schedule's pingpong: the MMAs of each consumer turn.
-  tiled.addNestedPass<func::FuncOp>(createFA3Pingpong());
-  tiled.addNestedPass<func::FuncOp>(createFA3OrderGrid());
+  kernelFunctions.addPass(createFA3Tile(tile));
+  kernelFunctions.addPass(createFA3FuseSoftmax());
+  // The schedule's ideas, each a pass on the tile level: producer_regs (a
+  // producer region filling the K/V rings, the tile ops in the consumers
+  // region), intra_wg_overlap (the key loop rotated by one stage) and
+  // pingpong (each consumer turn's MMAs).
+  kernelFunctions.addPass(createFA3WarpSpecialize());
+  kernelFunctions.addPass(createFA3IntraWarpgroupOverlap());
+  kernelFunctions.addPass(createFA3Pingpong());
+  kernelFunctions.addPass(createFA3OrderGrid());
   tiled.addPass(createConvertFA3TileToHopper());
   // The other kernels (FP8 forward, backward, FP8 preparation) from L0.
   ConvertFA3ToHopperOptions hopper;

@@ -607,11 +607,12 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
                          "plain key loop: run fa3-intra-wg-overlap first");
   // Warp specialization is fa3-warp-specialize's split.
   if (WarpSpecializeOp ws = kernel.warpSpecialize) {
-    if (ws.getProducerRegs() != spec.producerRegs ||
-        ws.getConsumerRegs() != spec.consumerRegs)
+    int64_t producerRegs = ws.getProducerRegsAttr().getInt(),
+            consumerRegs = ws.getConsumerRegsAttr().getInt();
+    if (producerRegs != spec.producerRegs || consumerRegs != spec.consumerRegs)
       return ws.emitOpError()
-             << "splits registers " << ws.getProducerRegs() << "/"
-             << ws.getConsumerRegs() << " but the schedule says "
+             << "splits registers " << producerRegs << "/" << consumerRegs
+             << " but the schedule says "
              << spec.producerRegs << "/" << spec.consumerRegs;
   } else if (spec.warpSpecialized()) {
     return kernel.func.emitOpError()

@@ -48,10 +48,12 @@ LogicalResult WarpSpecializeOp::verify() {
     return emitOpError() << "the consumers yield "
                          << consumerYield.getValues().getTypes()
                          << " but the op returns " << getResultTypes();
-  if (getProducerRegs() <= 0 || getConsumerRegs() <= 0)
+  int64_t producerRegs = getProducerRegsAttr().getInt(),
+          consumerRegs = getConsumerRegsAttr().getInt();
+  if (producerRegs <= 0 || consumerRegs <= 0)
     return emitOpError() << "needs positive producer_regs and consumer_regs, "
                             "got "
-                         << getProducerRegs() << " and " << getConsumerRegs();
+                         << producerRegs << " and " << consumerRegs;
   WalkResult result = getProducer().walk([&](Operation *op) {
     if (isa<RingFillOp, YieldOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
         isa<arith::ArithDialect>(op->getDialect()) || isa<tensor::DimOp>(op))
