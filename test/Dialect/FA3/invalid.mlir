@@ -709,14 +709,14 @@ func.func @fill_tile_shape(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %r
 
 func.func @producer_computes(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xf32> {
   %c0 = arith.constant 0 : index
-  // expected-error @+1 {{'fa3.warp_specialize' op needs positive producer_regs and consumer_regs, got 0 and 240}}
+  // expected-error @+1 {{'fa3.warp_specialize' op needs positive producer_regs and consumer_regs, got -8 and 240}}
   %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {
     fa3.yield
   } consumers {
     %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
     %s0 = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
     fa3.yield %s0 : tensor<64x64xf32>
-  } {consumer_regs = 240 : i64, producer_regs = 0 : i64}
+  } {consumer_regs = 240 : i64, producer_regs = -8 : i64}
   return %s : tensor<64x64xf32>
 }
 
