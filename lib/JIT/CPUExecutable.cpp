@@ -177,6 +177,9 @@ static void collectEqualities(mlir::func::FuncOp func,
               "grad_lse must have one column per query token");
       require(grad.getCuSeqlensQ(), 0, grad.getCuSeqlensK(), 0,
               "cu_seqlens_q and cu_seqlens_k must both have B + 1 entries");
+      require(grad.getCuSeqlensQ(), 0, grad.getSequsedK(), 0,
+              "seqused_k must have B entries, one fewer than cu_seqlens_q",
+              /*offset=*/1);
     } else if (auto cache = llvm::dyn_cast<mlir::fa3::AttentionKVCacheOp>(op)) {
       require(cache.getQuery(), 0, cache.getCacheSeqlens(), 0,
               "cache_seqlens must have one entry per batch of the query");

@@ -144,6 +144,16 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
     return dtype, hq, hkv, d, dv, cu_q, cu_k, lengths[0], lengths[1]
 
 
+def _check_seqused_k(seqused_k, seq_k):
+    """`seqused_k` as int32, one entry per sequence, each in [0, its key count]."""
+    used = _int32_vector("seqused_k", seqused_k, length=seq_k.shape[0])
+    bad = (used < 0) | (used > seq_k)
+    if bad.any():
+        b = int(np.argmax(bad))
+        raise ValueError(f"seqused_k[{b}] = {used[b]} must lie in [0, {seq_k[b]}] (sequence {b}'s keys)")
+    return used
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None,
                      num_splits=1, pack_gqa=None):
@@ -178,23 +188,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
             if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-        if seqused_k is not None:
-            raise ValueError("seqused_k is taken with numpy arrays only (the torch op has no autograd for it)")
         _check_num_splits(num_splits)
         if not isinstance(return_lse, bool):
             raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, q.shape[-1])
         out, lse = _inference_torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                      max_seqlen_k, causal, scale, window, softcap,
-                                                     max(int(num_splits), 1), pack_gqa)
+                                                     max(int(num_splits), 1), pack_gqa, seqused_k=seqused_k)
         return (out, lse) if return_lse else out
     dtype, hq, hkv, d, dv, cu_q, cu_k, seq_q, seq_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
-        used = _int32_vector("seqused_k", seqused_k, length=cu_q.shape[0] - 1)
-        bad = (used < 0) | (used > seq_k)
-        if bad.any():
-            b = int(np.argmax(bad))
-            raise ValueError(f"seqused_k[{b}] = {used[b]} must lie in [0, {seq_k[b]}] (sequence {b}'s keys)")
+        used = _check_seqused_k(seqused_k, seq_k)
         seq_k = used
     for name, given, longest in (("max_seqlen_q", max_seqlen_q, seq_q), ("max_seqlen_k", max_seqlen_k, seq_k)):
         if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
@@ -216,15 +220,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def attention_varlen_grad(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal=False,
-                          softmax_scale=None, window_size=(-1, -1), softcap=0.0, dlse=None):
+                          softmax_scale=None, window_size=(-1, -1), softcap=0.0, dlse=None, seqused_k=None):
     """The backward of `attention_varlen` (numpy arrays, CPU): given the
     gradient `dout` of its output and the forward's `out` and `lse`, returns
     (dq, dk, dv) shaped like q, k and v, with GQA's key/value gradients
     summed over their query heads; rows outside every sequence get 0. The
-    options must be the forward's. `dlse` (float32, like `lse`) is the
+    options, and `seqused_k` (the keys that took part; the others get zero
+    gradients), must be the forward's. `dlse` (float32, like `lse`) is the
     gradient reaching the LSE, if a loss uses it. (FlashAttention's varlen
-    backward; `seqused_k` is not taken here.)"""
-    dtype, hq, hkv, d, dv, cu_q, cu_k, _, _ = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    backward.)"""
+    dtype, hq, hkv, d, dv, cu_q, cu_k, _, seq_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    used = None if seqused_k is None else _check_seqused_k(seqused_k, seq_k)
     o_shape = (q.shape[0], hq, dv)
     for name, a in (("dout", dout), ("out", out)):
         _dtype_name(name, a, like=q)
@@ -237,10 +243,12 @@ def attention_varlen_grad(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, c
             raise ValueError(f"{name} must be a float32 array of shape (num_heads, total_q) = {(hq, q.shape[0])}, "
                              f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     spec = _make_spec(dtype, hq, hkv, d, dv, causal, softmax_scale, window_size, softcap)
-    fn = _jit.get_mlir(spec.varlen_backward_mlir(grad_lse=dlse is not None), "attention_varlen_grad", "cpu",
-                       "bwd")
+    fn = _jit.get_mlir(spec.varlen_backward_mlir(grad_lse=dlse is not None, seqused_k=used is not None),
+                       "attention_varlen_grad", "cpu", "bwd")
     inputs = [_contiguous(n, a) for n, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out))]
     inputs += [np.ascontiguousarray(lse), cu_q, cu_k]
+    if used is not None:
+        inputs.append(used)
     if dlse is not None:
         inputs.append(np.ascontiguousarray(dlse))
     return tuple(fn.run(inputs))

@@ -10,6 +10,8 @@ reinterpreted through int16, as numpy has no bfloat16 of its own).
 Imported on first use by fa3._inference, when a torch tensor arrives.
 """
 
+from typing import Optional
+
 import ml_dtypes
 import numpy as np
 import torch
@@ -61,19 +63,20 @@ def check_cpu_tensors(**tensors):
 
 @torch.library.custom_op("fa3::attention_varlen_fwd", mutates_args=())
 def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-                         scale: float, window_left: int, window_right: int, softcap: float,
-                         num_splits: int, pack_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                         cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], max_seqlen_q: int,
+                         max_seqlen_k: int, causal: bool, scale: float, window_left: int, window_right: int,
+                         softcap: float, num_splits: int, pack_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = _inference.attention_varlen(
         _to_numpy(q), _to_numpy(k), _to_numpy(v), _to_numpy(cu_seqlens_q), _to_numpy(cu_seqlens_k),
         max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=scale, window_size=(window_left, window_right),
-        softcap=softcap, return_lse=True, num_splits=num_splits, pack_gqa=pack_gqa)
+        softcap=softcap, return_lse=True, seqused_k=None if seqused_k is None else _to_numpy(seqused_k),
+        num_splits=num_splits, pack_gqa=pack_gqa)
     return _to_torch(out), _to_torch(lse)
 
 
 @attention_varlen_fwd.register_fake
-def _attention_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
-                               window_left, window_right, softcap, num_splits, pack_gqa):
+def _attention_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, causal,
+                               scale, window_left, window_right, softcap, num_splits, pack_gqa):
     return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -81,48 +84,50 @@ def _attention_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 @torch.library.custom_op("fa3::attention_varlen_bwd", mutates_args=())
 def attention_varlen_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                         cu_seqlens_k: torch.Tensor, causal: bool, scale: float, window_left: int,
-                         window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], causal: bool, scale: float,
+                         window_left: int, window_right: int,
+                         softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = _inference.attention_varlen_grad(
         _to_numpy(grad_out), _to_numpy(q), _to_numpy(k), _to_numpy(v), _to_numpy(out), _to_numpy(lse),
         _to_numpy(cu_seqlens_q), _to_numpy(cu_seqlens_k), causal=causal, softmax_scale=scale,
-        window_size=(window_left, window_right), softcap=softcap, dlse=_to_numpy(grad_lse))
+        window_size=(window_left, window_right), softcap=softcap, dlse=_to_numpy(grad_lse),
+        seqused_k=None if seqused_k is None else _to_numpy(seqused_k))
     return tuple(_to_torch(g) for g in grads)
 
 
 @attention_varlen_bwd.register_fake
-def _attention_varlen_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                               window_left, window_right, softcap):
+def _attention_varlen_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, causal,
+                               scale, window_left, window_right, softcap):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _varlen_setup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, _, _, causal, scale, left, right, softcap, _, _ = inputs
+    q, k, v, cu_q, cu_k, used, _, _, causal, scale, left, right, softcap, _, _ = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used)
     ctx.options = (causal, scale, left, right, softcap)
 
 
 def _varlen_backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, used = ctx.saved_tensors
     grad_out = torch.zeros_like(out) if grad_out is None else grad_out
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
-    dq, dk, dv = torch.ops.fa3.attention_varlen_bwd(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k,
+    dq, dk, dv = torch.ops.fa3.attention_varlen_bwd(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used,
                                                     *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
 attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window,
-                     softcap, num_splits, pack_gqa):
-    check_cpu_tensors(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+                     softcap, num_splits, pack_gqa, seqused_k=None):
+    check_cpu_tensors(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
     if q.dim() != 3 or k.dim() != 3 or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"q and k must be (total, heads, head_dim) with q's heads a positive multiple of k's, "
                          f"got {tuple(q.shape)} and {tuple(k.shape)}")
     pack_gqa = _inference._resolve_pack_gqa(pack_gqa, None, q.shape[1], k.shape[1])
-    return torch.ops.fa3.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+    return torch.ops.fa3.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
                                               int(max_seqlen_k), causal, scale, window[0], window[1], softcap,
                                               int(num_splits), bool(pack_gqa))
 

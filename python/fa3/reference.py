@@ -170,10 +170,11 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, **opt
     return o, lse
 
 
-def attention_varlen_grad(q, k, v, do, cu_seqlens_q, cu_seqlens_k, dlse=None, **options):
+def attention_varlen_grad(q, k, v, do, cu_seqlens_q, cu_seqlens_k, dlse=None, seqused_k=None, **options):
     """The packed-batch backward in float64, as one `attention_grad` per
-    sequence (with `dlse` [Hq, Tq], the LSE's gradient): returns (dq, dk, dv)
-    shaped like q, k and v (0 outside every sequence)."""
+    sequence (with `dlse` [Hq, Tq], the LSE's gradient; with `seqused_k`,
+    sequence b's first seqused_k[b] keys): returns (dq, dk, dv) shaped like
+    q, k and v (0 outside every sequence and for unused keys)."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -182,6 +183,8 @@ def attention_varlen_grad(q, k, v, do, cu_seqlens_q, cu_seqlens_k, dlse=None, **
     for b in range(len(cu_seqlens_q) - 1):
         q0, q1 = cu_seqlens_q[b], cu_seqlens_q[b + 1]
         k0, k1 = cu_seqlens_k[b], cu_seqlens_k[b + 1]
+        if seqused_k is not None:
+            k1 = k0 + seqused_k[b]
         seq_dlse = None if dlse is None else np.asarray(dlse, np.float64)[None, :, q0:q1]
         gq, gk, gv = attention_grad(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], do[None, q0:q1],
                                     dlse=seq_dlse, **options)

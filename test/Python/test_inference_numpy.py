@@ -473,3 +473,43 @@ def test_varlen_pack_gqa_is_the_default_and_bit_identical():
         np.testing.assert_array_equal(a[0], b[0])
         np.testing.assert_array_equal(a[1], b[1])
     assert "pack_gqa" in fa3._spec.AttentionSpec("bf16", 8, 2, 64, 64).varlen_mlir(pack_gqa=True)
+
+
+@pytest.mark.parametrize("with_dlse", [False, True])
+def test_varlen_backward_with_seqused_k(with_dlse):
+    """seqused_k in the backward (FlashAttention-3's varlen backward): only
+    each sequence's first seqused_k[b] keys took part, so they get the
+    float64 reference's gradients (per sequence over that prefix) and the
+    unused keys get exactly 0; with and without the LSE's gradient."""
+    rng, seed = _rng(f"varlen-seqused-grad-{with_dlse}")
+    lq, lk, used = [9, 0, 70, 1], [20, 5, 130, 3], [13, 5, 65, 0]
+    cu_q, cu_k = _offsets(lq), _offsets(lk)
+    used = np.array(used, np.int32)
+    q = _draw(rng, (cu_q[-1], 4, 32), "f32")
+    k = _draw(rng, (cu_k[-1], 2, 32), "f32")
+    v = _draw(rng, (cu_k[-1], 2, 48), "f32")
+    dout = _draw(rng, (cu_q[-1], 4, 48), "f32")
+    dlse = _draw(rng, (4, cu_q[-1]), "f32") if with_dlse else None
+    out, lse = fa3.attention_varlen(q, k, v, cu_q, cu_k, 70, 65, causal=True, return_lse=True, seqused_k=used)
+    grads = fa3.attention_varlen_grad(dout, q, k, v, out, lse, cu_q, cu_k, causal=True, dlse=dlse,
+                                      seqused_k=used)
+    ref = reference.attention_varlen_grad(q, k, v, dout, cu_q, cu_k, dlse=dlse, seqused_k=used, causal=True)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, ref):
+        err = np.abs(got - want).max(initial=0)
+        assert err <= 1e-4 * (1 + np.abs(want).max(initial=0)), f"{name} error {err:.3g} (FA3_TEST_SEED={seed})"
+    dk, dv = grads[1], grads[2]
+    for b in range(len(lk)):
+        unused = slice(cu_k[b] + used[b], cu_k[b + 1])
+        assert (dk[unused] == 0).all() and (dv[unused] == 0).all(), f"sequence {b}'s unused keys"
+    # The used keys do get gradients (the check above is not vacuous).
+    assert np.abs(dk[cu_k[2]:cu_k[2] + used[2]]).max() > 0
+
+
+def test_varlen_backward_bad_seqused_k():
+    q, k, v, cu_q, cu_k, _, _ = _varlen_args()
+    out = np.zeros_like(q)
+    lse = np.zeros((2, 10), np.float32)
+    with pytest.raises(ValueError, match=r"seqused_k\[1\] = 7 must lie in \[0, 6\]"):
+        fa3.attention_varlen_grad(out, q, k, v, out, lse, cu_q, cu_k, seqused_k=np.array([1, 7], np.int32))
+    with pytest.raises(TypeError, match="seqused_k must be an int32 numpy array"):
+        fa3.attention_varlen_grad(out, q, k, v, out, lse, cu_q, cu_k, seqused_k=[1, 2])

@@ -193,3 +193,11 @@ func.func @varlen_grad_dk(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: t
   %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>)
   return
 }
+
+// -----
+
+func.func @varlen_grad_seqused(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tensor<?x2x64xf16>, %v: tensor<?x2x64xf16>, %o: tensor<?x4x64xf16>, %lse: tensor<4x?xf32>, %cuq: tensor<5xi32>, %cuk: tensor<5xi32>, %used: tensor<5xi32>) {
+  // expected-error @+1 {{'fa3.attention_varlen_grad' op expects seqused_k as an i32 tensor [B] (one fewer than cu_seqlens_q) [4], got 'tensor<5xi32>'}}
+  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk seqused_k %used : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<4x?xf32>, tensor<5xi32>, tensor<5xi32>, tensor<5xi32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>)
+  return
+}

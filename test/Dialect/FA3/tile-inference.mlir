@@ -210,6 +210,25 @@ func.func @varlen_grad(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tens
   return %dq, %dk, %dv : tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>
 }
 
+// With seqused_k (and the LSE's gradient), a sequence's keys end at
+// cu_seqlens_k[b] + seqused_k[b]: the key-side loads and the dK/dV stores
+// are bounded there, so the unused keys keep their zero gradients.
+// VGRAD-LABEL: func.func @varlen_grad_used
+// VGRAD: scf.for %[[SEQ:[^ ]+]] = {{.+}} iter_args(
+// VGRAD: %[[KB:.+]] = tensor.extract %arg7[%[[SEQ]]] : tensor<?xi32>
+// VGRAD: %[[USED:.+]] = tensor.extract %arg8[%[[SEQ]]] : tensor<?xi32>
+// VGRAD: %[[USEDI:.+]] = arith.index_cast %[[USED]] : i32 to index
+// VGRAD: %[[USEDC:.+]] = arith.maxsi %[[USEDI]], %c0 : index
+// VGRAD: %[[KEND:.+]] = arith.addi %{{.+}}, %[[USEDC]] : index
+// VGRAD: fa3.load_tile %{{.+}}[%c0, %{{.+}}, %{{.+}}] limit %[[KEND]] : tensor<1x?x2x64xf16> -> tensor<64x64xf16>
+// VGRAD: fa3.store_tile {{.+}} limit %[[KEND]] : tensor<64x64xf16> into tensor<1x?x2x64xf16>
+// VGRAD: fa3.store_tile {{.+}} limit %[[KEND]] : tensor<64x64xf16> into tensor<1x?x2x64xf16>
+func.func @varlen_grad_used(%do: tensor<?x4x64xf16>, %q: tensor<?x4x64xf16>, %k: tensor<?x2x64xf16>, %v: tensor<?x2x64xf16>, %o: tensor<?x4x64xf16>, %lse: tensor<4x?xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>, %used: tensor<?xi32>, %dlse: tensor<4x?xf32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>) {
+  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk seqused_k %used grad_lse %dlse
+      : (tensor<?x4x64xf16>, tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?x4x64xf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>, tensor<4x?xf32>) -> (tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>)
+  return %dq, %dk, %dv : tensor<?x4x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>
+}
+
 //--- pack.mlir
 
 // PackGQA: the head loop runs over the 2 KV heads; each 64-row tile holds

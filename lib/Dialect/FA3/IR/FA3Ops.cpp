@@ -426,6 +426,18 @@ static FailureOr<int64_t> verifyOffsets(Operation *op, Value cuSeqlensQ,
   return numOffsets;
 }
 
+/// The optional `seqused_k` of a packed batch with `numOffsets` entries in
+/// cu_seqlens_q: i32 [B].
+static LogicalResult verifySequsedK(Operation *op, Value used,
+                                    int64_t numOffsets) {
+  if (!used)
+    return success();
+  int64_t batch =
+      ShapedType::isDynamic(numOffsets) ? numOffsets : numOffsets - 1;
+  return verifyIndexOperand(op, used, "seqused_k", {batch},
+                            "[B] (one fewer than cu_seqlens_q)");
+}
+
 LogicalResult AttentionVarlenOp::verify() {
   auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
                      toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
@@ -438,13 +450,8 @@ LogicalResult AttentionVarlenOp::verify() {
     return failure();
   if (auto splits = getNumSplits(); splits && *splits < 1)
     return emitOpError() << "num_splits must be at least 1, got " << *splits;
-  if (Value used = getSequsedK()) {
-    int64_t batch = ShapedType::isDynamic(*numOffsets) ? *numOffsets
-                                                       : *numOffsets - 1;
-    if (failed(verifyIndexOperand(*this, used, "seqused_k", {batch},
-                                  "[B] (one fewer than cu_seqlens_q)")))
-      return failure();
-  }
+  if (failed(verifySequsedK(*this, getSequsedK(), *numOffsets)))
+    return failure();
   Type elt = t->q.getElementType();
   SmallVector<int64_t, 3> outShape = {t->q.getDimSize(0), t->q.getDimSize(1),
                                       t->v.getDimSize(2)};
@@ -462,7 +469,10 @@ LogicalResult AttentionVarlenGradOp::verify() {
                      getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
   if (failed(t))
     return failure();
-  if (failed(verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK())))
+  FailureOr<int64_t> numOffsets =
+      verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK());
+  if (failed(numOffsets) ||
+      failed(verifySequsedK(*this, getSequsedK(), *numOffsets)))
     return failure();
   // Packed: O [Tq, Hq, Dv], LSE [Hq, Tq].
   return verifyGradTypes(

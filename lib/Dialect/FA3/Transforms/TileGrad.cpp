@@ -450,7 +450,8 @@ LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
   t.seqQ = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
   t.seqK = tensor::DimOp::create(rewriter, loc, op.getKey(), 0);
   int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
-  Value cuQ = op.getCuSeqlensQ(), cuK = op.getCuSeqlensK();
+  Value cuQ = op.getCuSeqlensQ(), cuK = op.getCuSeqlensK(),
+        used = op.getSequsedK();
   t.bounds = [&, blockM, blockN](OpBuilder &b, Location loc, Value entry) {
     IndexMath m{b, loc};
     fa3::detail::SequenceRows queries = fa3::detail::sequenceRows(b, loc, cuQ, entry);
@@ -464,6 +465,12 @@ LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
     seq.kBegin = keys.begin;
     seq.kEnd = keys.end;
     seq.kLen = keys.length;
+    // With seqused_k only the sequence's first keys took part: the others
+    // are past its end (zero gradients).
+    if (used) {
+      seq.kLen = fa3::detail::indexAt(b, loc, used, entry);
+      seq.kEnd = m.add(seq.kBegin, seq.kLen);
+    }
     seq.numKBlocks = m.ceilDiv(seq.kLen, blockN);
     return seq;
   };

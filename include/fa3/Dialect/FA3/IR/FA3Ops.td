@@ -195,23 +195,28 @@ def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {
   let extraClassDeclaration = attentionMaskDecls;
 }
 
-def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad"> {
+def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad",
+    [AttrSizedOperandSegments]> {
   let summary = "Gradients of fa3.attention_varlen with respect to Q, K and V";
   let description = [{
     The backward of `fa3.attention_varlen` (FlashAttention's
     `flash_attn_varlen_func` backward) with the same attributes, on the
     packed layout: operands `grad_output` `[Tq, Hq, Dv]`, `query`, `key`,
-    `value`, `output`, `lse` `[Hq, Tq]`, `cu_seqlens_q`, `cu_seqlens_k` and,
-    optionally, `grad_lse` (`[Hq, Tq]` f32, the gradient reaching the LSE,
-    as in `fa3.attention_grad`); results `grad_query`, `grad_key`,
-    `grad_value` shaped like `query`, `key` and `value`. Each sequence is
-    the backward of its own attention (`fa3.attention_grad`'s, GQA sums
-    included). Rows outside every sequence get zero gradients.
+    `value`, `output`, `lse` `[Hq, Tq]`, `cu_seqlens_q`, `cu_seqlens_k`,
+    optionally `seqused_k` (`[B]` i32, as in the forward: only the first
+    `seqused_k[b]` keys of sequence b took part, and the others get zero
+    gradients) and optionally `grad_lse` (`[Hq, Tq]` f32, the gradient
+    reaching the LSE, as in `fa3.attention_grad`); results `grad_query`,
+    `grad_key`, `grad_value` shaped like `query`, `key` and `value`. Each
+    sequence is the backward of its own attention (`fa3.attention_grad`'s,
+    GQA sums included). Rows outside every sequence get zero gradients.
 
     ```mlir
-    %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk {causal}
+    %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk
+        seqused_k %used grad_lse %dlse {causal}
         : (tensor<?x8x64xbf16>, tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>,
-           tensor<?x8x64xbf16>, tensor<8x?xf32>, tensor<?xi32>, tensor<?xi32>)
+           tensor<?x8x64xbf16>, tensor<8x?xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>,
+           tensor<8x?xf32>)
         -> (tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>)
     ```
   }];
@@ -219,10 +224,16 @@ def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad"> {
                             AnyTensor:$key, AnyTensor:$value,
                             AnyTensor:$output, AnyTensor:$lse,
                             AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k,
+                            Optional<AnyTensor>:$seqused_k,
                             Optional<AnyTensor>:$grad_lse),
                        FA3_AttentionAttrs);
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);
+  let assemblyFormat = [{
+    $grad_output `,` $query `,` $key `,` $value `,` $output `,` $lse `,`
+    $cu_seqlens_q `,` $cu_seqlens_k (`seqused_k` $seqused_k^)?
+    (`grad_lse` $grad_lse^)? attr-dict `:` functional-type(operands, results)
+  }];
   let extraClassDeclaration = attentionMaskDecls;
 }
 
