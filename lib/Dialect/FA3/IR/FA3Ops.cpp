@@ -438,20 +438,30 @@ static LogicalResult verifySequsedK(Operation *op, Value used,
                             "[B] (one fewer than cu_seqlens_q)");
 }
 
-LogicalResult AttentionVarlenOp::verify() {
-  auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
-                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
-                     getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
+/// What the packed-batch forward and backward share: packed Q/K/V with the
+/// attributes, the offsets and the optional seqused_k.
+template <typename PackedOp>
+static FailureOr<AttentionTypes> verifyPackedBatch(PackedOp op) {
+  auto t = verifyQKV(op, op.getQuery(), op.getKey(), op.getValue(),
+                     toFloat(op.getScale()), op.getWindow(),
+                     toFloat(op.getSoftcap()), op.getCausal(),
+                     /*allowFP8=*/false, QKVLayout::Packed);
   if (failed(t))
     return failure();
   FailureOr<int64_t> numOffsets =
-      verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK());
-  if (failed(numOffsets))
+      verifyOffsets(op, op.getCuSeqlensQ(), op.getCuSeqlensK());
+  if (failed(numOffsets) ||
+      failed(verifySequsedK(op, op.getSequsedK(), *numOffsets)))
+    return failure();
+  return t;
+}
+
+LogicalResult AttentionVarlenOp::verify() {
+  FailureOr<AttentionTypes> t = verifyPackedBatch(*this);
+  if (failed(t))
     return failure();
   if (auto splits = getNumSplits(); splits && *splits < 1)
     return emitOpError() << "num_splits must be at least 1, got " << *splits;
-  if (failed(verifySequsedK(*this, getSequsedK(), *numOffsets)))
-    return failure();
   Type elt = t->q.getElementType();
   SmallVector<int64_t, 3> outShape = {t->q.getDimSize(0), t->q.getDimSize(1),
                                       t->v.getDimSize(2)};
@@ -464,15 +474,8 @@ LogicalResult AttentionVarlenOp::verify() {
 }
 
 LogicalResult AttentionVarlenGradOp::verify() {
-  auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
-                     toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
-                     getCausal(), /*allowFP8=*/false, QKVLayout::Packed);
+  FailureOr<AttentionTypes> t = verifyPackedBatch(*this);
   if (failed(t))
-    return failure();
-  FailureOr<int64_t> numOffsets =
-      verifyOffsets(*this, getCuSeqlensQ(), getCuSeqlensK());
-  if (failed(numOffsets) ||
-      failed(verifySequsedK(*this, getSequsedK(), *numOffsets)))
     return failure();
   // Packed: O [Tq, Hq, Dv], LSE [Hq, Tq].
   return verifyGradTypes(
