@@ -10,10 +10,10 @@ before P·V; the row sums use the unrounded P, as the kernels do.
 
 `check_fp8_output` states the bound. Float32 (kernel) against float64
 (model) arithmetic puts a rare P, Q·K̂ value or descale product on the other
-side of an e4m3 rounding tie; one such flip moves an output by up to
-2^-3 · p/l · |V|. So nearly every element (99.5%) must be within
-2^-8 |ref| (the bf16 output) + 2e-4 · max|V|, and all within 2^-4 · max|V|
-(the largest effect of P's rounding). A model without P's rounding fails
+side of an e4m3 rounding tie; one such flip moves an output row by up to
+2^-3 · p/l · |V|. So nearly every element (99.5%, or all but one row) must
+be within 2^-8 |ref| (the bf16 output) + 2e-4 · max|V|, and all within
+2^-4 · max|V| (the largest effect of P's rounding). A model without P's rounding fails
 the first criterion at the sizes the tests use (they check that too).
 """
 
@@ -115,5 +115,13 @@ def within_bound(o, ref, vmax):
 
 def check_fp8_output(o, ref, vmax, what=""):
     fraction, worst = within_bound(o, ref, vmax)
-    assert fraction >= 0.995, f"{what}: only {fraction:.4f} of O within the tight bound (worst {worst:.3g})"
+    # One flipped P moves its whole output row (that P weighs a V row into
+    # every column), so in a small output one flip alone is more than 0.5% of
+    # the elements: a single row off the tight bound is tolerated whatever the
+    # size (FA3_TEST_SEED=1322184376 flipped one of the 34 rows of a 17-query
+    # case: 67 of its 128 elements, by at most 0.025 = 2^-5.6 max|V|).
+    err = np.abs(o - ref)
+    rows_off = int((err > 2.0 ** -8 * np.abs(ref) + 2e-4 * vmax).reshape(-1, o.shape[-1]).any(axis=1).sum())
+    assert fraction >= 0.995 or rows_off <= 1, (
+        f"{what}: only {fraction:.4f} of O within the tight bound, in {rows_off} rows (worst {worst:.3g})")
     assert worst <= 2.0 ** -4 * vmax, f"{what}: O error {worst:.3g} > 2^-4 max|V| = {2.0 ** -4 * vmax:.3g}"
