@@ -1,20 +1,27 @@
-"""Launches one fa3 forward kernel a few times on the FA3-paper shape of
+"""Launches one forward kernel a few times on the FA3-paper shape of
 (d, seqlen), for a profiler to pick one launch (see docs/GPU.md):
 
   ncu --clock-control none -k regex:fa3_fwd --launch-skip 2 --launch-count 1 \\
       python bench/profile_forward.py --d 128 --seqlen 8192 [--causal] [--schedule '#fa3.schedule<...>']
+
+Without --schedule the kernel is the one fa3.attention runs for the shape
+(its length bucket's schedule). --cudnn launches PyTorch's cuDNN SDPA on the
+same shape instead, for the peer's profile (`-k regex:cudnn|sm90`).
 """
 import argparse
 import pathlib
 import sys
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_attention import mlir_for  # noqa: E402
 import fa3  # noqa: E402
+from fa3 import _jit  # noqa: E402
+from fa3._spec import AttentionSpec  # noqa: E402
 
 
 def main():
@@ -23,18 +30,28 @@ def main():
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--schedule", default=None)
+    ap.add_argument("--cudnn", action="store_true", help="profile PyTorch's cuDNN SDPA instead")
     ap.add_argument("--launches", type=int, default=4)
     args = ap.parse_args()
     s, d = args.seqlen, args.d
     b, h = 16384 // s, 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    kernel = fa3.compile_mlir(mlir_for(h, d, args.causal, args.schedule), "attn")
+    if args.cudnn:
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            for _ in range(args.launches):
+                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
+        torch.cuda.synchronize()
+        print("cuDNN SDPA launched", args.launches, "times")
+        return
+    schedule = args.schedule or _jit.forward_schedule(AttentionSpec("bf16", h, h, d, d, args.causal), s, s)
+    kernel = fa3.compile_mlir(mlir_for(h, d, args.causal, schedule), "attn")
     o = torch.empty_like(q)
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
     for _ in range(args.launches):
         kernel.launch_into(q, k, v, o, lse)
     torch.cuda.synchronize()
-    print(kernel.name, "launched", args.launches, "times")
+    print(kernel.name, "launched", args.launches, "times with", schedule)
 
 
 if __name__ == "__main__":

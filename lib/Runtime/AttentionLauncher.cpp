@@ -114,6 +114,10 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
   return info;
 }
 
+/// The rows of one consumer warpgroup: the box of the forward kernel's TMA
+/// store of O.
+static constexpr int64_t kOutputStoreRows = 64;
+
 /// The TMA descriptor of a contiguous [B, S, H, D] tensor, loading boxes of
 /// one 128-byte swizzle atom of head-dim elements (64 16-bit or 128 e4m3
 /// values) by `rows` sequence rows. e4m3 is described as UINT8: TMA only
@@ -228,13 +232,19 @@ llvm::Error fa3::runtime::launchAttentionForward(
                             info.headDim, info.blockN, "V");
   if (!mapV)
     return mapV.takeError();
+  // O is stored by TMA in boxes of one consumer warpgroup's 64 rows.
+  auto mapO = bshdTensorMap(args.out, info.bf16, args.batch, args.seqQ,
+                            info.numQHeads, info.headDim,
+                            kOutputStoreRows, "O");
+  if (!mapO)
+    return mapO.takeError();
   if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
     return err;
 
-  DevicePtr out = args.out, lse = args.lse;
+  DevicePtr lse = args.lse;
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
   int32_t batch32 = int32_t(args.batch);
-  void *params[] = {&*mapQ, &*mapK,  &*mapV,  &out,
+  void *params[] = {&*mapQ, &*mapK,  &*mapV,  &*mapO,
                     &lse,   &seqQ32, &seqK32, &batch32};
   int64_t queryTiles = (args.seqQ + info.blockM - 1) / info.blockM;
   Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),

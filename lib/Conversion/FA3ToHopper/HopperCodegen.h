@@ -162,6 +162,12 @@ protected:
         NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true,
         NVVM::CTAGroupKindAttr(), Value());
   }
+  /// The TMA store of the box at `coords` of `map` from shared `src`, in
+  /// the thread's current bulk async-group.
+  void tmaStore(Value map, Value src, ArrayRef<Value> coords) {
+    NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+        b, loc, map, src, coords, Value(), NVVM::TMAStoreMode::TILE, Value());
+  }
   /// A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
   /// aligned) from global `src` to shared `dst`, completing on `bar`.
   void bulkLoad(Value dst, Value src, int64_t bytes, Value bar);

@@ -59,6 +59,9 @@ using namespace mlir::fa3::detail;
 /// The named barriers of pingpong: consumer warpgroup w waits on
 /// kPingpongBarrier + w (0 is __syncthreads').
 static constexpr int64_t kPingpongBarrier = 1;
+/// The named barrier of consumer warpgroup w's O epilogue (its 128 threads'
+/// shared-memory writes before the TMA store): kEpilogueBarrier + w.
+static constexpr int64_t kEpilogueBarrier = 3;
 
 //===----------------------------------------------------------------------===//
 // Matching the tile-level kernel function
@@ -680,7 +683,7 @@ private:
   const HopperAttentionSpec &s;
   DenseMap<Value, Value> scalars;
 
-  Value tmaQ, tmaK, tmaV, seqQ, seqK, batch;
+  Value tmaQ, tmaK, tmaV, tmaO, seqQ, seqK, batch;
   /// Shared memory: the Q tiles, the K ring, the V ring, then the
   /// mbarriers: Q full per Q tile, the ring's, and (persistent) Q empty per
   /// Q tile.
@@ -791,8 +794,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   b.setInsertionPointToEnd(module.getBody());
   declareDynamicSmem(module);
 
-  // Q/K/V tensor maps, O, LSE, Sq, Sk, B.
-  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, globalPtr,
+  // Q/K/V/O tensor maps (O in boxes of 64 rows: one consumer warpgroup's),
+  // LSE, Sq, Sk, B.
+  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, genericPtr,
                               globalPtr,  i32,        i32,        i32};
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
@@ -800,16 +804,16 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
               b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
-  passTensorMapsByValue(fn, 3);
-  for (unsigned i = 3; i < 5; ++i)
-    fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+  passTensorMapsByValue(fn, 4);
+  fn.setArgAttr(4, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
 
   Block *entry = fn.addEntryBlock(b);
   b.setInsertionPointToStart(entry);
   tmaQ = entry->getArgument(0);
   tmaK = entry->getArgument(1);
   tmaV = entry->getArgument(2);
-  Value outPtr = entry->getArgument(3), lsePtr = entry->getArgument(4);
+  tmaO = entry->getArgument(3);
+  Value lsePtr = entry->getArgument(4);
   seqQ = entry->getArgument(5);
   seqK = entry->getArgument(6);
   batch = entry->getArgument(7);
@@ -1390,11 +1394,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     results.append(fragment(keyResults[2]));
     results.append(fragment(keyResults[0]));
 
-    // Persistent: this tile's QKᵀ wgmmas have all completed (each was
-    // waited for), so the producer may load the next tile's Q.
-    if (s.persistent)
-      arrive(barQEmpty(qBuffer));
-
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.
     if (s.pingpong) {
@@ -1421,39 +1420,66 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           select(empty, cf(negInf), fadd(fmul(results[row], cf(scale)), ln));
     }
 
-    // fa3.parallel_store_tile / _stats: rows past Sq are dropped.
+    // fa3.parallel_store_tile of O through shared memory and a TMA store:
+    // each thread writes its packed O pairs into this warpgroup's 64 rows
+    // of the Q tile (dead once the warpgroup's last QKᵀ completed; the other
+    // warpgroups' QKᵀs read only their own rows), in the 128-byte swizzle
+    // the Q load wrote (16-byte chunk c of row r at c ^ (r % 8)), then one
+    // thread stores the 64 rows per swizzle atom. TMA drops the rows past
+    // Sq, and a warp's 32 stores hit 32 distinct banks. Stored directly from
+    // the fragment, each warp store covered 8 rows with 16 bytes each: half
+    // of every 32-byte sector (ncu, d128 causal 1k: 16.1 of 32 bytes).
     ParallelStoreTileOp storeO = k.storeOutput;
     ParallelStoreStatsOp storeL = k.storeLse;
-    auto oType = cast<RankedTensorType>(storeO.getDest().getType());
+    Value oQueryTile = mul(qBuffer, ci(tileBytes(s.blockM)));
+    Value chunkSwizzle = divu(lane, ci(4));
+    for (int64_t row = 0; row < 2; ++row) {
+      Value rowOffset = mul(add(rowInTile, ci(8 * row)), ci(kAtomBytes));
+      for (int64_t j = 0; j < s.headDim / 8; ++j) {
+        int64_t r = 4 * j + 2 * row;
+        Value packed = pack(fmul(results[4 + r], inv[row]),
+                            fmul(results[4 + r + 1], inv[row]));
+        int64_t atom = j / (kAtomCols / 8), chunk = j % (kAtomCols / 8);
+        Value byte = add(
+            add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
+            add(mul(xori(ci(chunk), chunkSwizzle), ci(16)),
+                mul(colInBlock, ci(2))));
+        LLVM::StoreOp::create(b, loc, packed, smemAt(byte), /*alignment=*/4);
+      }
+    }
+    fenceProxyAsyncShared();
+    namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
+    Value wgRow = add(scalar(storeO.getRow()), mul(wg, ci(64)));
+    Value storer = andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
+                        cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
+    scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
+      for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
+        Value src = smemAt(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)),
+                               mul(wg, ci(64 * kAtomBytes))));
+        tmaStore(tmaO, src,
+                 {ci(atom * kAtomCols), wgRow, scalar(storeO.getHead()),
+                  scalar(storeO.getBatch())});
+      }
+      NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
+      // The Q tile is reused (the next load into it, or the CTA's exit)
+      // only after the TMA engine has read it.
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+      scf::YieldOp::create(b, loc);
+    });
+    // Persistent: this warpgroup is done with the Q tile (its QKᵀs
+    // completed, its O rows read by the TMA store), so the producer may
+    // load the next tile's Q into it.
+    if (s.persistent)
+      arrive(barQEmpty(qBuffer));
+
+
+    // fa3.parallel_store_stats: LSE entries past Sq are dropped.
     auto lType = cast<RankedTensorType>(storeL.getDest().getType());
-    int64_t oHeads = oType.getDimSize(2), lHeads = lType.getDimSize(1);
-    Value oBatch = scalar(storeO.getBatch()), oHead = scalar(storeO.getHead());
+    int64_t lHeads = lType.getDimSize(1);
     Value lBatch = scalar(storeL.getBatch()), lHead = scalar(storeL.getHead());
     for (int64_t row = 0; row < 2; ++row) {
       Value inTile = add(rowInTile, ci(8 * row));
-      Value oRow = add(scalar(storeO.getRow()), inTile);
       Value lRow = add(scalar(storeL.getRow()), inTile);
-      scf::IfOp::create(
-          b, loc, cmp(arith::CmpIPredicate::slt, oRow, seqQ),
-          [&](OpBuilder &, Location) {
-            // O[b, row, h, :] at ((b * Sq + row) * Hq + h) * D elements.
-            Value rowIndex =
-                add(mul(add(mul(sext64(oBatch), sext64(seqQ)), sext64(oRow)),
-                        cl(oHeads)),
-                    sext64(oHead));
-            Value rowBase = mul(rowIndex, cl(s.headDim * 2));
-            for (int64_t j = 0; j < s.headDim / 8; ++j) {
-              int64_t r = 4 * j + 2 * row;
-              Value packed = pack(fmul(results[4 + r], inv[row]),
-                                  fmul(results[4 + r + 1], inv[row]));
-              Value byte =
-                  add(rowBase, zext64(mul(add(ci(j * 8), colInBlock), ci(2))));
-              Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(),
-                                              outPtr, ValueRange{byte});
-              LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/4);
-            }
-            scf::YieldOp::create(b, loc);
-          });
       // LSE[b, h, row] at (b * Hq + h) * Sq + row, from one lane per row.
       Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
       scf::IfOp::create(

@@ -14,7 +14,7 @@
 // consumer warpgroups' code. The kernel keeps the function's name and takes
 // the forward kernel's ABI.
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000
-// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32)
+// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32)
 // CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
 // The forall's induction variables are the block ids of its mapping, and
 // its index arithmetic is emitted in i32: the GQA head h / 2, the query
@@ -61,10 +61,27 @@
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK: nvvm.mbarrier.arrive
 // CHECK: scf.yield
-// fa3.finalize and the parallel stores: O rows and LSE entries inside Sq.
+// fa3.finalize and the parallel stores. O: a thread's 2 x 8 packed pairs
+// into its warpgroup's rows of the Q tile, the proxy fence and the
+// warpgroup's named barrier (3 + its index, 128 threads), then one thread
+// whose 64 rows start inside Sq stores them with TMA at the store's
+// coordinates (row = the tile's first row + 64 per warpgroup) and waits
+// until the tile was read. LSE: entries inside Sq, directly.
 // CHECK: lg2.approx.f32
+// CHECK-COUNT-16: llvm.store %{{.+}}, %{{.+}} {alignment = 4 : i64} : i32, !llvm.ptr<3>
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: %[[BAR:.+]] = arith.addi %{{.+}}, %c3_i32 : i32
+// CHECK-NEXT: %[[N:.+]] = llvm.mlir.constant(128 : i32) : i32
+// CHECK-NEXT: llvm.inline_asm has_side_effects "bar.sync $0, $1;", "r,r" %[[BAR]], %[[N]]
+// CHECK-NEXT: %[[WGROWS:.+]] = arith.muli %{{.+}}, %c64_i32 : i32
+// CHECK-NEXT: %[[WGROW:.+]] = arith.addi %[[Q0]], %[[WGROWS]] : i32
+// CHECK-NEXT: arith.cmpi slt, %[[WGROW]], %[[SQ]] : i32
+// CHECK: scf.if
+// CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3, %{{.+}}, box[%c0_i32, %[[WGROW]], %[[H]], %[[B]]]
+// CHECK-NEXT: nvvm.cp.async.bulk.commit.group
+// CHECK-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
+// CHECK-NOT: llvm.store %{{.+}} : i32, !llvm.ptr<1>
 // CHECK: arith.cmpi slt, %{{.+}}, %[[SQ]] : i32
-// CHECK-COUNT-8: llvm.store %{{.+}}, %{{.+}} {alignment = 4 : i64} : i32, !llvm.ptr<1>
 // CHECK: llvm.store %{{.+}}, %{{.+}} {alignment = 4 : i64} : f32, !llvm.ptr<1>
 // CHECK-NOT: func.func
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
@@ -221,7 +238,8 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-NEXT: }
 // PERSIST-NEXT: scf.yield %[[NEXT]]#0, %[[NEXT]]#1 : i32, i32
 // The consumers walk the same tiles, wait for Q with the parity of its use,
-// and release Q after the key loop, before the epilogue's stores.
+// and stage O in their Q tile; each releases the Q tile once the TMA store
+// has read it (the storing thread waits for that), before the LSE stores.
 // PERSIST: nvvm.setmaxregister  increase 240
 // PERSIST: scf.for %{{.+}} = %c0_i32 to %{{.+}} step %c1_i32 iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
 // PERSIST: scf.if %{{.+}} -> (i32, i32) {
@@ -232,12 +250,17 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
 // PERSIST: scf.for
 // PERSIST: arith.addi %[[CRING]], %{{.+}} : i32
-// PERSIST: %[[QEOFF2:.+]] = arith.muli %[[CQBUF]], %c8_i32 : i32
+// PERSIST: lg2.approx.f32
+// PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
+// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
+// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
+// PERSIST: nvvm.cp.async.bulk.wait_group 0 {read}
+// PERSIST-NEXT: }
+// PERSIST-NEXT: %[[QEOFF2:.+]] = arith.muli %[[CQBUF]], %c8_i32 : i32
 // PERSIST-NEXT: %[[QEADDR:.+]] = arith.addi %[[QEOFF2]], %c65616_i32 : i32
 // PERSIST-NEXT: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][%[[QEADDR]]] :
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
-// PERSIST: lg2.approx.f32
-// PERSIST: llvm.store
+// PERSIST: llvm.store %{{.+}} : f32, !llvm.ptr<1>
 // PERSIST: scf.yield %{{.+}}, %{{.+}} : i32, i32
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
   func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} {
