@@ -14,6 +14,14 @@
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_full --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
 
+// Global stores: O goes through TMA (one store per 64-column atom), so the
+// only st.global are the LSE's, one per thread row.
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d128_causal --emit=ptx | FileCheck %s --check-prefix=STORES
+// STORES-COUNT-2: cp.async.bulk.tensor.4d.global.shared::cta
+// STORES-NOT: cp.async.bulk.tensor.4d.global.shared::cta
+// RUN: fa3-run %S/Inputs/kernels.mlir --function=d128_causal --emit=ptx | grep -c st.global | FileCheck %s --check-prefix=STG
+// STG: {{^}}2{{$}}
+
 // Three consumer warpgroups (d64) do not pingpong.
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d64_full --emit=ptx | FileCheck %s --check-prefix=NOPP
 // NOPP-NOT: bar.arrive
@@ -24,11 +32,13 @@
 
 // COMMON: .target sm_90a
 // COMMON: .extern .shared .align 1024 .b8 fa3_dynamic_smem[];
-// The three tensor maps arrive by value, 64-byte aligned (__grid_constant__).
+// The four tensor maps (Q, K, V, O) arrive by value, 64-byte aligned
+// (__grid_constant__).
 // COMMON: .visible .entry fa3_fwd_bf16_d
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_0[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_1[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_2[128],
+// COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_3[128],
 // D64: .maxntid 512, 1, 1
 // D128: .maxntid 384, 1, 1
 // D256: .maxntid 384, 1, 1
@@ -58,7 +68,13 @@
 // D256-DAG: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){127}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // COMMON-DAG: mbarrier.arrive.shared.b64
 // COMMON-DAG: lg2.approx.f32
-// COMMON-DAG: st.global.b32
+// O through shared memory: the proxy fence, the warpgroup's named barrier,
+// then a TMA store per 64-column atom, waited for until read. LSE: one
+// 4-byte store per row.
+// COMMON-DAG: fence.proxy.async.shared::cta;
+// COMMON-DAG: cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%rd{{[0-9]+}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}], [%rd{{[0-9]+}}];
+// COMMON-DAG: cp.async.bulk.commit_group;
+// COMMON-DAG: cp.async.bulk.wait_group.read 0;
 // COMMON-DAG: st.global.b32
 // The producer: one thread issues Q, then K and V for every key block,
 // waiting on the slot's "empty" mbarrier before reusing it. (Where LLVM
