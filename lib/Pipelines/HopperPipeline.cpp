@@ -47,6 +47,8 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   kernelFunctions.addPass(createFA3IntraWarpgroupOverlap());
   kernelFunctions.addPass(createFA3Pingpong());
   kernelFunctions.addPass(createFA3OrderGrid());
+  // persistent (min(tiles, SMs) CTAs walking the ordered tiles).
+  kernelFunctions.addPass(createFA3PersistentGrid());
   tiled.addPass(createConvertFA3TileToHopper());
   // The other kernels (FP8 forward, backward, FP8 preparation) from L0.
   ConvertFA3ToHopperOptions hopper;

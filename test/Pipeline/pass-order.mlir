@@ -4,7 +4,8 @@
 // The 16-bit Hopper forward goes through the tile level; each schedule idea
 // is a pass of its own there, in this order, before the conversion to a
 // kernel (warp specialization first: the overlap and the pingpong turns
-// restructure the consumers' key loop it leaves).
+// restructure the consumers' key loop it leaves; the persistent mapping
+// last, after fa3-order-grid renumbered the #gpu.block grid's tiles).
 // HOPPER: fa3-select-schedule{{.*}}target=sm_90a
 // HOPPER: fa3-outline-hopper-kernels
 // HOPPER: gpu.module(
@@ -14,7 +15,8 @@
 // HOPPER-NEXT: fa3-warp-specialize,
 // HOPPER-NEXT: fa3-intra-wg-overlap,
 // HOPPER-NEXT: fa3-pingpong,
-// HOPPER-NEXT: fa3-order-grid
+// HOPPER-NEXT: fa3-order-grid,
+// HOPPER-NEXT: fa3-persistent-grid
 // HOPPER-NEXT: ),
 // HOPPER-NEXT: convert-fa3-tile-to-hopper
 // HOPPER: convert-fa3-to-hopper

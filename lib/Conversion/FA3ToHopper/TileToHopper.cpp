@@ -18,7 +18,8 @@
 // fa3-pingpong's fa3.mma_turn ops become named-barrier turns and
 // fa3-warp-specialize's producer region the producer warpgroup's TMA loads.
 // How the kernel computes the rest comes from the function's
-// #fa3.schedule: the K/V ring depth and the persistent grid.
+// #fa3.schedule: the K/V ring depth; the persistent tile loop comes from
+// fa3-persistent-grid's #fa3.persistent_block mapping of the grid.
 //
 // Register fragments: each consumer warpgroup owns 64 rows of the query
 // tile; a thread holds two of them (lane / 4 and lane / 4 + 8 of its warp's
@@ -464,8 +465,9 @@ static FailureOr<TileKernel> matchTileKernel(func::FuncOp func) {
   if (!kernel.grid)
     return fail(func, "it has no scf.forall over the grid");
   scf::ForallOp grid = kernel.grid;
-  if (!isBlockGrid(grid))
-    return fail(grid, "the forall must be 3-D and mapped to #gpu.block<x/y/z>");
+  if (!isBlockGrid(grid) && !isPersistentGrid(grid))
+    return fail(grid, "the forall must be 3-D and mapped to #gpu.block<x/y/z> "
+                      "or #fa3.persistent_block<x/y/z>");
   if (ret.getOperand(0) != grid.getResult(0) ||
       ret.getOperand(1) != grid.getResult(1))
     return fail(ret, "it must return the forall's O and LSE");
@@ -587,7 +589,7 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
-  spec.persistent = schedule.getPersistent();
+  spec.persistent = isPersistentGrid(kernel.grid);
   if (spec.blockM % 64 != 0 || spec.blockM > 256 || spec.blockN % 16 != 0 ||
       spec.blockN > 256 || schedule.getConsumerWgs() != spec.blockM / 64 ||
       (spec.persistent && !spec.warpSpecialized()) ||
@@ -608,6 +610,14 @@ static FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel) {
                          "intra_wg_overlap = false"
                        : "has intra_wg_overlap = true in its schedule but a "
                          "plain key loop: run fa3-intra-wg-overlap first");
+  // The persistent grid is fa3-persistent-grid's mapping.
+  if (schedule.getPersistent() != spec.persistent)
+    return kernel.grid.emitOpError()
+           << (spec.persistent
+                   ? "is mapped to #fa3.persistent_block but its schedule has "
+                     "persistent = false"
+                   : "has persistent = true in its schedule but is mapped to "
+                     "#gpu.block: run fa3-persistent-grid first");
   // Warp specialization is fa3-warp-specialize's split.
   if (WarpSpecializeOp ws = kernel.warpSpecialize) {
     int64_t producerRegs = ws.getProducerRegsAttr().getInt(),
@@ -840,8 +850,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   Value extentOf[3];
   for (auto [dim, ub] :
        llvm::zip(*k.grid.getMapping(), k.grid.getMixedUpperBound())) {
-    int64_t d =
-        static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock());
+    int64_t d = gridDimensionOf(dim);
     blockDims.push_back(d);
     std::optional<int64_t> constant = getConstantIntValue(ub);
     extentOf[d] = constant ? ci(*constant) : scalar(cast<Value>(ub));

@@ -168,7 +168,8 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 
 //--- persistent.mlir
 
-// The same kernel with persistent = true: the grid is min(tiles, SMs) CTAs
+// The same kernel with persistent = true, its grid mapped to
+// #fa3.persistent_block by fa3-persistent-grid: the grid is min(tiles, SMs) CTAs
 // and both roles walk the forall's tiles in one loop over rounds r of
 // gridDim.x tiles, taking t = r * gridDim.x + blockIdx.x in even rounds and
 // t = r * gridDim.x + gridDim.x - 1 - blockIdx.x in odd ones (serpentine, so
@@ -339,7 +340,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
         fa3.parallel_store_tile %14#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
         fa3.parallel_store_stats %14#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
       }
-    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    } {mapping = [#fa3.persistent_block<x>, #fa3.persistent_block<y>, #fa3.persistent_block<z>]}
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
   }
 }
@@ -1122,6 +1123,92 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
       scf.forall.in_parallel {
         fa3.parallel_store_tile %output into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
         fa3.parallel_store_stats %lse into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
+  }
+}
+
+// -----
+
+// A persistent schedule, but fa3-persistent-grid has not mapped the grid.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} {
+    %c63 = arith.constant 63 : index
+    %cst = arith.constant dense<0.000000e+00> : tensor<128xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+    %c64 = arith.constant 64 : index
+    %c2 = arith.constant 2 : index
+    %c128 = arith.constant 128 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x?x4x64xbf16>
+    %dim_2 = tensor.dim %arg0, %c1 : tensor<?x?x4x64xbf16>
+    %0 = arith.ceildivui %dim_2, %c128 : index
+    %1 = tensor.empty(%dim, %dim_2) : tensor<?x?x4x64xbf16>
+    %2 = tensor.empty(%dim, %dim_2) : tensor<?x4x?xf32>
+    // expected-error @+1 {{has persistent = true in its schedule but is mapped to #gpu.block: run fa3-persistent-grid first}}
+    %3:2 = scf.forall (%arg3, %arg4, %arg5) in (%0, 4, %dim) shared_outs(%arg6 = %1, %arg7 = %2) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) {
+      %4 = arith.divui %arg4, %c2 : index
+      %5 = arith.muli %arg3, %c128 : index
+      %dim_3 = tensor.dim %arg1, %c1 : tensor<?x?x2x64xbf16>
+      %6 = arith.subi %dim_3, %dim_2 : index
+      %7 = arith.addi %5, %c128 : index
+      %8 = arith.minsi %7, %dim_2 : index
+      %9 = arith.subi %8, %c1 : index
+      %10 = arith.addi %9, %6 : index
+      %11 = arith.addi %10, %c1 : index
+      %12 = arith.minsi %dim_3, %11 : index
+      %13 = arith.ceildivsi %12, %c64 : index
+      %14:2 = fa3.warp_specialize -> (tensor<128x64xbf16>, tensor<128xf32>) producer {
+        fa3.ring_fill %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %15 = arith.maxsi %13, %c0 : index
+        %16 = arith.cmpi sgt, %15, %c0 : index
+        scf.if %16 {
+          fa3.ring_fill %arg1[%arg5, %c0, %4] use %c0 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        scf.for %arg8 = %c0 to %15 step %c1 {
+          %17 = arith.addi %arg8, %c1 : index
+          %18 = arith.cmpi slt, %17, %15 : index
+          scf.if %18 {
+            %20 = arith.muli %17, %c64 : index
+            fa3.ring_fill %arg1[%arg5, %20, %4] use %17 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          }
+          %19 = arith.muli %arg8, %c64 : index
+          fa3.ring_fill %arg2[%arg5, %19, %4] use %arg8 : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+        }
+        fa3.yield
+      } consumers {
+        %15 = fa3.load_tile %arg0[%arg5, %5, %arg4] : tensor<?x?x4x64xbf16> -> tensor<128x64xbf16>
+        %16:3 = scf.for %arg8 = %c0 to %13 step %c1 iter_args(%arg9 = %cst_1, %arg10 = %cst_0, %arg11 = %cst) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+          %17 = arith.muli %arg8, %c64 : index
+          %18 = fa3.load_tile %arg1[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %19 = fa3.load_tile %arg2[%arg5, %17, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
+          %20 = fa3.qk %15, %18 : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+          %21 = arith.addi %17, %c64 : index
+          %22 = arith.cmpi sgt, %21, %dim_3 : index
+          %23 = arith.addi %5, %6 : index
+          %24 = arith.addi %17, %c63 : index
+          %25 = arith.cmpi sgt, %24, %23 : index
+          %26 = arith.ori %22, %25 : i1
+          %27 = scf.if %26 -> (tensor<128x64xf32>) {
+            %30 = fa3.mask %20, %5, %17, %dim_2, %dim_3 {causal} : tensor<128x64xf32>
+            scf.yield %30 : tensor<128x64xf32>
+          } else {
+            scf.yield %20 : tensor<128x64xf32>
+          }
+          %probs, %new_max, %new_sum, %correction = fa3.online_softmax %27, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
+          %28 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
+          %29 = fa3.pv %probs, %19, %28 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
+          scf.yield %29, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+        } {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>}
+        %output, %lse = fa3.finalize %16#0, %16#1, %16#2 {scale = 1.250000e-01 : f32} : tensor<128x64xf32>, tensor<128xf32> -> tensor<128x64xbf16>
+        fa3.yield %output, %lse : tensor<128x64xbf16>, tensor<128xf32>
+      } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %14#0 into %arg6[%arg5, %5, %arg4] : tensor<128x64xbf16> into tensor<?x?x4x64xbf16>
+        fa3.parallel_store_stats %14#1 into %arg7[%arg5, %arg4, %5] : tensor<128xf32> into tensor<?x4x?xf32>
       }
     } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>

@@ -67,3 +67,19 @@ ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "cluster must be 1 or 2, got " << cluster;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// PersistentBlockMappingAttr
+//===----------------------------------------------------------------------===//
+
+// The dimension's id, as #gpu.block's (the forall verifier requires them
+// distinct within one mapping).
+int64_t PersistentBlockMappingAttr::getMappingId() const {
+  return static_cast<int64_t>(getBlock());
+}
+
+bool PersistentBlockMappingAttr::isLinearMapping() const { return false; }
+
+int64_t PersistentBlockMappingAttr::getRelativeIndex() const {
+  return getMappingId();
+}

@@ -7,6 +7,8 @@
 #ifndef FA3_DIALECT_FA3_IR_FA3ATTRS_H
 #define FA3_DIALECT_FA3_IR_FA3ATTRS_H
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/SCF/IR/DeviceMappingInterface.h"
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"

@@ -8,6 +8,7 @@
 #define FA3_DIALECT_FA3_IR_FA3ATTRS_TD
 
 include "fa3/Dialect/FA3/IR/FA3Dialect.td"
+include "mlir/Dialect/GPU/IR/GPUDeviceMappingAttr.td"
 include "mlir/IR/AttrTypeBase.td"
 
 class FA3_Attr<string name, string attrMnemonic, list<Trait> traits = []>
@@ -31,7 +32,8 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     * `intra_wg_overlap`: issue the next QKᵀ before this tile's softmax.
     * `persistent`: a persistent grid, min(tiles, SMs) CTAs looping over
       the tiles in the grid's order (longest first when causal, from
-      `fa3-order-grid`).
+      `fa3-order-grid`); `fa3-persistent-grid` maps the grid to
+      `#fa3.persistent_block`.
     * `cluster`: CTAs per cluster sharing K/V by TMA multicast (1 = off).
 
     What each backend builds, and rejects with a diagnostic otherwise (a
@@ -93,6 +95,34 @@ def FA3_FP8Attr : FA3_Attr<"FP8", "fp8"> {
   let parameters = (ins "bool":$hadamard,
                         DefaultValuedParameter<"int64_t", "0">:$seed);
   let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def FA3_PersistentBlockMappingAttr
+    : FA3_Attr<"PersistentBlockMapping", "persistent_block",
+               [DeclareAttrInterfaceMethods<DeviceMappingAttrInterface>]> {
+  let summary = "A grid dimension walked by a persistent set of CTAs";
+  let description = [{
+    An `scf.forall` mapping like `#gpu.block<x/y/z>`, for a grid whose
+    iterations (tiles) are not one CTA each: `fa3-persistent-grid` maps a
+    kernel's grid to it when the schedule says `persistent`. The tiles, in
+    linear order with `x` fastest (the order `fa3-order-grid` chose), are
+    walked by min(tiles, multiprocessors) CTAs, launched as a 1-D grid: in
+    round r, CTA c takes tile r · gridDim.x + c (r even) or
+    r · gridDim.x + gridDim.x − 1 − c (r odd). The serpentine pairs the
+    longest tile of one round with the shortest of the next, and every tile
+    is taken exactly once, so the forall's semantics are unchanged. A CTA's
+    producer loads the next tile's Q and K/V while its consumers still
+    finish the current one.
+
+    ```mlir
+    scf.forall (%t, %h, %b) in (%tiles, 8, %batch) ... {
+      ...
+    } {mapping = [#fa3.persistent_block<x>, #fa3.persistent_block<y>,
+                  #fa3.persistent_block<z>]}
+    ```
+  }];
+  let parameters = (ins EnumParameter<MappingIdEnum>:$block);
+  let assemblyFormat = "`<` params `>`";
 }
 
 #endif // FA3_DIALECT_FA3_IR_FA3ATTRS_TD

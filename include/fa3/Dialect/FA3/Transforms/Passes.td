@@ -522,4 +522,41 @@ def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def FA3PersistentGrid : Pass<"fa3-persistent-grid", "::mlir::func::FuncOp"> {
+  let summary = "Walk a kernel's tiles with one persistent CTA per SM";
+  let description = [{
+    FlashAttention-3's persistent tile scheduler on the tile level: for each
+    grid `scf.forall` (the 3-D grid over query tile, head and batch that
+    `fa3-tile{grid=true}` maps to `#gpu.block<x/y/z>`) whose key loop's
+    `fa3.schedule` has `persistent = true`, maps the grid to
+    `#fa3.persistent_block<x/y/z>`:
+
+    ```mlir
+    scf.forall (%t, %h, %b) in (%tiles, 4, %batch) shared_outs(...) {
+      ...
+    } {mapping = [#fa3.persistent_block<x>, #fa3.persistent_block<y>,
+                  #fa3.persistent_block<z>]}
+    ```
+
+    The forall computes the same tiles; what changes is who runs them.
+    min(tiles, multiprocessors) CTAs are launched, and in round r CTA c
+    takes the tile of linear index (x fastest, the order `fa3-order-grid`
+    chose)
+
+        t = r · gridDim.x + (r even ? c : gridDim.x − 1 − c)
+
+    so the longest tile of one round is paired with the shortest of the
+    next. On Hopper the producer warpgroup loads the next tile's Q (into
+    the second of two Q tiles where they fit) and its first K/V blocks
+    while the consumers finish the current tile, and the K/V ring's slots
+    and phases run on across tiles. A persistent grid needs that producer:
+    a `persistent` schedule without `fa3.warp_specialize` in the grid is an
+    error.
+
+    It runs after `fa3-order-grid` in `fa3-hopper-pipeline` (which reads
+    `#gpu.block` grids); `convert-fa3-tile-to-hopper` builds the tile loop
+    from the mapping and rejects a schedule that disagrees with it.
+  }];
+}
+
 #endif // FA3_DIALECT_FA3_TRANSFORMS_PASSES_TD

@@ -4,7 +4,8 @@
 //
 // The grid form fa3-tile{grid=true} makes, which fa3-order-grid rewrites and
 // convert-fa3-tile-to-hopper lowers: a 3-D scf.forall mapped to
-// #gpu.block<x/y/z>.
+// #gpu.block<x/y/z>, or (after fa3-persistent-grid) to
+// #fa3.persistent_block<x/y/z>.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +19,14 @@ namespace mlir::fa3 {
 /// Whether `forall` is 3-D with each dimension mapped to one of
 /// #gpu.block<x>, <y>, <z>.
 bool isBlockGrid(scf::ForallOp forall);
+
+/// Whether `forall` is 3-D with each dimension mapped to one of
+/// #fa3.persistent_block<x>, <y>, <z>.
+bool isPersistentGrid(scf::ForallOp forall);
+
+/// The grid dimension (0 for x, 1 for y, 2 for z) that `mapping`, a
+/// #gpu.block or #fa3.persistent_block of x, y or z, names.
+int64_t gridDimensionOf(Attribute mapping);
 
 } // namespace mlir::fa3
 
