@@ -342,6 +342,13 @@ func.func @schedule_block_n_zero() attributes {s = #fa3.schedule<block_m = 64, b
 
 // -----
 
+// expected-error @+1 {{#fa3.persistent_block maps a grid dimension x, y or z, got linear_dim_0}}
+func.func @persistent_block_linear() attributes {m = #fa3.persistent_block<linear_dim_0>} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{cluster must be 1 or 2, got 3}}
 func.func @schedule_cluster() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 3>} {
   return

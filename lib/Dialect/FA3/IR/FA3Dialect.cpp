@@ -72,6 +72,15 @@ ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 // PersistentBlockMappingAttr
 //===----------------------------------------------------------------------===//
 
+LogicalResult PersistentBlockMappingAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, gpu::MappingId block) {
+  if (block > gpu::MappingId::DimZ)
+    return emitError() << "#fa3.persistent_block maps a grid dimension x, y "
+                          "or z, got "
+                       << gpu::stringifyMappingId(block);
+  return success();
+}
+
 // The dimension's id, as #gpu.block's (the forall verifier requires them
 // distinct within one mapping).
 int64_t PersistentBlockMappingAttr::getMappingId() const {

@@ -123,6 +123,7 @@ def FA3_PersistentBlockMappingAttr
   }];
   let parameters = (ins EnumParameter<MappingIdEnum>:$block);
   let assemblyFormat = "`<` params `>`";
+  let genVerifyDecl = 1;
 }
 
 #endif // FA3_DIALECT_FA3_IR_FA3ATTRS_TD
