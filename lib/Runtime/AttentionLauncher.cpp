@@ -171,8 +171,9 @@ struct BshdMapKey {
 /// serving loop launches the same shapes on addresses that PyTorch's caching
 /// allocator hands out again and again. A descriptor is a pure function of
 /// its key (no device or context state), so a hit is exact. Per thread: no
-/// lock on the launch path; 16 entries, replaced round-robin, hold the Q, K,
-/// V (and backward dO, O) descriptors of a few interleaved calls.
+/// lock on the launch path; 32 entries, replaced round-robin, hold the
+/// descriptors of a few interleaved calls (a forward encodes Q, K, V and O,
+/// a backward Q, K, V and dO).
 static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
                                                int64_t batch, int64_t seq,
                                                int64_t heads, int64_t dim,
@@ -184,7 +185,7 @@ static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
     TensorMap map;
     bool valid = false;
   };
-  constexpr unsigned kEntries = 16;
+  constexpr unsigned kEntries = 32;
   thread_local Entry entries[kEntries];
   thread_local unsigned next = 0;
   BshdMapKey key{base, batch, seq, heads, dim, rows,
