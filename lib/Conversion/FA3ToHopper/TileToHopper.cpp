@@ -684,6 +684,18 @@ private:
   /// slot `stage`, at the load's coordinates with the key loop's induction
   /// variable at `iv`.
   void issueTile(LoadTileOp load, Value stage, Value iv);
+  /// fa3.load_tile of Q: the TMA load of Q tile `buffer` at (batch, row,
+  /// head), completing on its full barrier.
+  void loadQueryTile(Value buffer, Value batch, Value row, Value head);
+  /// The producer region's ops in `block` (emitProducerBlock in the .cpp
+  /// says how), with the IR values of `scope` already emitted.
+  void emitProducerBlock(Block &block, DenseMap<Value, Value> &scope);
+  /// fa3.finalize and the two parallel stores of consumer warpgroup `wg`,
+  /// from `results` (the key structure's m, l and O fragments, in that
+  /// order), its Q tile `qBuffer` (where O is staged for the TMA store) and
+  /// this thread's first row and column pair (`rowInTile`, `colInBlock`).
+  void emitFinalizeAndStores(ArrayRef<Value> results, Value wg, Value qBuffer,
+                             Value rowInTile, Value colInBlock);
   /// The same for the IR coordinates `rowIR`, `headIR`, `batchIR` of a key
   /// (`value` false) or value tile, replayed with `local`.
   void issueTileAt(bool value, Value stage, Value rowIR, Value headIR,
@@ -693,7 +705,12 @@ private:
   const HopperAttentionSpec &s;
   DenseMap<Value, Value> scalars;
 
-  Value tmaQ, tmaK, tmaV, tmaO, seqQ, seqK, batch;
+  Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
+  /// This thread's index in the CTA and lane in its warp.
+  Value tid, lane;
+  /// Which use of the Q tiles and of the K/V ring the current tile makes:
+  /// its number among this CTA's tiles, and the ring iterations before it.
+  Value qUse, ringBase;
   /// Shared memory: the Q tiles, the K ring, the V ring, then the
   /// mbarriers: Q full per Q tile, the ring's, and (persistent) Q empty per
   /// Q tile.
@@ -798,6 +815,179 @@ void TileKernelEmitter::issueTileAt(bool value, Value stage, Value rowIR,
   }
 }
 
+void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
+                                              Value qBuffer, Value rowInTile,
+                                              Value colInBlock) {
+  float negInf = -std::numeric_limits<float>::infinity();
+  // fa3.finalize: O / l and LSE = scale · m + ln(l); rows with l = 0 saw
+  // no key.
+  float scale = k.finalize.getScale().convertToFloat();
+  Value inv[2], lse[2];
+  for (int64_t row = 0; row < 2; ++row) {
+    Value l = quadReduce(results[2 + row], /*isMax=*/false);
+    Value empty =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
+    inv[row] = select(empty, cf(0),
+                      arith::DivFOp::create(b, loc, cf(1.0f), l).getResult());
+    Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
+                    cf(static_cast<float>(M_LN2)));
+    lse[row] =
+        select(empty, cf(negInf), fadd(fmul(results[row], cf(scale)), ln));
+  }
+
+  // fa3.parallel_store_tile of O through shared memory and a TMA store:
+  // each thread writes its packed O pairs into this warpgroup's 64 rows
+  // of the Q tile (dead once the warpgroup's last QKᵀ completed; the other
+  // warpgroups' QKᵀs read only their own rows), in the 128-byte swizzle
+  // the Q load wrote (16-byte chunk c of row r at c ^ (r % 8)), then one
+  // thread stores the 64 rows per swizzle atom. TMA drops the rows past
+  // Sq, and a warp's 32 stores hit 32 distinct banks. Stored directly from
+  // the fragment, each warp store covered 8 rows with 16 bytes each: half
+  // of every 32-byte sector (ncu, d128 causal 1k: 16.1 of 32 bytes).
+  ParallelStoreTileOp storeO = k.storeOutput;
+  ParallelStoreStatsOp storeL = k.storeLse;
+  Value oQueryTile = mul(qBuffer, ci(tileBytes(s.blockM)));
+  Value chunkSwizzle = divu(lane, ci(4));
+  for (int64_t row = 0; row < 2; ++row) {
+    Value rowOffset = mul(add(rowInTile, ci(8 * row)), ci(kAtomBytes));
+    for (int64_t j = 0; j < s.headDim / 8; ++j) {
+      int64_t r = 4 * j + 2 * row;
+      Value packed = pack(fmul(results[4 + r], inv[row]),
+                          fmul(results[4 + r + 1], inv[row]));
+      int64_t atom = j / (kAtomCols / 8), chunk = j % (kAtomCols / 8);
+      Value byte =
+          add(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
+              add(mul(xori(ci(chunk), chunkSwizzle), ci(16)),
+                  mul(colInBlock, ci(2))));
+      LLVM::StoreOp::create(b, loc, packed, smemAt(byte), /*alignment=*/4);
+    }
+  }
+  fenceProxyAsyncShared();
+  namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
+  Value wgRow = add(scalar(storeO.getRow()), mul(wg, ci(64)));
+  Value storer = andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
+                      cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
+  scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
+    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
+      Value src = smemAt(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)),
+                             mul(wg, ci(64 * kAtomBytes))));
+      tmaStore(tmaO, src,
+               {ci(atom * kAtomCols), wgRow, scalar(storeO.getHead()),
+                scalar(storeO.getBatch())});
+    }
+    NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
+    // The Q tile is reused (the next load into it, or the CTA's exit)
+    // only after the TMA engine has read it.
+    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    scf::YieldOp::create(b, loc);
+  });
+  // Persistent: this warpgroup is done with the Q tile (its QKᵀs
+  // completed, its O rows read by the TMA store), so the producer may
+  // load the next tile's Q into it.
+  if (s.persistent)
+    arrive(barQEmpty(qBuffer));
+
+  // fa3.parallel_store_stats: LSE entries past Sq are dropped.
+  auto lType = cast<RankedTensorType>(storeL.getDest().getType());
+  int64_t lHeads = lType.getDimSize(1);
+  Value lBatch = scalar(storeL.getBatch()), lHead = scalar(storeL.getHead());
+  for (int64_t row = 0; row < 2; ++row) {
+    Value inTile = add(rowInTile, ci(8 * row));
+    Value lRow = add(scalar(storeL.getRow()), inTile);
+    // LSE[b, h, row] at (b * Hq + h) * Sq + row, from one lane per row.
+    Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
+    scf::IfOp::create(
+        b, loc, andi(lane0, cmp(arith::CmpIPredicate::slt, lRow, seqQ)),
+        [&](OpBuilder &, Location) {
+          Value idx =
+              add(mul(add(mul(sext64(lBatch), cl(lHeads)), sext64(lHead)),
+                      sext64(seqQ)),
+                  sext64(lRow));
+          Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32, lsePtr,
+                                          ValueRange{idx});
+          LLVM::StoreOp::create(b, loc, lse[row], ptr, /*alignment=*/4);
+          scf::YieldOp::create(b, loc);
+        });
+  }
+}
+
+/// fa3.load_tile of Q into Q tile `buffer`, at the given coordinates.
+void TileKernelEmitter::loadQueryTile(Value buffer, Value batch, Value row,
+                                      Value head) {
+  Value bar = barQ(buffer);
+  expectTx(bar, tileBytes(s.blockM));
+  Value tile = mul(buffer, ci(tileBytes(s.blockM)));
+  for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
+    tmaLoad(smemAt(add(tile, ci(atom * s.blockM * kAtomBytes))), tmaQ,
+            {ci(atom * kAtomCols), row, head, batch}, bar);
+}
+
+/// The producer region of fa3.warp_specialize, op by op: its loops and
+/// branches, each fa3.ring_fill a TMA load into its ring. Index arithmetic
+/// is replayed where a fill, branch or loop reads it; `scope` maps the IR
+/// values already emitted where this block's code goes (the enclosing loops'
+/// induction variables and what the enclosing blocks replayed before it), so
+/// each is computed once.
+void TileKernelEmitter::emitProducerBlock(Block &block,
+                                          DenseMap<Value, Value> &scope) {
+  for (Operation &op : block) {
+    if (auto fillOp = dyn_cast<RingFillOp>(op)) {
+      if (!fillOp.getUse()) {
+        // The query tile. Persistent: a Q tile is reloaded once every
+        // consumer thread is done with its previous use. With two Q
+        // tiles that use belongs to the tile before last, so this
+        // tile's Q loads while the consumers still compute the last
+        // one.
+        auto [qBuffer, qPhase] = queryBufferOf(qUse);
+        if (s.persistent) {
+          Value reusedQ =
+              cmp(arith::CmpIPredicate::uge, qUse, ci(s.queryBuffers()));
+          scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
+            waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
+            scf::YieldOp::create(b, loc);
+          });
+        }
+        loadQueryTile(qBuffer, replay(fillOp.getBatch(), Value(), scope),
+                      replay(fillOp.getRow(), Value(), scope),
+                      replay(fillOp.getHead(), Value(), scope));
+        continue;
+      }
+      // Ring use u = ringBase + use goes into slot u % stages once
+      // the consumers have released that slot's previous use
+      // (u - stages).
+      bool value = fillOp.getSource() == k.func.getArgument(2);
+      Value use = add(ringBase, replay(fillOp.getUse(), Value(), scope));
+      auto [stage, parity] = ringSlotOf(use);
+      Value reused = cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
+      scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
+        waitParity(ringBarrier(value ? kValueEmpty : kKeyEmpty, stage),
+                   xori(parity, ci(1)));
+        scf::YieldOp::create(b, loc);
+      });
+      issueTileAt(value, stage, fillOp.getRow(), fillOp.getHead(),
+                  fillOp.getBatch(), Value(), scope);
+    } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+      Value cond = replay(ifOp.getCondition(), Value(), scope);
+      scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
+        DenseMap<Value, Value> inner = scope;
+        emitProducerBlock(*ifOp.thenBlock(), inner);
+        scf::YieldOp::create(b, loc);
+      });
+    } else if (auto forOp = dyn_cast<scf::ForOp>(op)) {
+      Value lb = replay(forOp.getLowerBound(), Value(), scope);
+      Value ub = replay(forOp.getUpperBound(), Value(), scope);
+      Value step = replay(forOp.getStep(), Value(), scope);
+      scf::ForOp::create(b, loc, lb, ub, step, ValueRange(),
+                         [&](OpBuilder &, Location, Value i, ValueRange) {
+                           DenseMap<Value, Value> inner = scope;
+                           inner[forOp.getInductionVar()] = i;
+                           emitProducerBlock(*forOp.getBody(), inner);
+                           scf::YieldOp::create(b, loc);
+                         });
+    }
+  }
+}
+
 LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   MLIRContext *ctx = b.getContext();
   OpBuilder::InsertionGuard guard(b);
@@ -823,7 +1013,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   tmaK = entry->getArgument(1);
   tmaV = entry->getArgument(2);
   tmaO = entry->getArgument(3);
-  Value lsePtr = entry->getArgument(4);
+  lsePtr = entry->getArgument(4);
   seqQ = entry->getArgument(5);
   seqK = entry->getArgument(6);
   batch = entry->getArgument(7);
@@ -869,9 +1059,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     enterBlock({NVVM::BlockIdXOp::create(b, loc, i32),
                 NVVM::BlockIdYOp::create(b, loc, i32),
                 NVVM::BlockIdZOp::create(b, loc, i32)});
-  // Which use of the Q barrier and of the K/V ring the current tile makes:
-  // its number among this CTA's tiles, and the ring iterations before it.
-  Value qUse = ci(0), ringBase = ci(0);
+  qUse = ci(0);
+  ringBase = ci(0);
   // Emits `body` for each tile of this CTA: once, or (persistent) in a loop
   // over rounds r of gridDim.x tiles each, taking tile
   //   t = r * gridDim.x + (r even ? blockIdx.x : gridDim.x - 1 - blockIdx.x)
@@ -912,10 +1101,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         });
   };
 
-  Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+  tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value wg = divu(tid, ci(128));
   Value warp = divu(remu(tid, ci(128)), ci(32));
-  Value lane = remu(tid, ci(32));
+  lane = remu(tid, ci(32));
 
   setAlignedDynamicSmem();
   offK = s.queryBuffers() * tileBytes(s.blockM);
@@ -1413,181 +1602,16 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       });
     }
 
-    // fa3.finalize: O / l and LSE = scale · m + ln(l); rows with l = 0 saw
-    // no key.
-    float scale = k.finalize.getScale().convertToFloat();
-    Value inv[2], lse[2];
-    for (int64_t row = 0; row < 2; ++row) {
-      Value l = quadReduce(results[2 + row], /*isMax=*/false);
-      Value empty =
-          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
-      inv[row] = select(empty, cf(0),
-                        arith::DivFOp::create(b, loc, cf(1.0f), l).getResult());
-      Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
-                      cf(static_cast<float>(M_LN2)));
-      lse[row] =
-          select(empty, cf(negInf), fadd(fmul(results[row], cf(scale)), ln));
-    }
-
-    // fa3.parallel_store_tile of O through shared memory and a TMA store:
-    // each thread writes its packed O pairs into this warpgroup's 64 rows
-    // of the Q tile (dead once the warpgroup's last QKᵀ completed; the other
-    // warpgroups' QKᵀs read only their own rows), in the 128-byte swizzle
-    // the Q load wrote (16-byte chunk c of row r at c ^ (r % 8)), then one
-    // thread stores the 64 rows per swizzle atom. TMA drops the rows past
-    // Sq, and a warp's 32 stores hit 32 distinct banks. Stored directly from
-    // the fragment, each warp store covered 8 rows with 16 bytes each: half
-    // of every 32-byte sector (ncu, d128 causal 1k: 16.1 of 32 bytes).
-    ParallelStoreTileOp storeO = k.storeOutput;
-    ParallelStoreStatsOp storeL = k.storeLse;
-    Value oQueryTile = mul(qBuffer, ci(tileBytes(s.blockM)));
-    Value chunkSwizzle = divu(lane, ci(4));
-    for (int64_t row = 0; row < 2; ++row) {
-      Value rowOffset = mul(add(rowInTile, ci(8 * row)), ci(kAtomBytes));
-      for (int64_t j = 0; j < s.headDim / 8; ++j) {
-        int64_t r = 4 * j + 2 * row;
-        Value packed = pack(fmul(results[4 + r], inv[row]),
-                            fmul(results[4 + r + 1], inv[row]));
-        int64_t atom = j / (kAtomCols / 8), chunk = j % (kAtomCols / 8);
-        Value byte = add(
-            add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
-            add(mul(xori(ci(chunk), chunkSwizzle), ci(16)),
-                mul(colInBlock, ci(2))));
-        LLVM::StoreOp::create(b, loc, packed, smemAt(byte), /*alignment=*/4);
-      }
-    }
-    fenceProxyAsyncShared();
-    namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
-    Value wgRow = add(scalar(storeO.getRow()), mul(wg, ci(64)));
-    Value storer = andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
-                        cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
-    scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
-      for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
-        Value src = smemAt(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)),
-                               mul(wg, ci(64 * kAtomBytes))));
-        tmaStore(tmaO, src,
-                 {ci(atom * kAtomCols), wgRow, scalar(storeO.getHead()),
-                  scalar(storeO.getBatch())});
-      }
-      NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
-      // The Q tile is reused (the next load into it, or the CTA's exit)
-      // only after the TMA engine has read it.
-      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
-      scf::YieldOp::create(b, loc);
-    });
-    // Persistent: this warpgroup is done with the Q tile (its QKᵀs
-    // completed, its O rows read by the TMA store), so the producer may
-    // load the next tile's Q into it.
-    if (s.persistent)
-      arrive(barQEmpty(qBuffer));
-
-
-    // fa3.parallel_store_stats: LSE entries past Sq are dropped.
-    auto lType = cast<RankedTensorType>(storeL.getDest().getType());
-    int64_t lHeads = lType.getDimSize(1);
-    Value lBatch = scalar(storeL.getBatch()), lHead = scalar(storeL.getHead());
-    for (int64_t row = 0; row < 2; ++row) {
-      Value inTile = add(rowInTile, ci(8 * row));
-      Value lRow = add(scalar(storeL.getRow()), inTile);
-      // LSE[b, h, row] at (b * Hq + h) * Sq + row, from one lane per row.
-      Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
-      scf::IfOp::create(
-          b, loc, andi(lane0, cmp(arith::CmpIPredicate::slt, lRow, seqQ)),
-          [&](OpBuilder &, Location) {
-            Value idx =
-                add(mul(add(mul(sext64(lBatch), cl(lHeads)), sext64(lHead)),
-                        sext64(seqQ)),
-                    sext64(lRow));
-            Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, f32, lsePtr,
-                                            ValueRange{idx});
-            LLVM::StoreOp::create(b, loc, lse[row], ptr, /*alignment=*/4);
-            scf::YieldOp::create(b, loc);
-          });
-    }
+    emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
   };
 
-  // fa3.load_tile of Q, at its IR coordinates.
-  auto loadQ = [&](Value buffer, Value batch, Value row, Value head) {
-    Value bar = barQ(buffer);
-    expectTx(bar, tileBytes(s.blockM));
-    Value tile = mul(buffer, ci(tileBytes(s.blockM)));
-    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
-      tmaLoad(smemAt(add(tile, ci(atom * s.blockM * kAtomBytes))), tmaQ,
-              {ci(atom * kAtomCols), row, head, batch}, bar);
-  };
-  // The producer region of fa3.warp_specialize, op by op: its loops and
-  // branches, each fa3.ring_fill a TMA load into its ring. Index
-  // arithmetic is replayed where a fill, branch or loop reads it; `scope`
-  // maps the IR values already emitted where this block's code goes (the
-  // enclosing loops' induction variables and what the enclosing blocks
-  // replayed before it), so each is computed once.
-  std::function<void(Block &, DenseMap<Value, Value> &)> emitProducer =
-      [&](Block &block, DenseMap<Value, Value> &scope) {
-        for (Operation &op : block) {
-          if (auto fillOp = dyn_cast<RingFillOp>(op)) {
-            if (!fillOp.getUse()) {
-              // The query tile. Persistent: a Q tile is reloaded once every
-              // consumer thread is done with its previous use. With two Q
-              // tiles that use belongs to the tile before last, so this
-              // tile's Q loads while the consumers still compute the last
-              // one.
-              auto [qBuffer, qPhase] = queryBufferOf(qUse);
-              if (s.persistent) {
-                Value reusedQ =
-                    cmp(arith::CmpIPredicate::uge, qUse, ci(s.queryBuffers()));
-                scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
-                  waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
-                  scf::YieldOp::create(b, loc);
-                });
-              }
-              loadQ(qBuffer, replay(fillOp.getBatch(), Value(), scope),
-                    replay(fillOp.getRow(), Value(), scope),
-                    replay(fillOp.getHead(), Value(), scope));
-              continue;
-            }
-            // Ring use u = ringBase + use goes into slot u % stages once
-            // the consumers have released that slot's previous use
-            // (u - stages).
-            bool value = fillOp.getSource() == k.func.getArgument(2);
-            Value use = add(ringBase, replay(fillOp.getUse(), Value(), scope));
-            auto [stage, parity] = ringSlotOf(use);
-            Value reused = cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
-            scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
-              waitParity(ringBarrier(value ? kValueEmpty : kKeyEmpty, stage),
-                         xori(parity, ci(1)));
-              scf::YieldOp::create(b, loc);
-            });
-            issueTileAt(value, stage, fillOp.getRow(), fillOp.getHead(),
-                        fillOp.getBatch(), Value(), scope);
-          } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
-            Value cond = replay(ifOp.getCondition(), Value(), scope);
-            scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
-              DenseMap<Value, Value> inner = scope;
-              emitProducer(*ifOp.thenBlock(), inner);
-              scf::YieldOp::create(b, loc);
-            });
-          } else if (auto forOp = dyn_cast<scf::ForOp>(op)) {
-            Value lb = replay(forOp.getLowerBound(), Value(), scope);
-            Value ub = replay(forOp.getUpperBound(), Value(), scope);
-            Value step = replay(forOp.getStep(), Value(), scope);
-            scf::ForOp::create(
-                b, loc, lb, ub, step, ValueRange(),
-                [&](OpBuilder &, Location, Value i, ValueRange) {
-                  DenseMap<Value, Value> inner = scope;
-                  inner[forOp.getInductionVar()] = i;
-                  emitProducer(*forOp.getBody(), inner);
-                  scf::YieldOp::create(b, loc);
-                });
-          }
-        }
-      };
   if (!s.warpSpecialized()) {
     // Prologue: Q, then the first `stages` key blocks; the consumers refill
     // the ring themselves (see `release`).
     scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
       LoadTileOp query = k.queryLoad;
-      loadQ(ci(0), scalar(query.getBatch()), scalar(query.getRow()),
-            scalar(query.getHead()));
+      loadQueryTile(ci(0), scalar(query.getBatch()), scalar(query.getRow()),
+                    scalar(query.getHead()));
       for (int64_t st = 0; st < s.stages; ++st) {
         Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
         scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
@@ -1611,7 +1635,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
             forEachTile([&] {
               DenseMap<Value, Value> bound;
-              emitProducer(k.warpSpecialize.getProducer().front(), bound);
+              emitProducerBlock(k.warpSpecialize.getProducer().front(), bound);
             });
             scf::YieldOp::create(b, loc);
           });
