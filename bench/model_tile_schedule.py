@@ -10,7 +10,11 @@ the makespan against the ideal (total cost / SMs) for
   serpentine  fa3's persistent kernel: round r of gridDim.x tiles, CTA c
               takes tile r * G + c (r even) or r * G + G - 1 - c (r odd).
 
-  python3 bench/model_tile_schedule.py [--sms 132]
+  python3 bench/model_tile_schedule.py [--sms 132] [--group G]
+
+`--group G` replaces fa3-order-grid's L2-sized head groups by groups of G
+heads (e.g. G * query tiles per head a multiple of 2 * SMs, so that each
+group is a whole number of serpentine round pairs).
 
 docs/Performance.md quotes its output (2026-12-05).
 """
@@ -18,11 +22,12 @@ import argparse
 import heapq
 
 
-def ordered_tiles(batch, heads, seqlen, head_dim, block_m):
-    """(head·batch, query tile) in fa3-order-grid's order for Sq = Sk."""
+def ordered_tiles(batch, heads, seqlen, head_dim, block_m, group=None):
+    """(head·batch, query tile) in fa3-order-grid's order for Sq = Sk, with
+    `group` heads a group (default: as many as fit 32 MiB of K and V)."""
     tiles_per_head = -(-seqlen // block_m)
     kv_bytes = seqlen * head_dim * 2 * 2
-    group = max(1, (32 << 20) // kv_bytes)
+    group = group or max(1, (32 << 20) // kv_bytes)
     out = []
     for first in range(0, batch * heads, group):
         members = range(first, min(batch * heads, first + group))
@@ -56,6 +61,7 @@ def serpentine(costs, sms):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--group", type=int, default=None, help="heads per group (default: the L2 rule)")
     args = ap.parse_args()
     print("| d | block_m | causal | B x H x S | greedy / ideal | serpentine / ideal |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -63,7 +69,7 @@ def main():
         for causal in (False, True):
             for s in (512, 1024, 2048, 4096, 8192):
                 b, h = 16384 // s, 2048 // d
-                tiles = ordered_tiles(b, h, s, d, block_m)
+                tiles = ordered_tiles(b, h, s, d, block_m, args.group)
                 n = -(-s // block_m)
                 costs = [cost(t, causal, n, block_m, block_n) for t in tiles]
                 ideal = sum(costs) / args.sms
