@@ -4,7 +4,9 @@
 # the device tool, then run `bash scripts/gpu/run.sh [tests|bench|sass|all]`
 # there (`none` only unpacks the bundle and builds the Python extension;
 # `tests FILE...` runs only those test files, `bench-cast` the fa3-cast-fp8
-# chain benchmark). Logs go to $OUT (or ./gpu-out).
+# chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the forward benchmark
+# with this bundle and then with another build's libfa3.so). Logs go to
+# $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -77,6 +79,41 @@ if [ "$what" = bench-dispatch ]; then
   echo "== dispatch benchmark"
   "$PY" bench/bench_dispatch.py --out "$out" 2>&1 | tee "$out/bench-dispatch.txt" | tail -12
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = ab-bench ]; then
+  # ab-bench OTHER_LIBFA3.so[.xz] [bench_attention.py args]: the forward
+  # benchmark with this bundle's libfa3.so, then with OTHER swapped in (the
+  # same fa3._fa3, the same machine, each with its own kernel cache), then a
+  # table of both fa3 columns. OTHER must have this bundle's C API.
+  other="${tests[0]:?ab-bench needs the other libfa3.so(.xz)}"
+  bench_args=("${tests[@]:1}")
+  [ ${#bench_args[@]} -gt 0 ] || bench_args=(--fwd-only --variants '' --no-vit)
+  echo "== A/B benchmark: this bundle, then $other"
+  cp "$bin/libfa3.so" /tmp/fa3-ab-this.so
+  case "$other" in
+    *.xz) xz -dc "$other" > /tmp/fa3-ab-other.so ;;
+    *) cp "$other" /tmp/fa3-ab-other.so ;;
+  esac
+  for side in this other; do
+    cp "/tmp/fa3-ab-$side.so" "$bin/libfa3.so"
+    FA3_CACHE_DIR="/tmp/fa3-cache-ab-$side" "$PY" bench/bench_attention.py "${bench_args[@]}" \
+      --out "$out/ab-$side" > "$out/ab-$side.txt" 2>&1 || status=1
+  done
+  cp /tmp/fa3-ab-this.so "$bin/libfa3.so"
+  "$PY" - "$out/ab-this/bench.json" "$out/ab-other/bench.json" <<'PYEOF' | tee "$out/ab.md"
+import json, sys
+this, other = (json.load(open(p)) for p in sys.argv[1:3])
+key = lambda r: (r["direction"], r["d"], r["causal"], r["seqlen"])
+before = {key(r): r for r in other["rows"]}
+print("| d | causal | B x H x S | schedule | fa3, other | fa3, this bundle | change | cuDNN (this / other run) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for r in this["rows"]:
+    o = before.get(key(r))
+    if not o or not r.get("fa3") or not o.get("fa3"):
+        continue
+    print(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {r.get('fa3_schedule')} | "
+          f"{o['fa3']:.0f} | {r['fa3']:.0f} | {100 * (r['fa3'] / o['fa3'] - 1):+.0f}% | {r['cudnn']:.0f} / {o['cudnn']:.0f} |")
+PYEOF
 fi
 if [ "$what" = bench-cast ]; then
   echo "== fa3-cast-fp8 chain benchmark"
