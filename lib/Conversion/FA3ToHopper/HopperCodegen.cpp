@@ -150,6 +150,23 @@ Value HopperCodegen::keyHidden(Value query, Value key, Value seqK,
   return hidden;
 }
 
+std::pair<Value, Value>
+HopperCodegen::finalizeRow(Value m, Value partialSum,
+                           llvm::function_ref<Value()> makeNumerator,
+                           llvm::function_ref<Value()> makeScale) {
+  Value l = quadReduce(partialSum, /*isMax=*/false);
+  Value empty =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
+  Value inv =
+      select(empty, cf(0),
+             arith::DivFOp::create(b, loc, makeNumerator(), l).getResult());
+  Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
+                  cf(static_cast<float>(M_LN2)));
+  Value lse = select(empty, cf(-std::numeric_limits<float>::infinity()),
+                     fadd(fmul(m, makeScale()), ln));
+  return {inv, lse};
+}
+
 Value HopperCodegen::pack(Value lo, Value hi) {
   auto v2f32 = VectorType::get({2}, f32);
   Value v = LLVM::UndefOp::create(b, loc, v2f32);

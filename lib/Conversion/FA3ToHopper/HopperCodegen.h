@@ -211,6 +211,13 @@ protected:
     }
     return v;
   }
+  /// fa3.finalize for one of a thread's two rows: the row sum l from its
+  /// quad's partial sums `partialSum`, then (numerator / l, LSE = scale · m
+  /// + ln l), or (0, −inf) for a row that saw no key (l = 0). `makeScale`
+  /// and `makeNumerator` build their values where they are first used.
+  std::pair<Value, Value> finalizeRow(Value m, Value partialSum,
+                                      llvm::function_ref<Value()> makeNumerator,
+                                      llvm::function_ref<Value()> makeScale);
   /// Packs two f32 into one register of two bf16/f16, `lo` in bits 0-15.
   Value pack(Value lo, Value hi);
   /// Packs four f32 into one register of four e4m3 (round to nearest,

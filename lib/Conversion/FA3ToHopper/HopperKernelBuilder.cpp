@@ -499,19 +499,13 @@ LLVM::LLVMFuncOp KernelBuilder::build(gpu::GPUModuleOp module) {
       });
     }
 
-    // Epilogue: O / l and LSE = scale * m + ln(l); rows with l = 0 saw no key.
+    // Epilogue: O · outScale / l and LSE = scale · m + ln(l).
     SmallVector<Value> &res = results;
     Value inv[2], lse[2];
-    for (int64_t row = 0; row < 2; ++row) {
-      Value l = quadReduce(res[2 + row], /*isMax=*/false);
-      Value empty =
-          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
-      inv[row] = select(empty, cf(0),
-                        arith::DivFOp::create(b, loc, outScale, l).getResult());
-      Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
-                      cf(static_cast<float>(M_LN2)));
-      lse[row] = select(empty, cf(negInf), fadd(fmul(res[row], scaleQK), ln));
-    }
+    for (int64_t row = 0; row < 2; ++row)
+      std::tie(inv[row], lse[row]) = finalizeRow(
+          res[row], res[2 + row], [&] { return outScale; },
+          [&] { return scaleQK; });
     for (int64_t row = 0; row < 2; ++row) {
       Value inside = cmp(arith::CmpIPredicate::slt, rowAbs[row], seqQ);
       scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {

@@ -818,22 +818,13 @@ void TileKernelEmitter::issueTileAt(bool value, Value stage, Value rowIR,
 void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                                               Value qBuffer, Value rowInTile,
                                               Value colInBlock) {
-  float negInf = -std::numeric_limits<float>::infinity();
-  // fa3.finalize: O / l and LSE = scale · m + ln(l); rows with l = 0 saw
-  // no key.
+  // fa3.finalize: O / l and LSE = scale · m + ln(l).
   float scale = k.finalize.getScale().convertToFloat();
   Value inv[2], lse[2];
-  for (int64_t row = 0; row < 2; ++row) {
-    Value l = quadReduce(results[2 + row], /*isMax=*/false);
-    Value empty =
-        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
-    inv[row] = select(empty, cf(0),
-                      arith::DivFOp::create(b, loc, cf(1.0f), l).getResult());
-    Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
-                    cf(static_cast<float>(M_LN2)));
-    lse[row] =
-        select(empty, cf(negInf), fadd(fmul(results[row], cf(scale)), ln));
-  }
+  for (int64_t row = 0; row < 2; ++row)
+    std::tie(inv[row], lse[row]) = finalizeRow(
+        results[row], results[2 + row], [&] { return cf(1.0f); },
+        [&] { return cf(scale); });
 
   // fa3.parallel_store_tile of O through shared memory and a TMA store:
   // each thread writes its packed O pairs into this warpgroup's 64 rows
