@@ -57,8 +57,10 @@ static int64_t forwardSharedMemory(const HopperAttentionSpec &spec,
   int64_t tile = spec.elementBytes() * spec.headDim; // bytes per row
   int64_t barriers =
       8 * (queryTiles * (spec.persistent ? 2 : 1) + 4 * spec.stages);
+  // Persistent: the tile index beside each Q tile.
+  int64_t tileSlots = spec.persistent ? 4 * queryTiles : 0;
   return queryTiles * spec.blockM * tile +
-         2 * spec.stages * spec.blockN * tile + barriers + 1024;
+         2 * spec.stages * spec.blockN * tile + barriers + tileSlots + 1024;
 }
 
 int64_t HopperAttentionSpec::queryBuffers() const {

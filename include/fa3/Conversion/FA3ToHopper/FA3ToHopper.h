@@ -77,10 +77,10 @@ struct HopperAttentionSpec {
   /// the other's GEMMs occupy the tensor cores.
   bool pingpong = false;
   /// A persistent grid (the schedule's `persistent`, needs warp
-  /// specialization; bf16/f16 only): one CTA per SM walks the tiles of the
-  /// tile-level grid in serpentine rounds of gridDim.x, so the producer
-  /// loads tile n + 1's Q and first K/V blocks while the consumers still
-  /// finish tile n. The K/V ring's slots and phases run on across tiles;
+  /// specialization; bf16/f16 only): one CTA per SM takes tiles of the
+  /// tile-level grid from an atomic counter, in the grid's order, so the
+  /// producer loads tile n + 1's Q and first K/V blocks while the consumers
+  /// still finish tile n. The K/V ring's slots and phases run on across tiles;
   /// Q-empty mbarriers hand the Q tiles (two where they fit, see
   /// queryBuffers) back to the producer.
   bool persistent = false;
