@@ -182,13 +182,14 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32)
 // PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
 // Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB), so
-// the producer loads tile n + 1's Q while tile n computes. The mbarriers
-// follow the tiles at 65536: Q full per Q tile, four per ring stage (K
-// full, V full, K empty, V empty), and Q empty per Q tile (one arrival per
-// consumer thread) at 65536 + 8 * 10.
-// PERSIST: llvm.getelementptr %[[SMEM:.+]][65616] :
+// the producer loads tile n + 1's Q while tile n computes, and so does an
+// O tile of its own (16 KiB at 65536). The mbarriers follow the tiles at
+// 81920: Q full per Q tile, four per ring stage (K full, V full, K empty,
+// V empty), and Q empty per Q tile (one arrival per consumer thread) at
+// 81920 + 8 * 10.
+// PERSIST: llvm.getelementptr %[[SMEM:.+]][82000] :
 // PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
-// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][65624] :
+// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][82008] :
 // PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
 // PERSIST-NEXT: nvvm.fence.mbarrier.init
 // The producer: tile n uses Q tile n % 2; before reusing one (n >= 2) it
@@ -224,7 +225,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: scf.if %[[USED]] {
 // PERSIST: %[[PAR:.+]] = arith.xori %[[QPHASE]], %c1_i32 : i32
 // PERSIST: %[[QEOFF:.+]] = arith.muli %[[QBUF]], %c8_i32 : i32
-// PERSIST: arith.addi %[[QEOFF]], %c65616_i32 : i32
+// PERSIST: arith.addi %[[QEOFF]], %c82000_i32 : i32
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[PAR]]
 // PERSIST: %[[QTILE:.+]] = arith.muli %[[QBUF]], %c16384_i32 : i32
 // PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
@@ -239,8 +240,11 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-NEXT: }
 // PERSIST-NEXT: scf.yield %[[NEXT]]#0, %[[NEXT]]#1 : i32, i32
 // The consumers walk the same tiles, wait for Q with the parity of its use,
-// and stage O in their Q tile; each releases the Q tile once the TMA store
-// has read it (the storing thread waits for that), before the LSE stores.
+// and release Q right after the key loop. O goes through the O tile: its
+// storing thread first waits until the previous tile's store has read it,
+// the warpgroup syncs, writes, fences and syncs again, and the store is
+// not waited for; after the last tile the storing thread waits before the
+// CTA exits.
 // PERSIST: nvvm.setmaxregister  increase 240
 // PERSIST: scf.for %{{.+}} = %c0_i32 to %{{.+}} step %c1_i32 iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
 // PERSIST: scf.if %{{.+}} -> (i32, i32) {
@@ -251,18 +255,27 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
 // PERSIST: scf.for
 // PERSIST: arith.addi %[[CRING]], %{{.+}} : i32
-// PERSIST: lg2.approx.f32
-// PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
-// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
-// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
-// PERSIST: nvvm.cp.async.bulk.wait_group 0 {read}
-// PERSIST-NEXT: }
-// PERSIST-NEXT: %[[QEOFF2:.+]] = arith.muli %[[CQBUF]], %c8_i32 : i32
-// PERSIST-NEXT: %[[QEADDR:.+]] = arith.addi %[[QEOFF2]], %c65616_i32 : i32
+// PERSIST: %[[QEOFF2:.+]] = arith.muli %[[CQBUF]], %c8_i32 : i32
+// PERSIST-NEXT: %[[QEADDR:.+]] = arith.addi %[[QEOFF2]], %c82000_i32 : i32
 // PERSIST-NEXT: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][%[[QEADDR]]] :
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
+// PERSIST: lg2.approx.f32
+// PERSIST: scf.if
+// PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
+// PERSIST-NEXT: }
+// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
+// PERSIST: nvvm.fence.proxy
+// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
+// PERSIST-NEXT: nvvm.cp.async.bulk.commit.group
+// PERSIST-NEXT: }
 // PERSIST: llvm.store %{{.+}} : f32, !llvm.ptr<1>
 // PERSIST: scf.yield %{{.+}}, %{{.+}} : i32, i32
+// PERSIST: scf.yield
+// PERSIST: }
+// PERSIST: scf.if
+// PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
   func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} {
     %c63 = arith.constant 63 : index
