@@ -714,10 +714,10 @@ private:
   /// Which use of the Q tiles and of the K/V ring the current tile makes:
   /// its number among this CTA's tiles, and the ring iterations before it.
   Value qUse, ringBase;
-  /// Shared memory: the Q tiles, the K ring, the V ring, then the
-  /// mbarriers: Q full per Q tile, the ring's, and (persistent) Q empty per
-  /// Q tile.
-  int64_t offK = 0, offV = 0, offBar = 0;
+  /// Shared memory: the Q tiles, the K ring, the V ring, the O tile
+  /// (separateOutputTile()), then the mbarriers: Q full per Q tile, the
+  /// ring's, and (persistent) Q empty per Q tile.
+  int64_t offK = 0, offV = 0, offO = 0, offBar = 0;
   Value barQ(Value buffer) {
     return smemAt(add(ci(offBar), mul(buffer, ci(8))));
   }
@@ -846,8 +846,9 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   }
 
   // fa3.parallel_store_tile of O through shared memory and a TMA store:
-  // each thread writes its packed O pairs into this warpgroup's 64 rows
-  // of the Q tile (dead once the warpgroup's last QKᵀ completed; the other
+  // each thread writes its packed O pairs into this warpgroup's 64 rows of
+  // the O tile where the kernel has one (separateOutputTile), else of the
+  // Q tile (dead once the warpgroup's last QKᵀ completed; the other
   // warpgroups' QKᵀs read only their own rows), in the 128-byte swizzle
   // the Q load wrote (16-byte chunk c of row r at c ^ (r % 8)), then one
   // thread stores the 64 rows per swizzle atom. TMA drops the rows past
@@ -856,7 +857,18 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   // of every 32-byte sector (ncu, d128 causal 1k: 16.1 of 32 bytes).
   ParallelStoreTileOp storeO = k.storeOutput;
   ParallelStoreStatsOp storeL = k.storeLse;
-  Value oQueryTile = mul(qBuffer, ci(tileBytes(s.blockM)));
+  bool ownTile = s.separateOutputTile();
+  Value oTile = ownTile ? ci(offO) : mul(qBuffer, ci(tileBytes(s.blockM)));
+  if (ownTile) {
+    // The O tile of this CTA's previous tile: its TMA store must have read
+    // this warpgroup's rows before they are written again.
+    Value wgLeader = cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
+    scf::IfOp::create(b, loc, wgLeader, [&](OpBuilder &, Location) {
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+      scf::YieldOp::create(b, loc);
+    });
+    namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
+  }
   Value chunkSwizzle = divu(lane, ci(4));
   for (int64_t row = 0; row < 2; ++row) {
     Value rowOffset = mul(add(rowInTile, ci(8 * row)), ci(kAtomBytes));
@@ -866,7 +878,7 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                           fmul(results[4 + r + 1], inv[row]));
       int64_t atom = j / (kAtomCols / 8), chunk = j % (kAtomCols / 8);
       Value byte =
-          add(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
+          add(add(add(oTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
               add(mul(xori(ci(chunk), chunkSwizzle), ci(16)),
                   mul(colInBlock, ci(2))));
       LLVM::StoreOp::create(b, loc, packed, smemAt(byte), /*alignment=*/4);
@@ -879,7 +891,7 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                       cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
   scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
     for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
-      Value src = smemAt(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)),
+      Value src = smemAt(add(add(oTile, ci(atom * s.blockM * kAtomBytes)),
                              mul(wg, ci(64 * kAtomBytes))));
       tmaStore(tmaO, src,
                {ci(atom * kAtomCols), wgRow, scalar(storeO.getHead()),
@@ -887,14 +899,16 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
     }
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
     // The Q tile is reused (the next load into it, or the CTA's exit)
-    // only after the TMA engine has read it.
-    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    // only after the TMA engine has read it. An O tile of its own is
+    // waited for before its next write (above) and at the end.
+    if (!ownTile)
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
     scf::YieldOp::create(b, loc);
   });
-  // Persistent: this warpgroup is done with the Q tile (its QKᵀs
-  // completed, its O rows read by the TMA store), so the producer may
-  // load the next tile's Q into it.
-  if (s.persistent)
+  // Persistent with O staged in the Q tile: this warpgroup is done with
+  // the Q tile (its QKᵀs completed, its O rows read by the TMA store), so
+  // the producer may load the next tile's Q into it.
+  if (s.persistent && !ownTile)
     arrive(barQEmpty(qBuffer));
 
   // fa3.parallel_store_stats: LSE entries past Sq are dropped.
@@ -1162,7 +1176,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   setAlignedDynamicSmem();
   offK = s.queryBuffers() * tileBytes(s.blockM);
   offV = offK + s.stages * tileBytes(s.blockN);
-  offBar = offV + s.stages * tileBytes(s.blockN);
+  offO = offV + s.stages * tileBytes(s.blockN);
+  offBar = offO + (s.separateOutputTile() ? tileBytes(s.blockM) : 0);
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
@@ -1645,6 +1660,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     results.append(fragment(keyResults[2]));
     results.append(fragment(keyResults[0]));
 
+    // Persistent with an O tile of its own: this tile's QKᵀ wgmmas have
+    // all completed (each was waited for), so the producer may load the
+    // next tile's Q into this Q tile.
+    if (s.persistent && s.separateOutputTile())
+      arrive(barQEmpty(qBuffer));
+
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.
     if (s.pingpong) {
@@ -1699,6 +1720,16 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                          NVVM::SetMaxRegisterAction::increase);
           Value consumer = sub(wg, ci(1));
           forEachConsumedTile([&] { buildConsumer(consumer); });
+          // The last tile's O store reads the O tile until it is done;
+          // shared memory must outlive that.
+          if (s.separateOutputTile()) {
+            Value leader =
+                cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
+            scf::IfOp::create(b, loc, leader, [&](OpBuilder &, Location) {
+              NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+              scf::YieldOp::create(b, loc);
+            });
+          }
           scf::YieldOp::create(b, loc);
         });
   }

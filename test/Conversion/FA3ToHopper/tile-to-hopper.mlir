@@ -183,14 +183,14 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000
 // PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32, %[[COUNTER:[^:]+]]: !llvm.ptr<1>)
 // PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
-// Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB). The
-// mbarriers follow the tiles at 65536: Q full per Q tile, four per ring
-// stage (K full, V full, K empty, V empty), and Q empty per Q tile (one
-// arrival per consumer thread) at 65536 + 8 * 10; the tile slots at
-// 65536 + 8 * 12.
-// PERSIST: llvm.getelementptr %[[SMEM:.+]][65616] :
+// Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB), and
+// so does an O tile of its own (16 KiB at 65536). The mbarriers follow the
+// tiles at 81920: Q full per Q tile, four per ring stage (K full, V full,
+// K empty, V empty), and Q empty per Q tile (one arrival per consumer
+// thread) at 81920 + 8 * 10; the tile slots at 81920 + 8 * 12.
+// PERSIST: llvm.getelementptr %[[SMEM:.+]][82000] :
 // PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
-// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][65624] :
+// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][82008] :
 // PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
 // PERSIST-NEXT: nvvm.fence.mbarrier.init
 // PERSIST: nvvm.setmaxregister  decrease 24
@@ -220,10 +220,10 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: scf.if %[[USED]] {
 // PERSIST: %[[PAR:.+]] = arith.xori %[[QPHASE]], %c1_i32 : i32
 // PERSIST: %[[QEOFF:.+]] = arith.muli %[[QBUF]], %c8_i32 : i32
-// PERSIST: arith.addi %[[QEOFF]], %c65616_i32 : i32
+// PERSIST: arith.addi %[[QEOFF]], %c82000_i32 : i32
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[PAR]]
 // PERSIST: %[[SLOTOFF:.+]] = arith.muli %[[QBUF]], %c4_i32 : i32
-// PERSIST-NEXT: %[[SLOTADDR:.+]] = arith.addi %[[SLOTOFF]], %c65632_i32 : i32
+// PERSIST-NEXT: %[[SLOTADDR:.+]] = arith.addi %[[SLOTOFF]], %c82016_i32 : i32
 // PERSIST-NEXT: %[[SLOT:.+]] = llvm.getelementptr %[[SMEM]][%[[SLOTADDR]]]
 // PERSIST-NEXT: llvm.store %[[T]], %[[SLOT]] {alignment = 4 : i64} : i32, !llvm.ptr<3>
 // PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
@@ -237,12 +237,15 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: %[[EBUF:.+]] = arith.remui %[[PLOOP]]#1, %c2_i32 : i32
 // PERSIST: llvm.store %[[PLOOP]]#0, %{{.+}} {alignment = 4 : i64} : i32, !llvm.ptr<3>
 // PERSIST: %[[EOFF:.+]] = arith.muli %[[EBUF]], %c8_i32 : i32
-// PERSIST-NEXT: %[[EADDR:.+]] = arith.addi %[[EOFF]], %c65536_i32 : i32
+// PERSIST-NEXT: %[[EADDR:.+]] = arith.addi %[[EOFF]], %c81920_i32 : i32
 // PERSIST-NEXT: %[[EBAR:.+]] = llvm.getelementptr %[[SMEM]][%[[EADDR]]]
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[EBAR]] : !llvm.ptr<3>
 // The consumers: per Q tile, the full barrier's wait, the slot's tile index
 // and the test against the tile count; each consumer releases its Q tile
-// once the TMA store has read its O rows, before the LSE stores.
+// right after the key loop. O goes through the O tile: its storing thread
+// first waits until the previous tile's store has read it, the warpgroup
+// syncs, writes, fences and syncs again, and the store is not waited for;
+// after the last tile the storing thread waits before the CTA exits.
 // PERSIST: nvvm.setmaxregister  increase 240
 // PERSIST: scf.while (%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) : (i32, i32) -> (i32, i32, i32) {
 // PERSIST-NEXT: %[[CQBUF:.+]] = arith.remui %[[CQUSE]], %c2_i32 : i32
@@ -253,17 +256,25 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-NEXT: %[[CMORE:.+]] = arith.cmpi ult, %[[CT]], %{{.+}} : i32
 // PERSIST-NEXT: scf.condition(%[[CMORE]]) %[[CT]], %[[CQUSE]], %[[CRING]] : i32, i32, i32
 // PERSIST: scf.for
-// PERSIST: lg2.approx.f32
-// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
-// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
-// PERSIST: nvvm.cp.async.bulk.wait_group 0 {read}
-// PERSIST-NEXT: }
-// PERSIST-NEXT: %[[QEOFF2:.+]] = arith.muli %{{.+}}, %c8_i32 : i32
-// PERSIST-NEXT: %[[QEADDR:.+]] = arith.addi %[[QEOFF2]], %c65616_i32 : i32
+// PERSIST: %[[QEADDR:.+]] = arith.addi %{{.+}}, %c82000_i32 : i32
 // PERSIST-NEXT: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][%[[QEADDR]]] :
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
+// PERSIST: lg2.approx.f32
+// PERSIST: scf.if
+// PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
+// PERSIST-NEXT: }
+// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
+// PERSIST: nvvm.fence.proxy
+// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
+// PERSIST-NEXT: nvvm.cp.async.bulk.commit.group
+// PERSIST-NEXT: }
 // PERSIST: llvm.store %{{.+}} : f32, !llvm.ptr<1>
 // PERSIST: scf.yield %{{.+}}, %{{.+}} : i32, i32
+// PERSIST: }
+// PERSIST: scf.if
+// PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
   func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} {
     %c63 = arith.constant 63 : index
