@@ -242,11 +242,11 @@ llvm::Error fa3::runtime::launchAttentionForward(
   if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
     return err;
 
-  DevicePtr lse = args.lse;
+  DevicePtr lse = args.lse, tileCounter = 0;
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
   int32_t batch32 = int32_t(args.batch);
-  void *params[] = {&*mapQ, &*mapK,  &*mapV,  &*mapO,
-                    &lse,   &seqQ32, &seqK32, &batch32};
+  void *params[] = {&*mapQ,  &*mapK,  &*mapV,   &*mapO,      &lse,
+                    &seqQ32, &seqK32, &batch32, &tileCounter};
   int64_t queryTiles = (args.seqQ + info.blockM - 1) / info.blockM;
   Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),
             unsigned(args.batch)};
@@ -261,6 +261,11 @@ llvm::Error fa3::runtime::launchAttentionForward(
                    " tiles do not fit the persistent kernel's 32-bit tile "
                    "index");
     grid = Dim3{unsigned(std::min(tiles, args.multiprocessors)), 1, 1};
+    // The CTAs take tiles from a counter that must read 0 at the start.
+    auto counter = zeroedCounter(stream);
+    if (!counter)
+      return counter.takeError();
+    tileCounter = *counter;
   }
   Dim3 block{unsigned(info.threads), 1, 1};
   return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,

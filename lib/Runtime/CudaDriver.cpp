@@ -418,6 +418,58 @@ Error fa3::runtime::memsetAsync32(DevicePtr dst, uint32_t value, size_t count,
                     stream);
 }
 
+Expected<DevicePtr> fa3::runtime::zeroedCounter(CudaStream stream) {
+  auto api = getInitializedApi();
+  if (!api)
+    return api.takeError();
+  if (!(*api)->cuStreamIsCapturing)
+    return missingEntryPoint("cuStreamIsCapturing");
+  CUcontext context = nullptr;
+  if (Error err =
+          callDriver("cuCtxGetCurrent", (*api)->cuCtxGetCurrent, "", &context))
+    return std::move(err);
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (Error err = callDriver("cuStreamIsCapturing", (*api)->cuStreamIsCapturing,
+                             "", reinterpret_cast<CUstream>(stream), &capture))
+    return std::move(err);
+  // Counters are handed out from 4 KiB blocks per context.
+  struct Pool {
+    CUdeviceptr block = 0;
+    size_t used = 0;
+    std::map<CudaStream, DevicePtr> perStream;
+  };
+  static std::mutex mutex;
+  static std::map<CUcontext, Pool> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  Pool &pool = pools[context];
+  DevicePtr counter = 0;
+  bool captured = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!captured) {
+    auto it = pool.perStream.find(stream);
+    if (it != pool.perStream.end())
+      counter = it->second;
+  }
+  if (!counter) {
+    constexpr size_t kBlockBytes = 4096;
+    if (!pool.block || pool.used + 4 > kBlockBytes) {
+      if (Error err =
+              callDriver("cuMemAlloc", (*api)->cuMemAlloc,
+                         "a block of tile counters", &pool.block, kBlockBytes))
+        return std::move(err);
+      pool.used = 0;
+    }
+    counter = pool.block + pool.used;
+    pool.used += 4;
+    if (!captured)
+      pool.perStream[stream] = counter;
+  }
+  if (Error err = callDriver("cuMemsetD32Async", (*api)->cuMemsetD32Async,
+                             "the tile counter", counter, 0u, size_t(1),
+                             reinterpret_cast<CUstream>(stream)))
+    return std::move(err);
+  return counter;
+}
+
 Error fa3::runtime::synchronizeStream(CudaStream stream) {
   auto api = getInitializedApi();
   if (!api)

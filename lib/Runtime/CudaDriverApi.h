@@ -80,6 +80,12 @@ enum CUjit_option : int {
 };
 
 /// CUevent_flags_enum.
+enum CUstreamCaptureStatus : int {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+};
+
 enum CUevent_flags : unsigned {
   CU_EVENT_DEFAULT = 0x0,
 };
@@ -244,6 +250,8 @@ constexpr int kRequestedCudaVersion = 12000;
     (const CUlaunchConfig *config, CUfunction function, void **kernelParams,   \
      void **extra))                                                            \
   X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream stream))             \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing",                                \
+    (CUstream stream, CUstreamCaptureStatus * status))                         \
   X(cuEventCreate, "cuEventCreate", (CUevent * event, unsigned int flags))     \
   X(cuEventDestroy, "cuEventDestroy_v2", (CUevent event))                      \
   X(cuEventRecord, "cuEventRecord", (CUevent event, CUstream stream))          \

@@ -169,13 +169,14 @@ def ConvertFA3TileToHopper
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of
-      its `#gpu.block` mapping, or, with `persistent`, the coordinates of
-      tile t = x + X (y + Y z) in a loop over rounds r of G = `gridDim.x`
-      tiles, t = r·G + `blockIdx.x` in even rounds and r·G + G − 1 −
-      `blockIdx.x` in odd ones, t < X·Y·Z (the forall's bounds, read at run
-      time; the runtime launches min(tiles, SMs) CTAs): tile order is the
-      forall's, and the serpentine keeps one CTA from taking the longest
-      tile of every round;
+      its `#gpu.block` mapping, or, mapped to `#fa3.persistent_block`, the
+      coordinates of tile t = x + X (y + Y z) in a loop over the tiles the
+      CTA takes: t = `blockIdx.x` first, then `gridDim.x` + an atomic
+      increment of the tile counter (the kernel's last parameter, zero at
+      launch), while t < X·Y·Z (the forall's bounds, read at run time; the
+      runtime launches min(tiles, SMs) CTAs). The producer hands each t to
+      the consumers in an i32 slot beside the Q tile it loads, and the end
+      index past the last one;
     * the index arithmetic of the function, the forall body and the key loop
       is emitted as is in i32 (`tensor.dim` of Q/K dim 1 is Sq/Sk); the key
       loop's bounds give the key blocks a CTA visits;

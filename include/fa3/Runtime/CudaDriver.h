@@ -161,6 +161,15 @@ private:
 /// Waits for all work queued on `stream`.
 llvm::Error synchronizeStream(CudaStream stream);
 /// Sets `count` 32-bit words at `dst` to `value`, in order on `stream`.
+/// A 32-bit counter in the calling thread's current context that is zero
+/// when the next kernel on `stream` starts (a cuMemsetD32Async on `stream`
+/// is enqueued first): the tile counter of a persistent launch. Outside
+/// graph capture each (context, stream) reuses one counter, since launches
+/// on one stream run in order; a launch captured into a graph gets one of
+/// its own, never reused, since replays may run beside anything. Counters
+/// live as long as the process.
+llvm::Expected<DevicePtr> zeroedCounter(CudaStream stream);
+
 llvm::Error memsetAsync32(DevicePtr dst, uint32_t value, size_t count,
                           CudaStream stream);
 

@@ -51,23 +51,32 @@ static constexpr int64_t kTransposeSlots = 128, kTransposeThreads = 256;
 /// kPingpongBarrier + w (0 is __syncthreads').
 static constexpr int64_t kPingpongBarrier = 1;
 
-/// Dynamic shared memory of the forward with `queryTiles` Q tiles.
+/// Dynamic shared memory of the forward with `queryTiles` Q tiles and
+/// `outputTiles` (0 or 1) O staging tiles.
 static int64_t forwardSharedMemory(const HopperAttentionSpec &spec,
-                                   int64_t queryTiles) {
+                                   int64_t queryTiles, int64_t outputTiles) {
   int64_t tile = spec.elementBytes() * spec.headDim; // bytes per row
   int64_t barriers =
       8 * (queryTiles * (spec.persistent ? 2 : 1) + 4 * spec.stages);
-  return queryTiles * spec.blockM * tile +
-         2 * spec.stages * spec.blockN * tile + barriers + 1024;
+  // Persistent: the tile index beside each Q tile.
+  int64_t tileSlots = spec.persistent ? 4 * queryTiles : 0;
+  return (queryTiles + outputTiles) * spec.blockM * tile +
+         2 * spec.stages * spec.blockN * tile + barriers + tileSlots + 1024;
 }
 
 int64_t HopperAttentionSpec::queryBuffers() const {
-  return persistent && forwardSharedMemory(*this, 2) <= kMaxSharedMemory ? 2
-                                                                         : 1;
+  return persistent && forwardSharedMemory(*this, 2, 0) <= kMaxSharedMemory ? 2
+                                                                            : 1;
+}
+
+bool HopperAttentionSpec::separateOutputTile() const {
+  return persistent && !fp8 &&
+         forwardSharedMemory(*this, queryBuffers(), 1) <= kMaxSharedMemory;
 }
 
 int64_t HopperAttentionSpec::sharedMemoryBytes() const {
-  return forwardSharedMemory(*this, queryBuffers());
+  return forwardSharedMemory(*this, queryBuffers(),
+                             separateOutputTile() ? 1 : 0);
 }
 
 std::string HopperAttentionSpec::kernelName() const {

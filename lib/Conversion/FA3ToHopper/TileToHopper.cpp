@@ -706,21 +706,31 @@ private:
   DenseMap<Value, Value> scalars;
 
   Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
+  /// Persistent: the launch's tile counter (global i32, zero at launch) and
+  /// the tile the producer is loading.
+  Value tileCounter, currentTile;
   /// This thread's index in the CTA and lane in its warp.
   Value tid, lane;
   /// Which use of the Q tiles and of the K/V ring the current tile makes:
   /// its number among this CTA's tiles, and the ring iterations before it.
   Value qUse, ringBase;
-  /// Shared memory: the Q tiles, the K ring, the V ring, then the
-  /// mbarriers: Q full per Q tile, the ring's, and (persistent) Q empty per
-  /// Q tile.
-  int64_t offK = 0, offV = 0, offBar = 0;
+  /// Shared memory: the Q tiles, the K ring, the V ring, the O tile
+  /// (separateOutputTile()), then the mbarriers: Q full per Q tile, the
+  /// ring's, and (persistent) Q empty per Q tile.
+  int64_t offK = 0, offV = 0, offO = 0, offBar = 0;
   Value barQ(Value buffer) {
     return smemAt(add(ci(offBar), mul(buffer, ci(8))));
   }
   Value ringBarrier(RingBarrier kind, Value stage) {
     return smemAt(add(ci(offBar + 8 * (s.queryBuffers() + kind * s.stages)),
                       mul(stage, ci(8))));
+  }
+  /// Persistent: the index of the tile Q tile `buffer` holds (or the end
+  /// index), an i32 slot after the mbarriers.
+  Value tileSlot(Value buffer) {
+    return smemAt(add(
+        ci(offBar + 8 * (2 * s.queryBuffers() + kRingBarrierKinds * s.stages)),
+        mul(buffer, ci(4))));
   }
   /// Persistent: the consumers' release of a Q tile.
   Value barQEmpty(Value buffer) {
@@ -827,8 +837,9 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
         [&] { return cf(scale); });
 
   // fa3.parallel_store_tile of O through shared memory and a TMA store:
-  // each thread writes its packed O pairs into this warpgroup's 64 rows
-  // of the Q tile (dead once the warpgroup's last QKᵀ completed; the other
+  // each thread writes its packed O pairs into this warpgroup's 64 rows of
+  // the O tile where the kernel has one (separateOutputTile), else of the
+  // Q tile (dead once the warpgroup's last QKᵀ completed; the other
   // warpgroups' QKᵀs read only their own rows), in the 128-byte swizzle
   // the Q load wrote (16-byte chunk c of row r at c ^ (r % 8)), then one
   // thread stores the 64 rows per swizzle atom. TMA drops the rows past
@@ -837,7 +848,18 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   // of every 32-byte sector (ncu, d128 causal 1k: 16.1 of 32 bytes).
   ParallelStoreTileOp storeO = k.storeOutput;
   ParallelStoreStatsOp storeL = k.storeLse;
-  Value oQueryTile = mul(qBuffer, ci(tileBytes(s.blockM)));
+  bool ownTile = s.separateOutputTile();
+  Value oTile = ownTile ? ci(offO) : mul(qBuffer, ci(tileBytes(s.blockM)));
+  if (ownTile) {
+    // The O tile of this CTA's previous tile: its TMA store must have read
+    // this warpgroup's rows before they are written again.
+    Value wgLeader = cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
+    scf::IfOp::create(b, loc, wgLeader, [&](OpBuilder &, Location) {
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+      scf::YieldOp::create(b, loc);
+    });
+    namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
+  }
   Value chunkSwizzle = divu(lane, ci(4));
   for (int64_t row = 0; row < 2; ++row) {
     Value rowOffset = mul(add(rowInTile, ci(8 * row)), ci(kAtomBytes));
@@ -847,7 +869,7 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                           fmul(results[4 + r + 1], inv[row]));
       int64_t atom = j / (kAtomCols / 8), chunk = j % (kAtomCols / 8);
       Value byte =
-          add(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
+          add(add(add(oTile, ci(atom * s.blockM * kAtomBytes)), rowOffset),
               add(mul(xori(ci(chunk), chunkSwizzle), ci(16)),
                   mul(colInBlock, ci(2))));
       LLVM::StoreOp::create(b, loc, packed, smemAt(byte), /*alignment=*/4);
@@ -860,7 +882,7 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                       cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
   scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
     for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
-      Value src = smemAt(add(add(oQueryTile, ci(atom * s.blockM * kAtomBytes)),
+      Value src = smemAt(add(add(oTile, ci(atom * s.blockM * kAtomBytes)),
                              mul(wg, ci(64 * kAtomBytes))));
       tmaStore(tmaO, src,
                {ci(atom * kAtomCols), wgRow, scalar(storeO.getHead()),
@@ -868,14 +890,16 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
     }
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
     // The Q tile is reused (the next load into it, or the CTA's exit)
-    // only after the TMA engine has read it.
-    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+    // only after the TMA engine has read it. An O tile of its own is
+    // waited for before its next write (above) and at the end.
+    if (!ownTile)
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
     scf::YieldOp::create(b, loc);
   });
-  // Persistent: this warpgroup is done with the Q tile (its QKᵀs
-  // completed, its O rows read by the TMA store), so the producer may
-  // load the next tile's Q into it.
-  if (s.persistent)
+  // Persistent with O staged in the Q tile: this warpgroup is done with
+  // the Q tile (its QKᵀs completed, its O rows read by the TMA store), so
+  // the producer may load the next tile's Q into it.
+  if (s.persistent && !ownTile)
     arrive(barQEmpty(qBuffer));
 
   // fa3.parallel_store_stats: LSE entries past Sq are dropped.
@@ -938,6 +962,8 @@ void TileKernelEmitter::emitProducerBlock(Block &block,
             scf::YieldOp::create(b, loc);
           });
         }
+        if (s.persistent)
+          LLVM::StoreOp::create(b, loc, currentTile, tileSlot(qBuffer), 4);
         loadQueryTile(qBuffer, replay(fillOp.getBatch(), Value(), scope),
                       replay(fillOp.getRow(), Value(), scope),
                       replay(fillOp.getHead(), Value(), scope));
@@ -986,9 +1012,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   declareDynamicSmem(module);
 
   // Q/K/V/O tensor maps (O in boxes of 64 rows: one consumer warpgroup's),
-  // LSE, Sq, Sk, B.
-  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, genericPtr,
-                              globalPtr,  i32,        i32,        i32};
+  // LSE, Sq, Sk, B, and the tile counter (persistent kernels; zero at launch).
+  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr,
+                              genericPtr, globalPtr,  i32,
+                              i32,        i32,        globalPtr};
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
@@ -1008,6 +1035,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   seqQ = entry->getArgument(5);
   seqK = entry->getArgument(6);
   batch = entry->getArgument(7);
+  tileCounter = entry->getArgument(8);
 
   // Kernel-level index arithmetic, in IR order: the function body's and
   // the forall body's (the key loop's is replayed per iteration).
@@ -1052,43 +1080,82 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                 NVVM::BlockIdZOp::create(b, loc, i32)});
   qUse = ci(0);
   ringBase = ci(0);
-  // Emits `body` for each tile of this CTA: once, or (persistent) in a loop
-  // over rounds r of gridDim.x tiles each, taking tile
-  //   t = r * gridDim.x + (r even ? blockIdx.x : gridDim.x - 1 - blockIdx.x)
-  // of the linear order below X * Y * Z. fa3-order-grid puts the longest
-  // tiles first (causal: the last query tiles), so a fixed stride would hand
-  // CTA 0 the longest tile of every round; the serpentine pairs the longest
-  // tile of one round with the shortest of the next. Every tile is taken
-  // exactly once, so fa3-order-grid's order holds for both launches.
-  auto forEachTile = [&](llvm::function_ref<void()> body) {
+  // Persistent: the tiles are dealt out dynamically, in the linear order
+  // below X * Y * Z (fa3-order-grid's). The producer thread takes tile
+  // blockIdx.x first and then gridDim.x + atomicAdd(counter, 1) (fetched
+  // at the start of each tile, so the atomic's latency hides behind it),
+  // and writes each tile's index into the slot of the Q tile it loads
+  // before the Q load's arrive (which releases it to the consumers'
+  // acquiring wait); past the last tile it writes the end index into the
+  // next Q tile's slot and arrives without a load. The consumers wait for
+  // each Q tile, read its slot and stop at the end index. A CTA that
+  // finishes early takes the next tile, as the GPU's own dispatch does for
+  // a grid of one CTA per tile; a fixed order lost 9-22% of the makespan
+  // on causal grids (bench/model_tile_schedule.py).
+  Value numTiles;
+  auto enterTile = [&](Value t) {
+    Value yz = divu(t, extentOf[0]);
+    enterBlock(
+        {remu(t, extentOf[0]), remu(yz, extentOf[1]), divu(yz, extentOf[1])});
+  };
+  auto forEachProducedTile = [&](llvm::function_ref<void()> body) {
     if (!s.persistent)
       return body();
-    Value numTiles = mul(mul(extentOf[0], extentOf[1]), extentOf[2]);
-    Value cta = NVVM::BlockIdXOp::create(b, loc, i32);
-    Value ctas = NVVM::GridDimXOp::create(b, loc, i32);
-    Value rounds = divu(add(numTiles, sub(ctas, ci(1))), ctas);
-    Value mirrored = sub(sub(ctas, ci(1)), cta);
-    scf::ForOp::create(
-        b, loc, ci(0), rounds, ci(1), ValueRange{ci(0), ci(0)},
-        [&](OpBuilder &, Location, Value r, ValueRange iters) {
-          Value odd = cmp(arith::CmpIPredicate::ne, andi(r, ci(1)), ci(0));
-          Value t = add(mul(r, ctas), select(odd, mirrored, cta));
-          Value inRange = cmp(arith::CmpIPredicate::ult, t, numTiles);
-          auto guarded = scf::IfOp::create(b, loc, TypeRange{i32, i32}, inRange,
-                                           /*withElseRegion=*/true);
-          b.setInsertionPointToStart(guarded.thenBlock());
-          qUse = iters[0];
-          ringBase = iters[1];
-          Value yz = divu(t, extentOf[0]);
-          enterBlock({remu(t, extentOf[0]), remu(yz, extentOf[1]),
-                      divu(yz, extentOf[1])});
+    numTiles = mul(mul(extentOf[0], extentOf[1]), extentOf[2]);
+    Value first = NVVM::BlockIdXOp::create(b, loc, i32);
+    auto loop = scf::WhileOp::create(
+        b, loc, TypeRange{i32, i32, i32}, ValueRange{first, ci(0), ci(0)},
+        [&](OpBuilder &, Location, ValueRange args) {
+          scf::ConditionOp::create(
+              b, loc, cmp(arith::CmpIPredicate::ult, args[0], numTiles), args);
+        },
+        [&](OpBuilder &, Location, ValueRange args) {
+          currentTile = args[0];
+          qUse = args[1];
+          ringBase = args[2];
+          Value taken = LLVM::AtomicRMWOp::create(
+              b, loc, LLVM::AtomicBinOp::add, tileCounter, ci(1),
+              LLVM::AtomicOrdering::monotonic);
+          Value next = add(taken, NVVM::GridDimXOp::create(b, loc, i32));
+          enterTile(currentTile);
+          body();
+          scf::YieldOp::create(
+              b, loc,
+              ValueRange{next, add(qUse, ci(1)), add(ringBase, numBlocks)});
+        });
+    // The end: the next Q tile's slot says so, once the consumers released
+    // that Q tile.
+    auto [qBuffer, qPhase] = queryBufferOf(loop.getResult(1));
+    Value reusedQ =
+        cmp(arith::CmpIPredicate::uge, loop.getResult(1), ci(s.queryBuffers()));
+    scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
+      waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
+      scf::YieldOp::create(b, loc);
+    });
+    LLVM::StoreOp::create(b, loc, loop.getResult(0), tileSlot(qBuffer), 4);
+    arrive(barQ(qBuffer));
+  };
+  auto forEachConsumedTile = [&](llvm::function_ref<void()> body) {
+    if (!s.persistent)
+      return body();
+    numTiles = mul(mul(extentOf[0], extentOf[1]), extentOf[2]);
+    scf::WhileOp::create(
+        b, loc, TypeRange{i32, i32, i32}, ValueRange{ci(0), ci(0)},
+        [&](OpBuilder &, Location, ValueRange args) {
+          auto [qBuffer, qPhase] = queryBufferOf(args[0]);
+          waitParity(barQ(qBuffer), qPhase);
+          Value t = LLVM::LoadOp::create(b, loc, i32, tileSlot(qBuffer), 4);
+          scf::ConditionOp::create(b, loc,
+                                   cmp(arith::CmpIPredicate::ult, t, numTiles),
+                                   ValueRange{t, args[0], args[1]});
+        },
+        [&](OpBuilder &, Location, ValueRange args) {
+          qUse = args[1];
+          ringBase = args[2];
+          enterTile(args[0]);
           body();
           scf::YieldOp::create(
               b, loc, ValueRange{add(qUse, ci(1)), add(ringBase, numBlocks)});
-          b.setInsertionPointToStart(guarded.elseBlock());
-          scf::YieldOp::create(b, loc, iters);
-          b.setInsertionPointAfter(guarded);
-          scf::YieldOp::create(b, loc, guarded.getResults());
         });
   };
 
@@ -1100,7 +1167,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   setAlignedDynamicSmem();
   offK = s.queryBuffers() * tileBytes(s.blockM);
   offV = offK + s.stages * tileBytes(s.blockN);
-  offBar = offV + s.stages * tileBytes(s.blockN);
+  offO = offV + s.stages * tileBytes(s.blockN);
+  offBar = offO + (s.separateOutputTile() ? tileBytes(s.blockM) : 0);
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
@@ -1583,6 +1651,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     results.append(fragment(keyResults[2]));
     results.append(fragment(keyResults[0]));
 
+    // Persistent with an O tile of its own: this tile's QKᵀ wgmmas have
+    // all completed (each was waited for), so the producer may load the
+    // next tile's Q into this Q tile.
+    if (s.persistent && s.separateOutputTile())
+      arrive(barQEmpty(qBuffer));
+
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.
     if (s.pingpong) {
@@ -1624,7 +1698,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
                                          NVVM::SetMaxRegisterAction::decrease);
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-            forEachTile([&] {
+            forEachProducedTile([&] {
               DenseMap<Value, Value> bound;
               emitProducerBlock(k.warpSpecialize.getProducer().front(), bound);
             });
@@ -1636,7 +1710,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           NVVM::SetMaxRegisterOp::create(b, loc, s.consumerRegs,
                                          NVVM::SetMaxRegisterAction::increase);
           Value consumer = sub(wg, ci(1));
-          forEachTile([&] { buildConsumer(consumer); });
+          forEachConsumedTile([&] { buildConsumer(consumer); });
+          // The last tile's O store reads the O tile until it is done;
+          // shared memory must outlive that.
+          if (s.separateOutputTile()) {
+            Value leader =
+                cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
+            scf::IfOp::create(b, loc, leader, [&](OpBuilder &, Location) {
+              NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+              scf::YieldOp::create(b, loc);
+            });
+          }
           scf::YieldOp::create(b, loc);
         });
   }

@@ -14,7 +14,7 @@
 // consumer warpgroups' code. The kernel keeps the function's name and takes
 // the forward kernel's ABI.
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000
-// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32)
+// CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32, %{{.+}}: !llvm.ptr<1>)
 // CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
 // The forall's induction variables are the block ids of its mapping, and
 // its index arithmetic is emitted in i32: the GQA head h / 2, the query
@@ -169,54 +169,50 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 //--- persistent.mlir
 
 // The same kernel with persistent = true, its grid mapped to
-// #fa3.persistent_block by fa3-persistent-grid: the grid is min(tiles, SMs) CTAs
-// and both roles walk the forall's tiles in one loop over rounds r of
-// gridDim.x tiles, taking t = r * gridDim.x + blockIdx.x in even rounds and
-// t = r * gridDim.x + gridDim.x - 1 - blockIdx.x in odd ones (serpentine, so
-// the CTA with the longest tile of a round gets the shortest of the next),
-// skipping t >= tiles, and decoding t = x + X * (y + 4 * z), X = ceil(Sq/128).
-// The loop carries the number of Q tiles used so far (the Q barriers'
-// parity) and the ring's position, so the K/V ring continues across tiles.
-// No CTA reads blockIdx.y or blockIdx.z.
+// #fa3.persistent_block by fa3-persistent-grid: the grid is min(tiles, SMs)
+// CTAs that take tiles dynamically from the tile counter (the kernel's last
+// parameter, zero at launch). The producer thread starts at blockIdx.x and
+// takes gridDim.x + atomicAdd(counter, 1) next, while t < tiles (tiles =
+// X * 4 * B, X = ceil(Sq/128)), decoding t = x + X * (y + 4 * z); it writes t
+// into the i32 slot of the Q tile it loads, before the Q load's arrive. Past
+// the last tile it writes the end index into the next Q tile's slot and
+// arrives on its full barrier without a load. The consumers wait for each
+// Q tile, read its slot and stop at the end index. Both carry the number of
+// Q tiles used so far (the Q barriers' parity) and the ring's position, so
+// the K/V ring continues across tiles. No CTA reads blockIdx.y or z.
 // PERSIST-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000
-// PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32)
+// PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32, %[[COUNTER:[^:]+]]: !llvm.ptr<1>)
 // PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
-// Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB), so
-// the producer loads tile n + 1's Q while tile n computes. The mbarriers
-// follow the tiles at 65536: Q full per Q tile, four per ring stage (K
-// full, V full, K empty, V empty), and Q empty per Q tile (one arrival per
-// consumer thread) at 65536 + 8 * 10.
-// PERSIST: llvm.getelementptr %[[SMEM:.+]][65616] :
+// Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB), and
+// so does an O tile of its own (16 KiB at 65536). The mbarriers follow the
+// tiles at 81920: Q full per Q tile, four per ring stage (K full, V full,
+// K empty, V empty), and Q empty per Q tile (one arrival per consumer
+// thread) at 81920 + 8 * 10; the tile slots at 81920 + 8 * 12.
+// PERSIST: llvm.getelementptr %[[SMEM:.+]][82000] :
 // PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
-// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][65624] :
+// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][82008] :
 // PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
 // PERSIST-NEXT: nvvm.fence.mbarrier.init
-// The producer: tile n uses Q tile n % 2; before reusing one (n >= 2) it
-// waits until the consumers have released it, phase (n / 2 - 1) & 1.
 // PERSIST: nvvm.setmaxregister  decrease 24
 // PERSIST: %[[XY:.+]] = arith.muli %[[X]], %c4_i32 : i32
 // PERSIST: %[[TILES:.+]] = arith.muli %[[XY]], %[[BATCH]] : i32
-// PERSIST: %[[CTA:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
-// PERSIST: %[[CTAS:.+]] = nvvm.read.ptx.sreg.nctaid.x : i32
-// PERSIST: %[[CTAS1:.+]] = arith.subi %[[CTAS]], %c1_i32 : i32
-// PERSIST: %[[UP:.+]] = arith.addi %[[TILES]], %[[CTAS1]] : i32
-// PERSIST: %[[ROUNDS:.+]] = arith.divui %[[UP]], %[[CTAS]] : i32
-// PERSIST: %[[LAST:.+]] = arith.subi %[[CTAS]], %c1_i32 : i32
-// PERSIST: %[[MIRROR:.+]] = arith.subi %[[LAST]], %[[CTA]] : i32
-// PERSIST: scf.for %[[R:.+]] = %c0_i32 to %[[ROUNDS]] step %c1_i32 iter_args(%[[QUSE:.+]] = %c0_i32, %[[RING:.+]] = %c0_i32) -> (i32, i32)
-// PERSIST: %[[PARITY:.+]] = arith.andi %[[R]], %c1_i32 : i32
-// PERSIST: %[[ODD:.+]] = arith.cmpi ne, %[[PARITY]], %c0_i32 : i32
-// PERSIST: %[[SLOT:.+]] = arith.select %[[ODD]], %[[MIRROR]], %[[CTA]] : i32
-// PERSIST: %[[BASE:.+]] = arith.muli %[[R]], %[[CTAS]] : i32
-// PERSIST: %[[T:.+]] = arith.addi %[[BASE]], %[[SLOT]] : i32
-// PERSIST: %[[IN:.+]] = arith.cmpi ult, %[[T]], %[[TILES]] : i32
-// PERSIST: %[[NEXT:.+]]:2 = scf.if %[[IN]] -> (i32, i32) {
-// PERSIST: %[[YZ:.+]] = arith.divui %[[T]], %[[X]] : i32
-// PERSIST: %[[QB:.+]] = arith.remui %[[T]], %[[X]] : i32
-// PERSIST: %[[H:.+]] = arith.remui %[[YZ]], %c4_i32 : i32
-// PERSIST: %[[B:.+]] = arith.divui %[[YZ]], %c4_i32 : i32
+// PERSIST: %[[FIRST:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
+// PERSIST: %[[PLOOP:.+]]:3 = scf.while (%[[PT:.+]] = %[[FIRST]], %{{.+}} = %c0_i32, %{{.+}} = %c0_i32) : (i32, i32, i32) -> (i32, i32, i32) {
+// PERSIST-NEXT: %[[MORE:.+]] = arith.cmpi ult, %[[PT]], %[[TILES]] : i32
+// PERSIST-NEXT: scf.condition(%[[MORE]])
+// PERSIST: ^bb0(%[[T:[^:]+]]: i32, %[[QUSE:[^:]+]]: i32, %[[RING:[^:]+]]: i32):
+// PERSIST-NEXT: %[[TAKEN:.+]] = llvm.atomicrmw add %[[COUNTER]], %c1_i32 monotonic : !llvm.ptr<1>, i32
+// PERSIST-NEXT: %[[CTAS:.+]] = nvvm.read.ptx.sreg.nctaid.x : i32
+// PERSIST-NEXT: %[[NEXTT:.+]] = arith.addi %[[TAKEN]], %[[CTAS]] : i32
+// PERSIST-NEXT: %[[YZ:.+]] = arith.divui %[[T]], %[[X]] : i32
+// PERSIST-NEXT: %[[QB:.+]] = arith.remui %[[T]], %[[X]] : i32
+// PERSIST-NEXT: %[[H:.+]] = arith.remui %[[YZ]], %c4_i32 : i32
+// PERSIST-NEXT: %[[B:.+]] = arith.divui %[[YZ]], %c4_i32 : i32
 // PERSIST: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
 // PERSIST: %[[NB:.+]] = arith.maxsi %{{.+}}, %c0_i32 : i32
+// The producer's Q: tile n uses Q tile n % 2; before reusing one (n >= 2)
+// it waits until the consumers have released it, phase (n / 2 - 1) & 1,
+// then writes the tile index into that Q tile's slot and loads Q.
 // PERSIST: %[[QBUF:.+]] = arith.remui %[[QUSE]], %c2_i32 : i32
 // PERSIST: %[[QGEN:.+]] = arith.divui %[[QUSE]], %c2_i32 : i32
 // PERSIST: %[[QPHASE:.+]] = arith.andi %[[QGEN]], %c1_i32 : i32
@@ -224,45 +220,61 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: scf.if %[[USED]] {
 // PERSIST: %[[PAR:.+]] = arith.xori %[[QPHASE]], %c1_i32 : i32
 // PERSIST: %[[QEOFF:.+]] = arith.muli %[[QBUF]], %c8_i32 : i32
-// PERSIST: arith.addi %[[QEOFF]], %c65616_i32 : i32
+// PERSIST: arith.addi %[[QEOFF]], %c82000_i32 : i32
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[PAR]]
-// PERSIST: %[[QTILE:.+]] = arith.muli %[[QBUF]], %c16384_i32 : i32
+// PERSIST: %[[SLOTOFF:.+]] = arith.muli %[[QBUF]], %c4_i32 : i32
+// PERSIST-NEXT: %[[SLOTADDR:.+]] = arith.addi %[[SLOTOFF]], %c82016_i32 : i32
+// PERSIST-NEXT: %[[SLOT:.+]] = llvm.getelementptr %[[SMEM]][%[[SLOTADDR]]]
+// PERSIST-NEXT: llvm.store %[[T]], %[[SLOT]] {alignment = 4 : i64} : i32, !llvm.ptr<3>
 // PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
 // PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %{{.+}} step %c1_i32  : i32 {
 // PERSIST: %[[USE:.+]] = arith.addi %[[RING]], %[[IT]] : i32
 // PERSIST: arith.remui %[[USE]], %c2_i32 : i32
 // PERSIST: %[[NEXTQ:.+]] = arith.addi %[[QUSE]], %c1_i32 : i32
 // PERSIST: %[[NEXTR:.+]] = arith.addi %[[RING]], %[[NB]] : i32
-// PERSIST: scf.yield %[[NEXTQ]], %[[NEXTR]] : i32, i32
-// PERSIST-NEXT: } else {
-// PERSIST-NEXT: scf.yield %[[QUSE]], %[[RING]] : i32, i32
-// PERSIST-NEXT: }
-// PERSIST-NEXT: scf.yield %[[NEXT]]#0, %[[NEXT]]#1 : i32, i32
-// The consumers walk the same tiles, wait for Q with the parity of its use,
-// and stage O in their Q tile; each releases the Q tile once the TMA store
-// has read it (the storing thread waits for that), before the LSE stores.
+// PERSIST: scf.yield %[[NEXTT]], %[[NEXTQ]], %[[NEXTR]] : i32, i32, i32
+// The end index into the next Q tile's slot, then a plain arrive.
+// PERSIST: %[[EBUF:.+]] = arith.remui %[[PLOOP]]#1, %c2_i32 : i32
+// PERSIST: llvm.store %[[PLOOP]]#0, %{{.+}} {alignment = 4 : i64} : i32, !llvm.ptr<3>
+// PERSIST: %[[EOFF:.+]] = arith.muli %[[EBUF]], %c8_i32 : i32
+// PERSIST-NEXT: %[[EADDR:.+]] = arith.addi %[[EOFF]], %c81920_i32 : i32
+// PERSIST-NEXT: %[[EBAR:.+]] = llvm.getelementptr %[[SMEM]][%[[EADDR]]]
+// PERSIST-NEXT: nvvm.mbarrier.arrive %[[EBAR]] : !llvm.ptr<3>
+// The consumers: per Q tile, the full barrier's wait, the slot's tile index
+// and the test against the tile count; each consumer releases its Q tile
+// right after the key loop. O goes through the O tile: its storing thread
+// first waits until the previous tile's store has read it, the warpgroup
+// syncs, writes, fences and syncs again, and the store is not waited for;
+// after the last tile the storing thread waits before the CTA exits.
 // PERSIST: nvvm.setmaxregister  increase 240
-// PERSIST: scf.for %{{.+}} = %c0_i32 to %{{.+}} step %c1_i32 iter_args(%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) -> (i32, i32)
-// PERSIST: scf.if %{{.+}} -> (i32, i32) {
-// PERSIST: %[[CQBUF:.+]] = arith.remui %[[CQUSE]], %c2_i32 : i32
-// PERSIST: %[[CQGEN:.+]] = arith.divui %[[CQUSE]], %c2_i32 : i32
-// PERSIST: %[[QPAR:.+]] = arith.andi %[[CQGEN]], %c1_i32 : i32
+// PERSIST: scf.while (%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) : (i32, i32) -> (i32, i32, i32) {
+// PERSIST-NEXT: %[[CQBUF:.+]] = arith.remui %[[CQUSE]], %c2_i32 : i32
+// PERSIST-NEXT: %[[CQGEN:.+]] = arith.divui %[[CQUSE]], %c2_i32 : i32
+// PERSIST-NEXT: %[[QPAR:.+]] = arith.andi %[[CQGEN]], %c1_i32 : i32
 // PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[QPAR]]
-// PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
+// PERSIST: %[[CT:.+]] = llvm.load %{{.+}} {alignment = 4 : i64} : !llvm.ptr<3> -> i32
+// PERSIST-NEXT: %[[CMORE:.+]] = arith.cmpi ult, %[[CT]], %{{.+}} : i32
+// PERSIST-NEXT: scf.condition(%[[CMORE]]) %[[CT]], %[[CQUSE]], %[[CRING]] : i32, i32, i32
 // PERSIST: scf.for
-// PERSIST: arith.addi %[[CRING]], %{{.+}} : i32
-// PERSIST: lg2.approx.f32
-// PERSIST: arith.muli %[[CQBUF]], %c16384_i32 : i32
-// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
-// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
-// PERSIST: nvvm.cp.async.bulk.wait_group 0 {read}
-// PERSIST-NEXT: }
-// PERSIST-NEXT: %[[QEOFF2:.+]] = arith.muli %[[CQBUF]], %c8_i32 : i32
-// PERSIST-NEXT: %[[QEADDR:.+]] = arith.addi %[[QEOFF2]], %c65616_i32 : i32
+// PERSIST: %[[QEADDR:.+]] = arith.addi %{{.+}}, %c82000_i32 : i32
 // PERSIST-NEXT: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][%[[QEADDR]]] :
 // PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
+// PERSIST: lg2.approx.f32
+// PERSIST: scf.if
+// PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
+// PERSIST-NEXT: }
+// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
+// PERSIST: nvvm.fence.proxy
+// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
+// PERSIST-NEXT: nvvm.cp.async.bulk.commit.group
+// PERSIST-NEXT: }
 // PERSIST: llvm.store %{{.+}} : f32, !llvm.ptr<1>
 // PERSIST: scf.yield %{{.+}}, %{{.+}} : i32, i32
+// PERSIST: }
+// PERSIST: scf.if
+// PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
 gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
   func.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_persistent_s3e000000(%arg0: tensor<?x?x4x64xbf16>, %arg1: tensor<?x?x2x64xbf16>, %arg2: tensor<?x?x2x64xbf16>) -> (tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} {
     %c63 = arith.constant 63 : index

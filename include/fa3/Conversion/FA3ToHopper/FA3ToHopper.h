@@ -77,10 +77,10 @@ struct HopperAttentionSpec {
   /// the other's GEMMs occupy the tensor cores.
   bool pingpong = false;
   /// A persistent grid (the schedule's `persistent`, needs warp
-  /// specialization; bf16/f16 only): one CTA per SM walks the tiles of the
-  /// tile-level grid in serpentine rounds of gridDim.x, so the producer
-  /// loads tile n + 1's Q and first K/V blocks while the consumers still
-  /// finish tile n. The K/V ring's slots and phases run on across tiles;
+  /// specialization; bf16/f16 only): one CTA per SM takes tiles of the
+  /// tile-level grid from an atomic counter, in the grid's order, so the
+  /// producer loads tile n + 1's Q and first K/V blocks while the consumers
+  /// still finish tile n. The K/V ring's slots and phases run on across tiles;
   /// Q-empty mbarriers hand the Q tiles (two where they fit, see
   /// queryBuffers) back to the producer.
   bool persistent = false;
@@ -110,7 +110,15 @@ struct HopperAttentionSpec {
   /// the producer loads tile n + 1's Q while the consumers still compute
   /// tile n; one otherwise.
   int64_t queryBuffers() const;
-  /// Dynamic shared memory: the Q tiles, `stages` K and V tiles, mbarriers
+  /// Whether the 16-bit forward stages O for its TMA store in a tile of its
+  /// own (after the V ring) rather than in the Q tile: on a persistent grid
+  /// where it fits. There a warpgroup's O store is waited for only before
+  /// its next tile's epilogue writes the O tile again, and Q is released
+  /// right after the key loop, so nothing of the store delays the next
+  /// tile; in the Q tile, the store had to be read before Q was released.
+  bool separateOutputTile() const;
+  /// Dynamic shared memory: the Q tiles, `stages` K and V tiles, the O tile
+  /// (separateOutputTile()), mbarriers
   /// (Q full per Q tile; K full, V full, K empty and V empty per stage; Q
   /// empty per Q tile if persistent), and 1 KiB of slack to align the tiles
   /// to the 128-byte swizzle's 1 KiB period.

@@ -106,13 +106,13 @@ def FA3_PersistentBlockMappingAttr
     iterations (tiles) are not one CTA each: `fa3-persistent-grid` maps a
     kernel's grid to it when the schedule says `persistent`. The tiles, in
     linear order with `x` fastest (the order `fa3-order-grid` chose), are
-    walked by min(tiles, multiprocessors) CTAs, launched as a 1-D grid: in
-    round r, CTA c takes tile r · gridDim.x + c (r even) or
-    r · gridDim.x + gridDim.x − 1 − c (r odd). The serpentine pairs the
-    longest tile of one round with the shortest of the next, and every tile
-    is taken exactly once, so the forall's semantics are unchanged. A CTA's
-    producer loads the next tile's Q and K/V while its consumers still
-    finish the current one.
+    taken by min(tiles, multiprocessors) CTAs, launched as a 1-D grid: CTA c
+    takes tile c first, then the next one in that order that no CTA has
+    taken (an atomic counter, zero at launch), so a CTA that finishes early
+    takes the next tile as the GPU's dispatch of a one-CTA-per-tile grid
+    would. Every tile is taken exactly once, so the forall's semantics are
+    unchanged. A CTA's producer loads the next tile's Q and K/V while its
+    consumers still finish the current one.
 
     ```mlir
     scf.forall (%t, %h, %b) in (%tiles, 8, %batch) ... {

@@ -539,14 +539,13 @@ def FA3PersistentGrid : Pass<"fa3-persistent-grid", "::mlir::func::FuncOp"> {
     ```
 
     The forall computes the same tiles; what changes is who runs them.
-    min(tiles, multiprocessors) CTAs are launched, and in round r CTA c
-    takes the tile of linear index (x fastest, the order `fa3-order-grid`
-    chose)
-
-        t = r · gridDim.x + (r even ? c : gridDim.x − 1 − c)
-
-    so the longest tile of one round is paired with the shortest of the
-    next. On Hopper the producer warpgroup loads the next tile's Q (into
+    min(tiles, multiprocessors) CTAs are launched and take the tiles in
+    linear order (x fastest, the order `fa3-order-grid` chose): CTA c takes
+    tile c first, then gridDim.x + atomicAdd(counter, 1), the counter being
+    zero at launch, so a CTA that finishes early takes the next tile (a
+    fixed order lost 9–22% of the makespan on causal grids in a model,
+    `bench/model_tile_schedule.py`). On Hopper the producer warpgroup loads
+    the next tile's Q (into
     the second of two Q tiles where they fit) and its first K/V blocks
     while the consumers finish the current tile, and the K/V ring's slots
     and phases run on across tiles. A persistent grid needs that producer:
