@@ -1,0 +1,92 @@
+//===- TileKernel.h - The tile-level forward kernel, matched ----*- C++ -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// convert-fa3-tile-to-hopper reads a kernel function at the tile level in
+// two steps: TileKernelMatch.cpp finds its parts (the grid, the query load,
+// the key loop plain or rotated, fa3-warp-specialize's split, the stores)
+// and derives the kernel's spec from them and the schedule, with a
+// diagnostic for any form it does not build; TileToHopper.cpp emits the
+// kernel from what was matched.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_LIB_CONVERSION_FA3TOHOPPER_TILEKERNEL_H
+#define FA3_LIB_CONVERSION_FA3TOHOPPER_TILEKERNEL_H
+
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <optional>
+
+namespace mlir::fa3::detail {
+
+/// The key loop fa3-fuse-softmax emits: per key block, load K and V, S = Q Kᵀ,
+/// an optional softcap and boundary mask, the online-softmax step, the
+/// rescale and O += P V. Or that loop rotated by fa3-intra-wg-overlap: an
+/// scf.if on a non-empty key range around stage A of the first block (the
+/// prologue), the rotated loop (stage A of block j + 1 and stage B of block
+/// j) and stage B of the last block (the epilogue).
+struct KeyLoop {
+  /// The plain key loop, or the rotated one.
+  scf::ForOp loop;
+  /// The loads in `loop`. In the rotated loop at induction variable j the
+  /// key load reads block j + 1 and the value load block j.
+  LoadTileOp keyLoad, valueLoad;
+  QKOp qk;
+  SoftcapOp softcap;
+  scf::IfOp maskIf;
+  MaskOp mask;
+  OnlineSoftmaxOp softmax;
+  RescaleOp rescale;
+  PVOp pv;
+  /// Rotated: the non-empty test.
+  scf::IfOp guard;
+  /// The key blocks [lo, hi) the tile visits.
+  Value lo, hi;
+  /// What the key structure returns: O, the row max and the row sum.
+  ValueRange results() {
+    return guard ? ValueRange(guard.getResults())
+                 : ValueRange(loop.getResults());
+  }
+};
+
+/// The tile-level kernel function: one scf.forall over the grid whose body
+/// loads the query tile, runs the key loop and finalizes into the two
+/// parallel stores.
+struct TileKernel {
+  func::FuncOp func;
+  ScheduleAttr schedule;
+  scf::ForallOp grid;
+  LoadTileOp queryLoad;
+  KeyLoop keys;
+  FinalizeOp finalize;
+  /// fa3-warp-specialize's split (null without a producer warpgroup): the
+  /// query load, key loop and finalize are in its consumers region.
+  WarpSpecializeOp warpSpecialize;
+  ParallelStoreTileOp storeOutput;
+  ParallelStoreStatsOp storeLse;
+};
+
+/// The parts of the tile-level kernel function `func`, or a diagnostic on
+/// the first op that is not in the form the Hopper forward builds.
+FailureOr<TileKernel> matchTileKernel(func::FuncOp func);
+
+/// The kernel's spec, from the tile shapes and the schedule, with the same
+/// checks as the L0 kernel's (fa3-outline-hopper-kernels ran those on the
+/// attention; here they guard hand-written tile-level input).
+FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel);
+
+/// Index (or i1) arithmetic that the kernel emits in i32.
+bool isScalarOp(Operation *op);
+/// tensor.dim of a kernel argument at a constant dim.
+bool isArgumentDim(Operation *op, func::FuncOp func);
+/// The splat float of an arith.constant dense tensor.
+std::optional<float> splatValue(Value v);
+
+} // namespace mlir::fa3::detail
+
+#endif // FA3_LIB_CONVERSION_FA3TOHOPPER_TILEKERNEL_H

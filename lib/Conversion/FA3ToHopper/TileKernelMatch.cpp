@@ -1,0 +1,548 @@
+//===- TileKernelMatch.cpp - Matching the tile-level forward kernel -------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// Finds the parts of a tile-level kernel function (TileKernel.h) and checks
+// that convert-fa3-tile-to-hopper builds that form: every op of the grid
+// body, the key loop and the producer region is one the emitter knows, and
+// the schedule agrees with the IR (warp specialization, rotation, the
+// persistent mapping). Anything else is a diagnostic on the op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TileKernel.h"
+
+#include "HopperCodegen.h"
+
+#include "fa3/Dialect/FA3/Transforms/Passes.h"
+#include "fa3/Dialect/FA3/Utils/GridMapping.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+using namespace mlir::fa3;
+using namespace mlir::fa3::detail;
+
+bool fa3::detail::isScalarOp(Operation *op) {
+  if (auto constant = dyn_cast<arith::ConstantOp>(op))
+    return isa<IntegerAttr>(constant.getValue()) &&
+           (constant.getType().isIndex() || constant.getType().isInteger(1));
+  if (!isa<arith::ArithDialect>(op->getDialect()) || op->getNumRegions() ||
+      op->getNumResults() != 1)
+    return false;
+  auto scalarType = [](Type t) { return t.isIndex() || t.isInteger(1); };
+  return llvm::all_of(op->getOperandTypes(), scalarType) &&
+         llvm::all_of(op->getResultTypes(), scalarType);
+}
+
+bool fa3::detail::isArgumentDim(Operation *op, func::FuncOp func) {
+  auto dim = dyn_cast<tensor::DimOp>(op);
+  if (!dim || !dim.getConstantIndex())
+    return false;
+  auto arg = dyn_cast<BlockArgument>(dim.getSource());
+  return arg && arg.getOwner() == &func.getBody().front();
+}
+
+std::optional<float> fa3::detail::splatValue(Value v) {
+  DenseElementsAttr dense;
+  if (!matchPattern(v, m_Constant(&dense)) || !dense.isSplat() ||
+      !isa<FloatType>(dense.getElementType()))
+    return std::nullopt;
+  return dense.getSplatValue<APFloat>().convertToFloat();
+}
+
+/// `v`, or what the fa3.mma_turn that returns it yields for it: the matchers
+/// read the dataflow through fa3-pingpong's turns.
+static Value throughTurns(Value v) {
+  if (auto turn = v.getDefiningOp<MmaTurnOp>()) {
+    auto yield = cast<YieldOp>(turn.getBody().front().getTerminator());
+    return throughTurns(yield.getValues()[cast<OpResult>(v).getResultNumber()]);
+  }
+  return v;
+}
+
+/// The ops of `block` but its terminator, with each fa3.mma_turn replaced by
+/// its body's ops.
+static SmallVector<Operation *> opsThroughTurns(Block &block) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator()) {
+    if (auto turn = dyn_cast<MmaTurnOp>(op))
+      llvm::append_range(ops, opsThroughTurns(turn.getBody().front()));
+    else
+      ops.push_back(&op);
+  }
+  return ops;
+}
+
+static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
+  KeyLoop keys;
+  keys.loop = loop;
+  auto fail = [&](Operation *at, const Twine &what) {
+    at->emitOpError() << "is not the key loop convert-fa3-tile-to-hopper "
+                         "implements: "
+                      << what;
+    return failure();
+  };
+  if (getConstantIntValue(loop.getStep()) != 1)
+    return fail(loop, "its step must be 1");
+  if (loop.getNumRegionIterArgs() != 3)
+    return fail(loop, "it must carry the accumulator, the max and the sum");
+  Block &body = *loop.getBody();
+  func::FuncOp func = kernel.func;
+  Value k = func.getArgument(1), v = func.getArgument(2);
+  for (Operation *opInBody : opsThroughTurns(body)) {
+    Operation &op = *opInBody;
+    if (isScalarOp(&op) || isArgumentDim(&op, func))
+      continue;
+    if (auto load = dyn_cast<LoadTileOp>(op)) {
+      if (load.getLimit())
+        return fail(load, "row limits (variable-length sequences) have no "
+                          "Hopper lowering yet");
+      LoadTileOp &slot = load.getSource() == k ? keys.keyLoad : keys.valueLoad;
+      if ((load.getSource() != k && load.getSource() != v) || slot)
+        return fail(load, "it must load one key and one value tile");
+      slot = load;
+    } else if (auto qk = dyn_cast<QKOp>(op)) {
+      if (keys.qk || qk.getQuery() != kernel.queryLoad.getResult() ||
+          !keys.keyLoad || qk.getKey() != keys.keyLoad.getResult())
+        return fail(qk, "S must be the query tile times the key tile");
+      keys.qk = qk;
+    } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+      if (keys.softcap || !keys.qk ||
+          throughTurns(softcap.getScores()) != keys.qk)
+        return fail(softcap, "the softcap must take S");
+      keys.softcap = softcap;
+    } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+      Value scores = keys.softcap ? keys.softcap.getResult() : keys.qk;
+      // scf.if %boundary { fa3.mask S } else { S }
+      auto thenYield = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator());
+      MaskOp mask = thenYield.getNumOperands() == 1
+                        ? thenYield.getOperand(0).getDefiningOp<MaskOp>()
+                        : MaskOp();
+      if (keys.maskIf || ifOp.getNumResults() != 1 || !ifOp.elseBlock() ||
+          !mask || throughTurns(mask.getScores()) != scores ||
+          throughTurns(ifOp.elseYield().getOperand(0)) != scores)
+        return fail(ifOp, "the only branch must mask S on boundary blocks");
+      for (Operation &inner : ifOp.thenBlock()->without_terminator())
+        if (&inner != mask.getOperation() && !isScalarOp(&inner))
+          return fail(&inner, "the mask branch may only compute indices");
+      keys.maskIf = ifOp;
+      keys.mask = mask;
+    } else if (auto softmax = dyn_cast<OnlineSoftmaxOp>(op)) {
+      Value scores = keys.maskIf    ? keys.maskIf.getResult(0)
+                     : keys.softcap ? keys.softcap.getResult()
+                                    : Value(keys.qk);
+      if (keys.softmax || !scores ||
+          throughTurns(softmax.getScores()) != scores ||
+          softmax.getRowMax() != loop.getRegionIterArg(1) ||
+          softmax.getRowSum() != loop.getRegionIterArg(2))
+        return fail(softmax, "the softmax must take the (masked) S and the "
+                             "carried max and sum");
+      keys.softmax = softmax;
+    } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+      if (keys.rescale || !keys.softmax ||
+          rescale.getAcc() != loop.getRegionIterArg(0) ||
+          rescale.getCorrection() != keys.softmax.getCorrection())
+        return fail(rescale, "the rescale must take the carried accumulator "
+                             "and the softmax's correction");
+      keys.rescale = rescale;
+    } else if (auto pv = dyn_cast<PVOp>(op)) {
+      if (keys.pv || !keys.rescale || !keys.valueLoad ||
+          pv.getProbs() != keys.softmax.getProbs() ||
+          pv.getValue() != keys.valueLoad.getResult() ||
+          pv.getAcc() != keys.rescale.getResult() || pv.getProbsScaleAttr())
+        return fail(pv, "O += P V must take the softmax's P, the value tile "
+                        "and the rescaled accumulator (no probs_scale)");
+      keys.pv = pv;
+    } else {
+      return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
+    }
+  }
+  if (!keys.pv)
+    return fail(loop, "it has no fa3.pv");
+  auto yield = cast<scf::YieldOp>(body.getTerminator());
+  if (throughTurns(yield.getOperand(0)) != keys.pv.getResult() ||
+      yield.getOperand(1) != keys.softmax.getNewMax() ||
+      yield.getOperand(2) != keys.softmax.getNewSum())
+    return fail(yield, "it must yield O, the new max and the new sum");
+  std::optional<float> acc = splatValue(loop.getInitArgs()[0]),
+                       max = splatValue(loop.getInitArgs()[1]),
+                       sum = splatValue(loop.getInitArgs()[2]);
+  if (!acc || !max || !sum)
+    return fail(loop, "its accumulator, max and sum must start from splat "
+                      "constants");
+  keys.lo = loop.getLowerBound();
+  keys.hi = loop.getUpperBound();
+  return keys;
+}
+
+/// The key loop as fa3-intra-wg-overlap rotates it (its pass description
+/// shows the form): the dataflow of each stage is that of the plain loop.
+static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
+                                                 TileKernel &kernel) {
+  auto fail = [&](Operation *at, const Twine &what) {
+    at->emitOpError() << "is not the rotated key loop "
+                         "convert-fa3-tile-to-hopper implements: "
+                      << what;
+    return failure();
+  };
+  KeyLoop keys;
+  keys.guard = guard;
+  func::FuncOp func = kernel.func;
+  Value q = kernel.queryLoad.getResult(), k = func.getArgument(1),
+        v = func.getArgument(2);
+  // lo < hi, or hi > lo as canonicalize writes it.
+  auto cond = guard.getCondition().getDefiningOp<arith::CmpIOp>();
+  bool less = cond && cond.getPredicate() == arith::CmpIPredicate::slt;
+  bool greater = cond && cond.getPredicate() == arith::CmpIPredicate::sgt;
+  if ((!less && !greater) || guard.getNumResults() != 3 ||
+      guard.elseBlock() == nullptr)
+    return fail(guard, "it must test lo < hi and return O, the max and the "
+                       "sum");
+  keys.lo = less ? cond.getLhs() : cond.getRhs();
+  keys.hi = less ? cond.getRhs() : cond.getLhs();
+  for (Value init : guard.elseYield().getOperands())
+    if (!splatValue(init))
+      return fail(guard, "an empty key range must return splat constants");
+
+  // The stage ops of one block (the then-block or the loop body), at most
+  // one of each, in KeyLoop's fields (`loop`: a loop nested in the block).
+  auto collect = [&](Block &block) -> FailureOr<KeyLoop> {
+    KeyLoop st;
+    auto once = [&](auto &slot, auto op) {
+      if (slot)
+        return false;
+      slot = op;
+      return true;
+    };
+    for (Operation *opInBlock : opsThroughTurns(block)) {
+      Operation &op = *opInBlock;
+      bool ok = true;
+      if (isScalarOp(&op) || isArgumentDim(&op, func))
+        continue;
+      if (auto load = dyn_cast<LoadTileOp>(op)) {
+        if (load.getLimit() || load.getPackedHeads() ||
+            (load.getSource() != k && load.getSource() != v))
+          return fail(load, "it must load whole key or value tiles");
+        ok = load.getSource() == k ? once(st.keyLoad, load)
+                                   : once(st.valueLoad, load);
+      } else if (auto qk = dyn_cast<QKOp>(op)) {
+        ok = qk.getQuery() == q && qk.getKey() == st.keyLoad.getResult() &&
+             once(st.qk, qk);
+      } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+        ok = st.qk && throughTurns(softcap.getScores()) == st.qk.getResult() &&
+             once(st.softcap, softcap);
+      } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+        auto thenYield = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator());
+        MaskOp mask = thenYield.getNumOperands() == 1
+                          ? thenYield.getOperand(0).getDefiningOp<MaskOp>()
+                          : MaskOp();
+        ok = mask && ifOp.elseBlock() && once(st.maskIf, ifOp);
+        st.mask = mask;
+      } else if (auto softmax = dyn_cast<OnlineSoftmaxOp>(op)) {
+        ok = once(st.softmax, softmax);
+      } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+        ok = st.softmax &&
+             rescale.getCorrection() == st.softmax.getCorrection() &&
+             once(st.rescale, rescale);
+      } else if (auto pv = dyn_cast<PVOp>(op)) {
+        ok = st.valueLoad && pv.getValue() == st.valueLoad.getResult() &&
+             !pv.getProbsScaleAttr() && once(st.pv, pv);
+      } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+        ok = once(st.loop, loop);
+      } else {
+        return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
+      }
+      if (!ok)
+        return fail(&op, "it is not where the rotated key loop has it");
+    }
+    if (st.maskIf) {
+      Value scores = st.softcap ? st.softcap.getResult() : st.qk.getResult();
+      if (throughTurns(st.mask.getScores()) != scores ||
+          throughTurns(st.maskIf.elseYield().getOperand(0)) != scores)
+        return fail(st.maskIf, "the only branch must mask S");
+    }
+    return st;
+  };
+
+  FailureOr<KeyLoop> outer = collect(*guard.thenBlock());
+  if (failed(outer))
+    return failure();
+  scf::ForOp loop = outer->loop;
+  if (!loop || !loop->hasAttr(kOverlappedKeyLoopAttrName) || !outer->keyLoad ||
+      !outer->qk || !outer->softmax || !outer->rescale || !outer->valueLoad ||
+      !outer->pv)
+    return fail(guard, "it must hold the first block's stage A, the rotated "
+                       "loop and the last block's stage B");
+  FailureOr<KeyLoop> body = collect(*loop.getBody());
+  if (failed(body))
+    return failure();
+  if (!body->keyLoad || !body->qk || !body->softmax || !body->rescale ||
+      !body->valueLoad || !body->pv || body->loop)
+    return fail(loop, "its body must hold stage A of block j + 1 and stage B "
+                      "of block j");
+  if (getConstantIntValue(loop.getStep()) != 1 ||
+      loop.getLowerBound() != keys.lo ||
+      !matchPattern(loop.getUpperBound(),
+                    m_Op<arith::SubIOp>(matchers::m_Val(keys.hi), m_One())))
+    return fail(loop, "it must run from lo to hi - 1 in steps of 1");
+  // The carried values: P, the max, the sum and the rescaled O.
+  auto args = loop.getRegionIterArgs();
+  auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+  Value scoresOf = body->maskIf    ? body->maskIf.getResult(0)
+                   : body->softcap ? body->softcap.getResult()
+                                   : body->qk.getResult();
+  if (args.size() != 4 || body->pv.getProbs() != args[0] ||
+      body->pv.getAcc() != args[3] ||
+      throughTurns(body->softmax.getScores()) != scoresOf ||
+      body->softmax.getRowMax() != args[1] ||
+      body->softmax.getRowSum() != args[2] ||
+      throughTurns(body->rescale.getAcc()) != body->pv.getResult() ||
+      yield.getOperand(0) != body->softmax.getProbs() ||
+      yield.getOperand(1) != body->softmax.getNewMax() ||
+      yield.getOperand(2) != body->softmax.getNewSum() ||
+      yield.getOperand(3) != body->rescale.getResult())
+    return fail(loop, "it must carry P, the max, the sum and O between the "
+                      "stages as fa3-intra-wg-overlap rotates them");
+  ValueRange elseInits = guard.elseYield().getOperands();
+  Value firstScores = outer->maskIf    ? outer->maskIf.getResult(0)
+                      : outer->softcap ? outer->softcap.getResult()
+                                       : outer->qk.getResult();
+  auto inits = loop.getInitArgs();
+  auto thenYield = guard.thenYield();
+  if (throughTurns(outer->softmax.getScores()) != firstScores ||
+      outer->softmax.getRowMax() != elseInits[1] ||
+      outer->softmax.getRowSum() != elseInits[2] ||
+      outer->rescale.getAcc() != elseInits[0] ||
+      inits[0] != outer->softmax.getProbs() ||
+      inits[1] != outer->softmax.getNewMax() ||
+      inits[2] != outer->softmax.getNewSum() ||
+      inits[3] != outer->rescale.getResult() ||
+      outer->pv.getProbs() != loop.getResult(0) ||
+      outer->pv.getAcc() != loop.getResult(3) ||
+      throughTurns(thenYield.getOperand(0)) != outer->pv.getResult() ||
+      thenYield.getOperand(1) != loop.getResult(1) ||
+      thenYield.getOperand(2) != loop.getResult(2))
+    return fail(guard, "its prologue and epilogue must be the first block's "
+                       "stage A and the last block's stage B");
+  // The rotated loop's ops stand for the key loop's.
+  KeyLoop rotated = *body;
+  rotated.loop = loop;
+  rotated.guard = guard;
+  rotated.lo = keys.lo;
+  rotated.hi = keys.hi;
+  return rotated;
+}
+
+FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
+  TileKernel kernel;
+  kernel.func = func;
+  auto fail = [&](Operation *at, const Twine &what) {
+    at->emitOpError() << "is not a tile-level forward kernel "
+                         "convert-fa3-tile-to-hopper implements: "
+                      << what;
+    return failure();
+  };
+  kernel.schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
+  if (!kernel.schedule)
+    return fail(func, "it has no fa3.schedule");
+  if (func.getNumArguments() != 3 || func.getNumResults() != 2)
+    return fail(func, "it must take Q, K, V and return O and the LSE");
+  Block &entry = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  for (Operation &op : entry.without_terminator()) {
+    if (isScalarOp(&op) || isArgumentDim(&op, func) ||
+        isa<tensor::EmptyOp>(op) ||
+        (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      continue;
+    auto forall = dyn_cast<scf::ForallOp>(op);
+    if (!forall || kernel.grid)
+      return fail(&op, "its body must be one scf.forall (fa3-tile{grid=true}), "
+                       "index arithmetic and splat constants");
+    kernel.grid = forall;
+  }
+  if (!kernel.grid)
+    return fail(func, "it has no scf.forall over the grid");
+  scf::ForallOp grid = kernel.grid;
+  if (!isBlockGrid(grid) && !isPersistentGrid(grid))
+    return fail(grid, "the forall must be 3-D and mapped to #gpu.block<x/y/z> "
+                      "or #fa3.persistent_block<x/y/z>");
+  if (ret.getOperand(0) != grid.getResult(0) ||
+      ret.getOperand(1) != grid.getResult(1))
+    return fail(ret, "it must return the forall's O and LSE");
+
+  // The forall body's ops, with a warp_specialize's consumers region in its
+  // place.
+  SmallVector<Operation *> tileOps;
+  for (Operation &op : grid.getBody()->without_terminator()) {
+    auto ws = dyn_cast<WarpSpecializeOp>(op);
+    if (!ws) {
+      tileOps.push_back(&op);
+      continue;
+    }
+    if (kernel.warpSpecialize)
+      return fail(ws, "the forall body has one fa3.warp_specialize");
+    kernel.warpSpecialize = ws;
+    for (Operation &inner : ws.getConsumers().front().without_terminator())
+      tileOps.push_back(&inner);
+    // The consumers return what fa3.finalize makes.
+    auto yield = cast<YieldOp>(ws.getConsumers().front().getTerminator());
+    auto finalize = yield.getValues().size() == 2
+                        ? yield.getValues()[0].getDefiningOp<FinalizeOp>()
+                        : FinalizeOp();
+    if (!finalize || yield.getValues()[1] != finalize.getLse())
+      return fail(ws, "its consumers must return fa3.finalize's O and LSE");
+  }
+  for (Operation *opInBody : tileOps) {
+    Operation &op = *opInBody;
+    if (isScalarOp(&op) || isArgumentDim(&op, func) ||
+        (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      continue;
+    if (auto load = dyn_cast<LoadTileOp>(op)) {
+      if (load.getLimit() || load.getPackedHeads())
+        return fail(load, "row limits (variable-length sequences) and packed "
+                          "heads (PackGQA) have no Hopper lowering yet");
+      if (kernel.queryLoad || load.getSource() != func.getArgument(0))
+        return fail(load, "the forall body loads one query tile");
+      kernel.queryLoad = load;
+    } else if (isa<scf::ForOp, scf::IfOp>(op)) {
+      if (kernel.keys.loop || !kernel.queryLoad)
+        return fail(&op, "the forall body has one key loop, after the "
+                         "query tile's load");
+      FailureOr<KeyLoop> keys =
+          isa<scf::ForOp>(op)
+              ? matchKeyLoop(cast<scf::ForOp>(op), kernel)
+              : matchOverlappedKeyLoop(cast<scf::IfOp>(op), kernel);
+      if (failed(keys))
+        return failure();
+      kernel.keys = *keys;
+    } else if (auto finalize = dyn_cast<FinalizeOp>(op)) {
+      if (kernel.finalize || !kernel.keys.loop ||
+          finalize.getAcc() != kernel.keys.results()[0] ||
+          finalize.getRowMax() != kernel.keys.results()[1] ||
+          finalize.getRowSum() != kernel.keys.results()[2])
+        return fail(finalize, "fa3.finalize must take the key loop's results");
+      kernel.finalize = finalize;
+    } else {
+      return fail(&op, "unexpected op '" + op.getName().getStringRef() +
+                           "' in the forall body");
+    }
+  }
+  if (!kernel.finalize)
+    return fail(grid, "its body has no fa3.finalize");
+  Value output = kernel.warpSpecialize ? kernel.warpSpecialize.getResult(0)
+                                       : kernel.finalize.getOutput();
+  Value lse = kernel.warpSpecialize ? kernel.warpSpecialize.getResult(1)
+                                    : kernel.finalize.getLse();
+  for (Operation &op : grid.getTerminator().getYieldingOps()) {
+    if (auto store = dyn_cast<ParallelStoreTileOp>(op)) {
+      if (store.getTile() == output &&
+          store.getDest() == grid.getRegionIterArgs()[0] && !kernel.storeOutput)
+        kernel.storeOutput = store;
+      else
+        return fail(store, "O must be stored once into the first output");
+    } else if (auto store = dyn_cast<ParallelStoreStatsOp>(op)) {
+      if (store.getTile() == lse &&
+          store.getDest() == grid.getRegionIterArgs()[1] && !kernel.storeLse)
+        kernel.storeLse = store;
+      else
+        return fail(store,
+                    "the LSE must be stored once into the second output");
+    }
+  }
+  if (!kernel.storeOutput || !kernel.storeLse)
+    return fail(grid, "the forall must store O and the LSE");
+  return kernel;
+}
+
+FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
+  HopperAttentionSpec spec;
+  auto qTile = cast<RankedTensorType>(kernel.queryLoad.getType());
+  auto kTile = cast<RankedTensorType>(kernel.keys.keyLoad.getType());
+  auto vTile = cast<RankedTensorType>(kernel.keys.valueLoad.getType());
+  Type elt = qTile.getElementType();
+  if (!elt.isBF16() && !elt.isF16())
+    return kernel.queryLoad.emitOpError()
+           << "convert-fa3-tile-to-hopper implements f16 and bf16 tiles, got "
+           << elt;
+  spec.bf16 = elt.isBF16();
+  spec.headDim = qTile.getDimSize(1);
+  if (spec.headDim % 64 != 0 || vTile.getDimSize(1) != spec.headDim)
+    return kernel.queryLoad.emitOpError()
+           << "the Hopper forward needs D a multiple of 64 with Dv = D, got "
+           << spec.headDim << " and " << vTile.getDimSize(1);
+  ScheduleAttr schedule = kernel.schedule;
+  spec.blockM = qTile.getDimSize(0);
+  spec.blockN = kTile.getDimSize(0);
+  if (spec.blockM != schedule.getBlockM() ||
+      spec.blockN != schedule.getBlockN())
+    return kernel.func.emitOpError()
+           << "tile shapes " << spec.blockM << "x" << spec.blockN
+           << " do not match the schedule's block_m = " << schedule.getBlockM()
+           << ", block_n = " << schedule.getBlockN();
+  spec.stages = schedule.getStages();
+  spec.producerRegs = schedule.getProducerRegs();
+  spec.consumerRegs = schedule.getConsumerRegs();
+  spec.pingpong = schedule.getPingpong();
+  spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  spec.persistent = isPersistentGrid(kernel.grid);
+  if (spec.blockM % 64 != 0 || spec.blockM > 256 || spec.blockN % 16 != 0 ||
+      spec.blockN > 256 || schedule.getConsumerWgs() != spec.blockM / 64 ||
+      (spec.persistent && !spec.warpSpecialized()) ||
+      schedule.getCluster() != 1 ||
+      (spec.pingpong &&
+       (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2)))
+    return kernel.func.emitOpError()
+           << "schedule " << schedule
+           << " is not one the Hopper forward implements (see "
+              "convert-fa3-to-hopper's checks)";
+  // The overlap is fa3-intra-wg-overlap's rotated loop; it needs a producer
+  // warpgroup (the consumers' ring refill is written for the plain loop,
+  // and the overlap lost 10-25% without a producer on the H200).
+  bool rotated = static_cast<bool>(kernel.keys.guard);
+  if (spec.intraWarpgroupOverlap != rotated)
+    return kernel.func.emitOpError()
+           << (rotated ? "has a rotated key loop but its schedule has "
+                         "intra_wg_overlap = false"
+                       : "has intra_wg_overlap = true in its schedule but a "
+                         "plain key loop: run fa3-intra-wg-overlap first");
+  // The persistent grid is fa3-persistent-grid's mapping.
+  if (schedule.getPersistent() != spec.persistent)
+    return kernel.grid.emitOpError()
+           << (spec.persistent
+                   ? "is mapped to #fa3.persistent_block but its schedule has "
+                     "persistent = false"
+                   : "has persistent = true in its schedule but is mapped to "
+                     "#gpu.block: run fa3-persistent-grid first");
+  // Warp specialization is fa3-warp-specialize's split.
+  if (WarpSpecializeOp ws = kernel.warpSpecialize) {
+    int64_t producerRegs = ws.getProducerRegsAttr().getInt(),
+            consumerRegs = ws.getConsumerRegsAttr().getInt();
+    if (producerRegs != spec.producerRegs || consumerRegs != spec.consumerRegs)
+      return ws.emitOpError() << "splits registers " << producerRegs << "/"
+                              << consumerRegs << " but the schedule says "
+                              << spec.producerRegs << "/" << spec.consumerRegs;
+  } else if (spec.warpSpecialized()) {
+    return kernel.func.emitOpError()
+           << "has producer_regs = " << spec.producerRegs
+           << " in its schedule but no fa3.warp_specialize: run "
+              "fa3-warp-specialize first";
+  }
+  // Pingpong is fa3-pingpong's turns.
+  bool hasTurns = false;
+  kernel.func.walk([&](MmaTurnOp) { hasTurns = true; });
+  if (spec.pingpong != hasTurns)
+    return kernel.func.emitOpError()
+           << (hasTurns ? "has pingpong turns (fa3.mma_turn) but its schedule "
+                          "has pingpong = false"
+                        : "has pingpong = true in its schedule but no "
+                          "fa3.mma_turn: run fa3-pingpong first");
+  if (rotated && !spec.warpSpecialized())
+    return kernel.func.emitOpError()
+           << "intra_wg_overlap needs a producer warpgroup (producer_regs > "
+              "0) on the Hopper forward";
+  return spec;
+}
