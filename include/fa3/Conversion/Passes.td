@@ -239,23 +239,37 @@ def ConvertFA3TileToHopper
 }
 
 def ConvertFA3KernelToNVVM : Pass<"convert-fa3-kernel-to-nvvm"> {
-  let summary = "Lower fa3's Hopper kernel ops to inline PTX in the LLVM dialect";
+  let summary = "Lower fa3's Hopper kernel ops to NVVM and inline PTX in the LLVM dialect";
   let description = [{
     The last step of the Hopper kernel level: the kernel builders emit LLVM
     and NVVM ops plus the fa3 ops for instructions MLIR has no form for
     (`fa3.wgmma`: an MMA with an A operand in registers and accumulators
     kept in place; `fa3.named_barrier`: `bar.sync`/`bar.arrive` at a chosen
-    id and thread count). This pass rewrites each, one pattern per op, into
-    the inline PTX of its instruction, and fails on any it leaves.
+    id and thread count) and for the mbarrier rings of the kernel's
+    shared-memory buffers (`fa3.ring_wait`, `fa3.ring_arrive`,
+    `fa3.ring_barrier`: a barrier named by its ring and use number). This
+    pass rewrites each, one pattern per op, and fails on any it leaves: the
+    instructions become their inline PTX, the ring ops NVVM's mbarrier ops
+    on slot `use mod stages` for the phase parity `(use div stages) mod 2`.
 
     ```mlir
     fa3.named_barrier %id {threads = 256 : i64}
     // becomes
     %t = llvm.mlir.constant(256 : i32) : i32
     llvm.inline_asm has_side_effects "bar.sync $0, $1;", "r,r" %id, %t : (i32, i32) -> ()
+
+    fa3.ring_wait %key_full[%use] {stages = 2 : i64}
+    // becomes
+    %slot = arith.remui %use, %c2 : i32
+    %parity = arith.andi (arith.divui %use, %c2), %c1 : i32
+    %bar = llvm.getelementptr %key_full[%slot * 8] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+    nvvm.mbarrier.try_wait.parity %bar, %parity, %ticks : !llvm.ptr<3>, i32, i32
     ```
   }];
-  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
 }
 
 #endif // FA3_CONVERSION_PASSES_TD

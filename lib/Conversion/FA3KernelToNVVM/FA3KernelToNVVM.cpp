@@ -1,9 +1,11 @@
-//===- FA3KernelToNVVM.cpp - fa3 Hopper kernel ops to inline PTX -------------===//
+//===- FA3KernelToNVVM.cpp - fa3 Hopper kernel ops to inline PTX
+//-------------===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
-// One pattern per op of the Hopper kernel level (FA3KernelOps.td): each
-// becomes the inline PTX of its instruction, in the LLVM dialect.
+// One pattern per op of the Hopper kernel level (FA3KernelOps.td): wgmma and
+// named barriers become the inline PTX of their instruction, the mbarrier
+// ring ops NVVM's mbarrier ops on the slot and phase of their use.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,8 +13,13 @@
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Rewrite/FrozenRewritePatternSet.h"
+#include "mlir/Rewrite/PatternApplicator.h"
 
 #include <string>
 
@@ -115,6 +122,106 @@ struct NamedBarrierLowering : OpRewritePattern<NamedBarrierOp> {
   }
 };
 
+/// The slot of use `use` of a ring of `stages` slots: use mod stages.
+static Value slotOf(OpBuilder &b, Location loc, Value use, int64_t stages) {
+  return arith::RemUIOp::create(
+      b, loc, use,
+      arith::ConstantIntOp::create(b, loc, b.getI32Type(), stages));
+}
+
+/// The parity of use `use`'s phase of its slot barrier: (use div stages)
+/// mod 2 (an mbarrier tells its phases apart by parity only).
+static Value parityOf(OpBuilder &b, Location loc, Value use, int64_t stages) {
+  Value n = arith::ConstantIntOp::create(b, loc, b.getI32Type(), stages);
+  Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
+  return arith::AndIOp::create(b, loc, arith::DivUIOp::create(b, loc, use, n),
+                               one);
+}
+
+/// The barrier of `slot` in the ring at `barriers` (one i64 a barrier).
+static Value slotBarrier(OpBuilder &b, Location loc, Value barriers,
+                         Value slot) {
+  Value index = arith::ExtUIOp::create(b, loc, b.getI64Type(), slot);
+  return LLVM::GEPOp::create(b, loc, barriers.getType(), b.getI64Type(),
+                             barriers, ValueRange{index});
+}
+
+/// mbarrier.try_wait.parity in a loop until it succeeds; the suspend-time
+/// hint (10 ms, in ns) is what CUTLASS passes.
+static void waitForParity(OpBuilder &b, Location loc, Value barrier,
+                          Value parity) {
+  Value ticks = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0x989680);
+  NVVM::MBarrierTryWaitParityOp::create(b, loc, barrier, parity, ticks);
+}
+
+/// fa3.ring_wait -> a wait for the phase of the use (or, `previous`, of
+/// the slot's previous use, whose parity is the other one; skipped for the
+/// first `stages` uses, whose slots start free).
+struct RingWaitLowering : OpRewritePattern<RingWaitOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(RingWaitOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    int64_t stages = op.getStages();
+    Value slot = slotOf(rewriter, loc, op.getUse(), stages);
+    Value parity = parityOf(rewriter, loc, op.getUse(), stages);
+    if (!op.getPrevious()) {
+      waitForParity(rewriter, loc,
+                    slotBarrier(rewriter, loc, op.getBarriers(), slot), parity);
+      rewriter.eraseOp(op);
+      return success();
+    }
+    Value reused = arith::CmpIOp::create(
+        rewriter, loc, arith::CmpIPredicate::uge, op.getUse(),
+        arith::ConstantIntOp::create(rewriter, loc, rewriter.getI32Type(),
+                                     stages));
+    scf::IfOp::create(rewriter, loc, reused, [&](OpBuilder &b, Location loc) {
+      Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
+      waitForParity(b, loc, slotBarrier(b, loc, op.getBarriers(), slot),
+                    arith::XOrIOp::create(b, loc, parity, one));
+      scf::YieldOp::create(b, loc);
+    });
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+/// fa3.ring_arrive -> mbarrier.arrive on the use's slot barrier.
+struct RingArriveLowering : OpRewritePattern<RingArriveOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(RingArriveOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    Value slot = slotOf(rewriter, loc, op.getUse(), op.getStages());
+    NVVM::MBarrierArriveOp::create(
+        rewriter, loc, Type(),
+        slotBarrier(rewriter, loc, op.getBarriers(), slot), Value(),
+        NVVM::MemScopeKind::CTA, /*relaxed=*/false);
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+/// fa3.ring_barrier -> the address of the use's slot barrier.
+struct RingBarrierLowering : OpRewritePattern<RingBarrierOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(RingBarrierOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    Value slot = slotOf(rewriter, loc, op.getUse(), op.getStages());
+    rewriter.replaceOp(op, slotBarrier(rewriter, loc, op.getBarriers(), slot));
+    return success();
+  }
+};
+
+static bool isKernelOp(Operation *op) {
+  return isa<WgmmaOp, NamedBarrierOp, RingWaitOp, RingArriveOp, RingBarrierOp>(
+      op);
+}
+
 struct ConvertFA3KernelToNVVMPass
     : public fa3::impl::ConvertFA3KernelToNVVMBase<ConvertFA3KernelToNVVMPass> {
   using Base::Base;
@@ -123,25 +230,25 @@ struct ConvertFA3KernelToNVVMPass
     // erasing anything else: the output is the builders' IR with these ops
     // expanded, as if the builders had written the PTX themselves.
     MLIRContext *ctx = &getContext();
-    WgmmaLowering wgmma(ctx);
-    NamedBarrierLowering barrier(ctx);
+    RewritePatternSet set(ctx);
+    set.add<WgmmaLowering, NamedBarrierLowering, RingWaitLowering,
+            RingArriveLowering, RingBarrierLowering>(ctx);
+    FrozenRewritePatternSet patterns(std::move(set));
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {
-      if (isa<WgmmaOp, NamedBarrierOp>(op))
+      if (isKernelOp(op))
         ops.push_back(op);
     });
     PatternRewriter rewriter(ctx);
+    PatternApplicator applicator(patterns);
+    applicator.applyDefaultCostModel();
     for (Operation *op : ops) {
-      LogicalResult lowered =
-          isa<WgmmaOp>(op)
-              ? wgmma.matchAndRewrite(cast<WgmmaOp>(op), rewriter)
-              : barrier.matchAndRewrite(cast<NamedBarrierOp>(op), rewriter);
-      if (failed(lowered))
+      if (failed(applicator.matchAndRewrite(op, rewriter)))
         return signalPassFailure();
     }
     // Every kernel op must be gone: a leftover is a bug, not a slow path.
     WalkResult leftover = getOperation()->walk([](Operation *op) {
-      if (isa<WgmmaOp, NamedBarrierOp>(op)) {
+      if (isKernelOp(op)) {
         op->emitOpError() << "was not lowered to NVVM";
         return WalkResult::interrupt();
       }

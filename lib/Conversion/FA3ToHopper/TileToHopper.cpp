@@ -94,15 +94,24 @@ private:
   /// i + stages while block i's softmax and PV still run (a slot shared by
   /// K and V would free K only after PV, leaving the load too little time
   /// before its QKᵀ; FA3 keeps two pipelines for the same reason).
-  enum RingBarrier { kKeyFull, kValueFull, kKeyEmpty, kValueEmpty };
-  static constexpr int64_t kRingBarrierKinds = 4;
-  /// Thread 0: the TMA load of the IR's key or value tile `load` into ring
-  /// slot `stage`, at the load's coordinates with the key loop's induction
+  /// The kernel's mbarrier rings (fa3.ring_* ops, in this order in shared
+  /// memory): Q full per Q tile, the K/V ring's four, and (persistent) Q
+  /// empty per Q tile.
+  enum Ring {
+    kQueryFull,
+    kKeyFull,
+    kValueFull,
+    kKeyEmpty,
+    kValueEmpty,
+    kQueryEmpty
+  };
+  /// Thread 0: the TMA load of the IR's key or value tile `load` as ring use
+  /// `use`, at the load's coordinates with the key loop's induction
   /// variable at `iv`.
-  void issueTile(LoadTileOp load, Value stage, Value iv);
-  /// fa3.load_tile of Q: the TMA load of Q tile `buffer` at (batch, row,
-  /// head), completing on its full barrier.
-  void loadQueryTile(Value buffer, Value batch, Value row, Value head);
+  void issueTile(LoadTileOp load, Value use, Value iv);
+  /// fa3.load_tile of Q: the TMA load of the Q tile of Q use `use` at
+  /// (batch, row, head), completing on its full barrier.
+  void loadQueryTile(Value use, Value batch, Value row, Value head);
   /// The producer region's ops in `block` (emitProducerBlock in the .cpp
   /// says how), with the IR values of `scope` already emitted.
   void emitProducerBlock(Block &block, DenseMap<Value, Value> &scope);
@@ -114,7 +123,7 @@ private:
                              Value rowInTile, Value colInBlock);
   /// The same for the IR coordinates `rowIR`, `headIR`, `batchIR` of a key
   /// (`value` false) or value tile, replayed with `local`.
-  void issueTileAt(bool value, Value stage, Value rowIR, Value headIR,
+  void issueTileAt(bool value, Value use, Value rowIR, Value headIR,
                    Value batchIR, Value iv, DenseMap<Value, Value> &local);
 
   TileKernel &k;
@@ -134,38 +143,44 @@ private:
   /// (separateOutputTile()), then the mbarriers: Q full per Q tile, the
   /// ring's, and (persistent) Q empty per Q tile.
   int64_t offK = 0, offV = 0, offO = 0, offBar = 0;
-  Value barQ(Value buffer) {
-    return smemAt(add(ci(offBar), mul(buffer, ci(8))));
+  /// The slots of ring `ring`: the Q tiles or the K/V stages.
+  int64_t ringStages(Ring ring) const {
+    return ring == kQueryFull || ring == kQueryEmpty ? s.queryBuffers()
+                                                     : s.stages;
   }
-  Value ringBarrier(RingBarrier kind, Value stage) {
-    return smemAt(add(ci(offBar + 8 * (s.queryBuffers() + kind * s.stages)),
-                      mul(stage, ci(8))));
+  /// The first mbarrier of each ring, at the kernel's entry.
+  SmallVector<Value> ringFirstBarrier;
+  void placeRings() {
+    int64_t offset = offBar;
+    for (int ring = kQueryFull; ring <= kQueryEmpty; ++ring) {
+      ringFirstBarrier.push_back(smemAt(ci(offset)));
+      offset += 8 * ringStages(static_cast<Ring>(ring));
+    }
   }
+  Value ringBarriers(Ring ring) { return ringFirstBarrier[ring]; }
+  /// Waits for use `use` of ring `ring` (fa3.ring_wait): with `previous`,
+  /// for the release of the slot's previous use.
+  void ringWait(Ring ring, Value use, bool previous = false) {
+    RingWaitOp::create(b, loc, ringBarriers(ring), use, ringStages(ring),
+                       previous);
+  }
+  void ringArrive(Ring ring, Value use) {
+    RingArriveOp::create(b, loc, ringBarriers(ring), use, ringStages(ring));
+  }
+  Value ringBarrier(Ring ring, Value use) {
+    return RingBarrierOp::create(b, loc, smemPtr, ringBarriers(ring), use,
+                                 ringStages(ring));
+  }
+  /// The Q tile of Q use `use` (the tile's place among this CTA's tiles).
+  Value queryBufferOf(Value use) { return remu(use, ci(s.queryBuffers())); }
+  /// The K/V ring slot of ring use `use` (its key blocks counted across
+  /// this CTA's tiles).
+  Value ringSlotOf(Value use) { return remu(use, ci(s.stages)); }
   /// Persistent: the index of the tile Q tile `buffer` holds (or the end
   /// index), an i32 slot after the mbarriers.
   Value tileSlot(Value buffer) {
-    return smemAt(add(
-        ci(offBar + 8 * (2 * s.queryBuffers() + kRingBarrierKinds * s.stages)),
-        mul(buffer, ci(4))));
-  }
-  /// Persistent: the consumers' release of a Q tile.
-  Value barQEmpty(Value buffer) {
-    return smemAt(
-        add(ci(offBar + 8 * (s.queryBuffers() + kRingBarrierKinds * s.stages)),
-            mul(buffer, ci(8))));
-  }
-  /// The Q tile that the tile with use number `use` (its place among this
-  /// CTA's tiles) reads, and the phase of that tile's barriers for it.
-  std::pair<Value, Value> queryBufferOf(Value use) {
-    Value buffers = ci(s.queryBuffers());
-    return {remu(use, buffers), andi(divu(use, buffers), ci(1))};
-  }
-  /// The ring slot of the K/V ring's use number `use` (its key blocks
-  /// counted across this CTA's tiles) and the phase of that slot's barriers
-  /// for it.
-  std::pair<Value, Value> ringSlotOf(Value use) {
-    Value stages = ci(s.stages);
-    return {remu(use, stages), andi(divu(use, stages), ci(1))};
+    int64_t barriers = 2 * s.queryBuffers() + 4 * s.stages;
+    return smemAt(add(ci(offBar + 8 * barriers), mul(buffer, ci(4))));
   }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
   Value qkDescriptor(Value addr) {
@@ -218,17 +233,18 @@ Value TileKernelEmitter::replay(Value v, Value iv,
   return result;
 }
 
-void TileKernelEmitter::issueTile(LoadTileOp load, Value stage, Value iv) {
+void TileKernelEmitter::issueTile(LoadTileOp load, Value use, Value iv) {
   DenseMap<Value, Value> local;
-  issueTileAt(load.getSource() == k.func.getArgument(2), stage, load.getRow(),
+  issueTileAt(load.getSource() == k.func.getArgument(2), use, load.getRow(),
               load.getHead(), load.getBatch(), iv, local);
 }
 
-void TileKernelEmitter::issueTileAt(bool value, Value stage, Value rowIR,
+void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
                                     Value headIR, Value batchIR, Value iv,
                                     DenseMap<Value, Value> &local) {
   int64_t bytes = tileBytes(s.blockN);
-  Value bar = ringBarrier(value ? kValueFull : kKeyFull, stage);
+  Value stage = ringSlotOf(use);
+  Value bar = ringBarrier(value ? kValueFull : kKeyFull, use);
   expectTx(bar, bytes);
   Value row = replay(rowIR, iv, local);
   Value head = replay(headIR, iv, local);
@@ -316,7 +332,7 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   // the Q tile (its QKᵀs completed, its O rows read by the TMA store), so
   // the producer may load the next tile's Q into it.
   if (s.persistent && !ownTile)
-    arrive(barQEmpty(qBuffer));
+    ringArrive(kQueryEmpty, qUse);
 
   // fa3.parallel_store_stats: LSE entries past Sq are dropped.
   auto lType = cast<RankedTensorType>(storeL.getDest().getType());
@@ -342,10 +358,12 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   }
 }
 
-/// fa3.load_tile of Q into Q tile `buffer`, at the given coordinates.
-void TileKernelEmitter::loadQueryTile(Value buffer, Value batch, Value row,
+/// fa3.load_tile of Q into the Q tile of Q use `use`, at the given
+/// coordinates.
+void TileKernelEmitter::loadQueryTile(Value use, Value batch, Value row,
                                       Value head) {
-  Value bar = barQ(buffer);
+  Value buffer = queryBufferOf(use);
+  Value bar = ringBarrier(kQueryFull, use);
   expectTx(bar, tileBytes(s.blockM));
   Value tile = mul(buffer, ci(tileBytes(s.blockM)));
   for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
@@ -369,18 +387,12 @@ void TileKernelEmitter::emitProducerBlock(Block &block,
         // tiles that use belongs to the tile before last, so this
         // tile's Q loads while the consumers still compute the last
         // one.
-        auto [qBuffer, qPhase] = queryBufferOf(qUse);
         if (s.persistent) {
-          Value reusedQ =
-              cmp(arith::CmpIPredicate::uge, qUse, ci(s.queryBuffers()));
-          scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
-            waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
-            scf::YieldOp::create(b, loc);
-          });
+          ringWait(kQueryEmpty, qUse, /*previous=*/true);
+          LLVM::StoreOp::create(b, loc, currentTile,
+                                tileSlot(queryBufferOf(qUse)), 4);
         }
-        if (s.persistent)
-          LLVM::StoreOp::create(b, loc, currentTile, tileSlot(qBuffer), 4);
-        loadQueryTile(qBuffer, replay(fillOp.getBatch(), Value(), scope),
+        loadQueryTile(qUse, replay(fillOp.getBatch(), Value(), scope),
                       replay(fillOp.getRow(), Value(), scope),
                       replay(fillOp.getHead(), Value(), scope));
         continue;
@@ -390,14 +402,8 @@ void TileKernelEmitter::emitProducerBlock(Block &block,
       // (u - stages).
       bool value = fillOp.getSource() == k.func.getArgument(2);
       Value use = add(ringBase, replay(fillOp.getUse(), Value(), scope));
-      auto [stage, parity] = ringSlotOf(use);
-      Value reused = cmp(arith::CmpIPredicate::uge, use, ci(s.stages));
-      scf::IfOp::create(b, loc, reused, [&](OpBuilder &, Location) {
-        waitParity(ringBarrier(value ? kValueEmpty : kKeyEmpty, stage),
-                   xori(parity, ci(1)));
-        scf::YieldOp::create(b, loc);
-      });
-      issueTileAt(value, stage, fillOp.getRow(), fillOp.getHead(),
+      ringWait(value ? kValueEmpty : kKeyEmpty, use, /*previous=*/true);
+      issueTileAt(value, use, fillOp.getRow(), fillOp.getHead(),
                   fillOp.getBatch(), Value(), scope);
     } else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
       Value cond = replay(ifOp.getCondition(), Value(), scope);
@@ -541,15 +547,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         });
     // The end: the next Q tile's slot says so, once the consumers released
     // that Q tile.
-    auto [qBuffer, qPhase] = queryBufferOf(loop.getResult(1));
-    Value reusedQ =
-        cmp(arith::CmpIPredicate::uge, loop.getResult(1), ci(s.queryBuffers()));
-    scf::IfOp::create(b, loc, reusedQ, [&](OpBuilder &, Location) {
-      waitParity(barQEmpty(qBuffer), xori(qPhase, ci(1)));
-      scf::YieldOp::create(b, loc);
-    });
-    LLVM::StoreOp::create(b, loc, loop.getResult(0), tileSlot(qBuffer), 4);
-    arrive(barQ(qBuffer));
+    Value endUse = loop.getResult(1);
+    ringWait(kQueryEmpty, endUse, /*previous=*/true);
+    LLVM::StoreOp::create(b, loc, loop.getResult(0),
+                          tileSlot(queryBufferOf(endUse)), 4);
+    ringArrive(kQueryFull, endUse);
   };
   auto forEachConsumedTile = [&](llvm::function_ref<void()> body) {
     if (!s.persistent)
@@ -558,9 +560,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     scf::WhileOp::create(
         b, loc, TypeRange{i32, i32, i32}, ValueRange{ci(0), ci(0)},
         [&](OpBuilder &, Location, ValueRange args) {
-          auto [qBuffer, qPhase] = queryBufferOf(args[0]);
-          waitParity(barQ(qBuffer), qPhase);
-          Value t = LLVM::LoadOp::create(b, loc, i32, tileSlot(qBuffer), 4);
+          ringWait(kQueryFull, args[0]);
+          Value t = LLVM::LoadOp::create(b, loc, i32,
+                                         tileSlot(queryBufferOf(args[0])), 4);
           scf::ConditionOp::create(b, loc,
                                    cmp(arith::CmpIPredicate::ult, t, numTiles),
                                    ValueRange{t, args[0], args[1]});
@@ -585,11 +587,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   offV = offK + s.stages * tileBytes(s.blockN);
   offO = offV + s.stages * tileBytes(s.blockN);
   offBar = offO + (s.separateOutputTile() ? tileBytes(s.blockM) : 0);
+  placeRings();
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     for (int64_t q = 0; q < s.queryBuffers(); ++q)
-      barrierInit(barQ(ci(q)), 1);
+      barrierInit(ringBarrier(kQueryFull, ci(q)), 1);
     for (int64_t st = 0; st < s.stages; ++st) {
       barrierInit(ringBarrier(kKeyFull, ci(st)), 1);
       barrierInit(ringBarrier(kValueFull, ci(st)), 1);
@@ -598,7 +601,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     }
     if (s.persistent)
       for (int64_t q = 0; q < s.queryBuffers(); ++q)
-        barrierInit(barQEmpty(ci(q)), s.numConsumerThreads());
+        barrierInit(ringBarrier(kQueryEmpty, ci(q)), s.numConsumerThreads());
     NVVM::FenceMbarrierInitOp::create(b, loc);
     scf::YieldOp::create(b, loc);
   });
@@ -611,8 +614,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
   // rows' key loop, emitted from the IR op by op, and the epilogue.
   auto buildConsumer = [&](Value wg) {
-    auto [qBuffer, qPhase] = queryBufferOf(qUse);
-    waitParity(barQ(qBuffer), qPhase);
+    Value qBuffer = queryBufferOf(qUse);
+    ringWait(kQueryFull, qUse);
 
     // This thread's two rows in the tile and the first of its column pairs
     // in each 8-column block.
@@ -643,9 +646,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
     // shared memory; `waitFull` unless the tile is known to have landed.
     auto issueQK = [&](Value use, bool waitFull) {
-      auto [stage, parity] = ringSlotOf(use);
+      Value stage = ringSlotOf(use);
       if (waitFull)
-        waitParity(ringBarrier(kKeyFull, stage), parity);
+        ringWait(kKeyFull, use);
       Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
                             mul(stage, ci(tileBytes(s.blockN))));
       SmallVector<Value> sAcc(nS, cf(0));
@@ -746,9 +749,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // MN-major from shared memory.
     auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value use,
                        bool waitFull) {
-      auto [stage, parity] = ringSlotOf(use);
+      Value stage = ringSlotOf(use);
       if (waitFull)
-        waitParity(ringBarrier(kValueFull, stage), parity);
+        ringWait(kValueFull, use);
       Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
                             mul(stage, ci(tileBytes(s.blockN))));
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
@@ -766,18 +769,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // refills the slot with key block iteration `it` + stages (`it` is the
     // plain loop's iteration, `load` the IR's load of the tile).
     auto release = [&](bool value, Value use, Value it, LoadTileOp load) {
-      auto [stage, parity] = ringSlotOf(use);
-      Value empty = ringBarrier(value ? kValueEmpty : kKeyEmpty, stage);
-      arrive(empty);
+      Ring empty = value ? kValueEmpty : kKeyEmpty;
+      ringArrive(empty, use);
       if (s.warpSpecialized())
         return;
       Value next = add(it, ci(s.stages));
       Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
                           cmp(arith::CmpIPredicate::slt, next, numBlocks));
       scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-        waitParity(empty, parity);
+        ringWait(empty, use);
         scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-          issueTile(load, stage, ivOf(next));
+          issueTile(load, add(use, ci(s.stages)), ivOf(next));
           scf::YieldOp::create(b, loc);
         });
         scf::YieldOp::create(b, loc);
@@ -961,11 +963,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
               Value tile = isa<QKOp>(*firstMma)
                                ? cast<QKOp>(*firstMma).getKey()
                                : cast<PVOp>(*firstMma).getValue();
-              auto [stage, parity] = ringSlotOf(ringUse.lookup(tile));
-              waitParity(ringBarrier(isa<QKOp>(*firstMma) ? kKeyFull
-                                                          : kValueFull,
-                                     stage),
-                         parity);
+              ringWait(isa<QKOp>(*firstMma) ? kKeyFull : kValueFull,
+                       ringUse.lookup(tile));
               landed.insert(tile);
               takeTurn();
               for (Operation &inner : llvm::make_range(firstMma, ops.end()))
@@ -1071,7 +1070,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // all completed (each was waited for), so the producer may load the
     // next tile's Q into this Q tile.
     if (s.persistent && s.separateOutputTile())
-      arrive(barQEmpty(qBuffer));
+      ringArrive(kQueryEmpty, qUse);
 
     // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
     // both named barriers end with every phase complete.

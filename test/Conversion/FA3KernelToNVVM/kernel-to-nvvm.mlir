@@ -37,3 +37,45 @@ llvm.func @named_barriers(%id: i32) {
   fa3.named_barrier %id {threads = 128 : i64, arrive}
   llvm.return
 }
+
+// The mbarrier rings: use %u is slot %u mod 2 (an i64 barrier each from the
+// ring's first), and the wait is for the parity of phase %u div 2. With
+// `previous` the parity flips (the slot's previous use) and the first two
+// uses do not wait.
+// CHECK-LABEL: llvm.func @rings
+// CHECK-SAME: (%[[BARS:.+]]: !llvm.ptr<3>, %[[USE:.+]]: i32)
+// CHECK: %[[TWO:.+]] = arith.constant 2 : i32
+// CHECK-NEXT: %[[SLOT:.+]] = arith.remui %[[USE]], %[[TWO]] : i32
+// CHECK: %[[GEN:.+]] = arith.divui %[[USE]], %{{.+}} : i32
+// CHECK-NEXT: %[[PARITY:.+]] = arith.andi %[[GEN]], %{{.+}} : i32
+// CHECK-NEXT: %[[IDX:.+]] = arith.extui %[[SLOT]] : i32 to i64
+// CHECK-NEXT: %[[BAR:.+]] = llvm.getelementptr %[[BARS]][%[[IDX]]] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i64
+// CHECK-NEXT: %[[TICKS:.+]] = arith.constant 10000000 : i32
+// CHECK-NEXT: nvvm.mbarrier.try_wait.parity %[[BAR]], %[[PARITY]], %[[TICKS]]
+// CHECK: %[[PSLOT:.+]] = arith.remui %[[USE]], %{{.+}} : i32
+// CHECK: %[[PPAR:.+]] = arith.andi
+// CHECK: %[[REUSED:.+]] = arith.cmpi uge, %[[USE]], %{{.+}} : i32
+// CHECK-NEXT: scf.if %[[REUSED]] {
+// CHECK: %[[FLIP:.+]] = arith.xori %[[PPAR]], %{{.+}} : i32
+// CHECK-NEXT: %[[PIDX:.+]] = arith.extui %[[PSLOT]] : i32 to i64
+// CHECK-NEXT: %[[PBAR:.+]] = llvm.getelementptr %[[BARS]][%[[PIDX]]]
+// CHECK: nvvm.mbarrier.try_wait.parity %[[PBAR]], %[[FLIP]]
+// CHECK: }
+// CHECK: %[[ASLOT:.+]] = arith.remui %[[USE]]
+// CHECK-NEXT: %[[AIDX:.+]] = arith.extui %[[ASLOT]] : i32 to i64
+// CHECK-NEXT: %[[ABAR:.+]] = llvm.getelementptr %[[BARS]][%[[AIDX]]]
+// CHECK-NEXT: nvvm.mbarrier.arrive %[[ABAR]] : !llvm.ptr<3>
+// CHECK: %[[RSLOT:.+]] = arith.remui %[[USE]]
+// CHECK-NEXT: %[[RIDX:.+]] = arith.extui %[[RSLOT]] : i32 to i64
+// CHECK-NEXT: %[[RBAR:.+]] = llvm.getelementptr %[[BARS]][%[[RIDX]]]
+// CHECK: nvvm.mbarrier.arrive.expect_tx %[[RBAR]]
+// CHECK-NOT: fa3.
+llvm.func @rings(%bars: !llvm.ptr<3>, %use: i32) {
+  fa3.ring_wait %bars[%use] {stages = 2 : i64}
+  fa3.ring_wait %bars[%use] {stages = 2 : i64, previous}
+  fa3.ring_arrive %bars[%use] {stages = 2 : i64}
+  %bar = fa3.ring_barrier %bars[%use] {stages = 2 : i64}
+  %bytes = llvm.mlir.constant(16384 : i32) : i32
+  nvvm.mbarrier.arrive.expect_tx %bar, %bytes : !llvm.ptr<3>, i32
+  llvm.return
+}

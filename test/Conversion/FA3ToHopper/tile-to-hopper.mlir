@@ -1,6 +1,6 @@
 // RUN: split-file %s %t
 // RUN: fa3-opt %t/kernel.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s
-// RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
+// RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
 // RUN: fa3-opt %t/overlap.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s --check-prefix=OVERLAP
 // RUN: fa3-opt %t/errors.mlir --convert-fa3-tile-to-hopper --split-input-file -verify-diagnostics
 
@@ -184,14 +184,20 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-SAME: %[[SQ:[^:]+]]: i32, %{{[^:]+}}: i32, %[[BATCH:[^:]+]]: i32, %[[COUNTER:[^:]+]]: !llvm.ptr<1>)
 // PERSIST: %[[X:.+]] = arith.select %{{.+}}, %c0_i32, %{{.+}} : i32
 // Two Q tiles (16 KiB each) fit beside two stages of K and V (32 KiB), and
-// so does an O tile of its own (16 KiB at 65536). The mbarriers follow the
-// tiles at 81920: Q full per Q tile, four per ring stage (K full, V full,
-// K empty, V empty), and Q empty per Q tile (one arrival per consumer
-// thread) at 81920 + 8 * 10; the tile slots at 81920 + 8 * 12.
-// PERSIST: llvm.getelementptr %[[SMEM:.+]][82000] :
-// PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
-// PERSIST-NEXT: llvm.getelementptr %[[SMEM]][82008] :
-// PERSIST-NEXT: nvvm.mbarrier.init %{{.+}}, %c256_i32
+// so does an O tile of its own (16 KiB at 65536). The mbarrier rings follow
+// the tiles at 81920, each at its first barrier: Q full (one per Q tile), K
+// full, V full, K empty, V empty (one per stage) and Q empty (one per Q
+// tile, one arrival per consumer thread); the tile slots at 81920 + 8 * 12.
+// PERSIST: %[[QFULL:.+]] = llvm.getelementptr %[[SMEM:.+]][81920] :
+// PERSIST-NEXT: %[[KFULL:.+]] = llvm.getelementptr %[[SMEM]][81936] :
+// PERSIST-NEXT: %[[VFULL:.+]] = llvm.getelementptr %[[SMEM]][81952] :
+// PERSIST-NEXT: %[[KEMPTY:.+]] = llvm.getelementptr %[[SMEM]][81968] :
+// PERSIST-NEXT: %[[VEMPTY:.+]] = llvm.getelementptr %[[SMEM]][81984] :
+// PERSIST-NEXT: %[[QEMPTY:.+]] = llvm.getelementptr %[[SMEM]][82000] :
+// PERSIST: %[[B0:.+]] = fa3.ring_barrier %[[QFULL]][%c0_i32] {stages = 2 : i64}
+// PERSIST-NEXT: nvvm.mbarrier.init %[[B0]], %c1_i32
+// PERSIST: %[[B1:.+]] = fa3.ring_barrier %[[QEMPTY]][%c1_i32] {stages = 2 : i64}
+// PERSIST-NEXT: nvvm.mbarrier.init %[[B1]], %c256_i32
 // PERSIST-NEXT: nvvm.fence.mbarrier.init
 // PERSIST: nvvm.setmaxregister  decrease 24
 // PERSIST: %[[XY:.+]] = arith.muli %[[X]], %c4_i32 : i32
@@ -210,37 +216,34 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-NEXT: %[[B:.+]] = arith.divui %[[YZ]], %c4_i32 : i32
 // PERSIST: %[[Q0:.+]] = arith.muli %[[QB]], %c128_i32 : i32
 // PERSIST: %[[NB:.+]] = arith.maxsi %{{.+}}, %c0_i32 : i32
-// The producer's Q: tile n uses Q tile n % 2; before reusing one (n >= 2)
-// it waits until the consumers have released it, phase (n / 2 - 1) & 1,
-// then writes the tile index into that Q tile's slot and loads Q.
-// PERSIST: %[[QBUF:.+]] = arith.remui %[[QUSE]], %c2_i32 : i32
-// PERSIST: %[[QGEN:.+]] = arith.divui %[[QUSE]], %c2_i32 : i32
-// PERSIST: %[[QPHASE:.+]] = arith.andi %[[QGEN]], %c1_i32 : i32
-// PERSIST: %[[USED:.+]] = arith.cmpi uge, %[[QUSE]], %c2_i32 : i32
-// PERSIST: scf.if %[[USED]] {
-// PERSIST: %[[PAR:.+]] = arith.xori %[[QPHASE]], %c1_i32 : i32
-// PERSIST: %[[QEOFF:.+]] = arith.muli %[[QBUF]], %c8_i32 : i32
-// PERSIST: arith.addi %[[QEOFF]], %c82000_i32 : i32
-// PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[PAR]]
-// PERSIST: %[[SLOTOFF:.+]] = arith.muli %[[QBUF]], %c4_i32 : i32
+// The producer's Q: tile n is Q use n, in Q tile n % 2; before reusing one
+// it waits until the consumers released its previous use, then writes the
+// tile index into that Q tile's slot and loads Q, completing on Q use n's
+// full barrier.
+// PERSIST: fa3.ring_wait %[[QEMPTY]][%[[QUSE]]] {previous, stages = 2 : i64}
+// PERSIST-NEXT: %[[QBUF:.+]] = arith.remui %[[QUSE]], %c2_i32 : i32
+// PERSIST-NEXT: %[[SLOTOFF:.+]] = arith.muli %[[QBUF]], %c4_i32 : i32
 // PERSIST-NEXT: %[[SLOTADDR:.+]] = arith.addi %[[SLOTOFF]], %c82016_i32 : i32
 // PERSIST-NEXT: %[[SLOT:.+]] = llvm.getelementptr %[[SMEM]][%[[SLOTADDR]]]
 // PERSIST-NEXT: llvm.store %[[T]], %[[SLOT]] {alignment = 4 : i64} : i32, !llvm.ptr<3>
-// PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
+// PERSIST: %[[QBAR:.+]] = fa3.ring_barrier %[[QFULL]][%[[QUSE]]] {stages = 2 : i64}
+// PERSIST-NEXT: nvvm.mbarrier.arrive.expect_tx %[[QBAR]], %c16384_i32
+// PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %[[QBAR]], box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
+// Ring use u = ring position + block: the producer waits for the release
+// of the slot's previous use, then fills use u.
 // PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %{{.+}} step %c1_i32  : i32 {
 // PERSIST: %[[USE:.+]] = arith.addi %[[RING]], %[[IT]] : i32
-// PERSIST: arith.remui %[[USE]], %c2_i32 : i32
+// PERSIST: fa3.ring_wait %[[VEMPTY]][%[[USE]]] {previous, stages = 2 : i64}
+// PERSIST: fa3.ring_barrier %[[VFULL]][%[[USE]]] {stages = 2 : i64}
 // PERSIST: %[[NEXTQ:.+]] = arith.addi %[[QUSE]], %c1_i32 : i32
 // PERSIST: %[[NEXTR:.+]] = arith.addi %[[RING]], %[[NB]] : i32
 // PERSIST: scf.yield %[[NEXTT]], %[[NEXTQ]], %[[NEXTR]] : i32, i32, i32
-// The end index into the next Q tile's slot, then a plain arrive.
-// PERSIST: %[[EBUF:.+]] = arith.remui %[[PLOOP]]#1, %c2_i32 : i32
+// The end index into the next Q tile's slot, then a plain arrive on that
+// Q use's full barrier.
+// PERSIST: fa3.ring_wait %[[QEMPTY]][%[[PLOOP]]#1] {previous, stages = 2 : i64}
 // PERSIST: llvm.store %[[PLOOP]]#0, %{{.+}} {alignment = 4 : i64} : i32, !llvm.ptr<3>
-// PERSIST: %[[EOFF:.+]] = arith.muli %[[EBUF]], %c8_i32 : i32
-// PERSIST-NEXT: %[[EADDR:.+]] = arith.addi %[[EOFF]], %c81920_i32 : i32
-// PERSIST-NEXT: %[[EBAR:.+]] = llvm.getelementptr %[[SMEM]][%[[EADDR]]]
-// PERSIST-NEXT: nvvm.mbarrier.arrive %[[EBAR]] : !llvm.ptr<3>
-// The consumers: per Q tile, the full barrier's wait, the slot's tile index
+// PERSIST-NEXT: fa3.ring_arrive %[[QFULL]][%[[PLOOP]]#1] {stages = 2 : i64}
+// The consumers: per Q use, the full barrier's wait, the slot's tile index
 // and the test against the tile count; each consumer releases its Q tile
 // right after the key loop. O goes through the O tile: its storing thread
 // first waits until the previous tile's store has read it, the warpgroup
@@ -248,25 +251,26 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // after the last tile the storing thread waits before the CTA exits.
 // PERSIST: nvvm.setmaxregister  increase 240
 // PERSIST: scf.while (%[[CQUSE:.+]] = %c0_i32, %[[CRING:.+]] = %c0_i32) : (i32, i32) -> (i32, i32, i32) {
-// PERSIST-NEXT: %[[CQBUF:.+]] = arith.remui %[[CQUSE]], %c2_i32 : i32
-// PERSIST-NEXT: %[[CQGEN:.+]] = arith.divui %[[CQUSE]], %c2_i32 : i32
-// PERSIST-NEXT: %[[QPAR:.+]] = arith.andi %[[CQGEN]], %c1_i32 : i32
-// PERSIST: nvvm.mbarrier.try_wait.parity %{{.+}}, %[[QPAR]]
+// PERSIST-NEXT: fa3.ring_wait %[[QFULL]][%[[CQUSE]]] {stages = 2 : i64}
 // PERSIST: %[[CT:.+]] = llvm.load %{{.+}} {alignment = 4 : i64} : !llvm.ptr<3> -> i32
 // PERSIST-NEXT: %[[CMORE:.+]] = arith.cmpi ult, %[[CT]], %{{.+}} : i32
 // PERSIST-NEXT: scf.condition(%[[CMORE]]) %[[CT]], %[[CQUSE]], %[[CRING]] : i32, i32, i32
+// PERSIST: ^bb0(%{{.+}}: i32, %[[BQUSE:[^:]+]]: i32, %[[BRING:[^:]+]]: i32):
 // PERSIST: scf.for
-// PERSIST: %[[QEADDR:.+]] = arith.addi %{{.+}}, %c82000_i32 : i32
-// PERSIST-NEXT: %[[QEA:.+]] = llvm.getelementptr %[[SMEM]][%[[QEADDR]]] :
-// PERSIST-NEXT: nvvm.mbarrier.arrive %[[QEA]] : !llvm.ptr<3>
+// PERSIST: fa3.ring_wait %[[KFULL]][%{{.+}}] {stages = 2 : i64}
+// PERSIST: fa3.ring_arrive %[[KEMPTY]][%{{.+}}] {stages = 2 : i64}
+// PERSIST: fa3.ring_wait %[[VFULL]][%{{.+}}] {stages = 2 : i64}
+// PERSIST: fa3.ring_arrive %[[VEMPTY]][%{{.+}}] {stages = 2 : i64}
+// PERSIST: }
+// PERSIST-NEXT: fa3.ring_arrive %[[QEMPTY]][%[[BQUSE]]] {stages = 2 : i64}
 // PERSIST: lg2.approx.f32
 // PERSIST: scf.if
 // PERSIST-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
 // PERSIST-NEXT: }
-// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: fa3.named_barrier %{{.+}} {threads = 128 : i64}
 // PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
 // PERSIST: nvvm.fence.proxy
-// PERSIST: llvm.inline_asm has_side_effects "bar.sync $0, $1;"
+// PERSIST: fa3.named_barrier %{{.+}} {threads = 128 : i64}
 // PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
 // PERSIST-NEXT: nvvm.cp.async.bulk.commit.group
 // PERSIST-NEXT: }

@@ -86,6 +86,8 @@ func.func @pingpong(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: 
 // Pingpong with intra-warpgroup overlap: one turn covers block j+1's QKᵀ
 // and block j's PV (the take before the first, the pass after the second).
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d128_h4x4_m128n128s2_ov_ws24x240_pp_s
+// CHECK: %[[KEMPTY:.+]] = llvm.getelementptr %{{.+}}[163880] :
+// CHECK-NEXT: %[[VEMPTY:.+]] = llvm.getelementptr %{{.+}}[163896] :
 // CHECK: nvvm.setmaxregister  increase 240
 // The first block's QKᵀ, peeled, is a turn of its own.
 // CHECK: "bar.sync $0, $1;"
@@ -101,20 +103,20 @@ func.func @pingpong(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: 
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
 // Block j+1's key slot goes back to the producer as soon as its QKᵀ
 // completed (its K-empty mbarrier: 163840 bytes of Q, K and V tiles, then
-// Q full, K full and V full for 2 stages, so K empty at 163880 + 8 * slot),
-// before block j's PV completes; block j's value slot after (V empty at
-// 163896 + 8 * slot).
-// CHECK-NEXT: %[[KSLOT:.+]] = arith.remui %{{.+}}, %c2_i32 : i32
-// CHECK-NEXT: %[[KOFF:.+]] = arith.muli %[[KSLOT]], %c8_i32 : i32
-// CHECK-NEXT: %[[KBAR:.+]] = arith.addi %[[KOFF]], %c163880_i32 : i32
-// CHECK-NEXT: %[[KPTR:.+]] = llvm.getelementptr %{{.+}}[%[[KBAR]]]
+// the rings Q full, K full and V full for 2 stages, so the K-empty ring at
+// 163880, slot use mod 2), before block j's PV completes; block j's value
+// slot after (the V-empty ring at 163896).
+// CHECK-NEXT: %[[TWO:.+]] = arith.constant 2 : i32
+// CHECK-NEXT: %[[KSLOT:.+]] = arith.remui %{{.+}}, %[[TWO]] : i32
+// CHECK-NEXT: %[[KIDX:.+]] = arith.extui %[[KSLOT]] : i32 to i64
+// CHECK-NEXT: %[[KPTR:.+]] = llvm.getelementptr %[[KEMPTY]][%[[KIDX]]] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i64
 // CHECK-NEXT: nvvm.mbarrier.arrive %[[KPTR]] : !llvm.ptr<3>
 // CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
-// CHECK-NEXT: %[[VSLOT:.+]] = arith.remui %{{.+}}, %c2_i32 : i32
-// CHECK-NEXT: %[[VOFF:.+]] = arith.muli %[[VSLOT]], %c8_i32 : i32
-// CHECK-NEXT: %[[VBAR:.+]] = arith.addi %[[VOFF]], %c163896_i32 : i32
-// CHECK-NEXT: %[[VPTR:.+]] = llvm.getelementptr %{{.+}}[%[[VBAR]]]
+// CHECK-NEXT: %[[TWO2:.+]] = arith.constant 2 : i32
+// CHECK-NEXT: %[[VSLOT:.+]] = arith.remui %{{.+}}, %[[TWO2]] : i32
+// CHECK-NEXT: %[[VIDX:.+]] = arith.extui %[[VSLOT]] : i32 to i64
+// CHECK-NEXT: %[[VPTR:.+]] = llvm.getelementptr %[[VEMPTY]][%[[VIDX]]] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i64
 // CHECK-NEXT: nvvm.mbarrier.arrive %[[VPTR]] : !llvm.ptr<3>
 func.func @pingpong_overlap(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: tensor<?x?x4x128xbf16>) -> (tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} : (tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>) -> (tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>)

@@ -47,3 +47,19 @@ llvm.func @barrier_threads(%id: i32) {
   fa3.named_barrier %id {threads = 100 : i64}
   llvm.return
 }
+
+// -----
+
+llvm.func @ring_without_slots(%bars: !llvm.ptr<3>, %use: i32) {
+  // expected-error @+1 {{'fa3.ring_wait' op a ring needs at least one slot: stages must be positive, got 0}}
+  fa3.ring_wait %bars[%use] {stages = 0 : i64}
+  llvm.return
+}
+
+// -----
+
+llvm.func @ring_in_global_memory(%bars: !llvm.ptr<1>, %use: i32) {
+  // expected-error @+1 {{'fa3.ring_arrive' op operand #0 must be LLVM pointer in address space 3}}
+  "fa3.ring_arrive"(%bars, %use) {stages = 2 : i64} : (!llvm.ptr<1>, i32) -> ()
+  llvm.return
+}

@@ -6,8 +6,10 @@
 // builders (convert-fa3-tile-to-hopper, convert-fa3-to-hopper) emit LLVM and
 // NVVM ops where MLIR has the instruction, and these ops where it does not
 // (wgmma with an A operand in registers and accumulators tied in place;
-// named barriers at a chosen id). convert-fa3-kernel-to-nvvm lowers each to
-// inline PTX, one pattern per op.
+// named barriers at a chosen id) or where the kernel's structure should stay
+// visible (the mbarrier rings of its shared-memory buffers, by use number).
+// convert-fa3-kernel-to-nvvm lowers each, one pattern per op: wgmma and
+// named barriers to inline PTX, the ring ops to NVVM's mbarrier ops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +19,7 @@
 include "fa3/Dialect/FA3/IR/FA3Dialect.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/CommonTypeConstraints.td"
+include "mlir/Dialect/LLVMIR/LLVMOpBase.td"
 
 def FA3_WgmmaOp : FA3_Op<"wgmma", [AttrSizedOperandSegments]> {
   let summary = "One warpgroup MMA, m64nNkK, accumulating in place in f32";
@@ -79,6 +82,77 @@ def FA3_NamedBarrierOp : FA3_Op<"named_barrier"> {
   let arguments = (ins I32:$id, I64Attr:$threads, UnitAttr:$arrive);
   let assemblyFormat = "$id attr-dict";
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// mbarrier rings
+//===----------------------------------------------------------------------===//
+
+// A ring is `stages` mbarriers, 8 bytes apart from `barriers` in shared
+// memory: one per slot of a shared-memory ring buffer (the K or V tiles of
+// the key loop, the query tiles of a persistent kernel). The ring's uses are
+// numbered from 0 in the order they fill the buffer: use u takes slot
+// u mod stages and is the slot barrier's phase u div stages. A buffer has two
+// rings, "full" (completed by the fill: TMA bytes or one arrival) and
+// "empty" (completed when every consumer thread released the slot).
+class FA3_RingOp<string mnemonic, list<Trait> traits = []>
+    : FA3_Op<mnemonic, traits> {
+  let hasVerifier = 1;
+}
+
+def FA3_RingWaitOp : FA3_RingOp<"ring_wait"> {
+  let summary = "Waits for a use of an mbarrier ring to complete";
+  let description = [{
+    Blocks the thread until the phase of use `use` of the ring at
+    `barriers` completed: on a ring of "full" barriers, until the slot's
+    fill of that use landed. With `previous`, until the phase of the slot's
+    previous use (`use - stages`) completed instead: on a ring of "empty"
+    barriers, a producer waiting until the consumers released the slot
+    before filling it again. The first `stages` uses find their slots free
+    and do not wait.
+
+    ```mlir
+    fa3.ring_wait %key_full[%use] {stages = 2 : i64}
+    fa3.ring_wait %key_empty[%use] {stages = 2 : i64, previous}
+    ```
+  }];
+  let arguments = (ins LLVM_PointerInAddressSpace<3>:$barriers, I32:$use,
+                       I64Attr:$stages, UnitAttr:$previous);
+  let assemblyFormat = "$barriers `[` $use `]` attr-dict";
+}
+
+def FA3_RingArriveOp : FA3_RingOp<"ring_arrive"> {
+  let summary = "Arrives on the slot barrier of a use of an mbarrier ring";
+  let description = [{
+    One arrival of this thread on the barrier of use `use`'s slot: on a
+    ring of "empty" barriers, this thread's release of the slot (the
+    barrier expects every consumer thread); on a "full" ring without TMA,
+    the fill itself.
+
+    ```mlir
+    fa3.ring_arrive %key_empty[%use] {stages = 2 : i64}
+    ```
+  }];
+  let arguments = (ins LLVM_PointerInAddressSpace<3>:$barriers, I32:$use,
+                       I64Attr:$stages);
+  let assemblyFormat = "$barriers `[` $use `]` attr-dict";
+}
+
+def FA3_RingBarrierOp : FA3_RingOp<"ring_barrier", [Pure]> {
+  let summary = "The slot barrier of a use of an mbarrier ring";
+  let description = [{
+    The shared-memory address of the barrier of use `use`'s slot, for the
+    instructions that name a barrier themselves: `mbarrier.init`, the
+    expected byte count of a fill and the TMA loads that complete it.
+
+    ```mlir
+    %bar = fa3.ring_barrier %key_full[%use] {stages = 2 : i64}
+    ```
+  }];
+  let arguments = (ins LLVM_PointerInAddressSpace<3>:$barriers, I32:$use,
+                       I64Attr:$stages);
+  let results = (outs LLVM_PointerInAddressSpace<3>:$barrier);
+  let assemblyFormat = "$barriers `[` $use `]` attr-dict";
 }
 
 #endif // FA3_DIALECT_FA3_IR_FA3KERNELOPS_TD

@@ -10,6 +10,7 @@
 #include "fa3/Dialect/FA3/IR/FA3Attrs.h"
 #include "fa3/Dialect/FA3/IR/FA3Dialect.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/LLVMIR/LLVMTypes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"

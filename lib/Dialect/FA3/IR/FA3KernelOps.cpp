@@ -1,0 +1,74 @@
+//===- FA3KernelOps.cpp - fa3 Hopper kernel-level operation verifiers -----===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// The ops of FA3KernelOps.td: the instruction forms MLIR lacks (wgmma with
+// a register A, named barriers) and the mbarrier rings of the kernel's
+// shared-memory buffers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fa3/Dialect/FA3/IR/FA3Ops.h"
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+int64_t WgmmaOp::getK() {
+  return isa<Float8E4M3FNType>(getElementType()) ? 32 : 16;
+}
+
+LogicalResult WgmmaOp::verify() {
+  Type elt = getElementType();
+  bool fp8 = isa<Float8E4M3FNType>(elt);
+  if (!fp8 && !elt.isBF16() && !elt.isF16())
+    return emitOpError() << "element_type must be bf16, f16 or f8E4M3FN, got "
+                         << elt;
+  int64_t n = getN();
+  if (n < 8 || n > 256 || n % 8 != 0)
+    return emitOpError() << "takes N / 2 accumulators for an N that is a "
+                            "multiple of 8 in [8, 256], got "
+                         << getAccumulators().size();
+  if (getResults().size() != getAccumulators().size())
+    return emitOpError() << "returns one result per accumulator, got "
+                         << getResults().size() << " for "
+                         << getAccumulators().size();
+  bool registers = !getARegisters().empty();
+  if (registers == static_cast<bool>(getADescriptor()))
+    return emitOpError() << "takes A either as four registers or as a "
+                            "shared-memory descriptor, not "
+                         << (registers ? "both" : "neither");
+  if (registers && getARegisters().size() != 4)
+    return emitOpError() << "takes A as 4 registers, got "
+                         << getARegisters().size();
+  if (fp8 && (getTransA() || getTransB()))
+    return emitOpError() << "e4m3 operands are K-major: no trans_a/trans_b";
+  if (registers && getTransA())
+    return emitOpError() << "a register A has no trans_a";
+  if (registers && !fp8 && !getTransB())
+    return emitOpError() << "with a register A, a 16-bit B is read MN-major: "
+                            "trans_b must be set";
+  return success();
+}
+
+LogicalResult NamedBarrierOp::verify() {
+  int64_t threads = getThreads();
+  if (threads <= 0 || threads % 32 != 0 || threads > 1024)
+    return emitOpError() << "threads must be a multiple of 32 in [32, 1024], "
+                            "got "
+                         << threads;
+  return success();
+}
+
+/// The ring ops' common check: a ring has at least one slot (use u takes slot
+/// u mod stages).
+static LogicalResult verifyRing(Operation *op, int64_t stages) {
+  if (stages < 1)
+    return op->emitOpError() << "a ring needs at least one slot: stages must "
+                                "be positive, got "
+                             << stages;
+  return success();
+}
+
+LogicalResult RingWaitOp::verify() { return verifyRing(*this, getStages()); }
+LogicalResult RingArriveOp::verify() { return verifyRing(*this, getStages()); }
+LogicalResult RingBarrierOp::verify() { return verifyRing(*this, getStages()); }
