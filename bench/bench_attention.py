@@ -289,7 +289,7 @@ def main():
     only.add_argument("--bwd-only", action="store_true", help="the backward only")
     only.add_argument("--fp8", action="store_true", help="the FP8 forward beside the bf16 forward only")
     only.add_argument("--tiles", action="store_true",
-                      help="d64 forward by query tile (block_m 64/128/192) on the FA3 and ViT shapes only")
+                      help="d64 forward by query tile (block_m 64/128/192, 128 also persistent) on the FA3 and ViT shapes only")
     ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
     ap.add_argument("--seqlens", help="comma-separated sequence lengths (default 512 ... 16384)")
     ap.add_argument("--variants", help="comma-separated forward A/B columns (schedule_variants names; "
@@ -311,6 +311,7 @@ def main():
     rows = []
     tiles = {"bm64": schedules.schedule(64, 128, 1),
              "bm128": schedules.schedule(128, 128, 2, 24, 240, pingpong=True),
+             "bm128p": schedules.schedule(128, 128, 2, 24, 240, pingpong=True, persistent=True),
              "bm192": schedules.hopper_forward(64)}
     if args.tiles:
         for causal in (False, True):
