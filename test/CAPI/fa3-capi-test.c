@@ -351,9 +351,9 @@ static void testCostModel(void) {
   fa3_select_forward_schedule(64, 0, 0, 8192, 8192, &long64);
   fa3_select_forward_schedule(128, 0, 0, 512, 512, &short128);
   fa3_select_forward_schedule(128, 0, 0, 8192, 8192, &long128);
-  fa3_select_forward_schedule(128, 0, 1, 4096, 4096, &causal128);
+  fa3_select_forward_schedule(128, 0, 1, 8192, 8192, &causal128);
   printf("block_m: d64 S=49 -> %lld, d64 S=8192 -> %lld, d128 -> %lld; "
-         "persistent d128 S=512 %d, S=8192 %d, causal S=4096 %d\n",
+         "persistent d128 S=512 %d, S=8192 %d, causal S=8192 %d\n",
          (long long)short64.block_m, (long long)long64.block_m,
          (long long)long128.block_m, short128.persistent, long128.persistent,
          causal128.persistent);
@@ -514,7 +514,7 @@ int main(int argc, char **argv) {
   return failures != 0;
 }
 
-// CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128; persistent d128 S=512 1, S=8192 0, causal S=4096 0
+// CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128; persistent d128 S=512 1, S=8192 0, causal S=8192 0
 // CHECK: cost model block_m by length: ok
 // CHECK: cost model persistent grid by length: ok
 // CHECK: schedule d128: 128x128, 2 consumers, regs 24/240, pingpong 1, overlap 1, persistent 0

@@ -6,7 +6,7 @@
 // attentions below differ only in their static shapes and share one kernel.
 // CHECK-LABEL: func.func @static_and_dynamic
 // CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fa3.kernel = @fa3_kernels::@[[NAME:fa3_fwd_bf16_d128_h8x2_m128n128s2_ov_ws24x240_pp_causal_s3db504f3]], fa3.launch = {block_m = 128 : i64, block_n = 128 : i64, shared_memory = 164936 : i64, threads = 384 : i64}
-// CHECK-SAME: (tensor<2x1000x8x128xbf16>, tensor<2x1000x2x128xbf16>, tensor<2x1000x2x128xbf16>)
+// CHECK-SAME: (tensor<2x5000x8x128xbf16>, tensor<2x5000x2x128xbf16>, tensor<2x5000x2x128xbf16>)
 // CHECK: fa3.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, fa3.kernel = @fa3_kernels::@[[NAME]],
 // CHECK-SAME: (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
 // The backward is left to convert-fa3-to-hopper.
@@ -18,11 +18,11 @@
 // CHECK-NEXT: %[[O:.+]], %[[LSE:.+]] = fa3.attention %[[Q]], %[[K]], %[[V]] {causal, schedule = #fa3.schedule<
 // CHECK-NEXT: return %[[O]], %[[LSE]]
 // CHECK-NOT: func.func
-func.func @static_and_dynamic(%q: tensor<2x1000x8x128xbf16>, %k: tensor<2x1000x2x128xbf16>, %v: tensor<2x1000x2x128xbf16>,
+func.func @static_and_dynamic(%q: tensor<2x5000x8x128xbf16>, %k: tensor<2x5000x2x128xbf16>, %v: tensor<2x5000x2x128xbf16>,
                               %dq: tensor<?x?x8x128xbf16>, %dk: tensor<?x?x2x128xbf16>, %dv: tensor<?x?x2x128xbf16>)
-    -> (tensor<2x1000x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>) {
-  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x1000x8x128xbf16>, tensor<2x1000x2x128xbf16>, tensor<2x1000x2x128xbf16>) -> (tensor<2x1000x8x128xbf16>, tensor<2x8x1000xf32>)
+    -> (tensor<2x5000x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x5000x8x128xbf16>, tensor<2x5000x2x128xbf16>, tensor<2x5000x2x128xbf16>) -> (tensor<2x5000x8x128xbf16>, tensor<2x8x5000xf32>)
   %o2, %lse2 = fa3.attention %dq, %dk, %dv {causal} : (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) -> (tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>)
   %gq, %gk, %gv = fa3.attention_grad %o2, %dq, %dk, %dv, %o2, %lse2 {causal} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
-  return %o, %o2, %gq : tensor<2x1000x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>
+  return %o, %o2, %gq : tensor<2x5000x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>
 }

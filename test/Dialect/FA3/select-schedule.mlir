@@ -126,7 +126,7 @@ func.func @vit_49(%q: tensor<128x49x12x64xbf16>, %k: tensor<128x49x12x64xbf16>, 
 }
 
 // SM90-LABEL: func.func @d64_512
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = true, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 32, consumer_regs = 160, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>
 func.func @d64_512(%q: tensor<32x512x32x64xbf16>, %k: tensor<32x512x32x64xbf16>, %v: tensor<32x512x32x64xbf16>) -> (tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>) {
   %o, %lse = fa3.attention %q, %k, %v : (tensor<32x512x32x64xbf16>, tensor<32x512x32x64xbf16>, tensor<32x512x32x64xbf16>) -> (tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>)
   return %o, %lse : tensor<32x512x32x64xbf16>, tensor<32x32x512xf32>
@@ -188,11 +188,18 @@ func.func @d128_causal_512(%q: tensor<2x512x4x128xbf16>, %k: tensor<2x512x4x128x
   return %o, %lse : tensor<2x512x4x128xbf16>, tensor<2x4x512xf32>
 }
 
-// SM90-LABEL: func.func @d128_causal_1024
+// SM90-LABEL: func.func @d128_causal_4096
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, {{.+}}persistent = true
+func.func @d128_causal_4096(%q: tensor<2x4096x4x128xbf16>, %k: tensor<2x4096x4x128xbf16>, %v: tensor<2x4096x4x128xbf16>) -> (tensor<2x4096x4x128xbf16>, tensor<2x4x4096xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x4096x4x128xbf16>, tensor<2x4096x4x128xbf16>, tensor<2x4096x4x128xbf16>) -> (tensor<2x4096x4x128xbf16>, tensor<2x4x4096xf32>)
+  return %o, %lse : tensor<2x4096x4x128xbf16>, tensor<2x4x4096xf32>
+}
+
+// SM90-LABEL: func.func @d128_causal_8192
 // SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, {{.+}}persistent = false
-func.func @d128_causal_1024(%q: tensor<2x1024x4x128xbf16>, %k: tensor<2x1024x4x128xbf16>, %v: tensor<2x1024x4x128xbf16>) -> (tensor<2x1024x4x128xbf16>, tensor<2x4x1024xf32>) {
-  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x1024x4x128xbf16>, tensor<2x1024x4x128xbf16>, tensor<2x1024x4x128xbf16>) -> (tensor<2x1024x4x128xbf16>, tensor<2x4x1024xf32>)
-  return %o, %lse : tensor<2x1024x4x128xbf16>, tensor<2x4x1024xf32>
+func.func @d128_causal_8192(%q: tensor<2x8192x4x128xbf16>, %k: tensor<2x8192x4x128xbf16>, %v: tensor<2x8192x4x128xbf16>) -> (tensor<2x8192x4x128xbf16>, tensor<2x4x8192xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<2x8192x4x128xbf16>, tensor<2x8192x4x128xbf16>, tensor<2x8192x4x128xbf16>) -> (tensor<2x8192x4x128xbf16>, tensor<2x4x8192xf32>)
+  return %o, %lse : tensor<2x8192x4x128xbf16>, tensor<2x4x8192xf32>
 }
 
 // SM90-LABEL: func.func @d256_short
@@ -202,8 +209,10 @@ func.func @d256_short(%q: tensor<2x512x4x256xbf16>, %k: tensor<2x512x4x256xbf16>
   return %o, %lse : tensor<2x512x4x256xbf16>, tensor<2x4x512xf32>
 }
 
+// Causal d64 at 2k keys: the 192-row tile on a persistent grid (measured
+// 355 against 339 TFLOP/s for 64 rows on the H100).
 // SM90-LABEL: func.func @causal_2048
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1,
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, {{.+}}persistent = true
 func.func @causal_2048(%q: tensor<1x2048x4x64xbf16>, %k: tensor<1x2048x4x64xbf16>, %v: tensor<1x2048x4x64xbf16>) -> (tensor<1x2048x4x64xbf16>, tensor<1x4x2048xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x2048x4x64xbf16>, tensor<1x2048x4x64xbf16>, tensor<1x2048x4x64xbf16>) -> (tensor<1x2048x4x64xbf16>, tensor<1x4x2048xf32>)
   return %o, %lse : tensor<1x2048x4x64xbf16>, tensor<1x4x2048xf32>

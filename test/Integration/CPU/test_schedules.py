@@ -79,10 +79,10 @@ def test_length_bucket_compiles_its_schedule():
     from fa3._spec import AttentionSpec
     spec = AttentionSpec("bf16", 8, 8, 128, 128, True)
     short = _jit.forward_schedule(spec, 512, 512)
-    assert "persistent = true" in short and "persistent = true" not in _jit.forward_schedule(spec, 4096, 4096)
+    assert "persistent = true" in short and "persistent = true" not in _jit.forward_schedule(spec, 8192, 8192)
     assert f"schedule = {short}" in spec.forward_mlir(short)
     ptx = _jit.get(spec, "ptx", "fwd", schedule=short).ptx
     assert "_persistent" in ptx
-    assert "_persistent" not in _jit.get(spec, "ptx", "fwd", schedule=_jit.forward_schedule(spec, 4096, 4096)).ptx
+    assert "_persistent" not in _jit.get(spec, "ptx", "fwd", schedule=_jit.forward_schedule(spec, 8192, 8192)).ptx
     assert _jit.forward_schedule(AttentionSpec("f8E4M3FN", 8, 8, 128, 128), 512, 512) is None
     assert _jit.forward_schedule(AttentionSpec("bf16", 8, 8, 128, 128, cast_fp8=True), 512, 512) is None

@@ -19,36 +19,46 @@ using namespace mlir;
 using namespace mlir::fa3;
 
 /// Throughput per computed query row (padding included) of the 64- and
-/// 128-row forward tiles at d <= 64, relative to the 192-row tile's,
-/// measured on the H200 (bf16, FA3-paper and ViT shapes; docs/Performance.md,
-/// "Query tiles by sequence length" and "Length buckets with a persistent
-/// grid"): the 64-row tile keeps pace while its key loop is short (Sk up to
-/// 1k, 2k causal, whose tiles do half the work) and falls to 0.8-0.9 beyond
-/// (Sq = Sk = 2k-16k; causal 4k: 371 against 381 TFLOP/s; Sq = 512 over
-/// Sk = 8192: 376 against 416, 0.8 per computed row); the 128-row tile runs
-/// at ~0.85 throughout (0.83-0.85 at Sq = Sk = 512-4k, 0.84 at Sq = 512 over
-/// Sk = 8192). On a persistent grid (short key loops, below) the
-/// 128-row tile runs 4% (causal 6%) faster per row than the 64-row tile at
-/// Sq = Sk = 256-1024; below 256 query rows it was measured slower (ViT
-/// S = 197: 162 against 169-172), so it is a candidate from 256 rows on.
-static constexpr double kRate64Short = 1.0, kRate64Long = 0.85,
-                        kRate128 = 0.85;
-static constexpr double kRate128Persistent = 1.04,
-                        kRate128PersistentCausal = 1.06;
+/// 128-row forward tiles at d <= 64, relative to the 192-row tile's, on a
+/// plain grid (key loops too long for a persistent one, below), measured on
+/// the H200 (bf16, FA3-paper and ViT shapes; docs/Performance.md, "Query
+/// tiles by sequence length"): the 64-row tile keeps pace while its key loop
+/// is short (Sk up to 1k, 2k causal, whose tiles do half the work) and falls
+/// to 0.8-0.9 beyond (Sq = Sk = 2k-16k; causal 4k: 371 against 381 TFLOP/s;
+/// Sq = 512 over Sk = 8192: 376 against 416, 0.8 per computed row); the
+/// 128-row tile runs at ~0.85 throughout (0.83-0.85 at Sq = Sk = 512-4k,
+/// 0.84 at Sq = 512 over Sk = 8192).
+static constexpr double kRate64Short = 1.0, kRate64Long = 0.85, kRate128 = 0.85;
 static constexpr int64_t kShortKeys = 1024, kShortKeysCausal = 2048;
+
+/// The same relative to the 192-row tile on a persistent grid, where the
+/// key loops are short enough for one (Sk <= 4096 at d <= 64), measured on
+/// the H100 (bf16, two runs; docs/Performance.md, "Dynamic tile scheduler
+/// and an O tile of its own"): the 64-row tile (one consumer, no producer,
+/// a plain grid) at 0.84-0.86 per row non-causal (Sq = Sk = 512-2k) and
+/// 0.82-0.93 causal, taken as 0.85; the 128-row tile on a persistent grid
+/// at 0.80-0.84 non-causal and 0.90-0.94 causal. Below 256 query rows the
+/// 128-row tile is no candidate: it was slower than both there (ViT S = 197:
+/// 124 against 170 for 64 rows, H100; 162 against 169-172, H200).
+static constexpr double kRate64VsPersistent = 0.85, kRate128Persistent = 0.82,
+                        kRate128PersistentCausal = 0.92;
 static constexpr int64_t kPersistent128MinQueries = 256;
 
 /// Up to how many keys (Sk) a persistent grid pays on the warp-specialized
-/// forward at d <= 128, measured on the H200 (bf16; docs/Performance.md,
-/// "Length buckets with a persistent grid"). With a key loop this short the
-/// per-tile start (the Q load, the first K wait) and end (the O epilogue) are
-/// a large part of a tile, and one CTA per SM overlaps them with its next
-/// tile's loads: d128 +21% / +12% / +3% at Sk = 256 / 512 / 1k (causal +13%
-/// / +10% at 256 / 512, but -4% at 1k: the static tile order balances
-/// causal work worse than the hardware's block dispatch), Sq = 8192 over
-/// Sk = 512 +10%; at Sk >= 2k it loses 3-15%. d256 keeps one Q tile in
-/// shared memory and loses at every length.
-static constexpr int64_t kPersistentKeys = 1024, kPersistentKeysCausal = 512;
+/// forward, measured with the dynamic tile scheduler and (d <= 128) an O
+/// tile of its own on the H100 (bf16, Sq = Sk = 512-4k; docs/Performance.md,
+/// "Dynamic tile scheduler and an O tile of its own"). With a key loop this
+/// short the per-tile start (the Q load, the first K wait) and end (the O
+/// epilogue) are a large part of a tile, and one CTA per SM overlaps them
+/// with its next tile's loads. d64's 192-row tile: +28% / +11% / +5% / +3%
+/// at 512 / 1k / 2k / 4k non-causal, +8% / +1% at 2k / 4k causal. d128:
+/// causal +13% / +8% / +3% at 1k / 2k / 4k (the static tile order of an
+/// earlier kernel lost there; the dynamic one deals tiles as they finish),
+/// non-causal even at 512-1k and -1% to -3% at 2k-4k. d256 (one Q tile, O
+/// staged in it) loses 4-10% at every length. Longer key loops were not
+/// measured with this kernel and stay on a plain grid.
+static constexpr int64_t kPersistentKeysD64 = 4096, kPersistentKeys = 1024,
+                         kPersistentKeysCausal = 4096;
 static constexpr int64_t kPersistentMaxHeadDim = 128;
 
 /// Whether a 16-bit warp-specialized Hopper forward of head dim `headDim`
@@ -58,7 +68,9 @@ static bool persistentPays(int64_t headDim, bool causal, int64_t seqLenK) {
   if (headDim > kPersistentMaxHeadDim || ShapedType::isDynamic(seqLenK) ||
       seqLenK <= 0)
     return false;
-  return seqLenK <= (causal ? kPersistentKeysCausal : kPersistentKeys);
+  if (causal)
+    return seqLenK <= kPersistentKeysCausal;
+  return seqLenK <= (headDim <= 64 ? kPersistentKeysD64 : kPersistentKeys);
 }
 
 /// The Hopper forward's kernel structure for `blockM` query rows (one
@@ -127,13 +139,19 @@ static ForwardTiles selectHopperForwardTiles(int64_t headDim, bool fp8,
   // Where the key length is unknown, the query length stands in for it.
   int64_t keys =
       !ShapedType::isDynamic(seqLenK) && seqLenK > 0 ? seqLenK : seqLenQ;
-  bool short64 = keys <= (causal ? kShortKeysCausal : kShortKeys);
-  double rate128 = kRate128;
-  if (persistent && seqLenQ >= kPersistent128MinQueries)
-    rate128 = causal ? kRate128PersistentCausal : kRate128Persistent;
-  Candidate candidates[] = {{64, short64 ? kRate64Short : kRate64Long},
-                            {128, rate128},
-                            {192, 1.0}};
+  SmallVector<Candidate, 3> candidates;
+  if (persistent) {
+    // Rates relative to the 192-row tile on a persistent grid.
+    candidates.push_back({64, kRate64VsPersistent});
+    if (seqLenQ >= kPersistent128MinQueries)
+      candidates.push_back(
+          {128, causal ? kRate128PersistentCausal : kRate128Persistent});
+  } else {
+    bool short64 = keys <= (causal ? kShortKeysCausal : kShortKeys);
+    candidates.push_back({64, short64 ? kRate64Short : kRate64Long});
+    candidates.push_back({128, kRate128});
+  }
+  candidates.push_back({192, 1.0});
   int64_t best = longTile;
   double bestCost = std::numeric_limits<double>::infinity();
   for (Candidate c : candidates) {

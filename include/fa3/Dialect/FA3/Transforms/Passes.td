@@ -198,16 +198,20 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
 
     Static sequence lengths in the IR refine the choice (the runtime writes
     each launch's length bucket's schedule into the attention it compiles,
-    which is the same model). A warp-specialized forward at d ≤ 128 over at
-    most 1024 keys (causal: 512) runs on a persistent grid: one CTA per SM
-    walks the tiles and overlaps each tile's Q load and O epilogue with its
-    neighbours' work (H200, d128: +21% / +12% / +3% at S = 256 / 512 / 1k;
-    longer key loops and causal 1k lose 3-15%; d256 loses everywhere). At
-    d ≤ 64 the query tile minimizes `ceil(Sq / block_m) · block_m /
+    which is the same model). A warp-specialized forward runs on a
+    persistent grid (one CTA per SM takes tiles from a counter as it
+    finishes them and overlaps each tile's Q load and O epilogue with its
+    neighbours' work) over at most 4096 keys at d ≤ 64, at d ≤ 128 over at
+    most 1024 keys non-causal and 4096 causal (H100, Sq = Sk: d64's 192-row
+    tile +28% / +11% / +5% / +3% at 512 / 1k / 2k / 4k non-causal; d128
+    causal +13% / +8% / +3% at 1k / 2k / 4k, non-causal -1% to -3% from 2k
+    on; d256 loses at every length; longer key loops were not measured).
+    At d ≤ 64 the query tile minimizes `ceil(Sq / block_m) · block_m /
     rate(block_m)` over 64, 128 and 192 rows, with measured rates per
-    computed row: 64 rows 1.0 over at most 1k keys (2k causal), else 0.85;
-    128 rows 0.85, or from 256 query rows on a persistent grid 1.04 (causal
-    1.06); 192 rows 1.
+    computed row relative to the 192-row tile: on a persistent grid 64
+    rows 0.85 and, from 256 query rows on, 128 rows 0.82 (causal 0.92);
+    on a plain grid 64 rows 1.0 over at most 1k keys (2k causal), else
+    0.85, and 128 rows 0.85.
     Overriding `block-m` on sm_90a recomputes the warpgroups, the register
     split and overlap for the new row count.
 
