@@ -146,6 +146,13 @@ static Value slotBarrier(OpBuilder &b, Location loc, Value barriers,
                              barriers, ValueRange{index});
 }
 
+/// The barrier of the slot of `op`'s use in its ring.
+template <typename RingOp> static Value useBarrier(OpBuilder &b, RingOp op) {
+  Location loc = op.getLoc();
+  return slotBarrier(b, loc, op.getBarriers(),
+                     slotOf(b, loc, op.getUse(), op.getStages()));
+}
+
 /// mbarrier.try_wait.parity in a loop until it succeeds; the suspend-time
 /// hint (10 ms, in ns) is what CUTLASS passes.
 static void waitForParity(OpBuilder &b, Location loc, Value barrier,
@@ -193,12 +200,9 @@ struct RingArriveLowering : OpRewritePattern<RingArriveOp> {
   LogicalResult matchAndRewrite(RingArriveOp op,
                                 PatternRewriter &rewriter) const override {
     rewriter.setInsertionPoint(op);
-    Location loc = op.getLoc();
-    Value slot = slotOf(rewriter, loc, op.getUse(), op.getStages());
-    NVVM::MBarrierArriveOp::create(
-        rewriter, loc, Type(),
-        slotBarrier(rewriter, loc, op.getBarriers(), slot), Value(),
-        NVVM::MemScopeKind::CTA, /*relaxed=*/false);
+    NVVM::MBarrierArriveOp::create(rewriter, op.getLoc(), Type(),
+                                   useBarrier(rewriter, op), Value(),
+                                   NVVM::MemScopeKind::CTA, /*relaxed=*/false);
     rewriter.eraseOp(op);
     return success();
   }
@@ -210,9 +214,7 @@ struct RingBarrierLowering : OpRewritePattern<RingBarrierOp> {
   LogicalResult matchAndRewrite(RingBarrierOp op,
                                 PatternRewriter &rewriter) const override {
     rewriter.setInsertionPoint(op);
-    Location loc = op.getLoc();
-    Value slot = slotOf(rewriter, loc, op.getUse(), op.getStages());
-    rewriter.replaceOp(op, slotBarrier(rewriter, loc, op.getBarriers(), slot));
+    rewriter.replaceOp(op, useBarrier(rewriter, op));
     return success();
   }
 };
