@@ -219,9 +219,46 @@ struct RingBarrierLowering : OpRewritePattern<RingBarrierOp> {
   }
 };
 
+/// fa3.tma_load_tile -> mbarrier.arrive.expect_tx of the tile's bytes, then
+/// one cp.async.bulk.tensor per 128-byte atom of columns, atom a at byte
+/// offset + a · rows · 128 with the box's first column at a · atom_cols.
+struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TmaLoadTileOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    auto i32 = [&](int64_t v) {
+      return arith::ConstantIntOp::create(rewriter, loc, rewriter.getI32Type(),
+                                          v);
+    };
+    NVVM::MBarrierArriveExpectTxOp::create(
+        rewriter, loc, Type(), op.getBarrier(), i32(op.getBytes()),
+        NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
+    int64_t atomBytes = static_cast<int64_t>(op.getRows()) * 128;
+    int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
+    for (int64_t atom = 0; atom < atoms; ++atom) {
+      Value offset = arith::AddIOp::create(rewriter, loc, op.getOffset(),
+                                           i32(atom * atomBytes));
+      Value dst = LLVM::GEPOp::create(rewriter, loc, op.getSmem().getType(),
+                                      rewriter.getI8Type(), op.getSmem(),
+                                      ValueRange{offset});
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+          rewriter, loc, dst, op.getTensorMap(),
+          ValueRange{i32(atom * op.getAtomCols()), op.getRow(), op.getHead(),
+                     op.getBatch()},
+          op.getBarrier(), ValueRange(), Value(), Value(),
+          NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
+          Value());
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 static bool isKernelOp(Operation *op) {
-  return isa<WgmmaOp, NamedBarrierOp, RingWaitOp, RingArriveOp, RingBarrierOp>(
-      op);
+  return isa<WgmmaOp, NamedBarrierOp, RingWaitOp, RingArriveOp, RingBarrierOp,
+             TmaLoadTileOp>(op);
 }
 
 struct ConvertFA3KernelToNVVMPass
@@ -234,7 +271,7 @@ struct ConvertFA3KernelToNVVMPass
     MLIRContext *ctx = &getContext();
     RewritePatternSet set(ctx);
     set.add<WgmmaLowering, NamedBarrierLowering, RingWaitLowering,
-            RingArriveLowering, RingBarrierLowering>(ctx);
+            RingArriveLowering, RingBarrierLowering, TmaLoadTileLowering>(ctx);
     FrozenRewritePatternSet patterns(std::move(set));
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {

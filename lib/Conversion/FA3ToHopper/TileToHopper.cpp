@@ -245,16 +245,12 @@ void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
   int64_t bytes = tileBytes(s.blockN);
   Value stage = ringSlotOf(use);
   Value bar = ringBarrier(value ? kValueFull : kKeyFull, use);
-  expectTx(bar, bytes);
   Value row = replay(rowIR, iv, local);
   Value head = replay(headIR, iv, local);
   Value batch = replay(batchIR, iv, local);
   Value tile = add(ci(value ? offV : offK), mul(stage, ci(bytes)));
-  for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
-    Value dst = smemAt(add(tile, ci(atom * s.blockN * kAtomBytes)));
-    tmaLoad(dst, value ? tmaV : tmaK, {ci(atom * kAtomCols), row, head, batch},
-            bar);
-  }
+  TmaLoadTileOp::create(b, loc, value ? tmaV : tmaK, row, head, batch, smem,
+                        tile, bar, s.blockN, s.headDim, /*element_bytes=*/2);
 }
 
 void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
@@ -364,11 +360,9 @@ void TileKernelEmitter::loadQueryTile(Value use, Value batch, Value row,
                                       Value head) {
   Value buffer = queryBufferOf(use);
   Value bar = ringBarrier(kQueryFull, use);
-  expectTx(bar, tileBytes(s.blockM));
   Value tile = mul(buffer, ci(tileBytes(s.blockM)));
-  for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom)
-    tmaLoad(smemAt(add(tile, ci(atom * s.blockM * kAtomBytes))), tmaQ,
-            {ci(atom * kAtomCols), row, head, batch}, bar);
+  TmaLoadTileOp::create(b, loc, tmaQ, row, head, batch, smem, tile, bar,
+                        s.blockM, s.headDim, /*element_bytes=*/2);
 }
 
 /// The producer region of fa3.warp_specialize, op by op: its loops and

@@ -79,3 +79,26 @@ llvm.func @rings(%bars: !llvm.ptr<3>, %use: i32) {
   nvvm.mbarrier.arrive.expect_tx %bar, %bytes : !llvm.ptr<3>, i32
   llvm.return
 }
+
+// A 128 x 128 bf16 tile is two 128-byte atoms of 64 columns: one
+// expect_tx of its 32768 bytes, then atom 0 at the offset (box column 0)
+// and atom 1 at offset + 128 rows * 128 bytes (box column 64).
+// CHECK-LABEL: llvm.func @tma_load_tile
+// CHECK-SAME: (%[[MAP:.+]]: !llvm.ptr, %[[SMEM:.+]]: !llvm.ptr<3>, %[[BAR:.+]]: !llvm.ptr<3>, %[[OFF:.+]]: i32, %[[ROW:.+]]: i32, %[[H:.+]]: i32, %[[B:.+]]: i32)
+// CHECK: %[[BYTES:.+]] = arith.constant 32768 : i32
+// CHECK-NEXT: nvvm.mbarrier.arrive.expect_tx %[[BAR]], %[[BYTES]]
+// CHECK-NEXT: %[[Z:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[A0:.+]] = arith.addi %[[OFF]], %[[Z]] : i32
+// CHECK-NEXT: %[[D0:.+]] = llvm.getelementptr %[[SMEM]][%[[A0]]] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[C0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[D0]], %[[MAP]], %[[BAR]], box[%[[C0]], %[[ROW]], %[[H]], %[[B]]] {isCTAOnly = true}
+// CHECK-NEXT: %[[S1:.+]] = arith.constant 16384 : i32
+// CHECK-NEXT: %[[A1:.+]] = arith.addi %[[OFF]], %[[S1]] : i32
+// CHECK-NEXT: %[[D1:.+]] = llvm.getelementptr %[[SMEM]][%[[A1]]]
+// CHECK-NEXT: %[[C64:.+]] = arith.constant 64 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[D1]], %[[MAP]], %[[BAR]], box[%[[C64]], %[[ROW]], %[[H]], %[[B]]] {isCTAOnly = true}
+// CHECK-NOT: fa3.
+llvm.func @tma_load_tile(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %off: i32, %row: i32, %h: i32, %b: i32) {
+  fa3.tma_load_tile %map[%row, %h, %b] to %smem[%off], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
+  llvm.return
+}

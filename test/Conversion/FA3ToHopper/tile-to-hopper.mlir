@@ -31,17 +31,17 @@
 // ahead of the value tile of block it (each after a wait on its slot's
 // empty barrier), replaying the fills' row = block * 64.
 // CHECK: nvvm.setmaxregister  decrease 24
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %c0_i32, %[[HKV]], %[[B]]]
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %{{.+}}, box[%{{[^,]+}}, %[[Q0]], %[[H]], %[[B]]]
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%{{[^,]+}}, %c0_i32, %[[HKV]], %[[B]]]
 // CHECK: scf.for %[[IT:.+]] = %c0_i32 to %[[NB:.+]] step %c1_i32  : i32 {
 // CHECK: %[[NEXT:.+]] = arith.addi %[[IT]], %c1_i32 : i32
 // CHECK: arith.cmpi slt, %[[NEXT]], %[[NB]] : i32
 // CHECK: nvvm.mbarrier.try_wait.parity
 // CHECK: %[[KROW:.+]] = arith.muli %[[NEXT]], %c64_i32 : i32
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%c0_i32, %[[KROW]], %[[HKV]], %[[B]]]
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg1, %{{.+}}, box[%{{[^,]+}}, %[[KROW]], %[[HKV]], %[[B]]]
 // CHECK: nvvm.mbarrier.try_wait.parity
 // CHECK: %[[VROW:.+]] = arith.muli %[[IT]], %c64_i32 : i32
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg2, %{{.+}}, box[%c0_i32, %[[VROW]], %[[HKV]], %[[B]]]
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg2, %{{.+}}, box[%{{[^,]+}}, %[[VROW]], %[[HKV]], %[[B]]]
 // The consumers: fa3.qk as 4 shared-memory wgmmas (k16 over D = 64) and,
 // once they completed, the release of the key slot; the mask under the
 // IR's boundary condition, the softmax's exp2 and quad reductions, fa3.pv
@@ -227,8 +227,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST-NEXT: %[[SLOT:.+]] = llvm.getelementptr %[[SMEM]][%[[SLOTADDR]]]
 // PERSIST-NEXT: llvm.store %[[T]], %[[SLOT]] {alignment = 4 : i64} : i32, !llvm.ptr<3>
 // PERSIST: %[[QBAR:.+]] = fa3.ring_barrier %[[QFULL]][%[[QUSE]]] {stages = 2 : i64}
-// PERSIST-NEXT: nvvm.mbarrier.arrive.expect_tx %[[QBAR]], %c16384_i32
-// PERSIST: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %arg0, %[[QBAR]], box[%c0_i32, %[[Q0]], %[[H]], %[[B]]]
+// PERSIST: fa3.tma_load_tile %arg0[%[[Q0]], %[[H]], %[[B]]] to %[[SMEM]][%{{.+}}], %[[QBAR]] {cols = 64 : i64, element_bytes = 2 : i64, rows = 128 : i64}
 // Ring use u = ring position + block: the producer waits for the release
 // of the slot's previous use, then fills use u.
 // PERSIST: scf.for %[[IT:.+]] = %c0_i32 to %{{.+}} step %c1_i32  : i32 {

@@ -63,3 +63,19 @@ llvm.func @ring_in_global_memory(%bars: !llvm.ptr<1>, %use: i32) {
   "fa3.ring_arrive"(%bars, %use) {stages = 2 : i64} : (!llvm.ptr<1>, i32) -> ()
   llvm.return
 }
+
+// -----
+
+llvm.func @tma_tile_not_whole_atoms(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op cols must be a positive multiple of the 64 columns of a 128-byte swizzle atom, got 96}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 128 : i64, cols = 96 : i64, element_bytes = 2 : i64}
+  llvm.return
+}
+
+// -----
+
+llvm.func @tma_tile_box_too_tall(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op rows must be in [1, 256] (a TMA box dimension), got 512}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 512 : i64, cols = 128 : i64, element_bytes = 1 : i64}
+  llvm.return
+}

@@ -72,3 +72,22 @@ static LogicalResult verifyRing(Operation *op, int64_t stages) {
 LogicalResult RingWaitOp::verify() { return verifyRing(*this, getStages()); }
 LogicalResult RingArriveOp::verify() { return verifyRing(*this, getStages()); }
 LogicalResult RingBarrierOp::verify() { return verifyRing(*this, getStages()); }
+
+LogicalResult TmaLoadTileOp::verify() {
+  int64_t bytes = static_cast<int64_t>(getElementBytes());
+  int64_t rows = static_cast<int64_t>(getRows());
+  int64_t cols = static_cast<int64_t>(getCols());
+  if (bytes != 1 && bytes != 2)
+    return emitOpError() << "element_bytes must be 1 (e4m3) or 2 (bf16/f16), "
+                            "got "
+                         << bytes;
+  if (rows < 1 || rows > 256)
+    return emitOpError() << "rows must be in [1, 256] (a TMA box dimension), "
+                            "got "
+                         << rows;
+  if (cols < 1 || cols % getAtomCols() != 0)
+    return emitOpError() << "cols must be a positive multiple of the "
+                         << getAtomCols()
+                         << " columns of a 128-byte swizzle atom, got " << cols;
+  return success();
+}

@@ -7,9 +7,10 @@
 // NVVM ops where MLIR has the instruction, and these ops where it does not
 // (wgmma with an A operand in registers and accumulators tied in place;
 // named barriers at a chosen id) or where the kernel's structure should stay
-// visible (the mbarrier rings of its shared-memory buffers, by use number).
+// visible (the mbarrier rings of its shared-memory buffers, by use number,
+// and the TMA loads that fill them, a tile at a time).
 // convert-fa3-kernel-to-nvvm lowers each, one pattern per op: wgmma and
-// named barriers to inline PTX, the ring ops to NVVM's mbarrier ops.
+// named barriers to inline PTX, the ring and TMA ops to NVVM's ops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -153,6 +154,51 @@ def FA3_RingBarrierOp : FA3_RingOp<"ring_barrier", [Pure]> {
                        I64Attr:$stages);
   let results = (outs LLVM_PointerInAddressSpace<3>:$barrier);
   let assemblyFormat = "$barriers `[` $use `]` attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// TMA
+//===----------------------------------------------------------------------===//
+
+def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
+  let summary = "TMA load of a [rows, cols] attention tile in 128-byte swizzle atoms";
+  let description = [{
+    Loads rows `row` .. `row + rows - 1` of head `head` and batch `batch`
+    (all `cols` columns) of the `[B, S, H, D]` tensor that `tensor_map` (a
+    CUtensorMap with boxes of 128 bytes × `rows` and the 128-byte swizzle)
+    describes into shared memory at `smem` + `offset` bytes: one
+    `cp.async.bulk.tensor` per atom of 128 bytes of columns, atom a at
+    `offset + a · rows · 128`, which is the K-major layout wgmma reads with
+    a 128-byte swizzle. Rows past the tensor's end are zero-filled by the
+    copy engine. The loads complete on `barrier`, after this thread's
+    `mbarrier.arrive.expect_tx` of the tile's bytes. The caller is one
+    thread; the barrier expects that one arrival.
+
+    ```mlir
+    fa3.tma_load_tile %tk[%row, %head, %batch] to %smem[%offset], %bar
+        {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
+    ```
+  }];
+  let arguments = (ins LLVM_PointerInAddressSpace<0>:$tensor_map, I32:$row,
+                       I32:$head, I32:$batch,
+                       LLVM_PointerInAddressSpace<3>:$smem, I32:$offset,
+                       LLVM_PointerInAddressSpace<3>:$barrier, I64Attr:$rows,
+                       I64Attr:$cols, I64Attr:$element_bytes);
+  let assemblyFormat = [{
+    $tensor_map `[` $row `,` $head `,` $batch `]` `to` $smem `[` $offset `]`
+    `,` $barrier attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Columns per 128-byte swizzle atom.
+    int64_t getAtomCols() {
+      return 128 / static_cast<int64_t>(getElementBytes());
+    }
+    /// Bytes of the whole tile.
+    int64_t getBytes() {
+      return static_cast<int64_t>(getRows() * getCols() * getElementBytes());
+    }
+  }];
 }
 
 #endif // FA3_DIALECT_FA3_IR_FA3KERNELOPS_TD
