@@ -248,11 +248,13 @@ def ConvertFA3KernelToNVVM : Pass<"convert-fa3-kernel-to-nvvm"> {
     id and thread count) and for the mbarrier rings of the kernel's
     shared-memory buffers (`fa3.ring_wait`, `fa3.ring_arrive`,
     `fa3.ring_barrier`: a barrier named by its ring and use number) and
-    their fills (`fa3.tma_load_tile`: a tile in 128-byte swizzle atoms). This
+    their TMA traffic (`fa3.tma_load_tile`, `fa3.tma_store_tile`: a tile in
+    128-byte swizzle atoms). This
     pass rewrites each, one pattern per op, and fails on any it leaves: the
     instructions become their inline PTX, the ring ops NVVM's mbarrier ops
     on slot `use mod stages` for the phase parity `(use div stages) mod 2`,
-    a tile load the barrier's `expect_tx` and one TMA copy per atom.
+    a tile load the barrier's `expect_tx` and one TMA copy per atom, a tile
+    store one TMA copy per atom.
 
     ```mlir
     fa3.named_barrier %id {threads = 256 : i64}

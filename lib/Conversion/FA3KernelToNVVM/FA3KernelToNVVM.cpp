@@ -256,9 +256,41 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
   }
 };
 
+/// fa3.tma_store_tile -> one cp.async.bulk.tensor store per 128-byte atom
+/// of columns, atom a from byte offset + a · atom_stride with the box's
+/// first column at a · atom_cols.
+struct TmaStoreTileLowering : OpRewritePattern<TmaStoreTileOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TmaStoreTileOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    auto i32 = [&](int64_t v) {
+      return arith::ConstantIntOp::create(rewriter, loc, rewriter.getI32Type(),
+                                          v);
+    };
+    int64_t stride = static_cast<int64_t>(op.getAtomStride());
+    int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
+    for (int64_t atom = 0; atom < atoms; ++atom) {
+      Value offset = arith::AddIOp::create(rewriter, loc, op.getOffset(),
+                                           i32(atom * stride));
+      Value src = LLVM::GEPOp::create(rewriter, loc, op.getSmem().getType(),
+                                      rewriter.getI8Type(), op.getSmem(),
+                                      ValueRange{offset});
+      NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+          rewriter, loc, op.getTensorMap(), src,
+          ValueRange{i32(atom * op.getAtomCols()), op.getRow(), op.getHead(),
+                     op.getBatch()},
+          Value(), NVVM::TMAStoreMode::TILE, Value());
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 static bool isKernelOp(Operation *op) {
   return isa<WgmmaOp, NamedBarrierOp, RingWaitOp, RingArriveOp, RingBarrierOp,
-             TmaLoadTileOp>(op);
+             TmaLoadTileOp, TmaStoreTileOp>(op);
 }
 
 struct ConvertFA3KernelToNVVMPass
@@ -271,7 +303,8 @@ struct ConvertFA3KernelToNVVMPass
     MLIRContext *ctx = &getContext();
     RewritePatternSet set(ctx);
     set.add<WgmmaLowering, NamedBarrierLowering, RingWaitLowering,
-            RingArriveLowering, RingBarrierLowering, TmaLoadTileLowering>(ctx);
+            RingArriveLowering, RingBarrierLowering, TmaLoadTileLowering,
+            TmaStoreTileLowering>(ctx);
     FrozenRewritePatternSet patterns(std::move(set));
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {

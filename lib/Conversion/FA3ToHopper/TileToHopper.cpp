@@ -309,13 +309,12 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   Value storer = andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
                       cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
   scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
-    for (int64_t atom = 0; atom < s.headDim / kAtomCols; ++atom) {
-      Value src = smemAt(add(add(oTile, ci(atom * s.blockM * kAtomBytes)),
-                             mul(wg, ci(64 * kAtomBytes))));
-      tmaStore(tmaO, src,
-               {ci(atom * kAtomCols), wgRow, scalar(storeO.getHead()),
-                scalar(storeO.getBatch())});
-    }
+    // This warpgroup's 64 rows of each atom of the O tile.
+    TmaStoreTileOp::create(b, loc, tmaO, wgRow, scalar(storeO.getHead()),
+                           scalar(storeO.getBatch()), smem,
+                           add(oTile, mul(wg, ci(64 * kAtomBytes))),
+                           /*rows=*/64, s.headDim, /*element_bytes=*/2,
+                           /*atom_stride=*/s.blockM * kAtomBytes);
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
     // The Q tile is reused (the next load into it, or the CTA's exit)
     // only after the TMA engine has read it. An O tile of its own is

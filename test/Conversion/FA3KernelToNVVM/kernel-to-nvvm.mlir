@@ -102,3 +102,22 @@ llvm.func @tma_load_tile(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3
   fa3.tma_load_tile %map[%row, %h, %b] to %smem[%off], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
   llvm.return
 }
+
+// A warpgroup's 64 rows of a 128-row d128 O tile: two atoms, the second
+// one atom_stride (128 rows * 128 bytes) further, box column 64.
+// CHECK-LABEL: llvm.func @tma_store_tile
+// CHECK-SAME: (%[[MAP:.+]]: !llvm.ptr, %[[SMEM:.+]]: !llvm.ptr<3>, %[[OFF:.+]]: i32, %[[ROW:.+]]: i32, %[[H:.+]]: i32, %[[B:.+]]: i32)
+// CHECK: %[[A0:.+]] = arith.addi %[[OFF]], %{{.+}} : i32
+// CHECK-NEXT: %[[S0:.+]] = llvm.getelementptr %[[SMEM]][%[[A0]]]
+// CHECK-NEXT: %[[C0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.global.shared.cta %[[MAP]], %[[S0]], box[%[[C0]], %[[ROW]], %[[H]], %[[B]]]
+// CHECK-NEXT: %[[STRIDE:.+]] = arith.constant 16384 : i32
+// CHECK-NEXT: %[[A1:.+]] = arith.addi %[[OFF]], %[[STRIDE]] : i32
+// CHECK-NEXT: %[[S1:.+]] = llvm.getelementptr %[[SMEM]][%[[A1]]]
+// CHECK-NEXT: %[[C64:.+]] = arith.constant 64 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.global.shared.cta %[[MAP]], %[[S1]], box[%[[C64]], %[[ROW]], %[[H]], %[[B]]]
+// CHECK-NOT: fa3.
+llvm.func @tma_store_tile(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %off: i32, %row: i32, %h: i32, %b: i32) {
+  fa3.tma_store_tile %map[%row, %h, %b] from %smem[%off] {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64, atom_stride = 16384 : i64}
+  llvm.return
+}

@@ -77,7 +77,7 @@
 // CHECK-NEXT: %[[WGROW:.+]] = arith.addi %[[Q0]], %[[WGROWS]] : i32
 // CHECK-NEXT: arith.cmpi slt, %[[WGROW]], %[[SQ]] : i32
 // CHECK: scf.if
-// CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3, %{{.+}}, box[%c0_i32, %[[WGROW]], %[[H]], %[[B]]]
+// CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3, %{{.+}}, box[%{{[^,]+}}, %[[WGROW]], %[[H]], %[[B]]]
 // CHECK-NEXT: nvvm.cp.async.bulk.commit.group
 // CHECK-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
 // CHECK-NOT: llvm.store %{{.+}} : i32, !llvm.ptr<1>
@@ -270,7 +270,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
 // PERSIST: llvm.store %{{.+}} : i32, !llvm.ptr<3>
 // PERSIST: nvvm.fence.proxy
 // PERSIST: fa3.named_barrier %{{.+}} {threads = 128 : i64}
-// PERSIST: nvvm.cp.async.bulk.tensor.global.shared.cta %arg3
+// PERSIST: fa3.tma_store_tile %arg3[%{{.+}}] from %[[SMEM]][%{{.+}}] {atom_stride = 16384 : i64, cols = 64 : i64, element_bytes = 2 : i64, rows = 64 : i64}
 // PERSIST-NEXT: nvvm.cp.async.bulk.commit.group
 // PERSIST-NEXT: }
 // PERSIST: llvm.store %{{.+}} : f32, !llvm.ptr<1>

@@ -79,3 +79,11 @@ llvm.func @tma_tile_box_too_tall(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !ll
   fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 512 : i64, cols = 128 : i64, element_bytes = 1 : i64}
   llvm.return
 }
+
+// -----
+
+llvm.func @tma_store_atoms_overlap(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_store_tile' op atom_stride must hold the atom's 8192 bytes and keep the swizzle's 1024-byte alignment, got 4096}}
+  fa3.tma_store_tile %map[%i, %i, %i] from %smem[%i] {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64, atom_stride = 4096 : i64}
+  llvm.return
+}

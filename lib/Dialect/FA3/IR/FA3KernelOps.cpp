@@ -73,21 +73,41 @@ LogicalResult RingWaitOp::verify() { return verifyRing(*this, getStages()); }
 LogicalResult RingArriveOp::verify() { return verifyRing(*this, getStages()); }
 LogicalResult RingBarrierOp::verify() { return verifyRing(*this, getStages()); }
 
-LogicalResult TmaLoadTileOp::verify() {
-  int64_t bytes = static_cast<int64_t>(getElementBytes());
-  int64_t rows = static_cast<int64_t>(getRows());
-  int64_t cols = static_cast<int64_t>(getCols());
-  if (bytes != 1 && bytes != 2)
-    return emitOpError() << "element_bytes must be 1 (e4m3) or 2 (bf16/f16), "
-                            "got "
-                         << bytes;
+/// The TMA tile ops' common checks: whole 128-byte atoms of 1- or 2-byte
+/// elements, and box rows within TMA's 256.
+static LogicalResult verifyTmaTile(Operation *op, int64_t rows, int64_t cols,
+                                   int64_t elementBytes) {
+  if (elementBytes != 1 && elementBytes != 2)
+    return op->emitOpError()
+           << "element_bytes must be 1 (e4m3) or 2 (bf16/f16), got "
+           << elementBytes;
   if (rows < 1 || rows > 256)
-    return emitOpError() << "rows must be in [1, 256] (a TMA box dimension), "
-                            "got "
-                         << rows;
-  if (cols < 1 || cols % getAtomCols() != 0)
-    return emitOpError() << "cols must be a positive multiple of the "
-                         << getAtomCols()
-                         << " columns of a 128-byte swizzle atom, got " << cols;
+    return op->emitOpError()
+           << "rows must be in [1, 256] (a TMA box dimension), got " << rows;
+  int64_t atomCols = 128 / elementBytes;
+  if (cols < 1 || cols % atomCols != 0)
+    return op->emitOpError()
+           << "cols must be a positive multiple of the " << atomCols
+           << " columns of a 128-byte swizzle atom, got " << cols;
+  return success();
+}
+
+LogicalResult TmaLoadTileOp::verify() {
+  return verifyTmaTile(*this, static_cast<int64_t>(getRows()),
+                       static_cast<int64_t>(getCols()),
+                       static_cast<int64_t>(getElementBytes()));
+}
+
+LogicalResult TmaStoreTileOp::verify() {
+  int64_t rows = static_cast<int64_t>(getRows());
+  if (failed(verifyTmaTile(*this, rows, static_cast<int64_t>(getCols()),
+                           static_cast<int64_t>(getElementBytes()))))
+    return failure();
+  int64_t stride = static_cast<int64_t>(getAtomStride());
+  if (stride < rows * 128 || stride % 1024 != 0)
+    return emitOpError() << "atom_stride must hold the atom's " << rows * 128
+                         << " bytes and keep the swizzle's 1024-byte "
+                            "alignment, got "
+                         << stride;
   return success();
 }

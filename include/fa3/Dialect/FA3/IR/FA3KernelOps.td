@@ -201,4 +201,41 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
   }];
 }
 
+def FA3_TmaStoreTileOp : FA3_Op<"tma_store_tile"> {
+  let summary = "TMA store of a [rows, cols] attention tile from 128-byte swizzle atoms";
+  let description = [{
+    Stores a `rows` x `cols` tile from shared memory to rows `row` ..
+    `row + rows - 1` of head `head` and batch `batch` of the `[B, S, H, D]`
+    tensor that `tensor_map` describes (boxes of 128 bytes × `rows`, the
+    128-byte swizzle): one `cp.async.bulk.tensor` store per 128-byte atom of
+    columns, atom a read from `smem` + `offset` + a · `atom_stride` bytes.
+    The copy engine drops rows past the tensor's end. The stores join this
+    thread's current bulk async-group: the caller commits the group and
+    waits for it (`nvvm.cp.async.bulk.commit.group`, `.wait_group.read`)
+    before it writes those bytes of shared memory again.
+
+    ```mlir
+    fa3.tma_store_tile %to[%row, %head, %batch] from %smem[%offset]
+        {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64,
+         atom_stride = 16384 : i64}
+    ```
+  }];
+  let arguments = (ins LLVM_PointerInAddressSpace<0>:$tensor_map, I32:$row,
+                       I32:$head, I32:$batch,
+                       LLVM_PointerInAddressSpace<3>:$smem, I32:$offset,
+                       I64Attr:$rows, I64Attr:$cols, I64Attr:$element_bytes,
+                       I64Attr:$atom_stride);
+  let assemblyFormat = [{
+    $tensor_map `[` $row `,` $head `,` $batch `]` `from` $smem `[` $offset `]`
+    attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Columns per 128-byte swizzle atom.
+    int64_t getAtomCols() {
+      return 128 / static_cast<int64_t>(getElementBytes());
+    }
+  }];
+}
+
 #endif // FA3_DIALECT_FA3_IR_FA3KERNELOPS_TD
