@@ -47,18 +47,28 @@
 // CHECK: {mapping = [#fa3.persistent_block<x>, #fa3.persistent_block<y>, #fa3.persistent_block<z>]}
 
 // The Hopper kernel level: an LLVM kernel function with the kernel ops
-// fa3.wgmma and fa3.named_barrier, then each of those as inline PTX.
+// (the mbarrier rings and their TMA tile loads in the producer, fa3.wgmma
+// and fa3.named_barrier in the consumers, the O tile's TMA store), then
+// each of those as NVVM ops or inline PTX.
 // CHECK-LABEL: IR Dump After ConvertFA3TileToHopper
 // CHECK: llvm.func @[[$K]](
 // CHECK-SAME: nvvm.kernel
-// CHECK: nvvm.setmaxregister
+// CHECK: fa3.ring_barrier
+// CHECK: nvvm.setmaxregister  decrease
+// CHECK: fa3.ring_wait %{{.+}} {previous,
+// CHECK: fa3.tma_load_tile
+// CHECK: nvvm.setmaxregister  increase
+// CHECK: fa3.ring_wait
 // CHECK: fa3.named_barrier
 // CHECK: fa3.wgmma
+// CHECK: fa3.ring_arrive
+// CHECK: fa3.tma_store_tile
 // CHECK-LABEL: IR Dump After ConvertFA3KernelToNVVM
-// CHECK-NOT: fa3.wgmma
+// CHECK-NOT: fa3.{{wgmma|ring_|tma_}}
+// CHECK: nvvm.mbarrier.try_wait.parity
 // CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 // CHECK-LABEL: IR Dump After ReconcileUnrealizedCastsPass
-// CHECK-NOT: {{scf\.|fa3\.(wgmma|named_barrier)|cf\.}}
+// CHECK-NOT: {{scf\.|fa3\.(wgmma|named_barrier|ring_|tma_)|cf\.}}
 // CHECK: llvm.return
 func.func @attn(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>) -> (tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = true, cluster = 1>} : (tensor<?x?x4x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) -> (tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>)
