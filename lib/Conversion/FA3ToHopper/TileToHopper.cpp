@@ -157,18 +157,18 @@ private:
       offset += 8 * ringStages(static_cast<Ring>(ring));
     }
   }
-  Value ringBarriers(Ring ring) { return ringFirstBarrier[ring]; }
+  Value firstBarrierOf(Ring ring) { return ringFirstBarrier[ring]; }
   /// Waits for use `use` of ring `ring` (fa3.ring_wait): with `previous`,
   /// for the release of the slot's previous use.
   void ringWait(Ring ring, Value use, bool previous = false) {
-    RingWaitOp::create(b, loc, ringBarriers(ring), use, ringStages(ring),
+    RingWaitOp::create(b, loc, firstBarrierOf(ring), use, ringStages(ring),
                        previous);
   }
   void ringArrive(Ring ring, Value use) {
-    RingArriveOp::create(b, loc, ringBarriers(ring), use, ringStages(ring));
+    RingArriveOp::create(b, loc, firstBarrierOf(ring), use, ringStages(ring));
   }
   Value ringBarrier(Ring ring, Value use) {
-    return RingBarrierOp::create(b, loc, smemPtr, ringBarriers(ring), use,
+    return RingBarrierOp::create(b, loc, smemPtr, firstBarrierOf(ring), use,
                                  ringStages(ring));
   }
   /// The Q tile of Q use `use` (the tile's place among this CTA's tiles).
