@@ -219,6 +219,17 @@ struct RingBarrierLowering : OpRewritePattern<RingBarrierOp> {
   }
 };
 
+/// The shared address of atom `atom` of a TMA tile at `smem` + `offset`
+/// bytes, its atoms `stride` bytes apart.
+static Value atomAddress(OpBuilder &b, Location loc, Value smem, Value offset,
+                         int64_t atom, int64_t stride) {
+  Value bytes = arith::AddIOp::create(
+      b, loc, offset,
+      arith::ConstantIntOp::create(b, loc, b.getI32Type(), atom * stride));
+  return LLVM::GEPOp::create(b, loc, smem.getType(), b.getI8Type(), smem,
+                             ValueRange{bytes});
+}
+
 /// fa3.tma_load_tile -> mbarrier.arrive.expect_tx of the tile's bytes, then
 /// one cp.async.bulk.tensor per 128-byte atom of columns, atom a at byte
 /// offset + a · rows · 128 with the box's first column at a · atom_cols.
@@ -238,11 +249,8 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
     int64_t atomBytes = static_cast<int64_t>(op.getRows()) * 128;
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     for (int64_t atom = 0; atom < atoms; ++atom) {
-      Value offset = arith::AddIOp::create(rewriter, loc, op.getOffset(),
-                                           i32(atom * atomBytes));
-      Value dst = LLVM::GEPOp::create(rewriter, loc, op.getSmem().getType(),
-                                      rewriter.getI8Type(), op.getSmem(),
-                                      ValueRange{offset});
+      Value dst = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(), atom,
+                              atomBytes);
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
           rewriter, loc, dst, op.getTensorMap(),
           ValueRange{i32(atom * op.getAtomCols()), op.getRow(), op.getHead(),
@@ -272,11 +280,8 @@ struct TmaStoreTileLowering : OpRewritePattern<TmaStoreTileOp> {
     int64_t stride = static_cast<int64_t>(op.getAtomStride());
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     for (int64_t atom = 0; atom < atoms; ++atom) {
-      Value offset = arith::AddIOp::create(rewriter, loc, op.getOffset(),
-                                           i32(atom * stride));
-      Value src = LLVM::GEPOp::create(rewriter, loc, op.getSmem().getType(),
-                                      rewriter.getI8Type(), op.getSmem(),
-                                      ValueRange{offset});
+      Value src = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(), atom,
+                              stride);
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
           rewriter, loc, op.getTensorMap(), src,
           ValueRange{i32(atom * op.getAtomCols()), op.getRow(), op.getHead(),
