@@ -122,18 +122,21 @@ struct NamedBarrierLowering : OpRewritePattern<NamedBarrierOp> {
   }
 };
 
+/// An i32 constant.
+static Value constI32(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), value);
+}
+
 /// The slot of use `use` of a ring of `stages` slots: use mod stages.
 static Value slotOf(OpBuilder &b, Location loc, Value use, int64_t stages) {
-  return arith::RemUIOp::create(
-      b, loc, use,
-      arith::ConstantIntOp::create(b, loc, b.getI32Type(), stages));
+  return arith::RemUIOp::create(b, loc, use, constI32(b, loc, stages));
 }
 
 /// The parity of use `use`'s phase of its slot barrier: (use div stages)
 /// mod 2 (an mbarrier tells its phases apart by parity only).
 static Value parityOf(OpBuilder &b, Location loc, Value use, int64_t stages) {
-  Value n = arith::ConstantIntOp::create(b, loc, b.getI32Type(), stages);
-  Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
+  Value n = constI32(b, loc, stages);
+  Value one = constI32(b, loc, 1);
   return arith::AndIOp::create(b, loc, arith::DivUIOp::create(b, loc, use, n),
                                one);
 }
@@ -157,7 +160,7 @@ template <typename RingOp> static Value useBarrier(OpBuilder &b, RingOp op) {
 /// hint (10 ms, in ns) is what CUTLASS passes.
 static void waitForParity(OpBuilder &b, Location loc, Value barrier,
                           Value parity) {
-  Value ticks = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0x989680);
+  Value ticks = constI32(b, loc, 0x989680);
   NVVM::MBarrierTryWaitParityOp::create(b, loc, barrier, parity, ticks);
 }
 
@@ -179,12 +182,11 @@ struct RingWaitLowering : OpRewritePattern<RingWaitOp> {
       rewriter.eraseOp(op);
       return success();
     }
-    Value reused = arith::CmpIOp::create(
-        rewriter, loc, arith::CmpIPredicate::uge, op.getUse(),
-        arith::ConstantIntOp::create(rewriter, loc, rewriter.getI32Type(),
-                                     stages));
+    Value reused =
+        arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::uge,
+                              op.getUse(), constI32(rewriter, loc, stages));
     scf::IfOp::create(rewriter, loc, reused, [&](OpBuilder &b, Location loc) {
-      Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
+      Value one = constI32(b, loc, 1);
       waitForParity(b, loc, slotBarrier(b, loc, op.getBarriers(), slot),
                     arith::XOrIOp::create(b, loc, parity, one));
       scf::YieldOp::create(b, loc);
@@ -223,9 +225,8 @@ struct RingBarrierLowering : OpRewritePattern<RingBarrierOp> {
 /// bytes, its atoms `stride` bytes apart.
 static Value atomAddress(OpBuilder &b, Location loc, Value smem, Value offset,
                          int64_t atom, int64_t stride) {
-  Value bytes = arith::AddIOp::create(
-      b, loc, offset,
-      arith::ConstantIntOp::create(b, loc, b.getI32Type(), atom * stride));
+  Value bytes =
+      arith::AddIOp::create(b, loc, offset, constI32(b, loc, atom * stride));
   return LLVM::GEPOp::create(b, loc, smem.getType(), b.getI8Type(), smem,
                              ValueRange{bytes});
 }
@@ -239,13 +240,10 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
                                 PatternRewriter &rewriter) const override {
     rewriter.setInsertionPoint(op);
     Location loc = op.getLoc();
-    auto i32 = [&](int64_t v) {
-      return arith::ConstantIntOp::create(rewriter, loc, rewriter.getI32Type(),
-                                          v);
-    };
     NVVM::MBarrierArriveExpectTxOp::create(
-        rewriter, loc, Type(), op.getBarrier(), i32(op.getBytes()),
-        NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
+        rewriter, loc, Type(), op.getBarrier(),
+        constI32(rewriter, loc, op.getBytes()), NVVM::MemScopeKind::CTA,
+        /*relaxed=*/false, Value());
     int64_t atomBytes = static_cast<int64_t>(op.getRows()) * 128;
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     for (int64_t atom = 0; atom < atoms; ++atom) {
@@ -253,8 +251,8 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
                               atomBytes);
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
           rewriter, loc, dst, op.getTensorMap(),
-          ValueRange{i32(atom * op.getAtomCols()), op.getRow(), op.getHead(),
-                     op.getBatch()},
+          ValueRange{constI32(rewriter, loc, atom * op.getAtomCols()),
+                     op.getRow(), op.getHead(), op.getBatch()},
           op.getBarrier(), ValueRange(), Value(), Value(),
           NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
           Value());
@@ -273,10 +271,6 @@ struct TmaStoreTileLowering : OpRewritePattern<TmaStoreTileOp> {
                                 PatternRewriter &rewriter) const override {
     rewriter.setInsertionPoint(op);
     Location loc = op.getLoc();
-    auto i32 = [&](int64_t v) {
-      return arith::ConstantIntOp::create(rewriter, loc, rewriter.getI32Type(),
-                                          v);
-    };
     int64_t stride = static_cast<int64_t>(op.getAtomStride());
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     for (int64_t atom = 0; atom < atoms; ++atom) {
@@ -284,8 +278,8 @@ struct TmaStoreTileLowering : OpRewritePattern<TmaStoreTileOp> {
                               stride);
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
           rewriter, loc, op.getTensorMap(), src,
-          ValueRange{i32(atom * op.getAtomCols()), op.getRow(), op.getHead(),
-                     op.getBatch()},
+          ValueRange{constI32(rewriter, loc, atom * op.getAtomCols()),
+                     op.getRow(), op.getHead(), op.getBatch()},
           Value(), NVVM::TMAStoreMode::TILE, Value());
     }
     rewriter.eraseOp(op);
