@@ -463,9 +463,7 @@ Expected<DevicePtr> fa3::runtime::zeroedCounter(CudaStream stream) {
     if (!captured)
       pool.perStream[stream] = counter;
   }
-  if (Error err = callDriver("cuMemsetD32Async", (*api)->cuMemsetD32Async,
-                             "the tile counter", counter, 0u, size_t(1),
-                             reinterpret_cast<CUstream>(stream)))
+  if (Error err = memsetAsync32(counter, 0u, 1, stream))
     return std::move(err);
   return counter;
 }
