@@ -20,12 +20,13 @@ Backward timing, measuring only the backward and subtracting nothing:
 The backward rows' sanity columns: fa3's dQ, dK, dV against the peer's
 (cuDNN's, else FLASH's) on the same inputs, max abs difference.
 
-Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles]
+Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles | --decode]
        [--dims 64,128] [--seqlens 2048,8192] [--variants ws_overlap,...] [--no-vit]
-Writes DIR/bench.json (rows with direction "fwd" or "bwd"), DIR/bench.md
+Writes DIR/bench.json (rows with direction "fwd", "bwd", "decode", ...), DIR/bench.md
 (one table per direction) and DIR/bench.png.
 """
 import argparse
+import dataclasses
 import datetime
 import json
 import pathlib
@@ -90,6 +91,86 @@ def mlir_for(h, d, causal, schedule=None):
     return (f"func.func @attn(%q: {t}, %k: {t}, %v: {t}) -> ({t}, {lt}) {{\n"
             f"  %o, %lse = fa3.attention %q, %k, %v{a} : ({t}, {t}, {t}) -> ({t}, {lt})\n"
             f"  return %o, %lse : {t}, {lt}\n}}\n")
+
+
+def mlir_gqa_for(hq, hkv, d, causal=False, pack_gqa=False, schedule=None):
+    """`@attn` for GQA (hq query heads over hkv key/value heads), optionally
+    with PackGQA and a schedule."""
+    qt, kt = f"tensor<?x?x{hq}x{d}xbf16>", f"tensor<?x?x{hkv}x{d}xbf16>"
+    lt = f"tensor<?x{hq}x?xf32>"
+    attrs = (["causal"] if causal else []) + (["pack_gqa"] if pack_gqa else []) + \
+        ([f"schedule = {schedule}"] if schedule else [])
+    a = " {" + ", ".join(attrs) + "}" if attrs else ""
+    return (f"func.func @attn(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
+            f"  %o, %lse = fa3.attention %q, %k, %v{a} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
+            f"  return %o, %lse : {qt}, {lt}\n}}\n")
+
+
+def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
+    """One decode-shaped forward row (the inference issue's shape: B = 32,
+    one query, GQA 32:8, d128): microseconds and the K/V bytes read per
+    second (B·Sk·Hkv·D·2 bytes each of K and V, read once). fa3: the kernel
+    fa3.attention picks (PackGQA by its rule, the schedule for Sq·G rows)
+    and the same attention unpacked (A/B); peers: SDPA cuDNN and FLASH with
+    enable_gqa (else on K/V expanded to Hq heads, said in the row)."""
+    torch.manual_seed(0)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
+    kv_bytes = 2 * b * sk * hkv * d * 2
+    row = {"direction": "decode", "d": d, "seqlen_q": sq, "seqlen_k": sk, "batch": b, "heads": hq,
+           "kv_heads": hkv}
+    ref = None
+
+    def record(name, ms):
+        row[name + "_us"] = ms * 1e3
+        row[name + "_tbps"] = kv_bytes / ms / 1e9
+
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    group = hq // hkv
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        for expanded in (False, True):
+            try:
+                if expanded:
+                    ke, ve = (x.repeat_interleave(group, 1) for x in (kt, vt))
+
+                    def fn():
+                        with sdpa_kernel([backend]):
+                            return F.scaled_dot_product_attention(qt, ke, ve)
+                else:
+                    def fn():
+                        with sdpa_kernel([backend]):
+                            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                out = fn()
+                record(name, do_bench(fn, warmup=25, rep=100, return_mode="median"))
+                row[name + "_kv"] = "expanded" if expanded else "gqa"
+                if ref is None:
+                    ref = out.transpose(1, 2).float()
+                break
+            except Exception as e:  # noqa: BLE001
+                row[name + "_error"] = repr(e)[:200]
+    spec = AttentionSpec("bf16", hq, hkv, d, d)
+    pack = _jit.should_pack_gqa(spec, sq, sk) and 64 % group == 0
+    for name, packed in (("fa3", pack), ("fa3_nopack", False)):
+        if name == "fa3_nopack" and not pack:
+            continue
+        schedule = _jit.forward_schedule(dataclasses.replace(spec, pack_gqa=packed), sq, sk)
+        try:
+            kernel = fa3.compile_mlir(mlir_gqa_for(hq, hkv, d, pack_gqa=packed, schedule=schedule), "attn")
+            o = torch.empty_like(q)
+            lse = torch.empty(b, hq, sq, device=dev, dtype=torch.float32)
+            record(name, do_bench(lambda: kernel.launch_into(q, k, v, o, lse), warmup=25, rep=100,
+                                  return_mode="median"))
+            row[name + "_schedule"] = describe(schedule) + (" packed" if packed else "")
+            if ref is not None:
+                row[name + "_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
+        except fa3.Error as e:
+            row[name + "_error"] = str(e)[:300]
+    fa3.attention(q, k, v)
+    record("fa3_attention", do_bench(lambda: fa3.attention(q, k, v), warmup=25, rep=100, return_mode="median"))
+    if row.get("cudnn_us") and row.get("fa3_us"):
+        row["fa3_over_cudnn"] = row["cudnn_us"] / row["fa3_us"]
+    return row
 
 
 def mlir_grad_for(h, d, causal):
@@ -288,6 +369,8 @@ def main():
     only.add_argument("--fwd-only", action="store_true", help="the forward only")
     only.add_argument("--bwd-only", action="store_true", help="the backward only")
     only.add_argument("--fp8", action="store_true", help="the FP8 forward beside the bf16 forward only")
+    only.add_argument("--decode", action="store_true",
+                      help="decode shapes only: B=32, Sq=1, GQA 32:8, d128, Sk = --seqlens (default 4k ... 32k)")
     only.add_argument("--tiles", action="store_true",
                       help="d64 forward by query tile (block_m 64/128/192, 128 also persistent) on the FA3 and ViT shapes only")
     ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
@@ -321,6 +404,14 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         directions = ["fwd"]
+        dims = []
+    if args.decode:
+        for sk in ([int(x) for x in args.seqlens.split(",")] if args.seqlens else [4096, 8192, 16384, 32768]):
+            row = bench_decode(sk)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            torch.cuda.empty_cache()
+        directions = []
         dims = []
     if args.fp8:
         row = {"direction": "fp8-gemm", "tflops": fp8_gemm_tflops()}
@@ -413,6 +504,27 @@ def main():
                 diff = r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
                          f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+    decode_rows = [r for r in rows if r["direction"] == "decode"]
+    if decode_rows:
+        if lines:
+            lines.append("")
+
+        def us(r, name):
+            x = r.get(name + "_us")
+            return f"{x:.1f} µs, {r[name + '_tbps']:.2f} TB/s" if x else "n/a"
+        lines += [f"decode (bf16, K/V read once: 2·B·Sk·Hkv·D·2 bytes), µs and TB/s — {meta['gpu']}, {meta['date']}, "
+                  f"fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
+                  "| B x Sq x Hq:Hkv x D | Sk | fa3 (schedule) | fa3 unpacked | fa3.attention | cuDNN | FLASH | "
+                  "cuDNN / fa3 time | max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in decode_rows:
+            ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
+            diff = f"{r['fa3_max_abs_diff_vs_sdpa']:.2e}" if "fa3_max_abs_diff_vs_sdpa" in r else \
+                r.get("fa3_error", "n/a")[:60]
+            lines.append(f"| {r['batch']}x{r['seqlen_q']}x{r['heads']}:{r['kv_heads']}x{r['d']} | {r['seqlen_k']} | "
+                         f"{us(r, 'fa3')} ({r.get('fa3_schedule')}) | {us(r, 'fa3_nopack')} | {us(r, 'fa3_attention')} | "
+                         f"{us(r, 'cudnn')} ({r.get('cudnn_kv', '-')}) | {us(r, 'flash')} ({r.get('flash_kv', '-')}) | "
+                         f"{ratio} | {diff} |")
     fp8_rows = [r for r in rows if r["direction"] == "fwd-fp8"]
     if fp8_rows:
         gemm = next((r["tflops"] for r in rows if r["direction"] == "fp8-gemm"), None)

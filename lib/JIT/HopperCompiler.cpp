@@ -179,6 +179,7 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     kernel.info.blockN = getInt("block_n");
     kernel.info.sharedMemory = getInt("shared_memory");
     kernel.info.persistent = getInt("persistent") != 0;
+    kernel.info.packedHeads = std::max<int64_t>(1, getInt("packed_heads"));
   }
 
   auto binary =

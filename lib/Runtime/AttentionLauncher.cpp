@@ -43,7 +43,8 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"block_n", std::to_string(blockN)},
           {"threads", std::to_string(threads)},
           {"shared_memory", std::to_string(sharedMemory)},
-          {"persistent", persistent ? "1" : "0"}};
+          {"persistent", persistent ? "1" : "0"},
+          {"packed_heads", std::to_string(packedHeads)}};
 }
 
 llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
@@ -111,6 +112,15 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
         {"shared_memory", &info.sharedMemory}})
     if (llvm::Error err = getInt(key, *field))
       return std::move(err);
+  if (info.kind == Kind::Attention && !info.backward) {
+    if (llvm::Error err = getInt("packed_heads", info.packedHeads))
+      return std::move(err);
+    if (info.packedHeads < 1 || info.numQHeads % info.packedHeads != 0 ||
+        info.blockM % info.packedHeads != 0)
+      return error(
+          "kernel manifest: packed_heads = " + llvm::Twine(info.packedHeads) +
+          " must divide q_heads and block_m");
+  }
   return info;
 }
 
@@ -121,13 +131,13 @@ static constexpr int64_t kOutputStoreRows = 64;
 /// The TMA descriptor of a contiguous [B, S, H, D] tensor, loading boxes of
 /// one 128-byte swizzle atom of head-dim elements (64 16-bit or 128 e4m3
 /// values) by `rows` sequence rows. e4m3 is described as UINT8: TMA only
-/// moves bytes.
-static llvm::Expected<TensorMap> encodeBshdTensorMap(DevicePtr base, bool bf16,
-                                               int64_t batch, int64_t seq,
-                                               int64_t heads, int64_t dim,
-                                               int64_t rows,
-                                               llvm::StringRef what,
-                                               bool fp8 = false) {
+/// moves bytes. With `group` = G > 1 (PackGQA) the tensor is viewed as
+/// [B, S, H / G, G, D] and a box holds the G heads of one group at rows / G
+/// positions: `rows` tile rows of (position, head) pairs.
+static llvm::Expected<TensorMap>
+encodeBshdTensorMap(DevicePtr base, bool bf16, int64_t batch, int64_t seq,
+                    int64_t heads, int64_t dim, int64_t rows,
+                    llvm::StringRef what, bool fp8 = false, int64_t group = 1) {
   TiledTensorMapDesc desc;
   desc.dataType = fp8    ? TensorMapDataType::UInt8
                   : bf16 ? TensorMapDataType::BFloat16
@@ -144,6 +154,16 @@ static llvm::Expected<TensorMap> encodeBshdTensorMap(DevicePtr base, bool bf16,
   // 64-byte swizzle the kernel's descriptors then use).
   uint64_t atom = std::min<uint64_t>(128, uint64_t(dim) * eb);
   desc.boxDims = {uint32_t(atom / eb), uint32_t(rows), 1, 1};
+  if (group > 1) {
+    uint64_t s = desc.globalDims[1], b = desc.globalDims[3];
+    desc.globalDims = {uint64_t(dim), uint64_t(group), uint64_t(heads / group),
+                       s, b};
+    desc.globalStrides = {uint64_t(dim) * eb, uint64_t(group * dim) * eb,
+                          uint64_t(heads * dim) * eb,
+                          s * uint64_t(heads * dim) * eb};
+    desc.boxDims = {uint32_t(atom / eb), uint32_t(group), 1,
+                    uint32_t(rows / group), 1};
+  }
   desc.swizzle =
       atom == 128 ? TensorMapSwizzle::Bytes128 : TensorMapSwizzle::Bytes64;
   desc.l2Promotion = TensorMapL2Promotion::Bytes128;
@@ -155,12 +175,12 @@ namespace {
 /// What a [B, S, H, D] descriptor is a function of (encodeBshdTensorMap).
 struct BshdMapKey {
   DevicePtr base;
-  int64_t batch, seq, heads, dim, rows;
+  int64_t batch, seq, heads, dim, rows, group;
   uint8_t elementKind; // 0 f16, 1 bf16, 2 e4m3
   bool operator==(const BshdMapKey &o) const {
     return base == o.base && batch == o.batch && seq == o.seq &&
            heads == o.heads && dim == o.dim && rows == o.rows &&
-           elementKind == o.elementKind;
+           group == o.group && elementKind == o.elementKind;
   }
 };
 } // namespace
@@ -174,12 +194,10 @@ struct BshdMapKey {
 /// lock on the launch path; 32 entries, replaced round-robin, hold the
 /// descriptors of a few interleaved calls (a forward encodes Q, K, V and O,
 /// a backward Q, K, V and dO).
-static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
-                                               int64_t batch, int64_t seq,
-                                               int64_t heads, int64_t dim,
-                                               int64_t rows,
-                                               llvm::StringRef what,
-                                               bool fp8 = false) {
+static llvm::Expected<TensorMap>
+bshdTensorMap(DevicePtr base, bool bf16, int64_t batch, int64_t seq,
+              int64_t heads, int64_t dim, int64_t rows, llvm::StringRef what,
+              bool fp8 = false, int64_t group = 1) {
   struct Entry {
     BshdMapKey key;
     TensorMap map;
@@ -188,13 +206,13 @@ static llvm::Expected<TensorMap> bshdTensorMap(DevicePtr base, bool bf16,
   constexpr unsigned kEntries = 32;
   thread_local Entry entries[kEntries];
   thread_local unsigned next = 0;
-  BshdMapKey key{base, batch, seq, heads, dim, rows,
-                 uint8_t(fp8 ? 2 : bf16 ? 1 : 0)};
+  BshdMapKey key{base, batch, seq,   heads,
+                 dim,  rows,  group, uint8_t(fp8 ? 2 : bf16 ? 1 : 0)};
   for (Entry &e : entries)
     if (e.valid && e.key == key)
       return e.map;
-  auto map =
-      encodeBshdTensorMap(base, bf16, batch, seq, heads, dim, rows, what, fp8);
+  auto map = encodeBshdTensorMap(base, bf16, batch, seq, heads, dim, rows, what,
+                                 fp8, group);
   if (!map)
     return map.takeError();
   Entry &slot = entries[next++ % kEntries];
@@ -221,8 +239,11 @@ llvm::Error fa3::runtime::launchAttentionForward(
   DevicePtr k = args.seqK ? args.k : args.q, v = args.seqK ? args.v : args.q;
   int64_t seqK = args.seqK ? args.seqK : args.seqQ;
   int64_t kvHeads = args.seqK ? info.numKVHeads : info.numQHeads;
+  // PackGQA: Q and O as [B, S, Hkv, G, D], tiles of G heads.
+  int64_t group = info.packedHeads;
   auto mapQ = bshdTensorMap(args.q, info.bf16, args.batch, args.seqQ,
-                            info.numQHeads, info.headDim, info.blockM, "Q");
+                            info.numQHeads, info.headDim, info.blockM, "Q",
+                            /*fp8=*/false, group);
   if (!mapQ)
     return mapQ.takeError();
   auto mapK = bshdTensorMap(k, info.bf16, args.batch, seqK, kvHeads,
@@ -234,9 +255,9 @@ llvm::Error fa3::runtime::launchAttentionForward(
   if (!mapV)
     return mapV.takeError();
   // O is stored by TMA in boxes of one consumer warpgroup's 64 rows.
-  auto mapO = bshdTensorMap(args.out, info.bf16, args.batch, args.seqQ,
-                            info.numQHeads, info.headDim,
-                            kOutputStoreRows, "O");
+  auto mapO =
+      bshdTensorMap(args.out, info.bf16, args.batch, args.seqQ, info.numQHeads,
+                    info.headDim, kOutputStoreRows, "O", /*fp8=*/false, group);
   if (!mapO)
     return mapO.takeError();
   if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
@@ -247,15 +268,16 @@ llvm::Error fa3::runtime::launchAttentionForward(
   int32_t batch32 = int32_t(args.batch);
   void *params[] = {&*mapQ,  &*mapK,  &*mapV,   &*mapO,      &lse,
                     &seqQ32, &seqK32, &batch32, &tileCounter};
-  int64_t queryTiles = (args.seqQ + info.blockM - 1) / info.blockM;
-  Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),
-            unsigned(args.batch)};
+  int64_t queriesPerTile = info.blockM / group;
+  int64_t queryTiles = (args.seqQ + queriesPerTile - 1) / queriesPerTile;
+  int64_t tileHeads = info.numQHeads / group;
+  Dim3 grid{unsigned(queryTiles), unsigned(tileHeads), unsigned(args.batch)};
   if (info.persistent) {
     if (args.multiprocessors <= 0)
       return error("kernel " + info.name +
                    " is persistent: launchAttentionForward needs the "
                    "device's multiprocessor count");
-    int64_t tiles = queryTiles * info.numQHeads * args.batch;
+    int64_t tiles = queryTiles * tileHeads * args.batch;
     if (tiles > INT32_MAX)
       return error("kernel " + info.name + ": " + llvm::Twine(tiles) +
                    " tiles do not fit the persistent kernel's 32-bit tile "

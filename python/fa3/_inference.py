@@ -18,12 +18,10 @@ import sys
 import numpy as np
 
 from . import _jit
+from ._spec import CPU_BLOCK_M as _CPU_BLOCK_M
 from ._spec import AttentionSpec, check_options
 
 _NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-# The CPU schedule's query tile (fa3-select-schedule, target cpu), which
-# the PackGQA rule weighs.
-_CPU_BLOCK_M = 64
 
 
 def _torch_inputs(*tensors):

@@ -135,22 +135,37 @@ def quantize_mlir(dtype, num_heads, num_groups, head_dim, hadamard_seed=None):
 _schedules = {}
 
 
+def _forward_fields(head_dim, causal, rows, seq_k):
+    """The cost model's forward schedule fields for `rows` query rows of
+    one head and `seq_k` keys (memoized)."""
+    key = (head_dim, causal, rows, seq_k)
+    fields = _schedules.get(key)
+    if fields is None:
+        fields = _schedules[key] = dict(_module().select_forward_schedule(head_dim, False, causal, rows, seq_k))
+    return fields
+
+
 def forward_schedule(spec, seq_q, seq_k):
     """The `#fa3.schedule` the cost model (fa3-select-schedule's, through
     fa3._fa3) picks for the CUDA forward of `spec` at query length `seq_q`
     and key length `seq_k`, to be written into the compiled fa3.attention;
     None where the compiler picks it after the IR is rewritten (the
     fa3-cast-fp8 chain, whose attention becomes FP8) or the FP8 forward, which
-    has one schedule for every length."""
+    has one schedule for every length. With PackGQA a head's tiles hold the
+    Hq / Hkv heads of its group: the model sees seq_q times as many rows."""
     if spec.fp8 or spec.cast_fp8:
         return None
-    key = (spec.head_dim, spec.causal, seq_q, seq_k)
-    chosen = _schedules.get(key)
-    if chosen is None:
-        from .schedules import schedule  # noqa: PLC0415 (schedules imports _jit)
-        fields = _module().select_forward_schedule(spec.head_dim, False, spec.causal, seq_q, seq_k)
-        chosen = _schedules[key] = schedule(**fields)
-    return chosen
+    from .schedules import schedule  # noqa: PLC0415 (schedules imports _jit)
+    rows = seq_q * (spec.num_heads // spec.num_kv_heads) if spec.pack_gqa else seq_q
+    return schedule(**_forward_fields(spec.head_dim, spec.causal, rows, seq_k))
+
+
+def should_pack_gqa(spec, seq_q, seq_k):
+    """fa3's PackGQA rule for the CUDA forward of `spec` (unpacked) at these
+    lengths: FlashAttention-3's, with the query tile the cost model picks
+    for the unpacked attention."""
+    block_m = _forward_fields(spec.head_dim, spec.causal, seq_q, seq_k)["block_m"]
+    return _module().should_pack_gqa(seq_q, spec.num_heads // spec.num_kv_heads, block_m)
 
 
 def cache_info():

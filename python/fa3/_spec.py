@@ -53,6 +53,8 @@ class AttentionSpec:
     # without the Hadamard transform of q and k.
     cast_fp8: bool = False
     hadamard: bool = False
+    # PackGQA (forward only): the query heads of one kv head share a tile.
+    pack_gqa: bool = False
 
     def _attrs(self, schedule=None):
         attrs = []
@@ -101,8 +103,11 @@ class AttentionSpec:
                     f"  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd{self._attrs(schedule)}"
                     f" : ({q}, {k}, {v}, {d}, {d}, {d}) -> ({o}, {lse})\n"
                     f"  return %o, %lse : {o}, {lse}\n}}\n")
+        attrs = self._attrs(schedule)
+        if self.pack_gqa:
+            attrs = attrs[:-1] + ", pack_gqa}"
         return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> ({o}, {lse}) {{\n"
-                f"  %o, %lse = fa3.attention %q, %k, %v{self._attrs(schedule)} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
+                f"  %o, %lse = fa3.attention %q, %k, %v{attrs} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
 
     def _packed_types(self):
@@ -193,6 +198,38 @@ class AttentionSpec:
                 f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{extra_operand}{self._attrs()}"
                 f" : ({o}, {q}, {k}, {v}, {o}, {lse}{extra_type}) -> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
+
+
+# The CPU schedule's query tile (fa3-select-schedule, target cpu), which
+# the PackGQA rule weighs on the CPU.
+CPU_BLOCK_M = 64
+# The rows of one Hopper consumer warpgroup: with PackGQA they must hold
+# whole queries, so the group Hq / Hkv must divide it (and a CPU tile's 64
+# rows must hold at least one query's group).
+PACK_GQA_ROWS = 64
+
+
+def resolve_pack_gqa(pack_gqa, num_heads, num_kv_heads, fp8, should_pack):
+    """fa3.attention's `pack_gqa`: True/False as given (checked), or for
+    None fa3's rule, `should_pack()` (FlashAttention-3's: pack when the
+    packed tiles are fuller than 0.9x the unpacked ones). False without a
+    group to pack (Hq = Hkv)."""
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
+    group = num_heads // num_kv_heads
+    if group == 1 or pack_gqa is False:
+        return False
+    reason = None
+    if fp8:
+        reason = "the FP8 kernels do not pack query heads"
+    elif PACK_GQA_ROWS % group:
+        reason = (f"the group of {num_heads} / {num_kv_heads} = {group} query heads must divide "
+                  f"{PACK_GQA_ROWS} (the rows of one tile's warpgroup hold whole queries)")
+    if pack_gqa is None:
+        return reason is None and bool(should_pack())
+    if reason is not None:
+        raise ValueError(f"pack_gqa=True: {reason}")
+    return True
 
 
 def check_options(causal, softmax_scale, window_size, softcap, head_dim):

@@ -13,11 +13,15 @@ and the kernels are loaded on that device (`cuda:N`).
 Imported only when torch tensors reach fa3 (numpy users need no torch).
 """
 
+import dataclasses
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
 from . import _jit
-from ._spec import AttentionSpec, check_options, check_shapes, has_cuda_kernel, rounded_cuda_head_dim
+from ._spec import (AttentionSpec, check_options, check_shapes, has_cuda_kernel, resolve_pack_gqa,
+                    rounded_cuda_head_dim)
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 FP8 = torch.float8_e4m3fn
@@ -82,10 +86,11 @@ _plans = {}
 _MAX_PLANS = 4096  # a bound for workloads that see many distinct shapes
 
 
-def _plan(q, k, v, causal, softmax_scale, window_size, softcap):
+def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None):
     """The plan of this call, from the cache or checked and built."""
     key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
-           causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap))
+           causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap),
+           pack_gqa, type(pack_gqa))
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable option (a list window): the checks below decide
@@ -95,9 +100,12 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap):
     hq, _, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=True)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     _check_tensors(q, k, v)
-    b, sq = q.shape[0], q.shape[1]
-    plan = Plan(_make_spec(q, k, v, causal, scale, window, softcap), q.device, sq, k.shape[1], (b, sq, hq, dv),
-                (b, hq, sq))
+    b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+    spec = _make_spec(q, k, v, causal, scale, window, softcap)
+    if resolve_pack_gqa(pack_gqa, spec.num_heads, spec.num_kv_heads, spec.fp8,
+                        lambda: _jit.should_pack_gqa(spec, sq, sk)):
+        spec = dataclasses.replace(spec, pack_gqa=True)
+    plan = Plan(spec, q.device, sq, sk, (b, sq, hq, dv), (b, hq, sq))
     if key is not None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
@@ -169,7 +177,7 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse):
+def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa):
     """fa3.attention at a head dim the kernels are not compiled for (or v's
     head dim != q's): q, k and v zero-padded to rounded_cuda_head_dim with
     F.pad (differentiable, and traced by torch.compile), the scale kept at
@@ -182,22 +190,24 @@ def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse):
     _check_tensors(q, k, v)
     size = rounded_cuda_head_dim(d, dv)
     q, k, v = (F.pad(t, (0, size - t.shape[3])) for t in (q, k, v))
-    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse)
+    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse, pack_gqa)
     return out[..., :dv], lse
 
 
-def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True):
+def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True, pack_gqa=None):
     """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16); with
     `need_lse=False` and no autograd, lse is a scratch buffer the caller must
     not use."""
     if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
-        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse)
+        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa)
     if torch.compiler.is_compiling():
-        hq, _, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
+        hq, hkv, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
         _check_tensors(q, k, v)
-        return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap)
-    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap)
+        # Checked here, decided per launch by the plan.
+        resolve_pack_gqa(pack_gqa, hq, hkv, False, lambda: False)
+        return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa)
+    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa)
     if (q.stride(-1) != 1 and q.shape[-1] > 1) or (k.stride(-1) != 1 and k.shape[-1] > 1) or \
             (v.stride(-1) != 1 and v.shape[-1] > 1):
         _check_tensors(q, k, v)  # raises, naming the tensor
@@ -208,19 +218,20 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
 
 # --- torch.compile: the same launches as custom ops --------------------------
 
-def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap):
-    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap)
+def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa):
+    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap, pack_gqa)
 
 
 @torch.library.custom_op("fa3::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                  window_left: int, window_right: int, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap)
+                  window_left: int, window_right: int, softcap: float,
+                  pack_gqa: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa)
     return _forward(plan, q, k, v)[3:]
 
 
 @attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap):
+def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa=None):
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v.shape[3])),
             q.new_empty((b, hq, sq), dtype=torch.float32))
@@ -229,24 +240,24 @@ def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softc
 @torch.library.custom_op("fa3::attention_bwd", mutates_args=())
 def attention_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool, scale: float,
-                  window_left: int, window_right: int,
-                  softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap)
+                  window_left: int, window_right: int, softcap: float,
+                  pack_gqa: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa)
     q, k, v, out, lse = (t.contiguous() for t in (q, k, v, out, lse))
     return _backward(plan, grad_out, q, k, v, out, lse, grad_lse)
 
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, causal, scale, window_left, window_right,
-                        softcap):
+                        softcap, pack_gqa=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, window_left, window_right, softcap = inputs
+    q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.options = (causal, scale, window_left, window_right, softcap)
+    ctx.options = (causal, scale, window_left, window_right, softcap, pack_gqa)
 
 
 def _op_backward(ctx, grad_out, grad_lse):
@@ -256,7 +267,7 @@ def _op_backward(ctx, grad_out, grad_lse):
     grad_out = torch.zeros_like(out) if grad_out is None else grad_out
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
     dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 attention_fwd.register_autograd(_op_backward, setup_context=_setup_context)

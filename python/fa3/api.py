@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from . import _jit
-from ._spec import MLIR_TYPES, AttentionSpec, check_options, check_shapes
+from ._spec import CPU_BLOCK_M, MLIR_TYPES, AttentionSpec, check_options, check_shapes, resolve_pack_gqa
 
 
 def _is_torch(x):
@@ -35,7 +35,8 @@ def _torch_module():
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-              return_lse=False, q_descale=None, k_descale=None, v_descale=None, fp8=False, hadamard=False):
+              return_lse=False, q_descale=None, k_descale=None, v_descale=None, fp8=False, hadamard=False,
+              pack_gqa=None):
     """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
 
     q: (batch, seqlen_q, num_heads, head_dim); k: (batch, seqlen_k,
@@ -77,6 +78,13 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     float32, -inf for rows that see no key. On torch CUDA tensors the LSE is
     differentiable too (its gradient runs through fa3.attention_grad's
     grad_lse): partial attentions merged by their LSE train correctly.
+
+    `pack_gqa` (FlashAttention-3's): with GQA, put the num_heads /
+    num_kv_heads query heads of one kv head into one query tile, so short
+    queries (decode: seqlen_q = 1) fill the tile and each K/V block is read
+    once per group. None (default): fa3 decides per call from the shapes
+    (FlashAttention-3's rule); True needs the group to divide 64 and 16-bit
+    inputs (ValueError otherwise); False: never. The result is the same.
     """
     torch = sys.modules.get("torch")
     if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
@@ -84,7 +92,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
             and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
         # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
         out, lse = _torch_module().attention(q, k, v, causal, softmax_scale, window_size, softcap,
-                                             need_lse=return_lse)
+                                             need_lse=return_lse, pack_gqa=pack_gqa)
         return (out, lse) if return_lse else out
     names = ("q", "k", "v")
     tensors = (q, k, v)
@@ -108,6 +116,10 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     if hadamard and not fp8:
         raise ValueError("hadamard=True applies to fp8=True (it conditions q and k for the e4m3 cast)")
+    is_fp8 = fp8 or (cuda and str(q.dtype) == "torch.float8_e4m3fn")
+    # Checked for every path; the CPU decides it here, CUDA per launch.
+    pack = resolve_pack_gqa(pack_gqa, hq, hkv, is_fp8,
+                            lambda: _jit._module().should_pack_gqa(q.shape[1], hq // hkv, CPU_BLOCK_M))
     if fp8:
         if any(x is not None for x in descales):
             raise ValueError("fp8=True computes the descales itself; do not pass q/k/v_descale")
@@ -128,12 +140,13 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
         if x is not None:
             raise ValueError(f"{name} is only for FP8 inputs (torch.float8_e4m3fn q, k, v)")
     if cuda:
-        return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse)
-    return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse)
+        return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa)
+    return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
+                            pack_gqa=pack)
 
 
-def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse):
-    out, lse = _torch_module().attention(q, k, v, causal, scale, window, softcap)
+def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa):
+    out, lse = _torch_module().attention(q, k, v, causal, scale, window, softcap, pack_gqa=pack_gqa)
     return (out, lse) if return_lse else out
 
 
@@ -169,7 +182,7 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
 
 
 def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
-                     cast_fp8=False, hadamard=False):
+                     cast_fp8=False, hadamard=False, pack_gqa=False):
     dtype = _numpy_dtype_name(q)
     for name, a in (("q", q), ("k", k), ("v", v)):
         if _numpy_dtype_name(a) is None:
@@ -188,7 +201,7 @@ def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, re
         dtype = "bf16"
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap,
-                         cast_fp8=cast_fp8, hadamard=hadamard)
+                         cast_fp8=cast_fp8, hadamard=hadamard, pack_gqa=pack_gqa)
     fn = _jit.get(spec, "cpu", "fwd")
     out, lse = fn.run([np.ascontiguousarray(a) for a in (q, k, v)])
     return (out, lse) if return_lse else out

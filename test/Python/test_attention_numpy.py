@@ -45,6 +45,11 @@ CASES = [
     (2, 128, 130, 4, 4, 64, 64, "f16", {"softcap": 5.0, "softmax_scale": 0.3}),
     (1, 1000, 17, 2, 1, 64, 64, "f32", {"causal": True, "window_size": (4, 0)}),
     (1, 64, 64, 2, 2, 256, 256, "bf16", {}),
+    # PackGQA, forced on and off, and by fa3's rule (which packs decode).
+    (2, 1, 300, 32, 8, 128, 128, "bf16", {"pack_gqa": True}),
+    (2, 1, 300, 32, 8, 128, 128, "bf16", {"pack_gqa": False}),
+    (1, 1, 77, 16, 2, 64, 64, "f16", {"causal": True}),
+    (1, 100, 130, 16, 4, 64, 64, "f32", {"causal": True, "pack_gqa": True, "window_size": (10, 0)}),
 ]
 
 
@@ -69,6 +74,20 @@ def test_attention_numpy_matches_reference(case):
     np.testing.assert_array_equal(np.isneginf(lse), ~seen)
     lse_err = np.abs(lse[seen] - ref_lse[seen])
     assert (lse_err <= 1e-4 * (1 + np.abs(ref_lse[seen]))).all(), f"LSE error {lse_err.max():.3g}"
+
+
+def test_pack_gqa_rule_packs_decode_and_not_long_queries(monkeypatch):
+    """pack_gqa=None: fa3's rule (FlashAttention-3's) packs a decode step's
+    group into one tile and leaves full query tiles unpacked; the spec that
+    is compiled says which."""
+    specs = []
+    real_get = fa3._jit.get
+    monkeypatch.setattr(fa3._jit, "get", lambda spec, *a, **kw: specs.append(spec) or real_get(spec, *a, **kw))
+    for sq in (1, 256):
+        rng, _ = _rng(f"rule{sq}")
+        fa3.attention(*_inputs(rng, 1, sq, 64, 16, 2, 64, 64, "f32"))
+    assert [s.pack_gqa for s in specs] == [True, False]
+    assert "pack_gqa" in specs[0].forward_mlir() and "pack_gqa" not in specs[1].forward_mlir()
 
 
 def test_return_value_without_lse():

@@ -41,10 +41,25 @@ def test_bad_tensors(make, exc, match):
     ({"causal": True, "window_size": (4, 2)}, ValueError, "window_size right bound must be -1 or 0"),
     ({"softcap": -1.0}, ValueError, "softcap must be >= 0"),
     ({"return_lse": "yes"}, TypeError, "return_lse must be a bool"),
+    ({"pack_gqa": 1}, TypeError, "pack_gqa must be a bool or None, got int"),
 ])
 def test_bad_options(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         fa3.attention(*_qkv(), **kwargs)
+
+
+def test_pack_gqa_needs_a_group_dividing_64_and_16_bit_inputs():
+    # 6 / 2 = 3 query heads per kv head do not divide a warpgroup's 64 rows.
+    with pytest.raises(ValueError, match=r"pack_gqa=True: the group of 6 / 2 = 3 query heads must divide 64"):
+        fa3.attention(*_qkv(hq=6, hkv=2), pack_gqa=True)
+    with pytest.raises(ValueError, match="pack_gqa=True: the FP8 kernels do not pack query heads"):
+        fa3.attention(*_qkv(d=64), fp8=True, pack_gqa=True)
+    # Without a group there is nothing to pack: True is accepted and changes
+    # nothing; None and False leave a non-dividing group unpacked.
+    out = fa3.attention(*_qkv(hq=2, hkv=2), pack_gqa=True)
+    assert out.shape == (1, 8, 2, 32)
+    for choice in (None, False):
+        assert fa3.attention(*_qkv(hq=6, hkv=2), pack_gqa=choice).shape == (1, 8, 6, 32)
 
 
 def test_bfloat16_numpy_arrays_run():

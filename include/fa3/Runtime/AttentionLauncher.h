@@ -39,6 +39,11 @@ struct AttentionKernelInfo {
   /// A persistent forward: min(tiles, SMs) CTAs walk the ceildiv(Sq,
   /// blockM) x Hq x B tiles (see AttentionDeviceArgs::multiprocessors).
   bool persistent = false;
+  /// A forward with PackGQA: the Hq / Hkv query heads of one key/value head
+  /// share each tile, blockM / packedHeads queries of each, so the grid is
+  /// ceildiv(Sq, blockM / packedHeads) x Hkv x B and Q and O are described
+  /// to TMA as [B, S, Hkv, G, D]. 1: off.
+  int64_t packedHeads = 1;
 
   /// Hadamard and Quantize: the element types read and written (Quantize
   /// writes e4m3). Their `headDim` is the last dimension; for Quantize,

@@ -234,6 +234,18 @@ static Value atomAddress(OpBuilder &b, Location loc, Value smem, Value offset,
 /// fa3.tma_load_tile -> mbarrier.arrive.expect_tx of the tile's bytes, then
 /// one cp.async.bulk.tensor per 128-byte atom of columns, atom a at byte
 /// offset + a · rows · 128 with the box's first column at a · atom_cols.
+/// The TMA coordinates of a tile op's box: (column, row, head, batch) in
+/// the [B, S, H, D] view, or with packed heads (column, 0, head group, row,
+/// batch) in the [B, S, H / G, G, D] one.
+static SmallVector<Value> tmaCoordinates(OpBuilder &b, Location loc,
+                                         int64_t column, Value row, Value head,
+                                         Value batch,
+                                         std::optional<uint64_t> packedHeads) {
+  if (packedHeads)
+    return {constI32(b, loc, column), constI32(b, loc, 0), head, row, batch};
+  return {constI32(b, loc, column), row, head, batch};
+}
+
 struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(TmaLoadTileOp op,
@@ -251,8 +263,8 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
                               atomBytes);
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
           rewriter, loc, dst, op.getTensorMap(),
-          ValueRange{constI32(rewriter, loc, atom * op.getAtomCols()),
-                     op.getRow(), op.getHead(), op.getBatch()},
+          tmaCoordinates(rewriter, loc, atom * op.getAtomCols(), op.getRow(),
+                         op.getHead(), op.getBatch(), op.getPackedHeads()),
           op.getBarrier(), ValueRange(), Value(), Value(),
           NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
           Value());
@@ -278,8 +290,8 @@ struct TmaStoreTileLowering : OpRewritePattern<TmaStoreTileOp> {
                               stride);
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
           rewriter, loc, op.getTensorMap(), src,
-          ValueRange{constI32(rewriter, loc, atom * op.getAtomCols()),
-                     op.getRow(), op.getHead(), op.getBatch()},
+          tmaCoordinates(rewriter, loc, atom * op.getAtomCols(), op.getRow(),
+                         op.getHead(), op.getBatch(), op.getPackedHeads()),
           Value(), NVVM::TMAStoreMode::TILE, Value());
     }
     rewriter.eraseOp(op);

@@ -173,6 +173,15 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
       return op.emitOpError()
              << "intra_wg_overlap is not implemented for the FP8 kernel";
   }
+  if (op.getPackGqa()) {
+    spec.packedHeads = spec.numQHeads / spec.numKVHeads;
+    if (64 % spec.packedHeads != 0)
+      return op.emitOpError()
+             << "pack_gqa on Hopper needs Hq / Hkv to divide 64 (each "
+                "consumer warpgroup's 64 rows hold whole queries), got "
+             << spec.numQHeads << " / " << spec.numKVHeads << " = "
+             << spec.packedHeads;
+  }
   // A persistent kernel keeps a second Q tile only where it fits
   // (queryBuffers()), so a schedule over the limit has one.
   if (spec.sharedMemoryBytes() > kMaxSharedMemory)
@@ -258,7 +267,8 @@ gpu::GPUModuleOp mlir::fa3::getOrCreateHopperKernelModule(ModuleOp module,
 void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                                      StringRef name, int64_t threads,
                                      int64_t sharedMemory, int64_t blockM,
-                                     int64_t blockN, bool persistent) {
+                                     int64_t blockN, bool persistent,
+                                     int64_t packedHeads) {
   MLIRContext *ctx = op->getContext();
   Builder builder(ctx);
   op->setAttr(kKernelAttrName,
@@ -273,6 +283,9 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
   if (persistent)
     launch.push_back(
         builder.getNamedAttr("persistent", builder.getI64IntegerAttr(1)));
+  if (packedHeads > 1)
+    launch.push_back(builder.getNamedAttr(
+        "packed_heads", builder.getI64IntegerAttr(packedHeads)));
   op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 

@@ -95,6 +95,8 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_pp";
   if (persistent)
     name += "_persistent";
+  if (packedHeads > 1)
+    name += "_pg" + std::to_string(packedHeads);
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".

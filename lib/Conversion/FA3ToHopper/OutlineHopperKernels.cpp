@@ -94,7 +94,7 @@ struct FA3OutlineHopperKernelsPass
         outlineKernel(attention, kernels, name);
       annotateHopperLaunch(attention, kernels, name, spec->numThreads(),
                            spec->sharedMemoryBytes(), spec->blockM,
-                           spec->blockN, spec->persistent);
+                           spec->blockN, spec->persistent, spec->packedHeads);
     });
     if (failedAny)
       signalPassFailure();

@@ -402,9 +402,9 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
-      if (load.getLimit() || load.getPackedHeads())
-        return fail(load, "row limits (variable-length sequences) and packed "
-                          "heads (PackGQA) have no Hopper lowering yet");
+      if (load.getLimit())
+        return fail(load, "row limits (variable-length sequences) have no "
+                          "Hopper lowering yet");
       if (kernel.queryLoad || load.getSource() != func.getArgument(0))
         return fail(load, "the forall body loads one query tile");
       kernel.queryLoad = load;
@@ -455,6 +455,22 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   }
   if (!kernel.storeOutput || !kernel.storeLse)
     return fail(grid, "the forall must store O and the LSE");
+  // PackGQA: the query tile's rows are (query, head) pairs, and every op
+  // that maps rows to queries or heads must read them alike.
+  std::optional<uint64_t> packed = kernel.queryLoad.getPackedHeads();
+  auto samePacking = [&](Operation *op, std::optional<uint64_t> other) {
+    if (other == packed)
+      return success();
+    return fail(op, "packed_heads must match the query tile's load (" +
+                        (packed ? std::to_string(*packed) : "absent") + ")");
+  };
+  if (failed(samePacking(kernel.storeOutput,
+                         kernel.storeOutput.getPackedHeads())) ||
+      failed(samePacking(kernel.storeLse, kernel.storeLse.getPackedHeads())) ||
+      (kernel.keys.mask &&
+       failed(
+           samePacking(kernel.keys.mask, kernel.keys.mask.getPackedHeads()))))
+    return failure();
   return kernel;
 }
 
@@ -489,6 +505,14 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.persistent = isPersistentGrid(kernel.grid);
+  if (std::optional<uint64_t> packed = kernel.queryLoad.getPackedHeads()) {
+    spec.packedHeads = static_cast<int64_t>(*packed);
+    if (64 % spec.packedHeads != 0)
+      return kernel.queryLoad.emitOpError()
+             << "packed_heads = " << spec.packedHeads
+             << " must divide 64 on Hopper (each consumer warpgroup's 64 "
+                "rows hold whole queries)";
+  }
   if (spec.blockM % 64 != 0 || spec.blockM > 256 || spec.blockN % 16 != 0 ||
       spec.blockN > 256 || schedule.getConsumerWgs() != spec.blockM / 64 ||
       (spec.persistent && !spec.warpSpecialized()) ||

@@ -183,6 +183,22 @@ private:
     return smemAt(add(ci(offBar + 8 * barriers), mul(buffer, ci(4))));
   }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
+  /// PackGQA: query tile row `r` is query r / G of head r % G (relative to
+  /// the tile's first query and head); unpacked, query r of one head.
+  Value queryOfRow(Value r) {
+    return s.packedHeads > 1 ? divu(r, ci(s.packedHeads)) : r;
+  }
+  Value headOfRow(Value r) { return remu(r, ci(s.packedHeads)); }
+  /// The head coordinate of a Q or O tile op for the tile's first query
+  /// head `head`: packed, its key/value head (the [B, S, H / G, G, D]
+  /// view's group).
+  Value tmaHead(Value head) {
+    return s.packedHeads > 1 ? divu(head, ci(s.packedHeads)) : head;
+  }
+  IntegerAttr packedHeadsAttr() {
+    return s.packedHeads > 1 ? b.getI64IntegerAttr(s.packedHeads)
+                             : IntegerAttr();
+  }
   Value qkDescriptor(Value addr) {
     return descriptor(addr, 16, 8 * kAtomBytes, kAtomBytes);
   }
@@ -250,7 +266,8 @@ void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
   Value batch = replay(batchIR, iv, local);
   Value tile = add(ci(value ? offV : offK), mul(stage, ci(bytes)));
   TmaLoadTileOp::create(b, loc, value ? tmaV : tmaK, row, head, batch, smem,
-                        tile, bar, s.blockN, s.headDim, /*element_bytes=*/2);
+                        tile, bar, s.blockN, s.headDim, /*element_bytes=*/2,
+                        /*packed_heads=*/IntegerAttr());
 }
 
 void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
@@ -305,16 +322,18 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   }
   fenceProxyAsyncShared();
   namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
-  Value wgRow = add(scalar(storeO.getRow()), mul(wg, ci(64)));
+  // The warpgroup's first query (64 rows: 64 / G queries packed).
+  Value wgRow = add(scalar(storeO.getRow()), mul(wg, ci(64 / s.packedHeads)));
   Value storer = andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
                       cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
   scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
     // This warpgroup's 64 rows of each atom of the O tile.
-    TmaStoreTileOp::create(b, loc, tmaO, wgRow, scalar(storeO.getHead()),
-                           scalar(storeO.getBatch()), smem,
-                           add(oTile, mul(wg, ci(64 * kAtomBytes))),
-                           /*rows=*/64, s.headDim, /*element_bytes=*/2,
-                           /*atom_stride=*/s.blockM * kAtomBytes);
+    TmaStoreTileOp::create(
+        b, loc, tmaO, wgRow, tmaHead(scalar(storeO.getHead())),
+        scalar(storeO.getBatch()), smem,
+        add(oTile, mul(wg, ci(64 * kAtomBytes))),
+        /*rows=*/64, s.headDim, /*element_bytes=*/2,
+        /*atom_stride=*/s.blockM * kAtomBytes, packedHeadsAttr());
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
     // The Q tile is reused (the next load into it, or the CTA's exit)
     // only after the TMA engine has read it. An O tile of its own is
@@ -332,10 +351,13 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   // fa3.parallel_store_stats: LSE entries past Sq are dropped.
   auto lType = cast<RankedTensorType>(storeL.getDest().getType());
   int64_t lHeads = lType.getDimSize(1);
-  Value lBatch = scalar(storeL.getBatch()), lHead = scalar(storeL.getHead());
+  Value lBatch = scalar(storeL.getBatch());
+  Value lHeadBase = scalar(storeL.getHead());
   for (int64_t row = 0; row < 2; ++row) {
     Value inTile = add(rowInTile, ci(8 * row));
-    Value lRow = add(scalar(storeL.getRow()), inTile);
+    Value lRow = add(scalar(storeL.getRow()), queryOfRow(inTile));
+    Value lHead =
+        s.packedHeads > 1 ? add(lHeadBase, headOfRow(inTile)) : lHeadBase;
     // LSE[b, h, row] at (b * Hq + h) * Sq + row, from one lane per row.
     Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
     scf::IfOp::create(
@@ -360,8 +382,9 @@ void TileKernelEmitter::loadQueryTile(Value use, Value batch, Value row,
   Value buffer = queryBufferOf(use);
   Value bar = ringBarrier(kQueryFull, use);
   Value tile = mul(buffer, ci(tileBytes(s.blockM)));
-  TmaLoadTileOp::create(b, loc, tmaQ, row, head, batch, smem, tile, bar,
-                        s.blockM, s.headDim, /*element_bytes=*/2);
+  TmaLoadTileOp::create(b, loc, tmaQ, row, tmaHead(head), batch, smem, tile,
+                        bar, s.blockM, s.headDim, /*element_bytes=*/2,
+                        packedHeadsAttr());
 }
 
 /// The producer region of fa3.warp_specialize, op by op: its loops and
@@ -680,8 +703,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       Value kLen = replay(mask.getKLen(), iv, local);
       Value offset = sub(kLen, qLen);
       auto [left, right] = resolveWindow(mask.getCausal(), mask.getWindow());
-      Value rows[2] = {add(qStart, rowInTile),
-                       add(qStart, add(rowInTile, ci(8)))};
+      Value rows[2] = {add(qStart, queryOfRow(rowInTile)),
+                       add(qStart, queryOfRow(add(rowInTile, ci(8))))};
       return maskFragment(sAcc, needMask, [&](int64_t r) {
         Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
         return keyHidden(rows[(r % 4) / 2], col, kLen, offset, left, right);

@@ -103,6 +103,26 @@ llvm.func @tma_load_tile(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3
   llvm.return
 }
 
+// Packed heads (PackGQA): the box coordinates of the [B, S, H / G, G, D]
+// view, (column, 0, group, row, batch), for the load and the store alike.
+// CHECK-LABEL: llvm.func @tma_tiles_packed
+// CHECK-SAME: (%[[MAP:.+]]: !llvm.ptr, %[[SMEM:.+]]: !llvm.ptr<3>, %[[BAR:.+]]: !llvm.ptr<3>, %[[OFF:.+]]: i32, %[[ROW:.+]]: i32, %[[G:.+]]: i32, %[[B:.+]]: i32)
+// CHECK: nvvm.mbarrier.arrive.expect_tx %[[BAR]]
+// CHECK: llvm.getelementptr %[[SMEM]]
+// CHECK-NEXT: %[[C0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[Z:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %[[MAP]], %[[BAR]], box[%[[C0]], %[[Z]], %[[G]], %[[ROW]], %[[B]]] {isCTAOnly = true}
+// CHECK: llvm.getelementptr %[[SMEM]]
+// CHECK-NEXT: %[[SC0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[SZ:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.global.shared.cta %[[MAP]], %{{.+}}, box[%[[SC0]], %[[SZ]], %[[G]], %[[ROW]], %[[B]]]
+// CHECK-NOT: fa3.
+llvm.func @tma_tiles_packed(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %off: i32, %row: i32, %g: i32, %b: i32) {
+  fa3.tma_load_tile %map[%row, %g, %b] to %smem[%off], %bar {rows = 128 : i64, cols = 64 : i64, element_bytes = 2 : i64, packed_heads = 4 : i64}
+  fa3.tma_store_tile %map[%row, %g, %b] from %smem[%off] {rows = 64 : i64, cols = 64 : i64, element_bytes = 2 : i64, atom_stride = 16384 : i64, packed_heads = 4 : i64}
+  llvm.return
+}
+
 // A warpgroup's 64 rows of a 128-row d128 O tile: two atoms, the second
 // one atom_stride (128 rows * 128 bytes) further, box column 64.
 // CHECK-LABEL: llvm.func @tma_store_tile

@@ -87,3 +87,11 @@ llvm.func @tma_store_atoms_overlap(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %i: i32
   fa3.tma_store_tile %map[%i, %i, %i] from %smem[%i] {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64, atom_stride = 4096 : i64}
   llvm.return
 }
+
+// -----
+
+llvm.func @tma_tile_packed_heads_split_a_position(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op packed_heads must be in [1, 256] and divide the 64 rows (a box of rows / packed_heads positions), got 6}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64, packed_heads = 6 : i64}
+  llvm.return
+}

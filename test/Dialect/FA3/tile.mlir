@@ -5,6 +5,8 @@
 // RUN: fa3-opt %t/grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true | FileCheck %s --check-prefix=GRID
 // RUN: fa3-opt %t/grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true --fa3-fuse-softmax | FileCheck %s --check-prefix=GRID-FUSED
 // RUN: not fa3-opt %t/unscheduled.mlir --fa3-tile 2>&1 | FileCheck %s --check-prefix=NOSCHED
+// RUN: fa3-opt %t/packed.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true | FileCheck %s --check-prefix=PACKED
+// RUN: fa3-opt %t/packed.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=PACKED-CPU
 
 //--- tile.mlir
 
@@ -184,5 +186,32 @@ func.func @unscheduled(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: t
 // GRID-FUSED: fa3.parallel_store_tile
 func.func @causal_gqa(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32} : (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>)
+  return %o, %lse : tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
+}
+
+//--- packed.mlir
+
+// pack_gqa: the grid's y dimension runs over the 2 key/value heads; a tile
+// holds block_m / 4 queries of the 4 query heads of its key/value head
+// (first query head 4 · hkv), and the load, block and stores say so.
+// PACKED-LABEL: func.func @packed
+// PACKED-SAME: (%[[Q:.+]]: tensor<2x?x8x64xbf16>, %[[K:.+]]: tensor<2x?x2x64xbf16>, %[[V:.+]]: tensor<2x?x2x64xbf16>)
+// PACKED: %[[SQ:.+]] = tensor.dim %[[Q]], %c1{{.*}} : tensor<2x?x8x64xbf16>
+// PACKED: %[[NQB:.+]] = arith.ceildivui %[[SQ]], %c48 : index
+// PACKED: scf.forall (%[[QB:.+]], %[[HKV:.+]], %[[BI:.+]]) in (%[[NQB]], 2, %{{.+}})
+// PACKED: %[[H:.+]] = arith.muli %[[HKV]], %c4 : index
+// PACKED: %[[Q0:.+]] = arith.muli %[[QB]], %c48{{.*}} : index
+// PACKED: %[[QT:.+]] = fa3.load_tile %[[Q]][%[[BI]], %[[Q0]], %[[H]]] {packed_heads = 4 : i64} : tensor<2x?x8x64xbf16> -> tensor<192x64xbf16>
+// PACKED: fa3.attention_block %[[QT]], %[[K]], %[[V]], %[[BI]], %[[HKV]], %[[Q0]], %[[SQ]] {causal, packed_heads = 4 : i64
+// PACKED: fa3.parallel_store_tile %{{.+}} into %{{.+}}[%[[BI]], %[[Q0]], %[[H]]] {packed_heads = 4 : i64}
+// PACKED: fa3.parallel_store_stats %{{.+}} into %{{.+}}[%[[BI]], %[[H]], %[[Q0]]] {packed_heads = 4 : i64}
+// The CPU's serial loops pack alike: 16 queries of 4 heads per 64-row tile,
+// the head loop over the key/value heads.
+// PACKED-CPU-LABEL: func.func @packed
+// PACKED-CPU: arith.ceildivui %{{.+}}, %c16 : index
+// PACKED-CPU: scf.for %{{.+}} = %c0 to %c2 step %c1
+// PACKED-CPU: fa3.load_tile {{.+}} {packed_heads = 4 : i64} : tensor<2x?x8x64xbf16> -> tensor<64x64xbf16>
+func.func @packed(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v {causal, pack_gqa, scale = 1.250000e-01 : f32} : (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>)
   return %o, %lse : tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
 }

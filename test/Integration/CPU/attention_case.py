@@ -34,6 +34,8 @@ class Case:
     block_n: int = 0
     # A #fa3.schedule attribute written on the op (None: the cost model's).
     schedule: str | None = None
+    # PackGQA: the hq / hkv heads of a kv head as rows of one tile.
+    pack_gqa: bool = False
 
     @property
     def head_dim_v(self):
@@ -55,6 +57,8 @@ class Case:
         parts.append("dyn" if self.dynamic else "static")
         if self.block_m or self.block_n:
             parts.append(f"blk{self.block_m}x{self.block_n}")
+        if self.pack_gqa:
+            parts.append("pack")
         return "-".join(parts)
 
     def mlir(self):
@@ -77,6 +81,8 @@ class Case:
             attrs.append(f"softcap = {self.softcap!r} : f32")
         if self.schedule:
             attrs.append(f"schedule = {self.schedule}")
+        if self.pack_gqa:
+            attrs.append("pack_gqa")
         attr_dict = " {" + ", ".join(attrs) + "}" if attrs else ""
         return (
             f"func.func @attn(%q: {qt}, %k: {kt}, %v: {vt}) -> ({ot}, {lt}) {{\n"

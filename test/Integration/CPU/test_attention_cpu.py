@@ -59,6 +59,19 @@ def _cases():
     ]
     # Empty key sequences: every row sees nothing.
     cases.append(Case(sq=5, sk=0, dtype="f32"))
+    # PackGQA (pack_gqa): the heads of a kv head share a tile; decode (Sq =
+    # 1), ragged, causal with Sq != Sk (the mask reads each row's query as
+    # row / G), windows, softcap, groups 2 to 16, Sk = 0.
+    cases += [
+        Case(sq=1, sk=1000, hq=32, hkv=8, d=128, dtype="bf16", pack_gqa=True),
+        Case(sq=1, sk=300, hq=16, hkv=2, causal=True, pack_gqa=True),
+        Case(sq=17, sk=1000, hq=16, hkv=1, causal=True, dtype="f32", pack_gqa=True),
+        Case(sq=1000, sk=1000, hq=8, hkv=4, causal=True, pack_gqa=True, b=2),
+        Case(sq=130, sk=77, hq=8, hkv=2, window=(20, 5), pack_gqa=True),
+        Case(sq=90, sk=150, hq=12, hkv=3, softcap=10.0, causal=True, dtype="bf16", pack_gqa=True),
+        Case(sq=37, sk=61, hq=8, hkv=2, block_m=16, block_n=32, causal=True, pack_gqa=True),
+        Case(sq=5, sk=0, hq=8, hkv=2, dtype="f32", pack_gqa=True),
+    ]
     return cases
 
 

@@ -30,6 +30,8 @@ class GpuCase:
     window: tuple = (-1, -1)
     # A kernel structure other than the cost model's (fa3.schedules).
     structure: str = ""
+    # PackGQA: the hq / hkv heads of a kv head as rows of one tile.
+    pack_gqa: bool = False
 
     def id(self):
         s = f"b{self.b}-sq{self.sq}-sk{self.sk}-d{self.d}-h{self.hq}x{self.hkv}-{self.dtype}"
@@ -39,6 +41,8 @@ class GpuCase:
             s += f"-win{self.window[0]}_{self.window[1]}"
         if self.structure:
             s += "-" + self.structure
+        if self.pack_gqa:
+            s += "-pack"
         return s
 
     def mlir(self):
@@ -53,6 +57,8 @@ class GpuCase:
             attrs.append(f"window = array<i64: {self.window[0]}, {self.window[1]}>")
         if self.structure:
             attrs.append(f"schedule = {schedules.hopper_forward(self.d, self.structure)}")
+        if self.pack_gqa:
+            attrs.append("pack_gqa")
         a = " {" + ", ".join(attrs) + "}" if attrs else ""
         return (f"func.func @attn(%q: {qt}, %k: {kt}, %v: {kt}) -> ({qt}, {lt}) {{\n"
                 f"  %o, %lse = fa3.attention %q, %k, %v{a} : ({qt}, {kt}, {kt}) -> ({qt}, {lt})\n"
@@ -99,6 +105,25 @@ def _cases():
         GpuCase(b=2, sq=4096, sk=1000, d=64, hq=16, hkv=16, dtype="f16", structure="persistent"),
         GpuCase(b=2, sq=4096, sk=17, d=256, causal=True, structure="persistent"),
     ]
+    # PackGQA (the Hq / Hkv heads of a kv head in one tile; Q and O through
+    # the [B, S, Hkv, G, D] TMA view): decode (Sq = 1), ragged and long
+    # queries, causal with Sq != Sk, windows, groups 2 to 16, every head dim,
+    # and the other kernel structures (a persistent grid walks kv-head
+    # tiles).
+    cases += [
+        GpuCase(b=3, sq=1, sk=4096, d=128, hq=32, hkv=8, pack_gqa=True),
+        GpuCase(b=2, sq=1, sk=1000, d=128, hq=32, hkv=8, causal=True, pack_gqa=True),
+        GpuCase(b=2, sq=17, sk=1000, d=64, hq=16, hkv=1, causal=True, pack_gqa=True),
+        GpuCase(b=1, sq=1000, sk=1000, d=128, hq=8, hkv=2, causal=True, pack_gqa=True),
+        GpuCase(b=1, sq=1000, sk=4096, d=256, hq=8, hkv=4, dtype="f16", pack_gqa=True),
+        GpuCase(b=2, sq=4096, sk=4096, d=64, hq=16, hkv=4, causal=True, pack_gqa=True),
+        GpuCase(b=1, sq=300, sk=1000, d=128, hq=16, hkv=2, window=(64, 0), causal=True, pack_gqa=True),
+        GpuCase(b=2, sq=17, sk=17, d=64, hq=8, hkv=4, pack_gqa=True),
+    ]
+    for structure in ("no_ws", "ws_no_pp", "ws_overlap", "persistent"):
+        cases.append(GpuCase(b=3, sq=1000, sk=1000, d=128, hq=16, hkv=4, causal=True, structure=structure,
+                             pack_gqa=True))
+        cases.append(GpuCase(b=4, sq=1, sk=4096, d=128, hq=32, hkv=8, structure=structure, pack_gqa=True))
     assert {c.sq for c in cases} >= set(lens)
     return cases
 

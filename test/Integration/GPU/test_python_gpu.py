@@ -89,6 +89,59 @@ def test_forward_and_backward_match_reference(case):
     print(case, ", ".join(line))
 
 
+@pytest.mark.parametrize("sq, sk, hq, hkv, causal, pack_gqa", [
+    (1, 1000, 32, 8, False, None),  # decode: fa3's rule packs
+    (1, 4096, 32, 8, True, True),
+    (17, 1000, 16, 2, True, True),
+    (300, 300, 8, 2, True, True),
+])
+def test_pack_gqa_forward_and_backward_match_reference(sq, sk, hq, hkv, causal, pack_gqa):
+    """PackGQA through fa3.attention: the packed forward's O against the
+    reference, and the backward (which reads the packed forward's O and LSE)
+    against autograd's, with SDPA's error as the yardstick."""
+    torch.manual_seed(sq * 7 + sk)
+    b, d, dtype = 3, 128, torch.bfloat16
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+    do = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    out = fa3.attention(q, k, v, causal=causal, pack_gqa=pack_gqa)
+    # The call's cached plan (the same key fa3.attention used) packs.
+    assert fa3._torch._plan(q, k, v, causal, None, (-1, -1), 0.0, pack_gqa).spec.pack_gqa
+    out.backward(do)
+    ref_o, q64, k64, v64 = _ref(q, k, v, causal)
+    s_o, leaves = _sdpa(q, k, v, causal)
+    o_err = (out.double() - ref_o).abs().max().item()
+    o_sdpa = (s_o.double() - ref_o).abs().max().item()
+    assert o_err <= 2 * o_sdpa + 1e-5, f"O {o_err:.2e} (SDPA {o_sdpa:.2e})"
+    ref_grads = torch.autograd.grad(ref_o, (q64, k64, v64), do.double())
+    s_grads = torch.autograd.grad(s_o, leaves, do)
+    for name, g, r, sg in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref_grads, s_grads):
+        err, sd = (g.double() - r).abs().max().item(), (sg.double() - r).abs().max().item()
+        assert err <= 2 * sd + 1e-4, f"{name} {err:.2e} (SDPA {sd:.2e})"
+    # The unpacked kernel gives the same attention (every row's arithmetic
+    # is the same; only the tiles' row sets differ).
+    with torch.no_grad():
+        unpacked = fa3.attention(q, k, v, causal=causal, pack_gqa=False)
+    assert (unpacked.double() - out.double()).abs().max().item() <= 2 * o_sdpa + 1e-5
+
+
+def test_pack_gqa_under_torch_compile():
+    def step(q, k, v):
+        return fa3.attention(q, k, v, pack_gqa=True)
+
+    torch.manual_seed(3)
+    q = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(4, 777, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    explain = torch._dynamo.explain(step)(q, k, v)
+    assert explain.graph_break_count == 0, explain.break_reasons
+    compiled = torch.compile(step, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), step(q, k, v))
+    with pytest.raises(ValueError, match="pack_gqa=True: the group of 24 / 8 = 3 query heads must divide 64"):
+        fa3.attention(torch.randn(1, 1, 24, 128, device="cuda", dtype=torch.bfloat16), k[:1], v[:1],
+                      pack_gqa=True)
+
+
 def test_softcap_window_and_scale_reach_the_kernels():
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, 300, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)

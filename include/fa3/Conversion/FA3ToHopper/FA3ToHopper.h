@@ -41,11 +41,14 @@ inline constexpr llvm::StringLiteral kScheduleAttrName = "fa3.schedule";
 gpu::GPUModuleOp getOrCreateHopperKernelModule(ModuleOp module, StringRef chip);
 /// Sets `fa3.kernel` = @fa3_kernels::@`name` and `fa3.launch` on `op`. A
 /// persistent kernel's launch also says `persistent = 1`: the runtime
-/// launches min(tiles, SMs) CTAs instead of one per tile.
+/// launches min(tiles, SMs) CTAs instead of one per tile. A forward with
+/// PackGQA says `packed_heads = G`: its tiles hold blockM / G queries of G
+/// heads, its grid runs over the key/value heads and the runtime describes
+/// Q and O to TMA as [B, S, H / G, G, D].
 void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                           StringRef name, int64_t threads, int64_t sharedMemory,
                           int64_t blockM, int64_t blockN,
-                          bool persistent = false);
+                          bool persistent = false, int64_t packedHeads = 1);
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -84,6 +87,13 @@ struct HopperAttentionSpec {
   /// Q-empty mbarriers hand the Q tiles (two where they fit, see
   /// queryBuffers) back to the producer.
   bool persistent = false;
+  /// PackGQA (the attention's `pack_gqa`; 16-bit only): the Hq / Hkv query
+  /// heads of one key/value head are the rows of one tile, blockM /
+  /// packedHeads queries of each; 1 = off. Must divide 64, so that each
+  /// consumer warpgroup's rows are whole queries.
+  int64_t packedHeads = 1;
+  /// Queries per tile: blockM / packedHeads.
+  int64_t queriesPerTile() const { return blockM / packedHeads; }
 
   /// Reads the spec of a scheduled fa3.attention; emits a diagnostic naming
   /// what the Hopper backend does not support and fails otherwise.

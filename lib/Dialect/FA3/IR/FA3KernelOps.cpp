@@ -76,7 +76,15 @@ LogicalResult RingBarrierOp::verify() { return verifyRing(*this, getStages()); }
 /// The TMA tile ops' common checks: whole 128-byte atoms of 1- or 2-byte
 /// elements, and box rows within TMA's 256.
 static LogicalResult verifyTmaTile(Operation *op, int64_t rows, int64_t cols,
-                                   int64_t elementBytes) {
+                                   int64_t elementBytes,
+                                   std::optional<uint64_t> packedHeads) {
+  if (packedHeads) {
+    auto g = static_cast<int64_t>(*packedHeads);
+    if (g < 1 || g > 256 || rows % g != 0)
+      return op->emitOpError()
+             << "packed_heads must be in [1, 256] and divide the " << rows
+             << " rows (a box of rows / packed_heads positions), got " << g;
+  }
   if (elementBytes != 1 && elementBytes != 2)
     return op->emitOpError()
            << "element_bytes must be 1 (e4m3) or 2 (bf16/f16), got "
@@ -93,15 +101,16 @@ static LogicalResult verifyTmaTile(Operation *op, int64_t rows, int64_t cols,
 }
 
 LogicalResult TmaLoadTileOp::verify() {
-  return verifyTmaTile(*this, static_cast<int64_t>(getRows()),
-                       static_cast<int64_t>(getCols()),
-                       static_cast<int64_t>(getElementBytes()));
+  return verifyTmaTile(
+      *this, static_cast<int64_t>(getRows()), static_cast<int64_t>(getCols()),
+      static_cast<int64_t>(getElementBytes()), getPackedHeads());
 }
 
 LogicalResult TmaStoreTileOp::verify() {
   int64_t rows = static_cast<int64_t>(getRows());
   if (failed(verifyTmaTile(*this, rows, static_cast<int64_t>(getCols()),
-                           static_cast<int64_t>(getElementBytes()))))
+                           static_cast<int64_t>(getElementBytes()),
+                           getPackedHeads())))
     return failure();
   int64_t stride = static_cast<int64_t>(getAtomStride());
   if (stride < rows * 128 || stride % 1024 != 0)

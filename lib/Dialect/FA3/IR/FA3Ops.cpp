@@ -335,6 +335,9 @@ LogicalResult AttentionOp::verify() {
                               "power-of-two head dim, got "
                            << d;
   }
+  if (getPackGqa() && (fp8 || getFp8Attr()))
+    return emitOpError() << "pack_gqa is not implemented for FP8 attentions "
+                            "(f8E4M3FN inputs or the 'fp8' attribute)";
   Type outElement = fp8 ? Type(BFloat16Type::get(getContext()))
                         : t->q.getElementType();
   if (failed(verifyResultType(*this, getOutput().getType(), "output",

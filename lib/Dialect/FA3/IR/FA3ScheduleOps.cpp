@@ -78,5 +78,14 @@ LogicalResult RingFillOp::verify() {
     return emitOpError() << "tile " << getTile()
                          << " must be a static [rows, " << source.getDimSize(3)
                          << "] tensor of " << source.getElementType();
+  if (std::optional<uint64_t> packed = getPackedHeads()) {
+    auto g = static_cast<int64_t>(*packed);
+    if (getUse())
+      return emitOpError() << "packed_heads is for the query tile's fill, "
+                              "which has no 'use'";
+    if (g < 1 || tile.getDimSize(0) % g != 0)
+      return emitOpError() << "packed_heads must divide the tile's "
+                           << tile.getDimSize(0) << " rows, got " << g;
+  }
   return success();
 }

@@ -125,7 +125,8 @@ static LogicalResult verifyInForall(Operation *op) {
 }
 
 LogicalResult ParallelStoreTileOp::verify() {
-  if (failed(verifyTileOfBSHD(*this, getTile(), getDest())))
+  if (failed(verifyPackedHeads(*this, getPackedHeads(), rows(getTile()))) ||
+      failed(verifyTileOfBSHD(*this, getTile(), getDest())))
     return failure();
   return verifyInForall(*this);
 }
@@ -139,7 +140,9 @@ Operation *ParallelStoreTileOp::getIteratingParent() {
 }
 
 LogicalResult ParallelStoreStatsOp::verify() {
-  if (failed(verifyStatsTensor(*this, getDest())))
+  auto tile = cast<RankedTensorType>(getTile().getType());
+  if (failed(verifyPackedHeads(*this, getPackedHeads(), tile.getDimSize(0))) ||
+      failed(verifyStatsTensor(*this, getDest())))
     return failure();
   return verifyInForall(*this);
 }

@@ -60,7 +60,8 @@ static void castToFP8(AttentionOp op, bool hadamard, int64_t seed,
       rewriter, loc, op.getOutput().getType(), op.getLse().getType(),
       quantized[0], quantized[1], quantized[2], descales, op.getCausalAttr(),
       op.getScaleAttr(), op.getWindowAttr(), op.getSoftcapAttr(),
-      /*schedule=*/ScheduleAttr(), /*fp8=*/FP8Attr());
+      /*schedule=*/ScheduleAttr(), /*fp8=*/FP8Attr(),
+      /*pack_gqa=*/UnitAttr());
   rewriter.replaceOp(op, fp8.getResults());
 }
 

@@ -273,9 +273,13 @@ struct FA3SelectSchedulePass
           return;
         auto q = cast<RankedTensorType>(attention.getQuery().getType());
         auto k = cast<RankedTensorType>(attention.getKey().getType());
+        // PackGQA: a head's tiles hold the G heads of its group, Sq · G rows.
+        int64_t rows = q.getDimSize(1);
+        if (attention.getPackGqa() && !ShapedType::isDynamic(rows))
+          rows *= q.getDimSize(2) / k.getDimSize(2);
         ScheduleAttr chosen = *selectSchedule(
             op->getContext(), target, q.getDimSize(3), q.getElementType(),
-            attention.getCausal(), q.getDimSize(1), k.getDimSize(1));
+            attention.getCausal(), rows, k.getDimSize(1));
         // On Hopper block_m decides the warpgroups, so an overridden block_m
         // gets the kernel structure of its own consumer count.
         if (target == "sm_90a" && (blockM > 0 || blockN > 0))

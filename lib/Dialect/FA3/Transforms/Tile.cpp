@@ -207,6 +207,20 @@ static Value fill(OpBuilder &b, Location loc, Value init, float value) {
   return linalg::FillOp::create(b, loc, v, init).getResult(0);
 }
 
+/// PackGQA for `t`: the query heads of one key/value head share a tile
+/// (t.query and t.key already in their 4-D form).
+static LogicalResult setPackedHeads(TiledForward &t, Operation *op) {
+  auto qType = cast<RankedTensorType>(t.query.getType());
+  auto kType = cast<RankedTensorType>(t.key.getType());
+  t.packedHeads = qType.getDimSize(2) / kType.getDimSize(2);
+  if (t.packedHeads > t.schedule.getBlockM())
+    return op->emitOpError()
+           << "pack_gqa puts " << t.packedHeads
+           << " query heads in each query of a tile, more than its block_m = "
+           << t.schedule.getBlockM() << " rows";
+  return success();
+}
+
 /// Builds the loops over (batch, query head, query block) and replaces `op`
 /// with their results.
 /// `probsScale`, when set, asks the fa3.pv steps to round P to e4m3 after
@@ -233,12 +247,21 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
   int64_t blockM = schedule.getBlockM();
 
   TiledForward t;
+  t.schedule = schedule;
+  t.query = op.getQuery();
+  t.key = op.getKey();
+  if (op.getPackGqa() && failed(setPackedHeads(t, op)))
+    return failure();
+  // PackGQA: a tile holds block_m / G queries of the G heads of one
+  // key/value head.
+  int64_t packed = t.packedHeads;
+  int64_t queriesPerTile = blockM / packed;
   t.c0 = indexConstant(rewriter, loc, 0);
   t.c1 = indexConstant(rewriter, loc, 1);
   Value batch = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
   Value seqQ = tensor::DimOp::create(rewriter, loc, op.getQuery(), 1);
   Value numQBlocks = arith::CeilDivUIOp::create(
-      rewriter, loc, seqQ, indexConstant(rewriter, loc, blockM));
+      rewriter, loc, seqQ, indexConstant(rewriter, loc, queriesPerTile));
 
   // Destinations for the tiles: [B, Sq, Hq, Dv] and [B, Hq, Sq].
   SmallVector<Value> outDynamic, lseDynamic;
@@ -257,8 +280,6 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
 
   setMaskAttrs(t, op, rewriter);
   t.probsScale = probsScale;
-  t.query = op.getQuery();
-  t.key = op.getKey();
   t.value = op.getValue();
   t.outType = outType;
   t.lseType = lseType;
@@ -288,8 +309,9 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
       {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
        gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
        gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
+  // Packed, the grid's y dimension runs over the key/value heads.
   SmallVector<OpFoldResult> bounds = {
-      numQBlocks, rewriter.getIndexAttr(numQHeads), batch};
+      numQBlocks, rewriter.getIndexAttr(numQHeads / packed), batch};
   auto forall = scf::ForallOp::create(rewriter, loc, bounds,
                                       ValueRange{outInit, lseInit}, mapping);
   {
@@ -297,41 +319,37 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
     scf::InParallelOp inParallel = forall.getTerminator();
     rewriter.setInsertionPoint(inParallel);
     ValueRange ivs = forall.getInductionVars();
-    Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2];
-    Value kvHead = arith::DivUIOp::create(
-        rewriter, loc, head, indexConstant(rewriter, loc, groupSize));
-    Value qStart = arith::MulIOp::create(rewriter, loc, qBlock,
-                                         indexConstant(rewriter, loc, blockM));
-    Value qTile = LoadTileOp::create(rewriter, loc, qTileType, op.getQuery(),
-                                     bIdx, qStart, head);
+    Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2], kvHead;
+    IntegerAttr packedAttr;
+    if (packed > 1) {
+      // Key/value head `ivs[1]`; the tile's first query head.
+      kvHead = head;
+      head = arith::MulIOp::create(rewriter, loc, kvHead,
+                                   indexConstant(rewriter, loc, packed));
+      packedAttr = rewriter.getI64IntegerAttr(packed);
+    } else {
+      kvHead = arith::DivUIOp::create(rewriter, loc, head,
+                                      indexConstant(rewriter, loc, groupSize));
+    }
+    Value qStart = arith::MulIOp::create(
+        rewriter, loc, qBlock, indexConstant(rewriter, loc, queriesPerTile));
+    Value qTile =
+        LoadTileOp::create(rewriter, loc, qTileType, op.getQuery(), bIdx,
+                           qStart, head, /*limit=*/Value(), packedAttr);
     auto block = AttentionBlockOp::create(
         rewriter, loc, oTileType, lseTileType, qTile, op.getKey(),
         op.getValue(), bIdx, kvHead, qStart, seqQ, /*key_start=*/Value(),
         /*key_len=*/Value(), /*page_table=*/Value(), /*split_begin=*/Value(),
-        /*split_end=*/Value(), t.causal, t.scale,
-        t.window, t.softcap, schedule, probsScale, /*packed_heads=*/IntegerAttr());
+        /*split_end=*/Value(), t.causal, t.scale, t.window, t.softcap, schedule,
+        probsScale, packedAttr);
     rewriter.setInsertionPointToStart(inParallel.getBody());
     ValueRange shared = forall.getRegionIterArgs();
     ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
-                                bIdx, qStart, head);
-    ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1],
-                                 bIdx, head, qStart);
+                                bIdx, qStart, head, packedAttr);
+    ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1], bIdx,
+                                 head, qStart, packedAttr);
   }
   rewriter.replaceOp(op, forall.getResults());
-  return success();
-}
-
-/// PackGQA for `t`: the query heads of one key/value head share a tile
-/// (t.query and t.key already in their 4-D form).
-static LogicalResult setPackedHeads(TiledForward &t, Operation *op) {
-  auto qType = cast<RankedTensorType>(t.query.getType());
-  auto kType = cast<RankedTensorType>(t.key.getType());
-  t.packedHeads = qType.getDimSize(2) / kType.getDimSize(2);
-  if (t.packedHeads > t.schedule.getBlockM())
-    return op->emitOpError()
-           << "pack_gqa puts " << t.packedHeads
-           << " query heads in each query of a tile, more than its block_m = "
-           << t.schedule.getBlockM() << " rows";
   return success();
 }
 
@@ -663,7 +681,7 @@ static AttentionOp dequantizeFP8(AttentionOp op, RewriterBase &rewriter) {
       rewriter, loc, outF32, op.getLse().getType(), q, k, v, ValueRange{},
       op.getCausalAttr(), rewriter.getF32FloatAttr(op.getEffectiveScale()),
       op.getWindowAttr(), op.getSoftcapAttr(), op.getScheduleAttr(),
-      /*fp8=*/FP8Attr());
+      /*fp8=*/FP8Attr(), /*pack_gqa=*/UnitAttr());
   // The bf16 output.
   SmallVector<Value> dynamic;
   for (int64_t i = 0; i < outType.getRank(); ++i)

@@ -48,7 +48,7 @@ static void cloneFill(OpBuilder &b, scf::ForOp loop, LoadTileOp load, Value iv,
                      mapping.lookupOrDefault(load.getBatch()),
                      mapping.lookupOrDefault(load.getRow()),
                      mapping.lookupOrDefault(load.getHead()), use,
-                     TypeAttr::get(load.getType()));
+                     TypeAttr::get(load.getType()), IntegerAttr());
 }
 
 static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
@@ -72,10 +72,12 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
       valueLoad->getBlock() != loop.getBody())
     return fail(loop, "the query tile must be loaded in the grid's body and "
                       "the key and value tiles in the key loop (fa3.load_tile)");
+  // The query fill keeps packed heads (PackGQA); key and value tiles are
+  // one head's rows.
   for (LoadTileOp load : {queryLoad, keyLoad, valueLoad})
-    if (load.getLimit() || load.getPackedHeads())
+    if (load.getLimit() || (load != queryLoad && load.getPackedHeads()))
       return fail(load, "the producer loads whole tiles; row limits and "
-                        "packed heads have no ring fill");
+                        "packed key/value heads have no ring fill");
   if (getConstantIntValue(loop.getStep()) != 1)
     return fail(loop, "its key loop's step must be 1");
   if (loop->use_empty() ||
@@ -112,7 +114,8 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
   b.setInsertionPointToEnd(producer);
   RingFillOp::create(b, loc, queryLoad.getSource(), queryLoad.getBatch(),
                      queryLoad.getRow(), queryLoad.getHead(), Value(),
-                     TypeAttr::get(queryLoad.getType()));
+                     TypeAttr::get(queryLoad.getType()),
+                     queryLoad.getPackedHeadsAttr());
   Value lo = loop.getLowerBound(), hi = loop.getUpperBound();
   Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
   Value c1 = arith::ConstantIndexOp::create(b, loc, 1);

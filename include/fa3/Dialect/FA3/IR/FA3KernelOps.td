@@ -174,6 +174,13 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
     `mbarrier.arrive.expect_tx` of the tile's bytes. The caller is one
     thread; the barrier expects that one arrival.
 
+    With `packed_heads = G` (PackGQA) the tile's rows are (position, head)
+    pairs: `tensor_map` views the tensor as `[B, S, H / G, G, D]` with boxes
+    of 128 bytes × G heads × `rows / G` positions, `head` is the group (the
+    key/value head) and tile row `r` is head `head · G + r % G` at position
+    `row + r / G`: one copy per atom with coordinates (column, 0, `head`,
+    `row`, `batch`).
+
     ```mlir
     fa3.tma_load_tile %tk[%row, %head, %batch] to %smem[%offset], %bar
         {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
@@ -183,7 +190,8 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
                        I32:$head, I32:$batch,
                        LLVM_PointerInAddressSpace<3>:$smem, I32:$offset,
                        LLVM_PointerInAddressSpace<3>:$barrier, I64Attr:$rows,
-                       I64Attr:$cols, I64Attr:$element_bytes);
+                       I64Attr:$cols, I64Attr:$element_bytes,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
     $tensor_map `[` $row `,` $head `,` $batch `]` `to` $smem `[` $offset `]`
     `,` $barrier attr-dict
@@ -212,7 +220,8 @@ def FA3_TmaStoreTileOp : FA3_Op<"tma_store_tile"> {
     The copy engine drops rows past the tensor's end. The stores join this
     thread's current bulk async-group: the caller commits the group and
     waits for it (`nvvm.cp.async.bulk.commit.group`, `.wait_group.read`)
-    before it writes those bytes of shared memory again.
+    before it writes those bytes of shared memory again. `packed_heads`
+    reads as in `fa3.tma_load_tile`.
 
     ```mlir
     fa3.tma_store_tile %to[%row, %head, %batch] from %smem[%offset]
@@ -224,7 +233,8 @@ def FA3_TmaStoreTileOp : FA3_Op<"tma_store_tile"> {
                        I32:$head, I32:$batch,
                        LLVM_PointerInAddressSpace<3>:$smem, I32:$offset,
                        I64Attr:$rows, I64Attr:$cols, I64Attr:$element_bytes,
-                       I64Attr:$atom_stride);
+                       I64Attr:$atom_stride,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
     $tensor_map `[` $row `,` $head `,` $batch `]` `from` $smem `[` $offset `]`
     attr-dict

@@ -70,6 +70,15 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
     * `softcap`: scores become `softcap · tanh(s / softcap)` before masking
       (0 or absent: off).
     * `schedule`: the `#fa3.schedule` chosen by `fa3-select-schedule`.
+    * `pack_gqa` (PackGQA, FlashAttention-3's `pack_gqa`): the `Hq / Hkv`
+      query heads that share a key/value head are packed as rows of one
+      query tile (`packed_heads` on the tile ops): a tile holds
+      `block_m / G` queries of all G heads, the grid runs over key/value
+      heads, and each key/value tile is read once for the whole group. For
+      few queries per head (decode: Sq = 1) this fills the tile that G
+      one-row tiles would mostly waste; the result is the same. On Hopper
+      G must divide 64 (the rows of one consumer warpgroup), and FP8
+      attentions do not pack.
 
     A row with no visible key gets `O = 0` and `LSE = -inf`.
 
@@ -102,7 +111,8 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
   let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value,
                             Variadic<AnyTensor>:$descales),
                        FA3_AttentionAttrs,
-                       (ins OptionalAttr<FA3_FP8Attr>:$fp8));
+                       (ins OptionalAttr<FA3_FP8Attr>:$fp8,
+                            UnitAttr:$pack_gqa));
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
   let extraClassDeclaration = attentionExtraDecls;
 }

@@ -96,11 +96,13 @@ def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>]> {
     its source. `use` is the tile's number among the ring's fills of this
     query tile (key and value tiles: the slot is `use mod stages`, and a
     slot is refilled once the consumers released its previous use); a query
-    tile has no `use` (the kernel keeps its query tiles per CTA). Only in
+    tile has no `use` (the kernel keeps its query tiles per CTA). A query
+    tile of packed heads (PackGQA) keeps its load's `packed_heads`. Only in
     the producer region of an `fa3.warp_specialize`.
   }];
   let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
-                       Index:$head, Optional<Index>:$use, TypeAttr:$tile);
+                       Index:$head, Optional<Index>:$use, TypeAttr:$tile,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
     $source `[` $batch `,` $row `,` $head `]` (`use` $use^)? attr-dict `:`
     type($source) `->` $tile

@@ -197,7 +197,9 @@ def FA3_ParallelStoreTileOp : FA3_Op<"parallel_store_tile", [
     iteration's tile goes into rows `[row, row + R)` of `dest`, a shared
     output of the enclosing `scf.forall` (rows past the end are dropped). The
     iterations write disjoint rows, so the forall's result is the union of
-    their tiles. `fa3-tile{grid=true}` emits it.
+    their tiles. `fa3-tile{grid=true}` emits it. With `packed_heads = G`
+    (PackGQA), tile row `r` goes to `dest[batch, row + r / G, head + r % G,
+    :]`, as with `fa3.store_tile`.
 
     ```mlir
     scf.forall.in_parallel {
@@ -206,7 +208,8 @@ def FA3_ParallelStoreTileOp : FA3_Op<"parallel_store_tile", [
     ```
   }];
   let arguments = (ins FA3_Tile2D:$tile, FA3_BSHDTensor:$dest, Index:$batch,
-                       Index:$row, Index:$head);
+                       Index:$row, Index:$head,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
     $tile `into` $dest `[` $batch `,` $row `,` $head `]` attr-dict `:`
     type($tile) `into` type($dest)
@@ -220,14 +223,17 @@ def FA3_ParallelStoreStatsOp : FA3_Op<"parallel_store_stats", [
   let description = [{
     The form of `fa3.store_stats` inside `scf.forall.in_parallel`:
     `dest[batch, head, row + i] = tile[i]` for the rows inside the sequence,
-    `dest` a shared output of the enclosing `scf.forall`.
+    `dest` a shared output of the enclosing `scf.forall`. With
+    `packed_heads = G`, entry `r` goes to `dest[batch, head + r % G, row +
+    r / G]`.
 
     ```mlir
     fa3.parallel_store_stats %lt into %l[%b, %h, %q0] : tensor<128xf32> into tensor<?x8x?xf32>
     ```
   }];
   let arguments = (ins FA3_Tile1D:$tile, FA3_BHSTensor:$dest, Index:$batch,
-                       Index:$head, Index:$row);
+                       Index:$head, Index:$row,
+                       OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
     $tile `into` $dest `[` $batch `,` $head `,` $row `]` attr-dict `:`
     type($tile) `into` type($dest)
