@@ -75,6 +75,18 @@ int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q, uint64_t k,
                          int64_t seq_q, int64_t seq_k, void *stream,
                          char **error);
 
+/** Launches an fa3.attention_kvcache kernel (a contiguous cache): q
+ *  [B, Sq, Hq, D]; k_cache, v_cache [B, cache_rows, Hkv, D]; out, lse as in
+ *  fa3_launch_attention; cache_seqlens i32 [B] on the device (batch b
+ *  attends to its first min(cache_seqlens[b], cache_rows) keys; the cache
+ *  rows past that are read and must hold finite values). */
+int fa3_launch_attention_kvcache(const fa3_kernel *kernel, uint64_t q,
+                                 uint64_t k_cache, uint64_t v_cache,
+                                 uint64_t out, uint64_t lse,
+                                 uint64_t cache_seqlens, int64_t batch,
+                                 int64_t seq_q, int64_t cache_rows,
+                                 void *stream, char **error);
+
 /** FP8 forwards (e4m3 q, k, v): bytes of device workspace a launch needs
  *  (the transposed V'); 0 for other forwards, -1 for a backward. */
 int64_t fa3_attention_workspace_size(const fa3_kernel *kernel, int64_t batch,

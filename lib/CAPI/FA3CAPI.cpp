@@ -334,31 +334,77 @@ extern "C" double fa3_kernel_compile_ms(const fa3_kernel *kernel) {
   return kernel ? kernel->compileMs : 0;
 }
 
+/// The forward launch of fa3_launch_attention (`lengths` 0) and
+/// fa3_launch_attention_kvcache (`lengths`: cache_seqlens), named `entry`
+/// in errors.
+static int launchForward(const fa3_kernel *kernel, const char *entry,
+                         uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+                         uint64_t lse, uint64_t lengths, int64_t batch,
+                         int64_t seqQ, int64_t seqK, void *stream,
+                         char **error);
+
+extern "C" int fa3_launch_attention_kvcache(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
+    uint64_t out, uint64_t lse, uint64_t cache_seqlens, int64_t batch,
+    int64_t seq_q, int64_t cache_rows, void *stream, char **error) {
+  if (kernel && kernel->function && !kernel->kernel.info.kvCache) {
+    setError(error, "fa3_launch_attention_kvcache: the kernel is not an "
+                    "fa3.attention_kvcache forward; launch it with "
+                    "fa3_launch_attention");
+    return 1;
+  }
+  if (kernel && kernel->function && !cache_seqlens) {
+    setError(error, "fa3_launch_attention_kvcache: cache_seqlens is NULL");
+    return 1;
+  }
+  return launchForward(kernel, "fa3_launch_attention_kvcache", q, k_cache,
+                       v_cache, out, lse, cache_seqlens, batch, seq_q,
+                       cache_rows, stream, error);
+}
+
 extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                                     uint64_t k, uint64_t v, uint64_t out,
                                     uint64_t lse, int64_t batch, int64_t seqQ,
                                     int64_t seqK, void *stream, char **error) {
+  if (kernel && kernel->function && kernel->kernel.info.kvCache) {
+    setError(error, "fa3_launch_attention: the kernel attends to a KV cache; "
+                    "launch it with fa3_launch_attention_kvcache");
+    return 1;
+  }
+  return launchForward(kernel, "fa3_launch_attention", q, k, v, out, lse,
+                       /*lengths=*/0, batch, seqQ, seqK, stream, error);
+}
+
+static int launchForward(const fa3_kernel *kernel, const char *entry,
+                         uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+                         uint64_t lse, uint64_t lengths, int64_t batch,
+                         int64_t seqQ, int64_t seqK, void *stream,
+                         char **error) {
+  std::string name = entry;
   if (!kernel || !kernel->function) {
-    setError(error, kernel ? (kernel->kernel.info.backward
-                                  ? "fa3_launch_attention: the kernel is a "
-                                    "backward; launch it with "
-                                    "fa3_launch_attention_grad"
-                                  : "fa3_launch_attention: the kernel was "
-                                    "compiled to PTX only (fa3_compile_ptx)")
-                           : "fa3_launch_attention: kernel is NULL");
+    setError(error,
+             (name + (kernel ? (kernel->kernel.info.backward
+                                    ? ": the kernel is a backward; launch it "
+                                      "with fa3_launch_attention_grad"
+                                    : ": the kernel was compiled to PTX only "
+                                      "(fa3_compile_ptx)")
+                             : ": kernel is NULL"))
+                 .c_str());
     return 1;
   }
   if (batch < 0 || seqQ < 0 || seqK < 0) {
-    setError(error, "fa3_launch_attention: negative batch or sequence length");
+    setError(error, (name + ": negative batch or sequence length").c_str());
     return 1;
   }
   if (kernel->kernel.info.fp8) {
-    setError(error, "fa3_launch_attention: the kernel is an FP8 forward; "
-                    "launch it with fa3_launch_attention_fp8");
+    setError(error, (name + ": the kernel is an FP8 forward; launch it with "
+                            "fa3_launch_attention_fp8")
+                        .c_str());
     return 1;
   }
   auto args = runtime::AttentionDeviceArgs::forward(q, k, v, out, lse, batch,
                                                     seqQ, seqK);
+  args.cacheSeqlens = lengths;
   args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForward(

@@ -32,8 +32,9 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   mlir::Operation *attention = nullptr;
   unsigned count = 0;
   func.walk([&](mlir::Operation *op) {
-    if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp,
-                  mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
+    if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
+                  mlir::fa3::AttentionGradOp, mlir::fa3::HadamardOp,
+                  mlir::fa3::QuantizeOp>(op)) {
       attention = op;
       ++count;
     }
@@ -42,8 +43,10 @@ findLaunchableAttention(mlir::func::FuncOp func) {
     return error("'" + func.getSymName() +
                  "' cannot be compiled as one kernel: it must be one "
                  "fa3.attention on its 3 arguments returning (O, LSE), one "
-                 "fa3.attention_grad on its 6 arguments returning (dQ, dK, "
-                 "dV), or one fa3.hadamard or fa3.quantize on its argument");
+                 "fa3.attention_kvcache on its 4 arguments (contiguous "
+                 "caches) returning (O, LSE), one fa3.attention_grad on its "
+                 "6 arguments returning (dQ, dK, dV), or one fa3.hadamard or "
+                 "fa3.quantize on its argument");
   };
   if (count != 1 || func.getNumArguments() != attention->getNumOperands())
     return shapeError();
@@ -180,6 +183,7 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     kernel.info.sharedMemory = getInt("shared_memory");
     kernel.info.persistent = getInt("persistent") != 0;
     kernel.info.packedHeads = std::max<int64_t>(1, getInt("packed_heads"));
+    kernel.info.kvCache = getInt("kvcache") != 0;
   }
 
   auto binary =

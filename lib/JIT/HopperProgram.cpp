@@ -44,12 +44,15 @@ static llvm::Expected<ElementType> elementTypeOf(mlir::Type type,
       return ElementType::F32;
     if (llvm::isa<mlir::Float8E4M3FNType>(elt))
       return ElementType::F8E4M3;
+    if (elt.isInteger(32))
+      return ElementType::I32;
   }
   std::string s;
   llvm::raw_string_ostream os(s);
   type.print(os);
   return error(what + " has type " + s +
-               "; CUDA runs take tensors of bf16, f16, f32 or f8E4M3FN");
+               "; CUDA runs take tensors of bf16, f16, f32, f8E4M3FN or i32 "
+               "(cache lengths)");
 }
 
 /// A module holding `@fa3_step`: `op` alone on block arguments, returning
@@ -113,16 +116,18 @@ HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
         program.returns.push_back(numbers.lookup(v));
       continue;
     }
-    if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionGradOp,
-                   mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
+    if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
+                   mlir::fa3::AttentionGradOp, mlir::fa3::HadamardOp,
+                   mlir::fa3::QuantizeOp>(op)) {
       std::string s;
       llvm::raw_string_ostream os(s);
       op.getLoc().print(os);
       return error("'" + function + "' cannot run on CUDA: '" +
                    op.getName().getStringRef() + "' at " + s +
-                   " is not fa3.attention, fa3.attention_grad, fa3.hadamard "
-                   "or fa3.quantize (the CUDA runtime runs sequences of "
-                   "those; the CPU runs anything)");
+                   " is not fa3.attention, fa3.attention_kvcache, "
+                   "fa3.attention_grad, fa3.hadamard or fa3.quantize (the "
+                   "CUDA runtime runs sequences of those; the CPU runs "
+                   "anything)");
     }
     Step step;
     for (mlir::Value v : op.getOperands())
@@ -346,6 +351,22 @@ HopperProgram::run(const CudaDevice &device,
           return std::move(err);
       const auto &q = operand(0).shape;
       int64_t batch = q[0], seqQ = q[1], seqK = operand(1).shape[1];
+      // A KV cache: [B, S_cache, Hkv, D] caches of q's batch and i32 [B]
+      // lengths.
+      DevicePtr lengths = 0;
+      if (info.kvCache) {
+        const DeviceValue &lens = operand(3);
+        if (operand(1).shape[0] != batch || operand(2).shape[0] != batch ||
+            operand(2).shape[1] != seqK)
+          return error("the caches of " + info.name +
+                       " must be [B, S_cache, Hkv, D] with q's batch " +
+                       llvm::Twine(batch));
+        if (lens.type != ElementType::I32 ||
+            lens.shape != std::vector<int64_t>{batch})
+          return error("cache_seqlens of " + info.name + " must be [" +
+                       llvm::Twine(batch) + "] i32");
+        lengths = lens.buffer.ptr();
+      }
       auto out = allocate(device, elt, q);
       if (!out)
         return out.takeError();
@@ -364,6 +385,7 @@ HopperProgram::run(const CudaDevice &device,
           operand(2).buffer.ptr(), values[step.results[0]]->buffer.ptr(),
           values[step.results[1]]->buffer.ptr(), batch, seqQ, seqK);
       args.multiprocessors = device.getMultiprocessorCount();
+      args.cacheSeqlens = lengths;
       launches.push_back([kernel = *function, &info, args]() {
         return launchAttentionForward(kernel, info, args, nullptr);
       });

@@ -44,7 +44,8 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"threads", std::to_string(threads)},
           {"shared_memory", std::to_string(sharedMemory)},
           {"persistent", persistent ? "1" : "0"},
-          {"packed_heads", std::to_string(packedHeads)}};
+          {"packed_heads", std::to_string(packedHeads)},
+          {"kvcache", kvCache ? "1" : "0"}};
 }
 
 llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
@@ -115,6 +116,10 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
   if (info.kind == Kind::Attention && !info.backward) {
     if (llvm::Error err = getInt("packed_heads", info.packedHeads))
       return std::move(err);
+    auto kvCache = get("kvcache");
+    if (!kvCache)
+      return kvCache.takeError();
+    info.kvCache = *kvCache == "1";
     if (info.packedHeads < 1 || info.numQHeads % info.packedHeads != 0 ||
         info.blockM % info.packedHeads != 0)
       return error(
@@ -230,6 +235,12 @@ llvm::Error fa3::runtime::launchAttentionForward(
   if (info.fp8)
     return error("kernel " + info.name +
                  " is an FP8 kernel: launch it with launchAttentionForwardFP8");
+  if (info.kvCache && !args.cacheSeqlens)
+    return error("kernel " + info.name +
+                 " attends to a KV cache: the launch needs cache_seqlens");
+  if (!info.kvCache && args.cacheSeqlens)
+    return error("kernel " + info.name +
+                 " is not a KV cache kernel: it takes no cache_seqlens");
   if (args.batch == 0 || args.seqQ == 0)
     return llvm::Error::success();
   if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
@@ -263,11 +274,11 @@ llvm::Error fa3::runtime::launchAttentionForward(
   if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
     return err;
 
-  DevicePtr lse = args.lse, tileCounter = 0;
+  DevicePtr lse = args.lse, tileCounter = 0, lengths = args.cacheSeqlens;
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
   int32_t batch32 = int32_t(args.batch);
-  void *params[] = {&*mapQ,  &*mapK,  &*mapV,   &*mapO,      &lse,
-                    &seqQ32, &seqK32, &batch32, &tileCounter};
+  void *params[] = {&*mapQ,  &*mapK,  &*mapV,   &*mapO,       &lse,
+                    &seqQ32, &seqK32, &batch32, &tileCounter, &lengths};
   int64_t queriesPerTile = info.blockM / group;
   int64_t queryTiles = (args.seqQ + queriesPerTile - 1) / queriesPerTile;
   int64_t tileHeads = info.numQHeads / group;
@@ -290,8 +301,10 @@ llvm::Error fa3::runtime::launchAttentionForward(
     tileCounter = *counter;
   }
   Dim3 block{unsigned(info.threads), 1, 1};
-  return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
-                       params);
+  // cache_seqlens is a KV cache kernel's last parameter only.
+  return kernel.launch(
+      grid, block, unsigned(info.sharedMemory), stream,
+      llvm::ArrayRef<void *>(params).drop_back(info.kvCache ? 0 : 1));
 }
 
 /// Keys of V' padded to whole key blocks.

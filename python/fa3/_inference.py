@@ -9,8 +9,9 @@ pipeline on numpy arrays; torch CPU tensors go through the custom ops of
 fa3._inference_torch (autograd for the packed attention, torch.compile). The sequence offsets, lengths and page tables are
 data: one compiled function serves every batch, and the checks here, on
 their values, are what keeps a call from reading another sequence's rows.
-The Hopper kernels for these ops are not built yet; CUDA tensors get a
-ValueError saying so.
+CUDA tensors: attention_with_kvcache on a contiguous cache runs its Hopper
+kernel (fa3._kvcache_cuda); the varlen ops and paged caches have none yet
+and are a ValueError.
 """
 
 import sys
@@ -287,7 +288,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
 
     torch CPU tensors work too (the caches are updated in place; the op is
     `torch.ops.fa3.attention_with_kvcache`, traceable by torch.compile; no
-    autograd); CUDA tensors are a ValueError until the Hopper kernel exists.
+    autograd). torch CUDA tensors (bf16/f16, head dims 64/128/256 with v's
+    equal to q's, a contiguous cache) run the Hopper kernel of
+    fa3.attention_kvcache (`torch.ops.fa3.attention_kvcache_cuda`): the
+    append by torch indexing, then one kernel reading each batch's length
+    on the device. Cache rows past a batch's length are read (and masked):
+    they must hold finite values (a cache from torch.zeros, or rows written
+    before). A page table or num_splits > 1 on CUDA is a ValueError (no
+    Hopper kernel yet).
     """
     if _torch_inputs(q, k_cache, v_cache):
         return _attention_with_kvcache_torch(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
@@ -397,6 +405,16 @@ def _attention_with_kvcache_torch(q, k_cache, v_cache, k, v, cache_seqlens, page
     """attention_with_kvcache on torch CPU tensors: the options resolved
     here, the rest checked by the numpy path inside the custom op."""
     import torch
+
+    if isinstance(q, torch.Tensor) and q.device.type == "cuda":
+        from . import _kvcache_cuda
+
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+        _check_num_splits(num_splits)
+        out, lse = _kvcache_cuda.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
+                                                        softmax_scale, window_size, softcap, num_splits, pack_gqa)
+        return (out, lse) if return_lse else out
 
     from . import _inference_torch
 

@@ -71,9 +71,9 @@ class AttentionSpec:
             attrs.append(f"schedule = {schedule}")
         return " {" + ", ".join(attrs) + "}"
 
-    def _split_attrs(self, num_splits):
-        """`_attrs()` with `num_splits` (split-KV) when > 1."""
-        attrs = self._attrs()
+    def _split_attrs(self, num_splits, schedule=None):
+        """`_attrs(schedule)` with `num_splits` (split-KV) when > 1."""
+        attrs = self._attrs(schedule)
         if num_splits > 1:
             attrs = attrs[:-1] + f", num_splits = {int(num_splits)} : i64}}"
         return attrs
@@ -152,14 +152,15 @@ class AttentionSpec:
                 f"-> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
 
-    def kvcache_mlir(self, paged=False, append=False, num_splits=1, pack_gqa=False):
+    def kvcache_mlir(self, paged=False, append=False, num_splits=1, pack_gqa=False, schedule=None):
         """`@attention_kvcache(q, k_cache, v_cache[, k_new, v_new],
         cache_seqlens[, seqlens_before_append][, page_table]) -> (o, lse[,
         k_cache, v_cache])`: with `append`, fa3.kvcache_append writes the new
         rows at the lengths before the append, and fa3.attention_kvcache
         attends to the lengths after it, in `num_splits` splits of the keys
         (split-KV) when > 1, with the query heads of each KV head packed into
-        one tile with `pack_gqa`."""
+        one tile with `pack_gqa`; `schedule` (a `#fa3.schedule<...>`
+        string; None: the compiler's choice) is written into the attention."""
         q, k, v, o, lse = self._types()
         idx, table = "tensor<?xi32>", "tensor<?x?xi32>"
         args = [f"%q: {q}", f"%kc: {k}", f"%vc: {v}"]
@@ -180,7 +181,7 @@ class AttentionSpec:
             caches = "%kc1, %vc1"
             results += ", %kc1, %vc1"
             result_types += f", {k}, {v}"
-        attrs = self._split_attrs(num_splits)
+        attrs = self._split_attrs(num_splits, schedule)
         if pack_gqa:
             attrs = attrs[:-1] + ", pack_gqa}"
         body += (f"  %o, %lse = fa3.attention_kvcache %q, {caches}, %lens{pages_op}{attrs}"

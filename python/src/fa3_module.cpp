@@ -200,6 +200,17 @@ public:
       raise(error, "fa3_launch_attention failed");
   }
 
+  /// fa3.attention_kvcache forwards: contiguous caches and i32 lengths.
+  void launchKVCache(uint64_t q, uint64_t kCache, uint64_t vCache, uint64_t out,
+                     uint64_t lse, uint64_t cacheSeqlens, int64_t batch,
+                     int64_t seqQ, int64_t cacheRows, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_kvcache(
+            kernel, q, kCache, vCache, out, lse, cacheSeqlens, batch, seqQ,
+            cacheRows, reinterpret_cast<void *>(stream), &error) != 0)
+      raise(error, "fa3_launch_attention_kvcache failed");
+  }
+
   /// FP8 forwards: e4m3 q/k/v, f32 descales [B, Hkv], V' workspace.
   void launchFP8(uint64_t q, uint64_t k, uint64_t v, uint64_t out,
                  uint64_t lse, uint64_t qDescale, uint64_t kDescale,
@@ -366,6 +377,10 @@ PYBIND11_MODULE(_fa3, m) {
       .def("launch", &CudaKernel::launch, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"))
+      .def("launch_kvcache", &CudaKernel::launchKVCache, py::arg("q"),
+           py::arg("k_cache"), py::arg("v_cache"), py::arg("out"),
+           py::arg("lse"), py::arg("cache_seqlens"), py::arg("batch"),
+           py::arg("seq_q"), py::arg("cache_rows"), py::arg("stream"))
       .def("launch_fp8", &CudaKernel::launchFP8, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("q_descale"),
            py::arg("k_descale"), py::arg("v_descale"), py::arg("workspace"),

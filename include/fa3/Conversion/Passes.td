@@ -119,7 +119,10 @@ def FA3OutlineHopperKernels
   let summary = "Give each 16-bit fa3.attention a tensor-level kernel function in @fa3_kernels";
   let description = [{
     The first step of the Hopper forward's lowering. For each scheduled
-    f16/bf16 `fa3.attention`, checks the schedule as `convert-fa3-to-hopper`
+    f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache` on a
+    contiguous cache in one split: its function takes `cache_seqlens` after
+    the caches; a page table or `num_splits > 1` is an error, no Hopper
+    kernel yet), checks the schedule as `convert-fa3-to-hopper`
     does (the same diagnostics), creates in `gpu.module @fa3_kernels` a
     function named after the kernel's spec that holds the attention on
     dynamic batch and sequence lengths, with the schedule as its
@@ -165,7 +168,12 @@ def ConvertFA3TileToHopper
     `fa3-fuse-softmax`) into an `llvm.func` kernel of the same name with the
     ABI of the forward kernel: the CUtensorMaps of Q, K and V by value
     (`__grid_constant__`), the O and LSE pointers, Sq, Sk and the batch
-    size as i32.
+    size as i32, the tile counter and, for a KV cache's function (a fourth
+    argument, i32 `cache_seqlens`), the lengths' pointer: its
+    `tensor.extract` is an i32 load, and the key and value loads' row limit
+    (the length) bounds nothing on Hopper: TMA reads whole tiles of the
+    cache and `fa3.mask` hides the keys past the length (P = 0 there, so
+    those cache rows must hold finite values).
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of
@@ -187,7 +195,10 @@ def ConvertFA3TileToHopper
       replays the loads' coordinate arithmetic for block i + stages); each
       slot has its own full and empty mbarriers for K and for V, so a K slot
       is refilled once its QKᵀ completed, before the PV that reads the V of
-      the same block;
+      the same block; a Q load with `packed_heads = G` (PackGQA) is
+      `fa3.tma_load_tile {packed_heads = G}` at the key/value head (the
+      runtime's [B, S, Hkv, G, D] view of Q and O), and the mask, the O
+      store and the LSE store read tile row r as query r / G of head r % G;
     * `fa3.qk`: shared-memory wgmma; `fa3.softcap`: `tanh.approx`; the
       `scf.if` around `fa3.mask`: the mask applied on the accumulator
       fragment only where its condition holds, with the mask's operands

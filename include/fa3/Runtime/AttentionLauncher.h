@@ -44,6 +44,9 @@ struct AttentionKernelInfo {
   /// ceildiv(Sq, blockM / packedHeads) x Hkv x B and Q and O are described
   /// to TMA as [B, S, Hkv, G, D]. 1: off.
   int64_t packedHeads = 1;
+  /// An fa3.attention_kvcache forward: K and V are the caches [B, S_cache,
+  /// Hkv, D] and the launch passes cache_seqlens (AttentionDeviceArgs).
+  bool kvCache = false;
 
   /// Hadamard and Quantize: the element types read and written (Quantize
   /// writes e4m3). Their `headDim` is the last dimension; for Quantize,
@@ -61,10 +64,13 @@ struct AttentionKernelInfo {
 
 /// Device-resident Q, K, V ([B, S, H, D], contiguous) and outputs. FP8
 /// kernels also take the descales ([B, Hkv] f32) and a workspace of
-/// attentionForwardWorkspaceBytes() bytes (256-byte aligned) for V'.
+/// attentionForwardWorkspaceBytes() bytes (256-byte aligned) for V'. A KV
+/// cache kernel reads K and V as the caches (seqK = S_cache, their rows)
+/// and the lengths `cacheSeqlens` (i32 [B]).
 struct AttentionDeviceArgs {
   DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
+  DevicePtr cacheSeqlens = 0;
   DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
   /// The device's multiprocessor count: how many CTAs a persistent kernel
   /// launches at most (one per SM: its shared memory and registers admit

@@ -31,10 +31,11 @@ using namespace mlir::fa3;
 /// fa3.attention or fa3.attention_grad; `backend` names the kernel in
 /// diagnostics.
 template <typename Spec, typename Op>
-static LogicalResult readSharedSpec(Op op, Spec &spec, StringRef backend) {
+static LogicalResult readSharedSpec(Op op, Value key, Value value, Spec &spec,
+                                    StringRef backend) {
   auto q = cast<RankedTensorType>(op.getQuery().getType());
-  auto k = cast<RankedTensorType>(op.getKey().getType());
-  auto v = cast<RankedTensorType>(op.getValue().getType());
+  auto k = cast<RankedTensorType>(key.getType());
+  auto v = cast<RankedTensorType>(value.getType());
   spec.headDim = q.getDimSize(3);
   if (v.getDimSize(3) != spec.headDim)
     return op.emitOpError() << "the Hopper " << backend
@@ -76,16 +77,20 @@ static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
   return success();
 }
 
-FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
+/// The forward spec of `op` (fa3.attention, or fa3.attention_kvcache with
+/// its caches as `key` and `value`).
+template <typename Op>
+static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
+                                                  bool fp8) {
   HopperAttentionSpec spec;
   Type elt = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
-  spec.fp8 = op.isFP8();
+  spec.fp8 = fp8;
   if (!elt.isBF16() && !elt.isF16() && !spec.fp8)
     return op.emitOpError() << "the Hopper backend supports f16, bf16 and "
                                "f8E4M3FN (f32 runs with fa3-cpu-pipeline), got "
                             << elt;
   spec.bf16 = elt.isBF16() || spec.fp8;
-  if (failed(readSharedSpec(op, spec, "backend")))
+  if (failed(readSharedSpec(op, key, value, spec, "backend")))
     return failure();
   if (spec.headDim % 64 != 0)
     return op.emitOpError()
@@ -193,6 +198,24 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
   return spec;
 }
 
+FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
+  return forwardSpec(op, op.getKey(), op.getValue(), op.isFP8());
+}
+
+FailureOr<HopperAttentionSpec>
+HopperAttentionSpec::fromOp(AttentionKVCacheOp op) {
+  if (op.isPaged() || op.getNumSplits().value_or(1) > 1)
+    return op.emitOpError()
+           << "the Hopper forward reads a contiguous cache in one split; a "
+              "page table or num_splits > 1 has no Hopper kernel yet (the CPU "
+              "pipeline runs it)";
+  FailureOr<HopperAttentionSpec> spec =
+      forwardSpec(op, op.getKeyCache(), op.getValueCache(), /*fp8=*/false);
+  if (succeeded(spec))
+    spec->kvCache = true;
+  return spec;
+}
+
 FailureOr<HopperAttentionGradSpec>
 HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
   HopperAttentionGradSpec spec;
@@ -202,7 +225,7 @@ HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
                                "(f32 runs with fa3-cpu-pipeline), got "
                             << elt;
   spec.bf16 = elt.isBF16();
-  if (failed(readSharedSpec(op, spec, "backward")))
+  if (failed(readSharedSpec(op, op.getKey(), op.getValue(), spec, "backward")))
     return failure();
   if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
     return op.emitOpError()
@@ -268,7 +291,7 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                                      StringRef name, int64_t threads,
                                      int64_t sharedMemory, int64_t blockM,
                                      int64_t blockN, bool persistent,
-                                     int64_t packedHeads) {
+                                     int64_t packedHeads, bool kvCache) {
   MLIRContext *ctx = op->getContext();
   Builder builder(ctx);
   op->setAttr(kKernelAttrName,
@@ -286,6 +309,9 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
   if (packedHeads > 1)
     launch.push_back(builder.getNamedAttr(
         "packed_heads", builder.getI64IntegerAttr(packedHeads)));
+  if (kvCache)
+    launch.push_back(
+        builder.getNamedAttr("kvcache", builder.getI64IntegerAttr(1)));
   op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 
@@ -337,8 +363,18 @@ struct ConvertFA3ToHopperPass
         // Grid: ceildiv(Sq, block_m) x Hq x B.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
-      } else if (isa<AttentionVarlenOp, AttentionVarlenGradOp,
-                     AttentionKVCacheOp, KVCacheAppendOp>(op)) {
+      } else if (auto cache = dyn_cast<AttentionKVCacheOp>(op)) {
+        // What has no Hopper kernel says so; the rest is built from the
+        // tile level.
+        if (succeeded(HopperAttentionSpec::fromOp(cache)))
+          op->emitOpError()
+              << "is built from the tile level: run "
+                 "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "
+                 "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
+                 "fa3-hopper-pipeline does)";
+        failedAny = true;
+      } else if (isa<AttentionVarlenOp, AttentionVarlenGradOp, KVCacheAppendOp>(
+                     op)) {
         op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
                              "(fa3-cpu-pipeline) runs it";
         failedAny = true;

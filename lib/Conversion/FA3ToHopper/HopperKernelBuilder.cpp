@@ -97,6 +97,8 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_persistent";
   if (packedHeads > 1)
     name += "_pg" + std::to_string(packedHeads);
+  if (kvCache)
+    name += "_kvc";
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".

@@ -37,24 +37,28 @@ static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
   return RankedTensorType::get(shape, tensor.getElementType());
 }
 
-/// Creates `@name(q, k, v) -> (o, lse)` in `kernels`: `attention` on
-/// dynamic batch and lengths, with the schedule also kept on the function
-/// (the tile level's ops do not carry it).
-static void outlineKernel(AttentionOp attention, gpu::GPUModuleOp kernels,
-                          StringRef name) {
-  OpBuilder builder(attention.getContext());
+/// Creates `@name(q, k, v) -> (o, lse)` in `kernels` (a KV cache's:
+/// `@name(q, k_cache, v_cache, cache_seqlens)`): `attention` on dynamic
+/// batch and lengths, with the schedule also kept on the function (the tile
+/// level's ops do not carry it).
+static void outlineKernel(Operation *attention, ScheduleAttr schedule,
+                          gpu::GPUModuleOp kernels, StringRef name) {
+  OpBuilder builder(attention->getContext());
   builder.setInsertionPointToEnd(kernels.getBody());
-  Location loc = attention.getLoc();
-  SmallVector<Type> inputs = {
-      dynamicBatchAndLength(attention.getQuery().getType(), 1),
-      dynamicBatchAndLength(attention.getKey().getType(), 1),
-      dynamicBatchAndLength(attention.getValue().getType(), 1)};
+  Location loc = attention->getLoc();
+  // Q, K and V (or the caches) are [B, S, H, D]; cache_seqlens [B] is
+  // dynamic already.
+  SmallVector<Type> inputs;
+  for (Type type : attention->getOperandTypes())
+    inputs.push_back(cast<RankedTensorType>(type).getRank() == 4
+                         ? dynamicBatchAndLength(type, 1)
+                         : type);
   SmallVector<Type> results = {
-      dynamicBatchAndLength(attention.getOutput().getType(), 1),
-      dynamicBatchAndLength(attention.getLse().getType(), 2)};
+      dynamicBatchAndLength(attention->getResult(0).getType(), 1),
+      dynamicBatchAndLength(attention->getResult(1).getType(), 2)};
   auto func = func::FuncOp::create(builder, loc, name,
                                    builder.getFunctionType(inputs, results));
-  func->setAttr(kScheduleAttrName, attention.getScheduleAttr());
+  func->setAttr(kScheduleAttrName, schedule);
   Block *entry = func.addEntryBlock();
   builder.setInsertionPointToStart(entry);
   OperationState state(loc, attention->getName());
@@ -76,14 +80,8 @@ struct FA3OutlineHopperKernelsPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     bool failedAny = false;
-    module.walk([&](AttentionOp attention) {
-      // FP8 keeps convert-fa3-to-hopper's kernel until it reads the tile
-      // level too; so do already annotated ops.
-      if (attention.isFP8() || attention->hasAttr(kKernelAttrName))
-        return;
-      // The same checks (and diagnostics) as the L0 kernel's spec.
-      FailureOr<HopperAttentionSpec> spec =
-          HopperAttentionSpec::fromOp(attention);
+    auto outline = [&](Operation *attention, ScheduleAttr schedule,
+                       FailureOr<HopperAttentionSpec> spec) {
       if (failed(spec)) {
         failedAny = true;
         return;
@@ -91,10 +89,26 @@ struct FA3OutlineHopperKernelsPass
       gpu::GPUModuleOp kernels = getOrCreateHopperKernelModule(module, chip);
       std::string name = spec->kernelName();
       if (!kernels.lookupSymbol(name))
-        outlineKernel(attention, kernels, name);
+        outlineKernel(attention, schedule, kernels, name);
       annotateHopperLaunch(attention, kernels, name, spec->numThreads(),
                            spec->sharedMemoryBytes(), spec->blockM,
-                           spec->blockN, spec->persistent, spec->packedHeads);
+                           spec->blockN, spec->persistent, spec->packedHeads,
+                           spec->kvCache);
+    };
+    module.walk([&](Operation *op) {
+      // Already annotated ops keep their kernel.
+      if (op->hasAttr(kKernelAttrName))
+        return;
+      // FP8 keeps convert-fa3-to-hopper's kernel until it reads the tile
+      // level too. The spec runs the same checks (and diagnostics) as the
+      // L0 kernel's.
+      if (auto attention = dyn_cast<AttentionOp>(op);
+          attention && !attention.isFP8())
+        outline(attention, attention.getScheduleAttr(),
+                HopperAttentionSpec::fromOp(attention));
+      else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))
+        outline(cache, cache.getScheduleAttr(),
+                HopperAttentionSpec::fromOp(cache));
     });
     if (failedAny)
       signalPassFailure();

@@ -69,6 +69,9 @@ struct TileKernel {
   WarpSpecializeOp warpSpecialize;
   ParallelStoreTileOp storeOutput;
   ParallelStoreStatsOp storeLse;
+  /// An fa3.attention_kvcache kernel: its fourth argument is
+  /// cache_seqlens, read with tensor.extract (isLengthRead).
+  bool kvCache = false;
 };
 
 /// The parts of the tile-level kernel function `func`, or a diagnostic on
@@ -80,10 +83,16 @@ FailureOr<TileKernel> matchTileKernel(func::FuncOp func);
 /// attention; here they guard hand-written tile-level input).
 FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel);
 
-/// Index (or i1) arithmetic that the kernel emits in i32.
+/// Index (or i1) arithmetic that the kernel emits in i32, and the
+/// index_cast of an i32 length to an index.
 bool isScalarOp(Operation *op);
 /// tensor.dim of a kernel argument at a constant dim.
 bool isArgumentDim(Operation *op, func::FuncOp func);
+/// tensor.extract of an i32 vector argument (a KV cache's lengths): a load
+/// from the kernel's pointer parameter.
+bool isLengthRead(Operation *op, func::FuncOp func);
+/// Any of the three: what the kernel emits as i32 scalar code.
+bool isKernelScalar(Operation *op, func::FuncOp func);
 /// The splat float of an arith.constant dense tensor.
 std::optional<float> splatValue(Value v);
 

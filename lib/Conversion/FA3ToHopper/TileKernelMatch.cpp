@@ -30,12 +30,29 @@ bool fa3::detail::isScalarOp(Operation *op) {
   if (auto constant = dyn_cast<arith::ConstantOp>(op))
     return isa<IntegerAttr>(constant.getValue()) &&
            (constant.getType().isIndex() || constant.getType().isInteger(1));
+  // A length read from an i32 tensor becomes an index.
+  if (auto cast = dyn_cast<arith::IndexCastOp>(op))
+    return cast.getIn().getType().isInteger(32) && cast.getType().isIndex();
   if (!isa<arith::ArithDialect>(op->getDialect()) || op->getNumRegions() ||
       op->getNumResults() != 1)
     return false;
   auto scalarType = [](Type t) { return t.isIndex() || t.isInteger(1); };
   return llvm::all_of(op->getOperandTypes(), scalarType) &&
          llvm::all_of(op->getResultTypes(), scalarType);
+}
+
+bool fa3::detail::isLengthRead(Operation *op, func::FuncOp func) {
+  auto extract = dyn_cast<tensor::ExtractOp>(op);
+  if (!extract)
+    return false;
+  auto arg = dyn_cast<BlockArgument>(extract.getTensor());
+  auto type = cast<RankedTensorType>(extract.getTensor().getType());
+  return arg && arg.getOwner() == &func.getBody().front() &&
+         type.getRank() == 1 && type.getElementType().isInteger(32);
+}
+
+bool fa3::detail::isKernelScalar(Operation *op, func::FuncOp func) {
+  return isScalarOp(op) || isArgumentDim(op, func) || isLengthRead(op, func);
 }
 
 bool fa3::detail::isArgumentDim(Operation *op, func::FuncOp func) {
@@ -95,10 +112,13 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   Value k = func.getArgument(1), v = func.getArgument(2);
   for (Operation *opInBody : opsThroughTurns(body)) {
     Operation &op = *opInBody;
-    if (isScalarOp(&op) || isArgumentDim(&op, func))
+    if (isKernelScalar(&op, func))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
-      if (load.getLimit())
+      // A KV cache's row limit (its length) is not a load bound on
+      // Hopper: TMA reads whole tiles of the cache and fa3.mask hides the
+      // keys past the length (their P is 0).
+      if (load.getLimit() && !kernel.kvCache)
         return fail(load, "row limits (variable-length sequences) have no "
                           "Hopper lowering yet");
       LoadTileOp &slot = load.getSource() == k ? keys.keyLoad : keys.valueLoad;
@@ -221,10 +241,10 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
     for (Operation *opInBlock : opsThroughTurns(block)) {
       Operation &op = *opInBlock;
       bool ok = true;
-      if (isScalarOp(&op) || isArgumentDim(&op, func))
+      if (isKernelScalar(&op, func))
         continue;
       if (auto load = dyn_cast<LoadTileOp>(op)) {
-        if (load.getLimit() || load.getPackedHeads() ||
+        if ((load.getLimit() && !kernel.kvCache) || load.getPackedHeads() ||
             (load.getSource() != k && load.getSource() != v))
           return fail(load, "it must load whole key or value tiles");
         ok = load.getSource() == k ? once(st.keyLoad, load)
@@ -349,13 +369,20 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   kernel.schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
   if (!kernel.schedule)
     return fail(func, "it has no fa3.schedule");
-  if (func.getNumArguments() != 3 || func.getNumResults() != 2)
-    return fail(func, "it must take Q, K, V and return O and the LSE");
+  // A KV cache's kernel takes cache_seqlens (i32 [B]) after the caches.
+  auto lengths = func.getNumArguments() == 4
+                     ? dyn_cast<RankedTensorType>(func.getArgument(3).getType())
+                     : RankedTensorType();
+  kernel.kvCache = lengths && lengths.getRank() == 1 &&
+                   lengths.getElementType().isInteger(32);
+  if ((func.getNumArguments() != 3 && !kernel.kvCache) ||
+      func.getNumResults() != 2)
+    return fail(func, "it must take Q, K, V (or Q, the K and V caches and "
+                      "i32 cache lengths) and return O and the LSE");
   Block &entry = func.getBody().front();
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
   for (Operation &op : entry.without_terminator()) {
-    if (isScalarOp(&op) || isArgumentDim(&op, func) ||
-        isa<tensor::EmptyOp>(op) ||
+    if (isKernelScalar(&op, func) || isa<tensor::EmptyOp>(op) ||
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
     auto forall = dyn_cast<scf::ForallOp>(op);
@@ -398,7 +425,7 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   }
   for (Operation *opInBody : tileOps) {
     Operation &op = *opInBody;
-    if (isScalarOp(&op) || isArgumentDim(&op, func) ||
+    if (isKernelScalar(&op, func) ||
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
@@ -505,6 +532,7 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.persistent = isPersistentGrid(kernel.grid);
+  spec.kvCache = kernel.kvCache;
   if (std::optional<uint64_t> packed = kernel.queryLoad.getPackedHeads()) {
     spec.packedHeads = static_cast<int64_t>(*packed);
     if (64 % spec.packedHeads != 0)

@@ -80,7 +80,7 @@ public:
   LLVM::LLVMFuncOp emit(gpu::GPUModuleOp module);
 
 private:
-  /// `op` (isScalarOp or isArgumentDim) in i32 with `operands`.
+  /// `op` (isKernelScalar) in i32 with `operands`.
   Value emitScalar(Operation *op, ArrayRef<Value> operands);
   /// The i32 value of kernel-level index `v` (defined outside the key loop).
   Value scalar(Value v) { return scalars.lookup(v); }
@@ -131,6 +131,8 @@ private:
   DenseMap<Value, Value> scalars;
 
   Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
+  /// A KV cache's kernel: the cache_seqlens pointer (global i32 [B]).
+  Value lengthsPtr;
   /// Persistent: the launch's tile counter (global i32, zero at launch) and
   /// the tile the producer is loading.
   Value tileCounter, currentTile;
@@ -183,6 +185,11 @@ private:
     return smemAt(add(ci(offBar + 8 * barriers), mul(buffer, ci(4))));
   }
   int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
+  /// The operand types of the IR's scalar code: indices, i1 and the i32
+  /// lengths of a KV cache.
+  static bool isScalarType(Type t) {
+    return t.isIndex() || t.isInteger(1) || t.isInteger(32);
+  }
   /// PackGQA: query tile row `r` is query r / G of head r % G (relative to
   /// the tile's first query and head); unpacked, query r of one head.
   Value queryOfRow(Value r) {
@@ -207,6 +214,15 @@ private:
 } // namespace
 
 Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
+  // Indices are i32 here: an i32 length cast to an index stays as it is.
+  if (isa<arith::IndexCastOp>(op))
+    return operands[0];
+  if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
+    // cache_seqlens[b]: one i32 load from the kernel's pointer parameter.
+    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i32, lengthsPtr,
+                                    ValueRange{operands[0]});
+    return LLVM::LoadOp::create(b, loc, i32, ptr, /*alignment=*/4);
+  }
   if (auto dim = dyn_cast<tensor::DimOp>(op)) {
     // Dim 1 of Q is Sq, of K and V Sk; dim 0 is the batch.
     auto arg = cast<BlockArgument>(dim.getSource());
@@ -242,7 +258,7 @@ Value TileKernelEmitter::replay(Value v, Value iv,
   Operation *def = v.getDefiningOp();
   SmallVector<Value> operands;
   for (Value operand : def->getOperands())
-    if (operand.getType().isIndex() || operand.getType().isInteger(1))
+    if (isScalarType(operand.getType()))
       operands.push_back(replay(operand, iv, local));
   Value result = emitScalar(def, operands);
   local[v] = result;
@@ -450,10 +466,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   declareDynamicSmem(module);
 
   // Q/K/V/O tensor maps (O in boxes of 64 rows: one consumer warpgroup's),
-  // LSE, Sq, Sk, B, and the tile counter (persistent kernels; zero at launch).
+  // LSE, Sq, Sk, B, the tile counter (persistent kernels; zero at launch)
+  // and, for a KV cache, cache_seqlens (Sk is then the cache's rows).
   SmallVector<Type> params = {genericPtr, genericPtr, genericPtr,
                               genericPtr, globalPtr,  i32,
                               i32,        i32,        globalPtr};
+  if (s.kvCache)
+    params.push_back(globalPtr);
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
@@ -474,16 +493,20 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   seqK = entry->getArgument(6);
   batch = entry->getArgument(7);
   tileCounter = entry->getArgument(8);
+  if (s.kvCache) {
+    lengthsPtr = entry->getArgument(9);
+    fn.setArgAttr(9, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+  }
 
   // Kernel-level index arithmetic, in IR order: the function body's and
   // the forall body's (the key loop's is replayed per iteration).
   auto emitKernelScalars = [&](Block &block) {
     for (Operation &op : block.without_terminator()) {
-      if (!isScalarOp(&op) && !isArgumentDim(&op, k.func))
+      if (!isKernelScalar(&op, k.func))
         continue;
       SmallVector<Value> operands;
       for (Value operand : op.getOperands())
-        if (operand.getType().isIndex() || operand.getType().isInteger(1))
+        if (isScalarType(operand.getType()))
           operands.push_back(scalar(operand));
       scalars[op.getResult(0)] = emitScalar(&op, operands);
     }
@@ -911,150 +934,145 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // induction variable is in this code (null outside the loop), `it` the
     // emitted loop's iteration (for the ring refill).
     std::function<void(Block &, Value, Value)> emitBlock;
-    std::function<void(Operation &, Value, Value)> emitOp =
-        [&](Operation &op, Value iv, Value it) {
-            if (isScalarOp(&op) || isArgumentDim(&op, k.func) ||
-                (op.getNumResults() == 1 && splatValue(op.getResult(0))))
-              return;
-            if (auto load = dyn_cast<LoadTileOp>(op)) {
-              bool value = load.getSource() == k.func.getArgument(2);
-              ringUse[load.getResult()] = nextUse[value];
-              nextUse[value] = add(nextUse[value], ci(1));
-            } else if (auto qk = dyn_cast<QKOp>(op)) {
-              regs[qk.getResult()] = issueQK(ringUse.lookup(qk.getKey()),
-                                             waitFull(qk.getKey()));
-              commit(qk.getResult(), qk.getKey(), it);
-            } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
-              regs[softcap.getResult()] =
-                  softcapFragment(softcap, fragment(softcap.getScores()));
-            } else if (auto ifOp = dyn_cast<scf::IfOp>(op);
-                       ifOp && ifOp.getNumResults() == 1) {
-              auto mask = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator())
-                              .getOperand(0)
-                              .getDefiningOp<MaskOp>();
-              regs[ifOp.getResult(0)] = maskScores(
-                  ifOp, mask, fragment(mask.getScores()), iv);
-            } else if (auto softmaxOp = dyn_cast<OnlineSoftmaxOp>(op)) {
-              SoftmaxStep step =
-                  softmax(softmaxOp, fragment(softmaxOp.getScores()),
-                          fragment(softmaxOp.getRowMax()), fragment(softmaxOp.getRowSum()));
-              // P carried to a later block's PV (the rotated loop) is
-              // packed here, as the loop carries it; P read by a PV of this
-              // block is packed there, after the rescale.
-              Value probs = softmaxOp.getProbs();
-              regs[probs] = step.p;
-              if (llvm::any_of(probs.getUsers(), [&](Operation *user) {
-                    return !isa<PVOp>(user) || user->getBlock() != op.getBlock();
-                  }))
-                packed[probs] = packP(step.p);
-              regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
-              regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
-              regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
-            } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
-              SmallVector<Value> o = fragment(rescale.getAcc());
-              SmallVector<Value> alpha = fragment(rescale.getCorrection());
-              for (int64_t r = 0; r < nO; ++r)
-                o[r] = fmul(o[r], alpha[(r % 4) / 2]);
-              regs[rescale.getResult()] = o;
-            } else if (auto pv = dyn_cast<PVOp>(op)) {
-              SmallVector<Value> acc = fragment(pv.getAcc());
-              if (!packed.count(pv.getProbs()))
-                packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
-              regs[pv.getResult()] =
-                  issuePV(packed.lookup(pv.getProbs()), acc,
-                          ringUse.lookup(pv.getValue()),
-                          waitFull(pv.getValue()));
-              commit(pv.getResult(), pv.getValue(), it);
-            } else if (auto turn = dyn_cast<MmaTurnOp>(op)) {
-              // fa3-pingpong's turn: once the first MMA's tile has landed,
-              // wait for this warpgroup's turn, issue the body's wgmmas and
-              // pass the turn on (no warpgroup holds the turn waiting for
-              // TMA).
-              Block &body = turn.getBody().front();
-              auto ops = body.without_terminator();
-              auto firstMma = llvm::find_if(
-                  ops, [](Operation &inner) { return isa<QKOp, PVOp>(inner); });
-              for (Operation &inner : llvm::make_range(ops.begin(), firstMma))
-                emitOp(inner, iv, it);
-              Value tile = isa<QKOp>(*firstMma)
-                               ? cast<QKOp>(*firstMma).getKey()
-                               : cast<PVOp>(*firstMma).getValue();
-              ringWait(isa<QKOp>(*firstMma) ? kKeyFull : kValueFull,
-                       ringUse.lookup(tile));
-              landed.insert(tile);
-              takeTurn();
-              for (Operation &inner : llvm::make_range(firstMma, ops.end()))
-                emitOp(inner, iv, it);
-              passTurn();
-              // The turn's results are its body's values.
-              for (auto [result, value] :
-                   llvm::zip(turn.getResults(),
-                             cast<YieldOp>(body.getTerminator()).getValues())) {
-                if (auto found = producedBy.find(value);
-                    found != producedBy.end()) {
-                  int64_t group = found->second;
-                  producedBy[result] = group;
-                }
-                if (regs.count(value)) {
-                  SmallVector<Value> values = regs.lookup(value);
-                  regs[result] = values;
-                }
-              }
-            } else if (auto guard = dyn_cast<scf::IfOp>(op)) {
-              // The rotated loop's non-empty test.
-              completeAll();
-              SmallVector<unsigned> order =
-                  carryOrder(guard.thenYield().getOperands());
-              ValueRange elseValues = guard.elseYield().getOperands();
-              SmallVector<Value> elseFlat = flatten(elseValues, order);
-              auto emitted = scf::IfOp::create(
-                  b, loc, TypeRange(SmallVector<Type>(elseFlat.size(), f32)),
-                  cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
-                  /*addElseBlock=*/true);
-              {
-                OpBuilder::InsertionGuard g(b);
-                b.setInsertionPointToStart(emitted.thenBlock());
-                emitBlock(*guard.thenBlock(), iv, it);
-                b.setInsertionPointToStart(emitted.elseBlock());
-                scf::YieldOp::create(b, loc, elseFlat);
-              }
-              unflatten(guard.getResults(), elseValues, order,
-                        emitted.getResults());
-            } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
-              // The key loop: plain (iterations 0 .. numBlocks) or rotated
-              // (0 .. numBlocks - 1 inside the guard); iteration i is the
-              // IR's block lo + i.
-              completeAll();
-              bool isRotated = loop->hasAttr(kOverlappedKeyLoopAttrName);
-              ValueRange inits = loop.getInitArgs();
-              SmallVector<unsigned> order = carryOrder(
-                  cast<scf::YieldOp>(loop.getBody()->getTerminator())
-                      .getOperands());
-              SmallVector<Value> flatInits = flatten(inits, order);
-              Value before[2] = {nextUse[0], nextUse[1]};
-              Value trip = isRotated ? sub(numBlocks, ci(1)) : numBlocks;
-              auto emitted = scf::ForOp::create(
-                  b, loc, ci(0), trip, ci(1), flatInits,
-                  [&](OpBuilder &, Location, Value i, ValueRange iters) {
-                    unflatten(loop.getRegionIterArgs(), inits, order, iters);
-                    nextUse[0] = add(before[0], i);
-                    nextUse[1] = add(before[1], i);
-                    emitBlock(*loop.getBody(), ivOf(i), i);
-                  });
-              nextUse[0] = add(before[0], trip);
-              nextUse[1] = add(before[1], trip);
-              unflatten(loop.getResults(), inits, order, emitted.getResults());
-            } else if (auto yield = dyn_cast<scf::YieldOp>(op)) {
-              completeAll();
-              scf::YieldOp::create(
-                  b, loc,
-                  flatten(yield.getOperands(),
-                          carryOrder(yield.getOperands())));
-            } else {
-              llvm_unreachable("convert-fa3-tile-to-hopper matched the key "
-                               "loop's ops");
-            }
-        };
+    std::function<void(Operation &, Value, Value)> emitOp = [&](Operation &op,
+                                                                Value iv,
+                                                                Value it) {
+      if (isKernelScalar(&op, k.func) ||
+          (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+        return;
+      if (auto load = dyn_cast<LoadTileOp>(op)) {
+        bool value = load.getSource() == k.func.getArgument(2);
+        ringUse[load.getResult()] = nextUse[value];
+        nextUse[value] = add(nextUse[value], ci(1));
+      } else if (auto qk = dyn_cast<QKOp>(op)) {
+        regs[qk.getResult()] =
+            issueQK(ringUse.lookup(qk.getKey()), waitFull(qk.getKey()));
+        commit(qk.getResult(), qk.getKey(), it);
+      } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+        regs[softcap.getResult()] =
+            softcapFragment(softcap, fragment(softcap.getScores()));
+      } else if (auto ifOp = dyn_cast<scf::IfOp>(op);
+                 ifOp && ifOp.getNumResults() == 1) {
+        auto mask = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator())
+                        .getOperand(0)
+                        .getDefiningOp<MaskOp>();
+        regs[ifOp.getResult(0)] =
+            maskScores(ifOp, mask, fragment(mask.getScores()), iv);
+      } else if (auto softmaxOp = dyn_cast<OnlineSoftmaxOp>(op)) {
+        SoftmaxStep step = softmax(softmaxOp, fragment(softmaxOp.getScores()),
+                                   fragment(softmaxOp.getRowMax()),
+                                   fragment(softmaxOp.getRowSum()));
+        // P carried to a later block's PV (the rotated loop) is
+        // packed here, as the loop carries it; P read by a PV of this
+        // block is packed there, after the rescale.
+        Value probs = softmaxOp.getProbs();
+        regs[probs] = step.p;
+        if (llvm::any_of(probs.getUsers(), [&](Operation *user) {
+              return !isa<PVOp>(user) || user->getBlock() != op.getBlock();
+            }))
+          packed[probs] = packP(step.p);
+        regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
+        regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
+        regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
+      } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+        SmallVector<Value> o = fragment(rescale.getAcc());
+        SmallVector<Value> alpha = fragment(rescale.getCorrection());
+        for (int64_t r = 0; r < nO; ++r)
+          o[r] = fmul(o[r], alpha[(r % 4) / 2]);
+        regs[rescale.getResult()] = o;
+      } else if (auto pv = dyn_cast<PVOp>(op)) {
+        SmallVector<Value> acc = fragment(pv.getAcc());
+        if (!packed.count(pv.getProbs()))
+          packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
+        regs[pv.getResult()] =
+            issuePV(packed.lookup(pv.getProbs()), acc,
+                    ringUse.lookup(pv.getValue()), waitFull(pv.getValue()));
+        commit(pv.getResult(), pv.getValue(), it);
+      } else if (auto turn = dyn_cast<MmaTurnOp>(op)) {
+        // fa3-pingpong's turn: once the first MMA's tile has landed,
+        // wait for this warpgroup's turn, issue the body's wgmmas and
+        // pass the turn on (no warpgroup holds the turn waiting for
+        // TMA).
+        Block &body = turn.getBody().front();
+        auto ops = body.without_terminator();
+        auto firstMma = llvm::find_if(
+            ops, [](Operation &inner) { return isa<QKOp, PVOp>(inner); });
+        for (Operation &inner : llvm::make_range(ops.begin(), firstMma))
+          emitOp(inner, iv, it);
+        Value tile = isa<QKOp>(*firstMma) ? cast<QKOp>(*firstMma).getKey()
+                                          : cast<PVOp>(*firstMma).getValue();
+        ringWait(isa<QKOp>(*firstMma) ? kKeyFull : kValueFull,
+                 ringUse.lookup(tile));
+        landed.insert(tile);
+        takeTurn();
+        for (Operation &inner : llvm::make_range(firstMma, ops.end()))
+          emitOp(inner, iv, it);
+        passTurn();
+        // The turn's results are its body's values.
+        for (auto [result, value] :
+             llvm::zip(turn.getResults(),
+                       cast<YieldOp>(body.getTerminator()).getValues())) {
+          if (auto found = producedBy.find(value); found != producedBy.end()) {
+            int64_t group = found->second;
+            producedBy[result] = group;
+          }
+          if (regs.count(value)) {
+            SmallVector<Value> values = regs.lookup(value);
+            regs[result] = values;
+          }
+        }
+      } else if (auto guard = dyn_cast<scf::IfOp>(op)) {
+        // The rotated loop's non-empty test.
+        completeAll();
+        SmallVector<unsigned> order =
+            carryOrder(guard.thenYield().getOperands());
+        ValueRange elseValues = guard.elseYield().getOperands();
+        SmallVector<Value> elseFlat = flatten(elseValues, order);
+        auto emitted = scf::IfOp::create(
+            b, loc, TypeRange(SmallVector<Type>(elseFlat.size(), f32)),
+            cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
+            /*addElseBlock=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(emitted.thenBlock());
+          emitBlock(*guard.thenBlock(), iv, it);
+          b.setInsertionPointToStart(emitted.elseBlock());
+          scf::YieldOp::create(b, loc, elseFlat);
+        }
+        unflatten(guard.getResults(), elseValues, order, emitted.getResults());
+      } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+        // The key loop: plain (iterations 0 .. numBlocks) or rotated
+        // (0 .. numBlocks - 1 inside the guard); iteration i is the
+        // IR's block lo + i.
+        completeAll();
+        bool isRotated = loop->hasAttr(kOverlappedKeyLoopAttrName);
+        ValueRange inits = loop.getInitArgs();
+        SmallVector<unsigned> order = carryOrder(
+            cast<scf::YieldOp>(loop.getBody()->getTerminator()).getOperands());
+        SmallVector<Value> flatInits = flatten(inits, order);
+        Value before[2] = {nextUse[0], nextUse[1]};
+        Value trip = isRotated ? sub(numBlocks, ci(1)) : numBlocks;
+        auto emitted = scf::ForOp::create(
+            b, loc, ci(0), trip, ci(1), flatInits,
+            [&](OpBuilder &, Location, Value i, ValueRange iters) {
+              unflatten(loop.getRegionIterArgs(), inits, order, iters);
+              nextUse[0] = add(before[0], i);
+              nextUse[1] = add(before[1], i);
+              emitBlock(*loop.getBody(), ivOf(i), i);
+            });
+        nextUse[0] = add(before[0], trip);
+        nextUse[1] = add(before[1], trip);
+        unflatten(loop.getResults(), inits, order, emitted.getResults());
+      } else if (auto yield = dyn_cast<scf::YieldOp>(op)) {
+        completeAll();
+        scf::YieldOp::create(
+            b, loc,
+            flatten(yield.getOperands(), carryOrder(yield.getOperands())));
+      } else {
+        llvm_unreachable("convert-fa3-tile-to-hopper matched the key "
+                         "loop's ops");
+      }
+    };
     emitBlock = [&](Block &block, Value iv, Value it) {
       for (Operation &op : block)
         emitOp(op, iv, it);

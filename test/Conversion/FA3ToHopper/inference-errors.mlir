@@ -1,8 +1,8 @@
 // RUN: fa3-opt %s --fa3-select-schedule=target=sm_90a --convert-fa3-to-hopper -split-input-file -verify-diagnostics
 // RUN: not fa3-opt %s --fa3-hopper-pipeline -split-input-file 2>&1 | FileCheck %s
 
-// The inference ops have no Hopper kernels yet: the backend says so instead
-// of leaving them in the IR (the CPU pipeline runs them).
+// The inference ops without Hopper kernels: the backend says so instead of
+// leaving them in the IR (the CPU pipeline runs them).
 
 // CHECK: error: 'fa3.attention_varlen' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it
 func.func @varlen(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
@@ -14,9 +14,11 @@ func.func @varlen(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?
 
 // -----
 
-// CHECK: error: 'fa3.attention_kvcache' op has no Hopper kernel yet
+// A paged cache (and split-KV) has no Hopper kernel yet; a contiguous one
+// does (test/Pipeline/Hopper/kvcache.mlir).
+// CHECK: error: 'fa3.attention_kvcache' op the Hopper forward reads a contiguous cache in one split; a page table or num_splits > 1 has no Hopper kernel yet
 func.func @paged(%q: tensor<?x1x8x128xbf16>, %kc: tensor<?x64x2x128xbf16>, %vc: tensor<?x64x2x128xbf16>, %lens: tensor<?xi32>, %pt: tensor<?x?xi32>) -> (tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>) {
-  // expected-error @+1 {{'fa3.attention_kvcache' op has no Hopper kernel yet}}
+  // expected-error @+1 {{'fa3.attention_kvcache' op the Hopper forward reads a contiguous cache in one split; a page table or num_splits > 1 has no Hopper kernel yet}}
   %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pt
       : (tensor<?x1x8x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>)
   return %o, %lse : tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>

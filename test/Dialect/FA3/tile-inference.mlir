@@ -126,7 +126,8 @@ func.func @append(%kc: tensor<?x?x2x64xf16>, %vc: tensor<?x?x2x64xf16>, %k: tens
 // TILE: %[[LSES:.+]] = tensor.empty(%[[ROWS]], %{{.+}}) : tensor<?x4x?xf32>
 // TILE: %[[LOOPS:.+]]:2 = scf.for %[[S:[^ ]+]] = %c0 to %c3 step %c1 iter_args({{.+}} = %[[PARTS]], {{.+}} = %[[LSES]])
 // TILE: scf.for %[[BI:[^ ]+]] = %c0 to %[[B]]
-// TILE: %[[LEN:.+]] = arith.maxsi
+// TILE: %[[LEN0:.+]] = arith.maxsi
+// TILE: %[[LEN:.+]] = arith.minsi %[[LEN0]], %{{.+}} : index
 // TILE: %[[BLOCKS:.+]] = arith.ceildivsi %[[LEN]], %c64 : index
 // TILE: %[[PER:.+]] = arith.ceildivsi %[[BLOCKS]], %c3 : index
 // TILE: %[[FIRST0:.+]] = arith.muli %[[S]], %[[PER]] : index
@@ -144,7 +145,8 @@ func.func @append(%kc: tensor<?x?x2x64xf16>, %vc: tensor<?x?x2x64xf16>, %k: tens
 
 // The split's key loop runs its key blocks only.
 // FUSED-LABEL: func.func @split_kv
-// FUSED: %[[FIRST:.+]] = arith.minsi %{{.+}}, %[[BLOCKS:.+]] : index
+// FUSED: %[[BLOCKS:.+]] = arith.ceildivsi %{{.+}}, %c64 : index
+// FUSED: %[[FIRST:.+]] = arith.minsi %{{.+}}, %[[BLOCKS]] : index
 // FUSED: %[[LAST:.+]] = arith.minsi %{{.+}}, %[[BLOCKS]] : index
 // FUSED: %[[LO:.+]] = arith.maxsi {{.*}}%[[FIRST]]{{.*}} : index
 // FUSED: %[[HI0:.+]] = arith.minsi {{.*}}%[[LAST]]{{.*}} : index
@@ -173,10 +175,10 @@ func.func @varlen_split(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: te
   return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
 }
 
-// GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention only; the CPU pipeline runs it
-// GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
+// GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention and fa3.attention_kvcache; the CPU pipeline runs it
+// GRID: error: 'fa3.attention_kvcache' op fa3-tile{grid=true} tiles a contiguous KV cache in one split; a page table or num_splits > 1 has no grid (GPU) tiling yet
 // GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet
-// GRID: error: 'fa3.attention_kvcache' op has no grid (GPU) tiling yet
+// GRID: error: 'fa3.attention_kvcache' op fa3-tile{grid=true} tiles a contiguous KV cache in one split
 // GRID: error: 'fa3.attention_varlen' op has no grid (GPU) tiling yet
 
 //--- grad.mlir

@@ -23,6 +23,7 @@ class ModuleOp;
 namespace fa3 {
 class AttentionOp;
 class AttentionGradOp;
+class AttentionKVCacheOp;
 class HadamardOp;
 class QuantizeOp;
 
@@ -48,7 +49,8 @@ gpu::GPUModuleOp getOrCreateHopperKernelModule(ModuleOp module, StringRef chip);
 void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                           StringRef name, int64_t threads, int64_t sharedMemory,
                           int64_t blockM, int64_t blockN,
-                          bool persistent = false, int64_t packedHeads = 1);
+                          bool persistent = false, int64_t packedHeads = 1,
+                          bool kvCache = false);
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -94,10 +96,18 @@ struct HopperAttentionSpec {
   int64_t packedHeads = 1;
   /// Queries per tile: blockM / packedHeads.
   int64_t queriesPerTile() const { return blockM / packedHeads; }
+  /// An fa3.attention_kvcache (contiguous cache, one split): K and V are
+  /// the caches [B, S_cache, Hkv, D], batch b attends to its first
+  /// min(cache_seqlens[b], S_cache) keys (bottom-right causal per batch),
+  /// and the kernel takes the i32 cache_seqlens pointer as its last
+  /// parameter.
+  bool kvCache = false;
 
-  /// Reads the spec of a scheduled fa3.attention; emits a diagnostic naming
-  /// what the Hopper backend does not support and fails otherwise.
+  /// Reads the spec of a scheduled fa3.attention (or fa3.attention_kvcache);
+  /// emits a diagnostic naming what the Hopper backend does not support and
+  /// fails otherwise.
   static FailureOr<HopperAttentionSpec> fromOp(AttentionOp op);
+  static FailureOr<HopperAttentionSpec> fromOp(AttentionKVCacheOp op);
 
   /// A kernel name unique to the spec, e.g.
   /// fa3_fwd_bf16_d128_h8x2_m128n128_causal.

@@ -178,6 +178,73 @@ static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
   return splitLoop.getResults();
 }
 
+/// The tile loops of `t` as one scf.forall mapped to GPU blocks (query
+/// block -> x, query head -> y, batch -> z; packed, y runs over the
+/// key/value heads), each iteration one CTA's query tile contributing its
+/// output and LSE rows through the parallel stores; returns (O, LSE). The
+/// bounds of batch entry b (`t.bounds`) give the query length and, for a KV
+/// cache, the key length; `numQBlocks` query blocks cover every entry's
+/// queries (one query length for all).
+static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
+                            const TiledForward &t, Value numQBlocks) {
+  auto qType = cast<RankedTensorType>(t.query.getType());
+  auto kType = cast<RankedTensorType>(t.key.getType());
+  auto vType = cast<RankedTensorType>(t.value.getType());
+  int64_t numQHeads = qType.getDimSize(2);
+  int64_t groupSize = numQHeads / kType.getDimSize(2);
+  int64_t blockM = t.schedule.getBlockM();
+  int64_t packed = t.packedHeads;
+  int64_t queriesPerTile = blockM / packed;
+  auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
+                                         qType.getElementType());
+  auto oTileType = RankedTensorType::get({blockM, vType.getDimSize(3)},
+                                         vType.getElementType());
+  auto lseTileType = RankedTensorType::get({blockM}, rewriter.getF32Type());
+  MLIRContext *ctx = rewriter.getContext();
+  auto mapping = rewriter.getArrayAttr(
+      {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
+       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
+       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
+  SmallVector<OpFoldResult> bounds = {
+      numQBlocks, rewriter.getIndexAttr(numQHeads / packed), t.numBatches};
+  auto forall = scf::ForallOp::create(
+      rewriter, loc, bounds, ValueRange{t.outInit, t.lseInit}, mapping);
+  OpBuilder::InsertionGuard guard(rewriter);
+  scf::InParallelOp inParallel = forall.getTerminator();
+  rewriter.setInsertionPoint(inParallel);
+  ValueRange ivs = forall.getInductionVars();
+  Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2], kvHead;
+  IntegerAttr packedAttr;
+  if (packed > 1) {
+    // Key/value head `ivs[1]`; the tile's first query head.
+    kvHead = head;
+    head = arith::MulIOp::create(rewriter, loc, kvHead,
+                                 indexConstant(rewriter, loc, packed));
+    packedAttr = rewriter.getI64IntegerAttr(packed);
+  } else {
+    kvHead = arith::DivUIOp::create(rewriter, loc, head,
+                                    indexConstant(rewriter, loc, groupSize));
+  }
+  Value qStart = arith::MulIOp::create(
+      rewriter, loc, qBlock, indexConstant(rewriter, loc, queriesPerTile));
+  SequenceBounds seq = t.bounds(rewriter, loc, bIdx);
+  Value qTile = LoadTileOp::create(rewriter, loc, qTileType, t.query, bIdx,
+                                   qStart, head, /*limit=*/Value(), packedAttr);
+  auto block = AttentionBlockOp::create(
+      rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value, bIdx,
+      kvHead, qStart, seq.qLen, /*key_start=*/Value(), seq.keyLen,
+      /*page_table=*/Value(), /*split_begin=*/Value(), /*split_end=*/Value(),
+      t.causal, t.scale, t.window, t.softcap, t.schedule, t.probsScale,
+      packedAttr);
+  rewriter.setInsertionPointToStart(inParallel.getBody());
+  ValueRange shared = forall.getRegionIterArgs();
+  ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0], bIdx,
+                              qStart, head, packedAttr);
+  ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1], bIdx,
+                               head, qStart, packedAttr);
+  return forall.getResults();
+}
+
 /// The masking attributes every tiled forward passes to its blocks.
 template <typename OpTy>
 static void setMaskAttrs(TiledForward &t, OpTy op, RewriterBase &rewriter) {
@@ -237,13 +304,8 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
 
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
-  auto qType = cast<RankedTensorType>(op.getQuery().getType());
-  auto kType = cast<RankedTensorType>(op.getKey().getType());
-  auto vType = cast<RankedTensorType>(op.getValue().getType());
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
   auto lseType = cast<RankedTensorType>(op.getLse().getType());
-  int64_t numQHeads = qType.getDimSize(2);
-  int64_t groupSize = numQHeads / kType.getDimSize(2);
   int64_t blockM = schedule.getBlockM();
 
   TiledForward t;
@@ -254,8 +316,7 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
     return failure();
   // PackGQA: a tile holds block_m / G queries of the G heads of one
   // key/value head.
-  int64_t packed = t.packedHeads;
-  int64_t queriesPerTile = blockM / packed;
+  int64_t queriesPerTile = blockM / t.packedHeads;
   t.c0 = indexConstant(rewriter, loc, 0);
   t.c1 = indexConstant(rewriter, loc, 1);
   Value batch = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
@@ -299,57 +360,7 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
     return success();
   }
 
-  auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
-                                         qType.getElementType());
-  auto oTileType = RankedTensorType::get({blockM, vType.getDimSize(3)},
-                                         vType.getElementType());
-  auto lseTileType = RankedTensorType::get({blockM}, rewriter.getF32Type());
-  MLIRContext *ctx = rewriter.getContext();
-  auto mapping = rewriter.getArrayAttr(
-      {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
-       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
-       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
-  // Packed, the grid's y dimension runs over the key/value heads.
-  SmallVector<OpFoldResult> bounds = {
-      numQBlocks, rewriter.getIndexAttr(numQHeads / packed), batch};
-  auto forall = scf::ForallOp::create(rewriter, loc, bounds,
-                                      ValueRange{outInit, lseInit}, mapping);
-  {
-    OpBuilder::InsertionGuard guard(rewriter);
-    scf::InParallelOp inParallel = forall.getTerminator();
-    rewriter.setInsertionPoint(inParallel);
-    ValueRange ivs = forall.getInductionVars();
-    Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2], kvHead;
-    IntegerAttr packedAttr;
-    if (packed > 1) {
-      // Key/value head `ivs[1]`; the tile's first query head.
-      kvHead = head;
-      head = arith::MulIOp::create(rewriter, loc, kvHead,
-                                   indexConstant(rewriter, loc, packed));
-      packedAttr = rewriter.getI64IntegerAttr(packed);
-    } else {
-      kvHead = arith::DivUIOp::create(rewriter, loc, head,
-                                      indexConstant(rewriter, loc, groupSize));
-    }
-    Value qStart = arith::MulIOp::create(
-        rewriter, loc, qBlock, indexConstant(rewriter, loc, queriesPerTile));
-    Value qTile =
-        LoadTileOp::create(rewriter, loc, qTileType, op.getQuery(), bIdx,
-                           qStart, head, /*limit=*/Value(), packedAttr);
-    auto block = AttentionBlockOp::create(
-        rewriter, loc, oTileType, lseTileType, qTile, op.getKey(),
-        op.getValue(), bIdx, kvHead, qStart, seqQ, /*key_start=*/Value(),
-        /*key_len=*/Value(), /*page_table=*/Value(), /*split_begin=*/Value(),
-        /*split_end=*/Value(), t.causal, t.scale, t.window, t.softcap, schedule,
-        probsScale, packedAttr);
-    rewriter.setInsertionPointToStart(inParallel.getBody());
-    ValueRange shared = forall.getRegionIterArgs();
-    ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
-                                bIdx, qStart, head, packedAttr);
-    ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1], bIdx,
-                                 head, qStart, packedAttr);
-  }
-  rewriter.replaceOp(op, forall.getResults());
+  rewriter.replaceOp(op, buildGrid(rewriter, loc, t, numQBlocks));
   return success();
 }
 
@@ -476,10 +487,18 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
 /// fa3.attention_kvcache: batch b's keys are the first cache_seqlens[b]
 /// rows of its cache (or of its pages).
 static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
-                                          RewriterBase &rewriter) {
+                                          RewriterBase &rewriter,
+                                          bool grid = false) {
   if (!op.getScheduleAttr())
     return op.emitOpError()
            << "has no #fa3.schedule; run fa3-select-schedule first";
+  // The grid (GPU) form: one CTA per (query block, head, batch) of a
+  // contiguous cache; pages and split-KV have no grid form yet.
+  if (grid && (op.isPaged() || op.getNumSplits().value_or(1) > 1))
+    return op.emitOpError()
+           << "fa3-tile{grid=true} tiles a contiguous KV cache in one split; "
+              "a page table or num_splits > 1 has no grid (GPU) tiling yet: "
+              "the CPU pipeline runs it";
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
   TiledForward t;
@@ -529,14 +548,25 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
       rewriter, loc, seqQ,
       indexConstant(rewriter, loc, t.schedule.getBlockM() / t.packedHeads));
   Value lengths = op.getCacheSeqlens();
+  // Batch b's keys: min(cache_seqlens[b], the cache's rows), so a length
+  // past the cache reads no row outside it.
+  Value cacheRows =
+      op.isPaged() ? Value()
+                   : tensor::DimOp::create(rewriter, loc, t.key, 1).getResult();
   t.bounds = [&](OpBuilder &b, Location loc, Value entry) {
     SequenceBounds seq;
     seq.tensorBatch = entry;
     seq.qLen = seqQ;
     seq.numQBlocks = numQBlocks;
     seq.keyLen = indexAt(b, loc, lengths, entry);
+    if (cacheRows)
+      seq.keyLen = arith::MinSIOp::create(b, loc, seq.keyLen, cacheRows);
     return seq;
   };
+  if (grid) {
+    rewriter.replaceOp(op, buildGrid(rewriter, loc, t, numQBlocks));
+    return success();
+  }
   ValueRange results = buildTileLoops(rewriter, loc, t);
   if (t.numSplits <= 1) {
     rewriter.replaceOp(op, results);
@@ -727,9 +757,11 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
         cacheOps.push_back(op);
     });
     for (Operation *op : cacheOps) {
-      if (grid) {
-        op->emitOpError() << "has no grid (GPU) tiling yet: fa3-tile{grid=true} "
-                             "tiles fa3.attention only; the CPU pipeline runs it";
+      if (grid && !isa<AttentionKVCacheOp>(op)) {
+        op->emitOpError()
+            << "has no grid (GPU) tiling yet: fa3-tile{grid=true} "
+               "tiles fa3.attention and fa3.attention_kvcache; "
+               "the CPU pipeline runs it";
         failedAny = true;
         continue;
       }
@@ -739,7 +771,7 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
       else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op))
         tiled = tileAttentionVarlenGrad(varlenGrad, rewriter);
       else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))
-        tiled = tileAttentionKVCache(cache, rewriter);
+        tiled = tileAttentionKVCache(cache, rewriter, grid);
       else
         lowerKVCacheAppend(cast<KVCacheAppendOp>(op), rewriter);
       if (failed(tiled))

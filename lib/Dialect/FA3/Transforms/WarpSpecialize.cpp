@@ -73,11 +73,14 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
     return fail(loop, "the query tile must be loaded in the grid's body and "
                       "the key and value tiles in the key loop (fa3.load_tile)");
   // The query fill keeps packed heads (PackGQA); key and value tiles are
-  // one head's rows.
+  // one head's rows. A key/value tile's row limit (a KV cache's length) is
+  // no bound of the fill: the producer loads whole tiles and the
+  // consumers' fa3.mask hides the keys past it.
   for (LoadTileOp load : {queryLoad, keyLoad, valueLoad})
-    if (load.getLimit() || (load != queryLoad && load.getPackedHeads()))
-      return fail(load, "the producer loads whole tiles; row limits and "
-                        "packed key/value heads have no ring fill");
+    if ((load == queryLoad && load.getLimit()) ||
+        (load != queryLoad && load.getPackedHeads()))
+      return fail(load, "the producer loads whole tiles; a query row limit "
+                        "and packed key/value heads have no ring fill");
   if (getConstantIntValue(loop.getStep()) != 1)
     return fail(loop, "its key loop's step must be 1");
   if (loop->use_empty() ||

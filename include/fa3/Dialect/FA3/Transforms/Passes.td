@@ -292,7 +292,8 @@ def FA3Tile : Pass<"fa3-tile"> {
     that rounding, as in the kernel.
 
     With `grid=true` (what `fa3-hopper-pipeline` runs) the forward's three
-    loops are one `scf.forall` over (query block, query head, batch) mapped
+    loops are one `scf.forall` over (query block, query head, batch; with
+    `pack_gqa`, key/value head) mapped
     to `#gpu.block<x>`, `<y>` and `<z>`: the grid of the kernel, one CTA per
     query tile. Its iterations contribute their tiles with
     `fa3.parallel_store_tile` / `fa3.parallel_store_stats`. FP8 attentions
@@ -309,12 +310,17 @@ def FA3Tile : Pass<"fa3-tile"> {
       starts zero-filled and the LSE at -inf, so rows outside every
       sequence are defined.
     * `fa3.attention_kvcache`: batch `b`'s blocks read `key_len
-      cache_seqlens[b]` keys, through `pages %page_table` when paged.
+      cache_seqlens[b]` keys (clamped to [0, the cache's rows] for a
+      contiguous cache), through `pages %page_table` when paged.
     * `fa3.kvcache_append`: a loop over (batch, new row) inserting one
       `[1, 1, H, D]` row per step at position `cache_seqlens[b] + i` (in
       its page when paged); a row whose position falls outside the cache or
       its page table is dropped.
-    These have no `grid=true` form yet (an error says so).
+    With `grid=true`, a contiguous `fa3.attention_kvcache` in one split
+    takes the forward's grid, each iteration reading its batch's length
+    (`tensor.extract` of `cache_seqlens`) into the block's `key_len`; pages,
+    `num_splits > 1` and the other inference ops have no `grid=true` form
+    yet (an error says so).
   }];
   let options = [
     Option<"grid", "grid", "bool", /*default=*/"false",

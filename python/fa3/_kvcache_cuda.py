@@ -1,0 +1,153 @@
+"""`attention_with_kvcache` on torch CUDA tensors: the Hopper kernel of
+fa3.attention_kvcache for a contiguous cache.
+
+The new rows (`k`, `v`) are written into the caches by torch indexing on
+the current stream, then one kernel attends to each batch's first
+cache_seqlens[b] + seqlen_new keys (fa3.attention_kvcache through
+fa3-tile{grid=true}: the lengths are read on the device, bottom-right
+causal per batch, PackGQA by fa3's rule). Paged caches and split-KV have no
+Hopper kernel yet: they are a ValueError here and run on the CPU.
+Inference only: no autograd. The op is `torch.ops.fa3.attention_kvcache_cuda`
+(mutating the caches), so torch.compile traces it without a graph break.
+"""
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from . import _jit
+from ._spec import CUDA_HEAD_DIMS, AttentionSpec, check_options, resolve_pack_gqa
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+# The raw current-stream handle of a device.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+if _raw_stream is None:  # pragma: no cover - older torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def _kernel(spec, pack_gqa, seq_q, cache_rows, device_index):
+    """The compiled kernel of one (spec, packing, length bucket)."""
+    packed = dataclasses.replace(spec, pack_gqa=pack_gqa)
+    schedule = _jit.forward_schedule(packed, seq_q, cache_rows)
+    source = spec.kvcache_mlir(pack_gqa=pack_gqa, schedule=schedule)
+    return _jit.get_mlir(source, "attention_kvcache", f"cuda:{device_index}", "fwd")
+
+
+def check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
+    """The CUDA path's own checks (the shapes and options common with the
+    CPU are checked by the caller)."""
+    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v}
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor like q, got "
+                             f"{getattr(t, 'device', type(t).__name__)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all of them on one device")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+    if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError(f"q, k_cache and v_cache must have 4 dims, got shapes {tuple(q.shape)}, "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    batch, _, hq, d = q.shape
+    if k_cache.shape[:3] != v_cache.shape[:3] or k_cache.shape[0] != batch:
+        raise ValueError(f"k_cache and v_cache must be (batch, seqlen_cache, num_kv_heads, head_dim) with q's "
+                         f"batch {batch}, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    hkv = k_cache.shape[2]
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q's {hq} heads must be a positive multiple of k_cache's {hkv} heads (GQA)")
+    if (k is None) != (v is None):
+        raise ValueError("pass k and v together (the rows to append), or neither")
+    if k is not None:
+        want = (batch, k.shape[1] if k.dim() == 4 else -1, hkv, d)
+        for name, t in (("k", k), ("v", v)):
+            if tuple(t.shape) != want:
+                raise ValueError(f"{name} must have shape (batch, seqlen_new, num_kv_heads, head_dim) = "
+                                 f"{want}, got {tuple(t.shape)}")
+    if page_table is not None:
+        raise ValueError("page_table: paged KV caches have no Hopper kernel yet; run them with numpy arrays or "
+                         "torch CPU tensors (the CPU pipeline)")
+    if int(num_splits) > 1:
+        raise ValueError(f"num_splits = {num_splits}: split-KV has no Hopper kernel yet; pass 0 or 1 on CUDA")
+    d, dv = q.shape[3], v_cache.shape[3]
+    if d not in CUDA_HEAD_DIMS or dv != d:
+        raise ValueError(f"attention_with_kvcache on CUDA runs head dims {CUDA_HEAD_DIMS} with v's equal to q's, "
+                         f"got {d} and {dv}")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not cache.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (batch, seqlen_cache, num_kv_heads, head_dim): the kernel "
+                             "reads it in place and new rows are written into it")
+    if isinstance(cache_seqlens, torch.Tensor):
+        if cache_seqlens.dtype != torch.int32 or cache_seqlens.device != q.device:
+            raise TypeError(f"cache_seqlens must be an int32 tensor on {q.device}, got {cache_seqlens.dtype} on "
+                            f"{cache_seqlens.device}")
+        if tuple(cache_seqlens.shape) != (q.shape[0],):
+            raise ValueError(f"cache_seqlens must have shape ({q.shape[0]},), got {tuple(cache_seqlens.shape)}")
+
+
+@torch.library.custom_op("fa3::attention_kvcache_cuda", mutates_args=("k_cache", "v_cache"))
+def attention_kvcache_cuda(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           k: Optional[torch.Tensor], v: Optional[torch.Tensor], cache_seqlens: torch.Tensor,
+                           causal: bool, scale: float, window_left: int, window_right: int, softcap: float,
+                           pack_gqa: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    b, sq, hq, d = q.shape
+    cache_rows, hkv = k_cache.shape[1], k_cache.shape[2]
+    lengths = cache_seqlens
+    if k is not None:
+        # The append: rows cache_seqlens[b] + [0, n) of batch b. Positions
+        # past the cache would write out of bounds: checked (one device
+        # sync), as the CPU checks them.
+        n = k.shape[1]
+        end = int((cache_seqlens.to(torch.int64) + n).max()) if b else 0
+        low = int(cache_seqlens.min()) if b else 0
+        if low < 0 or end > cache_rows:
+            raise ValueError(f"cache_seqlens + {n} new rows must lie in [0, {cache_rows}] (the cache's rows), "
+                             f"got a range [{low}, {end}]")
+        rows = cache_seqlens.to(torch.int64)[:, None] + torch.arange(n, device=q.device)
+        batch = torch.arange(b, device=q.device)[:, None]
+        k_cache[batch, rows] = k
+        v_cache[batch, rows] = v
+        lengths = (cache_seqlens + n).to(torch.int32)
+    spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
+                         causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
+    pack = resolve_pack_gqa(pack_gqa, hq, hkv, False, lambda: _jit.should_pack_gqa(spec, sq, cache_rows))
+    kernel = _kernel(spec, pack, sq, cache_rows, q.device.index)
+    q = q.contiguous()
+    lengths = lengths.contiguous()
+    out = q.new_empty((b, sq, hq, d))
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    kernel.launch_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                          lengths.data_ptr(), b, sq, cache_rows, _raw_stream(q.device.index))
+    return out, lse
+
+
+@attention_kvcache_cuda.register_fake
+def _attention_kvcache_cuda_fake(q, k_cache, v_cache, k, v, cache_seqlens, causal, scale, window_left,
+                                 window_right, softcap, pack_gqa):
+    b, sq, hq, _ = q.shape
+    return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
+                           window_size, softcap, num_splits, pack_gqa):
+    """(out, lse) on CUDA tensors; the arguments as fa3.attention_with_kvcache's."""
+    check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits)
+    batch, _, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    # Checked now; decided per launch (by fa3's rule when None).
+    resolve_pack_gqa(pack_gqa, hq, hkv, False, lambda: False)
+    if cache_seqlens is None:
+        if k is not None:
+            raise ValueError("appending k and v needs cache_seqlens (where the new rows go)")
+        cache_seqlens = k_cache.shape[1]
+    if not isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
+    return torch.ops.fa3.attention_kvcache_cuda(q, k_cache, v_cache, k, v, cache_seqlens, causal, scale, window[0],
+                                                window[1], softcap, pack_gqa)

@@ -1,0 +1,52 @@
+// RUN: split-file %s %t
+// RUN: fa3-opt %t/decode.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels --fa3-tile=grid=true --fa3-fuse-softmax | FileCheck %s --check-prefix=TILE
+// RUN: fa3-opt %t/decode.mlir --fa3-hopper-kernel-pipeline --mlir-print-ir-after=convert-fa3-tile-to-hopper -o /dev/null 2>&1 | FileCheck %s --check-prefix=KERNEL
+// RUN: fa3-run %t/decode.mlir --function=decode --emit=ptx > %t.ptx
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+// RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.ptx -o %t.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
+// RUN: not fa3-opt %t/paged.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels 2>&1 | FileCheck %s --check-prefix=ERR
+
+//--- decode.mlir
+
+// fa3.attention_kvcache on Hopper (a contiguous cache, one split). The
+// outlined kernel function takes cache_seqlens after the caches; the grid
+// reads batch b's length (clamped to [0, the cache's rows]) and the tile
+// level bounds the key loop and the mask by it. The key and value loads
+// keep the length as their row limit.
+// TILE-LABEL: func.func @fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_kvc_causal
+// TILE-SAME: (%[[Q:.+]]: tensor<?x?x32x128xbf16>, %[[KC:.+]]: tensor<?x?x8x128xbf16>, %[[VC:.+]]: tensor<?x?x8x128xbf16>, %[[LENS:.+]]: tensor<?xi32>)
+// TILE: %[[ROWS:.+]] = tensor.dim %[[KC]], %c1
+// TILE: scf.forall (%{{.+}}, %{{.+}}, %[[B:.+]]) in
+// TILE: %[[L:.+]] = tensor.extract %[[LENS]][%[[B]]] : tensor<?xi32>
+// TILE: %[[L1:.+]] = arith.index_cast %[[L]] : i32 to index
+// TILE: %[[L2:.+]] = arith.maxsi %[[L1]], %{{.+}} : index
+// TILE: %[[LEN:.+]] = arith.minsi %[[L2]], %[[ROWS]] : index
+// TILE: fa3.load_tile %[[KC]][%[[B]], %{{.+}}, %{{.+}}] limit %[[LEN]]
+// TILE: fa3.mask {{.+}}, %[[LEN]] {causal, packed_heads = 4 : i64}
+func.func @decode(%q: tensor<?x?x32x128xbf16>, %kc: tensor<?x?x8x128xbf16>, %vc: tensor<?x?x8x128xbf16>, %lens: tensor<?xi32>) -> (tensor<?x?x32x128xbf16>, tensor<?x32x?xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {causal, pack_gqa} : (tensor<?x?x32x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?xi32>) -> (tensor<?x?x32x128xbf16>, tensor<?x32x?xf32>)
+  return %o, %lse : tensor<?x?x32x128xbf16>, tensor<?x32x?xf32>
+}
+
+// The kernel takes cache_seqlens as a tenth parameter (global, noalias)
+// and loads batch b's length from it.
+// KERNEL-LABEL: llvm.func @fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_kvc_causal
+// KERNEL-SAME: %{{.+}}: !llvm.ptr<1>, %[[LENS:.+]]: !llvm.ptr<1> {llvm.noalias})
+// KERNEL: %[[B:.+]] = nvvm.read.ptx.sreg.ctaid.z : i32
+// KERNEL: %[[AT:.+]] = llvm.getelementptr %[[LENS]][%[[B]]] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+// KERNEL: llvm.load %[[AT]] {alignment = 4 : i64} : !llvm.ptr<1> -> i32
+
+// PTX: .entry fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_kvc_causal
+// PTX: .param .u64 .ptr .global .align 1 fa3_fwd_{{.+}}_param_9
+// PTX: ld.global.nc.b32
+
+// PTXAS: 0 bytes spill stores, 0 bytes spill loads
+
+//--- paged.mlir
+
+// A page table has no Hopper kernel yet.
+// ERR: error: 'fa3.attention_kvcache' op the Hopper forward reads a contiguous cache in one split; a page table or num_splits > 1 has no Hopper kernel yet (the CPU pipeline runs it)
+func.func @paged(%q: tensor<?x1x4x64xbf16>, %kc: tensor<?x16x2x64xbf16>, %vc: tensor<?x16x2x64xbf16>, %lens: tensor<?xi32>, %pages: tensor<?x?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pages : (tensor<?x1x4x64xbf16>, tensor<?x16x2x64xbf16>, tensor<?x16x2x64xbf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>)
+  return %o, %lse : tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>
+}
