@@ -27,11 +27,14 @@ while training, attention sinks (`s_aux`), float32 activations outside
 autocast (fa3's CUDA kernels take bf16/f16) and head dims other than 64, 128
 and 256.
 
-Generation through fa3's KV-cache path (`fa3.attention_with_kvcache`, CPU
-for now): `register_kvcache()` adds "fa3_kvcache", whose attention appends
-each layer's new keys and values to a `PagedKVCache` and attends to the
-whole cache in one fa3 call; `generate_greedy(model, input_ids,
-max_new_tokens)` runs the prefill and the decode steps with it.
+Generation through fa3's KV-cache path (`fa3.attention_with_kvcache`):
+`register_kvcache()` adds "fa3_kvcache", whose attention appends each
+layer's new keys and values to fa3's cache and attends to the whole cache
+in one fa3 call; `generate_greedy(model, input_ids, max_new_tokens)` runs
+the prefill and the decode steps with it. On the CPU the cache is a
+`PagedKVCache` (numpy, fa3's CPU pipeline); with the model and `input_ids`
+on a CUDA device (bf16/f16) it is a `CudaKVCache`, contiguous torch
+tensors that the Hopper kernel of fa3.attention_kvcache reads.
 
     fa3_hf.register_kvcache()
     model = AutoModelForCausalLM.from_config(config, attn_implementation="fa3_kvcache")
@@ -144,24 +147,79 @@ class PagedKVCache:
         return out
 
 
+class CudaKVCache:
+    """The KV cache of a generation through fa3 on a CUDA device: per
+    layer, a contiguous key and value cache `(batch, max_length,
+    num_key_value_heads, head_dim)` of torch tensors (zeros: the rows past a
+    sequence's length are read and masked, so they must be finite) and each
+    layer's cached length per sequence, an int32 tensor on the device that
+    the kernel reads.
+
+    The "fa3_kvcache" attention appends a layer's new rows and attends to
+    everything cached in one `fa3.attention_with_kvcache` call (the append
+    by torch indexing, then the Hopper kernel of fa3.attention_kvcache)."""
+
+    def __init__(self, config, batch_size, max_length, device, dtype=torch.bfloat16):
+        heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        self.max_length = int(max_length)
+        shape = (batch_size, self.max_length, self.num_kv_heads, self.head_dim)
+        layers = config.num_hidden_layers
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.lengths = torch.zeros((layers, batch_size), dtype=torch.int32, device=device)
+        # The same lengths on the host (every sequence grows alike): no
+        # device sync to know where the next positions start.
+        self.cached = [0] * layers
+
+    def get_seq_length(self, layer_idx=0):
+        """Tokens cached so far (the same for every sequence of the batch)."""
+        return self.cached[layer_idx]
+
+    def attend(self, layer_idx, query, key, value, causal, scale, window, softcap):
+        """Appends layer `layer_idx`'s new rows `key`/`value` (B, S_new, Hkv,
+        D) and returns the attention of `query` (B, S_new, H, D) over the
+        cache, torch CUDA tensors in and out."""
+        lengths = self.lengths[layer_idx]
+        out = fa3.attention_with_kvcache(query, self.keys[layer_idx], self.values[layer_idx], k=key, v=value,
+                                         cache_seqlens=lengths, causal=causal, softmax_scale=scale,
+                                         window_size=window, softcap=softcap)
+        lengths += key.shape[1]
+        self.cached[layer_idx] += key.shape[1]
+        return out
+
+
 def kvcache_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                               sliding_window=None, softcap=None, is_causal=None, fa3_cache=None, **kwargs):
     """The "fa3_kvcache" attention: `key`/`value` are this step's new rows
     (the model runs without a transformers cache); they go into `fa3_cache`
-    (a PagedKVCache passed to the model call) and the queries attend to the
-    whole cache. Float32 CPU tensors (fa3's CPU pipeline)."""
-    if not isinstance(fa3_cache, PagedKVCache):
-        raise ValueError(f"fa3_kvcache attention: pass fa3_cache=PagedKVCache(...) to the model call, got {type(fa3_cache).__name__} "
+    (a PagedKVCache or CudaKVCache passed to the model call) and the queries
+    attend to the whole cache. Float32 CPU tensors (fa3's CPU pipeline) with
+    a PagedKVCache; bf16/f16 CUDA tensors (the Hopper kernel) with a
+    CudaKVCache."""
+    if not isinstance(fa3_cache, (PagedKVCache, CudaKVCache)):
+        raise ValueError(f"fa3_kvcache attention: pass fa3_cache=PagedKVCache(...) or CudaKVCache(...) to the model "
+                         f"call, got {type(fa3_cache).__name__} "
                          "(fa3.integrations.transformers.generate_greedy does)")
     if attention_mask is not None:
         raise ValueError("fa3_kvcache attention: an explicit attention mask (padding) is not expressible")
     if dropout and module.training:
         raise ValueError("fa3_kvcache attention: dropout is not supported")
-    if query.device.type != "cpu":
-        raise ValueError(f"fa3_kvcache attention runs on the CPU for now (fa3.attention_with_kvcache takes "
-                         f"numpy arrays), got tensors on {query.device}")
+    cuda = isinstance(fa3_cache, CudaKVCache)
+    if (query.device.type == "cuda") != cuda:
+        raise ValueError(f"fa3_kvcache attention: tensors on {query.device} need "
+                         f"{'a CudaKVCache' if query.device.type == 'cuda' else 'a PagedKVCache (the CPU)'}, "
+                         f"got a {type(fa3_cache).__name__}")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     window = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, 0)
+    if cuda:
+        def to_bshd(x):
+            return x.transpose(1, 2).contiguous()
+
+        out = fa3_cache.attend(module.layer_idx, to_bshd(query), to_bshd(key), to_bshd(value), causal,
+                               None if scaling is None else float(scaling), window, float(softcap) if softcap else 0.0)
+        return out, None
 
     def to_numpy(x):
         return x.detach().transpose(1, 2).contiguous().numpy()
@@ -186,7 +244,9 @@ def register_kvcache(name=KVCACHE_NAME):
 def generate_greedy(model, input_ids, max_new_tokens, page_size=16, seed=0, return_logits=False):
     """Greedy decoding through fa3's KV-cache path: one prefill call over the
     prompt, then one call per new token, each attention appending to and
-    reading from a PagedKVCache (pages in the order of `seed`). `model` must
+    reading from a PagedKVCache (pages in the order of `seed`) on the CPU,
+    or a CudaKVCache when `input_ids` is on a CUDA device (the model there
+    too, in bf16/f16; `page_size` and `seed` then do not apply). `model` must
     use attn_implementation "fa3_kvcache" (register_kvcache). Returns the
     prompt followed by the new tokens, like `model.generate(do_sample=False)`;
     with `return_logits`, also the logits each new token was chosen from
@@ -195,13 +255,16 @@ def generate_greedy(model, input_ids, max_new_tokens, page_size=16, seed=0, retu
         raise ValueError(f"generate_greedy needs a model loaded with attn_implementation={KVCACHE_NAME!r}, "
                          f"got {model.config._attn_implementation!r}")
     batch, prompt = input_ids.shape
-    cache = PagedKVCache(model.config, batch, prompt + max_new_tokens, page_size=page_size, seed=seed)
+    if input_ids.device.type == "cuda":
+        cache = CudaKVCache(model.config, batch, prompt + max_new_tokens, input_ids.device, dtype=model.dtype)
+    else:
+        cache = PagedKVCache(model.config, batch, prompt + max_new_tokens, page_size=page_size, seed=seed)
     tokens = input_ids
     step = input_ids
     scores = []
     for _ in range(max_new_tokens):
         start = cache.get_seq_length()
-        positions = torch.arange(start, start + step.shape[1]).unsqueeze(0).expand(batch, -1)
+        positions = torch.arange(start, start + step.shape[1], device=input_ids.device).unsqueeze(0).expand(batch, -1)
         logits = model(input_ids=step, position_ids=positions, use_cache=False, fa3_cache=cache).logits[:, -1]
         scores.append(logits)
         step = logits.argmax(-1, keepdim=True)

@@ -15,7 +15,14 @@ models with attn_implementation="fa3" (no download).
   reference); fa3's error must stay within 2x the bf16 eager model's + 1e-3
   of the logits' scale (eager is the only peer with softcap).
 * Decoding: one cached decode step (Sq = 1 < Sk: bottom-right causal)
-  gives SDPA's next-token logits within the same bound."""
+  gives SDPA's next-token logits within the same bound.
+* Generation through fa3's KV-cache path on the GPU (attn_implementation
+  "fa3_kvcache", a CudaKVCache: the Hopper kernel of fa3.attention_kvcache
+  with appends): teacher-forced on the float32 eager model's greedy
+  tokens, every step's logits within 2x SDPA's (bf16, DynamicCache) error
+  + 1e-3 of the scale; free-running, generate_greedy's tokens equal the
+  reference's, or first differ where the reference's two candidates are
+  within that bf16 error of a tie."""
 
 import contextlib
 import copy
@@ -163,3 +170,66 @@ def test_cached_decode_step_matches_sdpa():
     scale = results["ref"].abs().max().item()
     print(f"decode step: fa3 {err['fa3']:.2e}, SDPA {err['sdpa']:.2e} (scale {scale:.2f})")
     assert err["fa3"] <= 2 * err["sdpa"] + 1e-3 * scale
+
+
+def test_greedy_generation_through_the_cuda_kvcache():
+    fa3_hf.register_kvcache()
+    torch.manual_seed(4)
+    config = _llama_config()
+    models = {}
+    for name, impl, dtype in (("sdpa", "sdpa", torch.bfloat16), ("fa3", fa3_hf.KVCACHE_NAME, torch.bfloat16),
+                              ("ref", "eager", torch.float32)):
+        models[name] = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                                     attn_implementation=impl).to("cuda", dtype).eval()
+    # A larger init than the default 0.02 spreads the logits (greedy choices
+    # far from ties), as the CPU generation test does.
+    with torch.no_grad():
+        for i, p in enumerate(models["ref"].parameters()):
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)).to(p.device) * 0.15)
+    for name in ("sdpa", "fa3"):
+        models[name].load_state_dict(models["ref"].state_dict())
+    batch, prompt_len, new = 3, 37, 20
+    prompt = torch.randint(0, VOCAB, (batch, prompt_len), device="cuda",
+                           generator=torch.Generator(device="cuda").manual_seed(1))
+    with torch.no_grad():
+        want = models["ref"].generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new,
+                                      do_sample=False, pad_token_id=0, output_logits=True,
+                                      return_dict_in_generate=True)
+        seq = want.sequences
+        # Teacher-forced: each model decodes the reference's tokens.
+        fa3_cache = fa3_hf.CudaKVCache(config, batch, prompt_len + new, "cuda", torch.bfloat16)
+        sdpa_cache = transformers.DynamicCache(config=config)
+        errs = {"fa3": 0.0, "sdpa": 0.0}
+        scale = max(x.abs().max().item() for x in want.logits)
+        step = prompt
+        for i in range(new):
+            start = fa3_cache.get_seq_length()
+            positions = torch.arange(start, start + step.shape[1], device="cuda").unsqueeze(0).expand(batch, -1)
+            got = models["fa3"](input_ids=step, position_ids=positions, use_cache=False,
+                                fa3_cache=fa3_cache).logits[:, -1].float()
+            peer = models["sdpa"](step, past_key_values=sdpa_cache, use_cache=True).logits[:, -1].float()
+            ref = want.logits[i].float()
+            errs["fa3"] = max(errs["fa3"], (got - ref).abs().max().item())
+            errs["sdpa"] = max(errs["sdpa"], (peer - ref).abs().max().item())
+            step = seq[:, prompt_len + i:prompt_len + i + 1]
+        assert fa3_cache.get_seq_length() == prompt_len + new - 1
+        bound = 2 * errs["sdpa"] + 1e-3 * scale
+        print(f"teacher-forced logits over {new} steps: fa3 {errs['fa3']:.2e}, SDPA {errs['sdpa']:.2e} "
+              f"(scale {scale:.2f})")
+        assert errs["fa3"] <= bound
+        # Free-running: fa3's own greedy tokens.
+        tokens = fa3_hf.generate_greedy(models["fa3"], prompt, max_new_tokens=new)
+    assert tokens.shape == seq.shape and torch.equal(tokens[:, :prompt_len], prompt)
+    differ = (tokens != seq).any(0).nonzero()
+    if len(differ):
+        # The contexts agree up to the first difference: the reference's
+        # choice there must be within bf16 error of a tie with fa3's.
+        i = int(differ[0]) - prompt_len
+        ref = want.logits[i].float()
+        rows = (tokens[:, prompt_len + i] != seq[:, prompt_len + i]).nonzero().flatten()
+        margin = (ref[rows, seq[rows, prompt_len + i]] - ref[rows, tokens[rows, prompt_len + i]]).max().item()
+        print(f"free-running tokens first differ at step {i}, reference margin {margin:.2e}")
+        assert margin <= 2 * bound, f"step {i}: fa3 chose a token {margin:.3g} below the reference's (bound {bound:.3g})"
+    else:
+        print(f"free-running: all {new} tokens equal the reference's")
