@@ -191,10 +191,11 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
     return row
 
 
-def mlir_grad_for(h, d, causal):
+def mlir_grad_for(h, d, causal, deterministic=False):
     t = f"tensor<?x?x{h}x{d}xbf16>"
     lt = f"tensor<?x{h}x?xf32>"
-    a = " {causal}" if causal else ""
+    attrs = (["causal"] if causal else []) + (["deterministic"] if deterministic else [])
+    a = " {" + ", ".join(attrs) + "}" if attrs else ""
     return (f"func.func @attn_grad(%do: {t}, %q: {t}, %k: {t}, %v: {t}, %o: {t}, %lse: {lt}) -> ({t}, {t}, {t}) {{\n"
             f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{a}"
             f" : ({t}, {t}, {t}, {t}, {t}, {lt}) -> ({t}, {t}, {t})\n"
@@ -319,6 +320,20 @@ def bench_backward(d, causal, s, dev="cuda"):
                       warmup=25, rep=100, return_mode="median")
         row["fa3_kernel"] = bwd.name
         row["fa3"] = f / ms / 1e9
+        # The deterministic backward (dQ added in key-block order) on the
+        # same inputs: its cost, and whether two runs give the same bits.
+        try:
+            det = fa3.compile_mlir(mlir_grad_for(h, d, causal, deterministic=True), "attn_grad", backward=True)
+            det_ws = torch.empty(max(det.workspace_bytes(b, s, s), 1), device=dev, dtype=torch.uint8)
+            grads = [torch.empty_like(x) for x in (q, k, v)]
+            ms_det = do_bench(lambda: det.launch_grad_into(do, q, k, v, o, lse, *grads, workspace=det_ws),
+                              warmup=25, rep=100, return_mode="median")
+            row["fa3_deterministic"] = f / ms_det / 1e9
+            first = [x.clone() for x in grads]
+            det.launch_grad_into(do, q, k, v, o, lse, *grads, workspace=det_ws)
+            row["deterministic_bit_identical"] = all(torch.equal(x, y) for x, y in zip(first, grads))
+        except fa3.Error as e:
+            row["fa3_deterministic_error"] = str(e)[:300]
         # Sanity: the timed launch's gradients agree with cuDNN's/FLASH's.
         if ref is not None:
             for name, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref):
@@ -512,15 +527,17 @@ def main():
             lines.append("")
         lines += [f"bf16 backward (2.5 × forward FLOPs), TFLOP/s — {meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, "
                   f"torch {meta['torch']}", "",
-                  "| d | causal | seqlen | fa3 | cuDNN | FLASH | fa3/cuDNN | max abs diff vs SDPA dQ / dK / dV |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| d | causal | seqlen | fa3 | fa3 deterministic | cuDNN | FLASH | fa3/cuDNN | "
+                  "max abs diff vs SDPA dQ / dK / dV |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in bwd_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             if "dq_max_abs_diff_vs_sdpa" in r:
                 diff = " / ".join(f"{r[n + '_max_abs_diff_vs_sdpa']:.2e}" for n in ("dq", "dk", "dv"))
             else:
                 diff = r.get("fa3_error", "n/a")[:60]
-            lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
+            lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | "
+                         f"{fmt(r.get('fa3_deterministic'))} | {fmt(r.get('cudnn'))} | "
                          f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
     decode_rows = [r for r in rows if r["direction"] == "decode"]
     if decode_rows:

@@ -184,6 +184,7 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     kernel.info.persistent = getInt("persistent") != 0;
     kernel.info.packedHeads = std::max<int64_t>(1, getInt("packed_heads"));
     kernel.info.kvCache = getInt("kvcache") != 0;
+    kernel.info.deterministic = getInt("deterministic") != 0;
   }
 
   auto binary =

@@ -45,7 +45,8 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"shared_memory", std::to_string(sharedMemory)},
           {"persistent", persistent ? "1" : "0"},
           {"packed_heads", std::to_string(packedHeads)},
-          {"kvcache", kvCache ? "1" : "0"}};
+          {"kvcache", kvCache ? "1" : "0"},
+          {"deterministic", deterministic ? "1" : "0"}};
 }
 
 llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
@@ -113,6 +114,12 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
         {"shared_memory", &info.sharedMemory}})
     if (llvm::Error err = getInt(key, *field))
       return std::move(err);
+  if (info.kind == Kind::Attention) {
+    auto deterministic = get("deterministic");
+    if (!deterministic)
+      return deterministic.takeError();
+    info.deterministic = *deterministic == "1";
+  }
   if (info.kind == Kind::Attention && !info.backward) {
     if (llvm::Error err = getInt("packed_heads", info.packedHeads))
       return std::move(err);
@@ -412,6 +419,15 @@ static int64_t paddedSeqQ(const AttentionKernelInfo &info, int64_t seqQ) {
   return (seqQ + info.blockM - 1) / info.blockM * info.blockM;
 }
 
+/// A deterministic backward's dQ turn counters: one per (batch, query head,
+/// query block), after Δ in the workspace.
+static int64_t gradTurnCounters(const AttentionKernelInfo &info, int64_t batch,
+                                int64_t seqQ) {
+  if (!info.deterministic)
+    return 0;
+  return batch * info.numQHeads * (paddedSeqQ(info, seqQ) / info.blockM);
+}
+
 static int64_t alignUp(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
@@ -422,7 +438,7 @@ int64_t fa3::runtime::attentionGradWorkspaceBytes(
   (void)seqK;
   int64_t acc = alignUp(batch * seqQ * info.numQHeads * info.headDim * 4, 256);
   int64_t rows = batch * info.numQHeads * paddedSeqQ(info, seqQ) * 4;
-  return acc + 2 * rows;
+  return acc + 2 * rows + gradTurnCounters(info, batch, seqQ) * 4;
 }
 
 llvm::Error fa3::runtime::launchAttentionBackward(
@@ -442,7 +458,11 @@ llvm::Error fa3::runtime::launchAttentionBackward(
                                      info.headDim * 4,
                                  256);
   DevicePtr delta = lse2 + args.batch * info.numQHeads * seqPad * 4;
+  DevicePtr turns = delta + args.batch * info.numQHeads * seqPad * 4;
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
+  if (int64_t counters = gradTurnCounters(info, args.batch, args.seqQ))
+    if (llvm::Error err = memsetAsync32(turns, 0, size_t(counters), stream))
+      return err;
 
   if (args.seqQ > 0) {
     DevicePtr dO = args.gradOut, o = args.out, lse = args.lse,
@@ -481,13 +501,16 @@ llvm::Error fa3::runtime::launchAttentionBackward(
             kernels.main.setMaxDynamicSharedMemory(info.sharedMemory))
       return err;
     DevicePtr dk = args.gradK, dv = args.gradV;
-    void *params[] = {&*mapQ, &*mapK, &*mapV,  &*mapDO,  &lse2,  &delta,
-                      &acc,   &dk,    &dv,     &seqQ32, &seqK32};
+    void *params[] = {&*mapQ, &*mapK, &*mapV, &*mapDO, &lse2,   &delta,
+                      &acc,   &dk,    &dv,    &seqQ32, &seqK32, &turns};
     Dim3 grid{unsigned((args.seqK + info.blockN - 1) / info.blockN),
               unsigned(info.numKVHeads), unsigned(args.batch)};
+    // The turn counters are a deterministic kernel's last parameter only.
     if (llvm::Error err =
             kernels.main.launch(grid, Dim3{unsigned(info.threads), 1, 1},
-                                unsigned(info.sharedMemory), stream, params))
+                                unsigned(info.sharedMemory), stream,
+                                llvm::ArrayRef<void *>(params).drop_back(
+                                    info.deterministic ? 0 : 1)))
       return err;
   }
   if (args.seqQ > 0) {

@@ -55,6 +55,9 @@ class AttentionSpec:
     hadamard: bool = False
     # PackGQA (forward only): the query heads of one kv head share a tile.
     pack_gqa: bool = False
+    # A backward whose gradients are bit-identical run to run (backward
+    # only: the forward always is).
+    deterministic: bool = False
 
     def _attrs(self, schedule=None):
         attrs = []
@@ -194,9 +197,12 @@ class AttentionSpec:
         `grad_lse`, a seventh argument: the gradient reaching the LSE."""
         q, k, v, o, lse = self._types()
         extra_arg, extra_operand, extra_type = (f", %dlse: {lse}", ", %dlse", f", {lse}") if grad_lse else ("", "", "")
+        attrs = self._attrs()
+        if self.deterministic:
+            attrs = attrs[:-1] + ", deterministic}"
         return (f"func.func @attention_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse}"
                 f"{extra_arg}) -> ({q}, {k}, {v}) {{\n"
-                f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{extra_operand}{self._attrs()}"
+                f"  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse{extra_operand}{attrs}"
                 f" : ({o}, {q}, {k}, {v}, {o}, {lse}{extra_type}) -> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
 

@@ -86,11 +86,11 @@ _plans = {}
 _MAX_PLANS = 4096  # a bound for workloads that see many distinct shapes
 
 
-def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None):
+def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, deterministic=False):
     """The plan of this call, from the cache or checked and built."""
     key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
            causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap),
-           pack_gqa, type(pack_gqa))
+           pack_gqa, type(pack_gqa), deterministic, type(deterministic))
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable option (a list window): the checks below decide
@@ -101,7 +101,9 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None):
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     _check_tensors(q, k, v)
     b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
-    spec = _make_spec(q, k, v, causal, scale, window, softcap)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+    spec = dataclasses.replace(_make_spec(q, k, v, causal, scale, window, softcap), deterministic=deterministic)
     if resolve_pack_gqa(pack_gqa, spec.num_heads, spec.num_kv_heads, spec.fp8,
                         lambda: _jit.should_pack_gqa(spec, sq, sk)):
         spec = dataclasses.replace(spec, pack_gqa=True)
@@ -177,7 +179,7 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa):
+def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic):
     """fa3.attention at a head dim the kernels are not compiled for (or v's
     head dim != q's): q, k and v zero-padded to rounded_cuda_head_dim with
     F.pad (differentiable, and traced by torch.compile), the scale kept at
@@ -190,24 +192,28 @@ def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, 
     _check_tensors(q, k, v)
     size = rounded_cuda_head_dim(d, dv)
     q, k, v = (F.pad(t, (0, size - t.shape[3])) for t in (q, k, v))
-    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse, pack_gqa)
+    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse, pack_gqa, deterministic)
     return out[..., :dv], lse
 
 
-def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True, pack_gqa=None):
+def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True, pack_gqa=None,
+              deterministic=False):
     """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16); with
     `need_lse=False` and no autograd, lse is a scratch buffer the caller must
     not use."""
     if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
-        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa)
+        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic)
     if torch.compiler.is_compiling():
         hq, hkv, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
         _check_tensors(q, k, v)
         # Checked here, decided per launch by the plan.
         resolve_pack_gqa(pack_gqa, hq, hkv, False, lambda: False)
-        return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa)
-    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa)
+        if not isinstance(deterministic, bool):
+            raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+        return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa,
+                                           deterministic)
+    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic)
     if (q.stride(-1) != 1 and q.shape[-1] > 1) or (k.stride(-1) != 1 and k.shape[-1] > 1) or \
             (v.stride(-1) != 1 and v.shape[-1] > 1):
         _check_tensors(q, k, v)  # raises, naming the tensor
@@ -218,20 +224,21 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
 
 # --- torch.compile: the same launches as custom ops --------------------------
 
-def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa):
-    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap, pack_gqa)
+def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic):
+    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap, pack_gqa, deterministic)
 
 
 @torch.library.custom_op("fa3::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float,
-                  pack_gqa: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa)
+                  pack_gqa: Optional[bool] = None, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic)
     return _forward(plan, q, k, v)[3:]
 
 
 @attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa=None):
+def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa=None,
+                        deterministic=False):
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v.shape[3])),
             q.new_empty((b, hq, sq), dtype=torch.float32))
@@ -241,23 +248,24 @@ def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softc
 def attention_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float,
-                  pack_gqa: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa)
+                  pack_gqa: Optional[bool] = None,
+                  deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic)
     q, k, v, out, lse = (t.contiguous() for t in (q, k, v, out, lse))
     return _backward(plan, grad_out, q, k, v, out, lse, grad_lse)
 
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, causal, scale, window_left, window_right,
-                        softcap, pack_gqa=None):
+                        softcap, pack_gqa=None, deterministic=False):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa = inputs
+    q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.options = (causal, scale, window_left, window_right, softcap, pack_gqa)
+    ctx.options = (causal, scale, window_left, window_right, softcap, pack_gqa, deterministic)
 
 
 def _op_backward(ctx, grad_out, grad_lse):
@@ -267,7 +275,7 @@ def _op_backward(ctx, grad_out, grad_lse):
     grad_out = torch.zeros_like(out) if grad_out is None else grad_out
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
     dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 attention_fwd.register_autograd(_op_backward, setup_context=_setup_context)

@@ -36,7 +36,7 @@ def _torch_module():
 
 def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None, fp8=False, hadamard=False,
-              pack_gqa=None):
+              pack_gqa=None, deterministic=False):
     """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
 
     q: (batch, seqlen_q, num_heads, head_dim); k: (batch, seqlen_k,
@@ -85,6 +85,11 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     once per group. None (default): fa3 decides per call from the shapes
     (FlashAttention-3's rule); True needs the group to divide 64 and 16-bit
     inputs (ValueError otherwise); False: never. The result is the same.
+
+    `deterministic=True` (torch CUDA tensors): the backward's dq, dk and dv
+    are bit-identical from run to run (the key blocks add their dq shares
+    in a fixed order instead of as they finish; slower, see
+    docs/Performance.md). The forward, and the CPU backward, always are.
     """
     torch = sys.modules.get("torch")
     if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
@@ -92,7 +97,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
             and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
         # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
         out, lse = _torch_module().attention(q, k, v, causal, softmax_scale, window_size, softcap,
-                                             need_lse=return_lse, pack_gqa=pack_gqa)
+                                             need_lse=return_lse, pack_gqa=pack_gqa, deterministic=deterministic)
         return (out, lse) if return_lse else out
     names = ("q", "k", "v")
     tensors = (q, k, v)
@@ -106,6 +111,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
                         + ", ".join(f"{n}: {k_}" for n, k_ in zip(names, kinds)))
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     cuda = kinds[0] == "torch"
     # (cuda=False: the torch path rounds head dims up, FP8 checks its own.)
     hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=False)
@@ -140,13 +147,14 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
         if x is not None:
             raise ValueError(f"{name} is only for FP8 inputs (torch.float8_e4m3fn q, k, v)")
     if cuda:
-        return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa)
+        return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa, deterministic)
     return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
                             pack_gqa=pack)
 
 
-def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa):
-    out, lse = _torch_module().attention(q, k, v, causal, scale, window, softcap, pack_gqa=pack_gqa)
+def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa, deterministic):
+    out, lse = _torch_module().attention(q, k, v, causal, scale, window, softcap, pack_gqa=pack_gqa,
+                                         deterministic=deterministic)
     return (out, lse) if return_lse else out
 
 

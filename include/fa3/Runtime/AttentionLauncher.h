@@ -47,6 +47,10 @@ struct AttentionKernelInfo {
   /// An fa3.attention_kvcache forward: K and V are the caches [B, S_cache,
   /// Hkv, D] and the launch passes cache_seqlens (AttentionDeviceArgs).
   bool kvCache = false;
+  /// A deterministic backward: the workspace also holds the dQ turn
+  /// counters (i32 [B, Hq, query blocks]), zeroed by the launch and passed
+  /// to the main kernel.
+  bool deterministic = false;
 
   /// Hadamard and Quantize: the element types read and written (Quantize
   /// writes e4m3). Their `headDim` is the last dimension; for Quantize,

@@ -232,6 +232,7 @@ HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
            << "the Hopper backward supports head dims 64, 128 and 256 (the "
               "CPU pipeline takes any), got "
            << spec.headDim;
+  spec.deterministic = op.getDeterministic();
   if (spec.blockM != 64)
     return op.emitOpError() << "the Hopper backward steps over 64 query rows "
                                "(one wgmma N of the Sᵀ tile); block_m must be "
@@ -392,6 +393,14 @@ struct ConvertFA3ToHopperPass
         // kernels are named after it.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
+        if (spec->deterministic) {
+          // The runtime zeroes the dQ turn counters and passes them.
+          Builder builder(op->getContext());
+          auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
+          NamedAttrList entries(launch);
+          entries.set("deterministic", builder.getI64IntegerAttr(1));
+          op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
+        }
       } else if (auto hadamard = dyn_cast<HadamardOp>(op)) {
         FailureOr<HopperHadamardSpec> spec = HopperHadamardSpec::fromOp(hadamard);
         if (failed(spec)) {

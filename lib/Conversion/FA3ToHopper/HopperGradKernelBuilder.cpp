@@ -31,6 +31,7 @@
 #include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
 
 #include "HopperCodegen.h"
+#include "fa3/Conversion/InlinePtx.h"
 
 #include <cmath>
 #include <cstdio>
@@ -59,6 +60,8 @@ std::string HopperAttentionGradSpec::kernelName() const {
           std::to_string(stages);
   if (causal)
     name += "_causal";
+  if (deterministic)
+    name += "_det";
   auto bound = [](int64_t b) {
     return b < 0 ? std::string("inf") : std::to_string(b);
   };
@@ -270,11 +273,14 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
 
 void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   declareDynamicSmem(module);
-  auto fn = createKernel(module, s.kernelName(),
-                         {genericPtr, genericPtr, genericPtr, genericPtr,
-                          globalPtr, globalPtr, globalPtr, globalPtr, globalPtr,
-                          i32, i32},
-                         s.numThreads());
+  // Deterministic: a last parameter, the dQ turn counters (i32 [B, Hq,
+  // query blocks], zero at launch).
+  SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, genericPtr,
+                              globalPtr,  globalPtr,  globalPtr,  globalPtr,
+                              globalPtr,  i32,        i32};
+  if (s.deterministic)
+    params.push_back(globalPtr);
+  auto fn = createKernel(module, s.kernelName(), params, s.numThreads());
   passTensorMapsByValue(fn, 4);
   OpBuilder::InsertionGuard guard(b);
   Block *entry = &fn.getBody().front();
@@ -285,6 +291,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value accPtr = entry->getArgument(6), dkPtr = entry->getArgument(7);
   Value dvPtr = entry->getArgument(8);
   Value seqQ = entry->getArgument(9), seqK = entry->getArgument(10);
+  Value turnsPtr = s.deterministic ? entry->getArgument(11) : Value();
 
   const int64_t d = s.headDim, bm = s.blockM, bn = s.blockN;
   const int64_t group = s.numQHeads / s.numKVHeads;
@@ -549,6 +556,50 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         fenceProxyAsyncShared();
         namedBarrier(1, s.numThreads());
 
+        // Deterministic: the key blocks add their dQ partials of (head,
+        // query block) in key-block order. The turn counter of (b, head,
+        // query block) counts the key blocks that have added; this block's
+        // turn is its place among the contiguous key blocks that see the
+        // query block. Thread 0 waits for it, the CTA at a barrier after.
+        Value turnPtr, turn;
+        if (s.deterministic) {
+          Value qb = divu(qStart, ci(bm));
+          Value first = ci(0);
+          if (left >= 0) {
+            // The first key block whose last key a row of qb sees:
+            // floordiv(qb·bm + Sk − Sq − left, bn), at least 0.
+            Value t = sub(add(mul(qb, ci(bm)), offset), ci(left));
+            first =
+                maxsi(arith::FloorDivSIOp::create(b, loc, t, ci(bn)), ci(0));
+          }
+          turn = sub(kBlock, first);
+          Value blocks = divu(seqPad, ci(bm));
+          Value index =
+              add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                      sext64(blocks)),
+                  sext64(qb));
+          turnPtr = elemPtr(turnsPtr, i32, index);
+          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+            auto spin = scf::WhileOp::create(
+                b, loc, TypeRange{}, ValueRange{},
+                [&](OpBuilder &, Location, ValueRange) {
+                  Value now =
+                      inlinePtx(b, loc, i32, ValueRange{turnPtr},
+                                "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l")
+                          .getResult(0);
+                  scf::ConditionOp::create(
+                      b, loc, cmp(arith::CmpIPredicate::ne, now, turn),
+                      ValueRange{});
+                },
+                [&](OpBuilder &, Location, ValueRange) {
+                  scf::YieldOp::create(b, loc);
+                });
+            (void)spin;
+            scf::YieldOp::create(b, loc);
+          });
+          NVVM::Barrier0Op::create(b, loc);
+        }
+
         // dQ += dS K for this warpgroup's share, 64 columns at a time; dS
         // and K are both read MN-major.
         for (int64_t chunk = 0; chunk < nWidth / 64; ++chunk) {
@@ -565,26 +616,55 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           }
           NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
           NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-          for (int64_t half = 0; half < 2; ++half) {
-            Value query = add(add(qStart, rowInSlab), ci(8 * half));
-            Value inside = cmp(arith::CmpIPredicate::slt, query, seqQ);
-            scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-              Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)),
-                                           sext64(query)),
-                                       cl(s.numQHeads)),
-                                   sext64(head));
-              Value rowElem = mul(rowIndex, cl(d));
-              for (int64_t j = 0; j < 8; ++j) {
-                int64_t r = 4 * j + 2 * half;
-                Value col = add(add(col0, ci(8 * j)), colInBlock);
-                Value ptr = elemPtr(accPtr, f32, add(rowElem, zext64(col)));
-                reduceAddPair(ptr, qAcc[r], qAcc[r + 1]);
-              }
-              scf::YieldOp::create(b, loc);
-            });
+          auto addPartial = [&] {
+            for (int64_t half = 0; half < 2; ++half) {
+              Value query = add(add(qStart, rowInSlab), ci(8 * half));
+              Value inside = cmp(arith::CmpIPredicate::slt, query, seqQ);
+              scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+                Value rowIndex = add(
+                    mul(add(mul(sext64(batch), sext64(seqQ)), sext64(query)),
+                        cl(s.numQHeads)),
+                    sext64(head));
+                Value rowElem = mul(rowIndex, cl(d));
+                for (int64_t j = 0; j < 8; ++j) {
+                  int64_t r = 4 * j + 2 * half;
+                  Value col = add(add(col0, ci(8 * j)), colInBlock);
+                  Value ptr = elemPtr(accPtr, f32, add(rowElem, zext64(col)));
+                  reduceAddPair(ptr, qAcc[r], qAcc[r + 1]);
+                }
+                scf::YieldOp::create(b, loc);
+              });
+            }
+          };
+          if (!s.deterministic || splitColumns) {
+            addPartial();
+          } else {
+            // Both warpgroups add to the same dQ elements (their own key
+            // rows' shares): warpgroup 0 first, then 1.
+            for (int64_t first = 0; first < 2; ++first) {
+              scf::IfOp::create(b, loc,
+                                cmp(arith::CmpIPredicate::eq, wg, ci(first)),
+                                [&](OpBuilder &, Location) {
+                                  addPartial();
+                                  scf::YieldOp::create(b, loc);
+                                });
+              NVVM::Barrier0Op::create(b, loc);
+            }
           }
         }
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+        if (s.deterministic) {
+          // Every thread's adds are done (the barrier); thread 0 makes them
+          // visible at GPU scope and passes the turn on.
+          NVVM::Barrier0Op::create(b, loc);
+          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+            inlinePtx(b, loc, Type(), ValueRange{turnPtr},
+                      "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 "
+                      "[$0], 1;",
+                      "l");
+            scf::YieldOp::create(b, loc);
+          });
+        }
 
         // Release the ring slot; warp 0 refills it once every thread is done.
         arrive(barEmpty(stage));

@@ -177,6 +177,13 @@ struct HopperAttentionGradSpec {
   /// CTA (64 per warpgroup, or 64 shared by both warpgroups, which then
   /// split the head dim of dK and dV).
   int64_t blockM = 64, blockN = 128, stages = 2;
+  /// The op's `deterministic`: the key-block CTAs add their dQ partials of
+  /// each (head, query block) in key-block order (a turn counter per
+  /// (batch, head, query block) in the workspace, zero at launch; the main
+  /// kernel's last parameter), and at D = 64 the two warpgroups, which add
+  /// to the same elements, one after the other. dQ is then bit-identical
+  /// from run to run; dK and dV always are (registers).
+  bool deterministic = false;
 
   static FailureOr<HopperAttentionGradSpec> fromOp(AttentionGradOp op);
 
@@ -200,8 +207,9 @@ struct HopperAttentionGradSpec {
 ///    [B, Sq, Hq, D]), LSE·log2(e) and Δ (f32 [B, Hq, roundup(Sq, blockM)]),
 ///    Sq (i32). Grid (roundup(Sq, blockM) / 4, Hq, B).
 ///  * main: the CUtensorMaps of Q, K, V and dO (by value), LSE·log2(e), Δ,
-///    the dQ accumulator, dK, dV, Sq, Sk (i32). Grid (ceildiv(Sk, blockN),
-///    Hkv, B), numThreads(), sharedMemoryBytes().
+///    the dQ accumulator, dK, dV, Sq, Sk (i32) and, deterministic, the turn
+///    counters. Grid (ceildiv(Sk, blockN), Hkv, B), numThreads(),
+///    sharedMemoryBytes().
 ///  * post: the dQ accumulator, dQ, the number of element pairs (i64). Grid
 ///    ceildiv(pairs, kPostThreads).
 void buildHopperAttentionGradKernels(OpBuilder &builder,

@@ -138,6 +138,13 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
     `fa3-tile` lowers it (for the CPU) to FlashAttention-2's backward over
     tiles; `convert-fa3-to-hopper` emits sm_90a kernels for it.
 
+    `deterministic`: the gradients are bit-identical from run to run. The
+    CPU backward is sequential and always is; on Hopper, dK and dV
+    accumulate in registers, and the key-block CTAs add their dQ partials
+    of each (head, query block) in key-block order instead of as they
+    finish (FlashAttention-3's deterministic mode), at the cost of waiting
+    for their turn.
+
     ```mlir
     %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal}
         : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>,
@@ -152,7 +159,8 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
                             AnyTensor:$key, AnyTensor:$value,
                             AnyTensor:$output, AnyTensor:$lse,
                             Optional<AnyTensor>:$grad_lse),
-                       FA3_AttentionAttrs);
+                       FA3_AttentionAttrs,
+                       (ins UnitAttr:$deterministic));
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);
   let extraClassDeclaration = attentionExtraDecls;

@@ -1,0 +1,41 @@
+// RUN: fa3-run %s --function=bwd_d64 --emit=ptx > %t.d64.ptx
+// RUN: FileCheck %s --check-prefixes=PTX,D64 < %t.d64.ptx
+// RUN: fa3-run %s --function=bwd_d128_window --emit=ptx | FileCheck %s --check-prefixes=PTX,D128
+// RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.d64.ptx -o %t.d64.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
+
+// The deterministic backward (`deterministic` on fa3.attention_grad): the
+// main kernel takes the dQ turn counters as a twelfth parameter; before a
+// step's dQ adds, thread 0 spins on its (head, query block) counter with
+// acquire loads until the key block's turn comes, and after them passes the
+// turn on (a GPU-scope fence and a relaxed add).
+// PTX: .entry fa3_bwd_bf16_{{.+}}_det
+// PTX: _param_11
+// PTX: ld.acquire.gpu.global.u32
+// PTX: bar.sync 0;
+// At D = 64 both warpgroups add to the same dQ elements: warpgroup 0's adds,
+// a CTA barrier, warpgroup 1's, a barrier; at D = 128 they add disjoint
+// columns, with no barrier between.
+// D64: red.global.add.v2.f32
+// D64: bar.sync 0;
+// D64: red.global.add.v2.f32
+// D64: bar.sync 0;
+// D128: red.global.add.v2.f32
+// D128-NOT: bar.sync 0;
+// D128: wgmma.wait_group.sync.aligned 0;
+// PTX: bar.sync 0;
+// PTX: fence.acq_rel.gpu;
+// PTX-NEXT: red.relaxed.gpu.global.add.u32
+
+// PTXAS: Function properties for fa3_bwd_bf16_d64{{.+}}_det_{{.+}}
+// PTXAS-NOT: _pre
+// PTXAS: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+func.func @bwd_d64(%do: tensor<?x?x8x64xbf16>, %q: tensor<?x?x8x64xbf16>, %k: tensor<?x?x2x64xbf16>, %v: tensor<?x?x2x64xbf16>, %o: tensor<?x?x8x64xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic} : (tensor<?x?x8x64xbf16>, tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>)
+  return %dq, %dk, %dv : tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>
+}
+
+func.func @bwd_d128_window(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, window = array<i64: 100, 0>, deterministic} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
+  return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>
+}
