@@ -45,8 +45,9 @@ def check_cpu_tensors(**tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor like the others, got {type(t).__name__}")
         if t.device.type != "cpu":
-            raise ValueError(f"{name} is on {t.device}; fa3's varlen and KV-cache attention run on the CPU for now "
-                             "(their Hopper kernels are not built yet)")
+            raise ValueError(f"{name} is on {t.device}; fa3's varlen attention runs on the CPU for now (no Hopper "
+                             "kernel yet), and attention_with_kvcache takes q and the caches on one device "
+                             "(CUDA: a contiguous cache)")
         if name.startswith("cu_") or "seqlens" in name or name in ("seqused_k", "page_table"):
             if t.dtype != torch.int32:
                 raise TypeError(f"{name} must be an int32 tensor, got {t.dtype}")
