@@ -321,6 +321,17 @@ static void testPtx(void) {
             errorContains(error, "compiled to PTX only"),
         "launching a PTX-only kernel is refused");
   error = NULL;
+  check(fa3_launch_attention_kvcache(kernel, 0, 0, 0, 0, 0, 0, 1, 1, 1, NULL,
+                                     &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_kvcache: the kernel "
+                                 "was compiled to PTX only"),
+        "the KV-cache launch names itself and refuses a PTX-only kernel");
+  error = NULL;
+  check(fa3_launch_attention_kvcache(NULL, 0, 0, 0, 0, 0, 0, 1, 1, 1, NULL,
+                                     &error) != 0 &&
+            errorContains(error, "kernel is NULL"),
+        "the KV-cache launch refuses a NULL kernel");
+  error = NULL;
   check(fa3_launch_attention_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
                                   1, 1, NULL, &error) != 0 &&
             errorContains(error, "is a forward"),

@@ -161,3 +161,11 @@ func.func @grad_consumers(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)
   return %dq, %dk, %dv : tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
 }
+
+// -----
+
+func.func @pack_gqa_group_of_three(%q: tensor<1x?x6x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>) -> (tensor<1x?x6x64xbf16>, tensor<1x6x?xf32>) {
+  // expected-error @+1 {{pack_gqa on Hopper needs Hq / Hkv to divide 64 (each consumer warpgroup's 64 rows hold whole queries), got 6 / 2 = 3}}
+  %o, %lse = fa3.attention %q, %k, %v {pack_gqa} : (tensor<1x?x6x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>) -> (tensor<1x?x6x64xbf16>, tensor<1x6x?xf32>)
+  return %o, %lse : tensor<1x?x6x64xbf16>, tensor<1x6x?xf32>
+}

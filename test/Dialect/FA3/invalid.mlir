@@ -742,3 +742,27 @@ func.func @producer_mma(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row:
   } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
   return %s : tensor<64x64xf32>
 }
+
+// -----
+
+func.func @fill_packed_key_tile(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0 : index
+  %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {
+    // expected-error @+1 {{'fa3.ring_fill' op packed_heads is for the query tile's fill, which has no 'use'}}
+    fa3.ring_fill %k[%c0, %row, %c0] use %c0 {packed_heads = 4 : i64} : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    fa3.yield
+  } consumers {
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xbf16> -> tensor<64x64xbf16>
+    %s0 = fa3.qk %q, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    fa3.yield %s0 : tensor<64x64xf32>
+  } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+  return %s : tensor<64x64xf32>
+}
+
+// -----
+
+func.func @pack_gqa_fp8(%q: tensor<?x?x8x64xf8E4M3FN>, %k: tensor<?x?x2x64xf8E4M3FN>, %v: tensor<?x?x2x64xf8E4M3FN>, %d: tensor<?x2xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention' op pack_gqa is not implemented for FP8 attentions (f8E4M3FN inputs or the 'fp8' attribute)}}
+  %o, %lse = fa3.attention %q, %k, %v, %d, %d, %d {pack_gqa} : (tensor<?x?x8x64xf8E4M3FN>, tensor<?x?x2x64xf8E4M3FN>, tensor<?x?x2x64xf8E4M3FN>, tensor<?x2xf32>, tensor<?x2xf32>, tensor<?x2xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>)
+  return %o, %lse : tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>
+}
