@@ -94,8 +94,6 @@ struct HopperAttentionSpec {
   /// packedHeads queries of each; 1 = off. Must divide 64, so that each
   /// consumer warpgroup's rows are whole queries.
   int64_t packedHeads = 1;
-  /// Queries per tile: blockM / packedHeads.
-  int64_t queriesPerTile() const { return blockM / packedHeads; }
   /// An fa3.attention_kvcache (contiguous cache, one split): K and V are
   /// the caches [B, S_cache, Hkv, D], batch b attends to its first
   /// min(cache_seqlens[b], S_cache) keys (bottom-right causal per batch),
