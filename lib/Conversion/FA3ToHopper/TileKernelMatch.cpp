@@ -94,14 +94,20 @@ static SmallVector<Operation *> opsThroughTurns(Block &block) {
   return ops;
 }
 
+/// The matchers' diagnostic: `at` is not `structure` (e.g. "the key loop")
+/// in the form convert-fa3-tile-to-hopper implements, because of `what`.
+static LogicalResult notImplemented(Operation *at, StringRef structure,
+                                    const Twine &what) {
+  at->emitOpError() << "is not " << structure
+                    << " convert-fa3-tile-to-hopper implements: " << what;
+  return failure();
+}
+
 static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   KeyLoop keys;
   keys.loop = loop;
-  auto fail = [&](Operation *at, const Twine &what) {
-    at->emitOpError() << "is not the key loop convert-fa3-tile-to-hopper "
-                         "implements: "
-                      << what;
-    return failure();
+  auto fail = [](Operation *at, const Twine &what) {
+    return notImplemented(at, "the key loop", what);
   };
   if (getConstantIntValue(loop.getStep()) != 1)
     return fail(loop, "its step must be 1");
@@ -203,11 +209,8 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
 /// shows the form): the dataflow of each stage is that of the plain loop.
 static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
                                                  TileKernel &kernel) {
-  auto fail = [&](Operation *at, const Twine &what) {
-    at->emitOpError() << "is not the rotated key loop "
-                         "convert-fa3-tile-to-hopper implements: "
-                      << what;
-    return failure();
+  auto fail = [](Operation *at, const Twine &what) {
+    return notImplemented(at, "the rotated key loop", what);
   };
   KeyLoop keys;
   keys.guard = guard;
@@ -360,11 +363,8 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
 FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   TileKernel kernel;
   kernel.func = func;
-  auto fail = [&](Operation *at, const Twine &what) {
-    at->emitOpError() << "is not a tile-level forward kernel "
-                         "convert-fa3-tile-to-hopper implements: "
-                      << what;
-    return failure();
+  auto fail = [](Operation *at, const Twine &what) {
+    return notImplemented(at, "a tile-level forward kernel", what);
   };
   kernel.schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
   if (!kernel.schedule)
