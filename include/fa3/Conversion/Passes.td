@@ -119,9 +119,9 @@ def FA3OutlineHopperKernels
   let summary = "Give each 16-bit fa3.attention a tensor-level kernel function in @fa3_kernels";
   let description = [{
     The first step of the Hopper forward's lowering. For each scheduled
-    f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache` on a
-    contiguous cache in one split: its function takes `cache_seqlens` after
-    the caches; a page table or `num_splits > 1` is an error, no Hopper
+    f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache` in one
+    split: its function takes `cache_seqlens` after the caches and, paged,
+    the page table after that; `num_splits > 1` is an error, no Hopper
     kernel yet), checks the schedule as `convert-fa3-to-hopper`
     does (the same diagnostics), creates in `gpu.module @fa3_kernels` a
     function named after the kernel's spec that holds the attention on
@@ -173,7 +173,12 @@ def ConvertFA3TileToHopper
     `tensor.extract` is an i32 load, and the key and value loads' row limit
     (the length) bounds nothing on Hopper: TMA reads whole tiles of the
     cache and `fa3.mask` hides the keys past the length (P = 0 there, so
-    those cache rows must hold finite values).
+    those cache rows must hold finite values). A paged cache's function (a
+    fifth argument, the i32 page table) adds the table's pointer, its width,
+    the page size and the chunk rows (gcd(page size, block_n), set by the
+    runtime) as parameters; `tensor.dim` of the table's dim 1 and of the
+    cache's dim 1 read the width and the page size, and its key and value
+    tiles (`fa3.load_paged_tile`) are `fa3.tma_load_paged_tile` loads.
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of
@@ -260,12 +265,15 @@ def ConvertFA3KernelToNVVM : Pass<"convert-fa3-kernel-to-nvvm"> {
     shared-memory buffers (`fa3.ring_wait`, `fa3.ring_arrive`,
     `fa3.ring_barrier`: a barrier named by its ring and use number) and
     their TMA traffic (`fa3.tma_load_tile`, `fa3.tma_store_tile`: a tile in
-    128-byte swizzle atoms). This
+    128-byte swizzle atoms; `fa3.tma_load_paged_tile`: a key or value tile
+    of a paged cache in boxes that stay in one page). This
     pass rewrites each, one pattern per op, and fails on any it leaves: the
     instructions become their inline PTX, the ring ops NVVM's mbarrier ops
     on slot `use mod stages` for the phase parity `(use div stages) mod 2`,
-    a tile load the barrier's `expect_tx` and one TMA copy per atom, a tile
-    store one TMA copy per atom.
+    a tile load the barrier's `expect_tx` and one TMA copy per atom, a paged
+    tile load the `expect_tx` and an `scf.for` over its chunks (the page
+    read from the table, one TMA copy per atom), a tile store one TMA copy
+    per atom.
 
     ```mlir
     fa3.named_barrier %id {threads = 256 : i64}

@@ -274,6 +274,74 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
   }
 };
 
+/// fa3.tma_load_paged_tile -> mbarrier.arrive.expect_tx of the tile's
+/// bytes, then a loop over its chunks of chunk_rows rows: the chunk's page
+/// from the page table (-1, which TMA reads as zeros, for a slot past the
+/// table), and one cp.async.bulk.tensor per atom into the chunk's rows.
+struct TmaLoadPagedTileLowering : OpRewritePattern<TmaLoadPagedTileOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TmaLoadPagedTileOp op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    NVVM::MBarrierArriveExpectTxOp::create(
+        rewriter, loc, Type(), op.getBarrier(),
+        constI32(rewriter, loc, op.getBytes()), NVVM::MemScopeKind::CTA,
+        /*relaxed=*/false, Value());
+    int64_t rows = static_cast<int64_t>(op.getRows());
+    int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
+    Type i32 = rewriter.getI32Type(), i64 = rewriter.getI64Type();
+    Value width = op.getTableWidth(), pageSize = op.getPageSize();
+    // The batch's row of the table.
+    Value tableRow = LLVM::GEPOp::create(
+        rewriter, loc, op.getPageTable().getType(), i32, op.getPageTable(),
+        ValueRange{arith::MulIOp::create(
+            rewriter, loc,
+            arith::ExtSIOp::create(rewriter, loc, i64, op.getBatch()),
+            arith::ExtSIOp::create(rewriter, loc, i64, width))});
+    auto chunks =
+        scf::ForOp::create(rewriter, loc, constI32(rewriter, loc, 0),
+                           constI32(rewriter, loc, rows), op.getChunkRows());
+    rewriter.setInsertionPointToStart(chunks.getBody());
+    Value first = chunks.getInductionVar();
+    Value position =
+        arith::AddIOp::create(rewriter, loc, op.getPosition(), first);
+    Value slot = arith::DivUIOp::create(rewriter, loc, position, pageSize);
+    Value inPage = arith::RemUIOp::create(rewriter, loc, position, pageSize);
+    // The entry is read at a slot clamped into the table (the runtime
+    // passes a width of at least 1) and replaced by -1 past it.
+    Value inTable = arith::CmpIOp::create(
+        rewriter, loc, arith::CmpIPredicate::ult, slot, width);
+    Value lastSlot =
+        arith::SubIOp::create(rewriter, loc, width, constI32(rewriter, loc, 1));
+    Value readSlot = arith::MinUIOp::create(rewriter, loc, slot, lastSlot);
+    Value entryPtr = LLVM::GEPOp::create(rewriter, loc, tableRow.getType(), i32,
+                                         tableRow, ValueRange{readSlot});
+    Value entry =
+        LLVM::LoadOp::create(rewriter, loc, i32, entryPtr, /*alignment=*/4);
+    Value page = arith::SelectOp::create(rewriter, loc, inTable, entry,
+                                         constI32(rewriter, loc, -1));
+    // Row `first` of every atom: 128 bytes a row.
+    Value chunkOffset = arith::AddIOp::create(
+        rewriter, loc, op.getOffset(),
+        arith::MulIOp::create(rewriter, loc, first,
+                              constI32(rewriter, loc, 128)));
+    for (int64_t atom = 0; atom < atoms; ++atom) {
+      Value dst = atomAddress(rewriter, loc, op.getSmem(), chunkOffset, atom,
+                              rows * 128);
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+          rewriter, loc, dst, op.getTensorMap(),
+          tmaCoordinates(rewriter, loc, atom * op.getAtomCols(), inPage,
+                         op.getHead(), page, /*packedHeads=*/std::nullopt),
+          op.getBarrier(), ValueRange(), Value(), Value(),
+          NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
+          Value());
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 /// fa3.tma_store_tile -> one cp.async.bulk.tensor store per 128-byte atom
 /// of columns, atom a from byte offset + a · atom_stride with the box's
 /// first column at a · atom_cols.
@@ -301,7 +369,7 @@ struct TmaStoreTileLowering : OpRewritePattern<TmaStoreTileOp> {
 
 static bool isKernelOp(Operation *op) {
   return isa<WgmmaOp, NamedBarrierOp, RingWaitOp, RingArriveOp, RingBarrierOp,
-             TmaLoadTileOp, TmaStoreTileOp>(op);
+             TmaLoadTileOp, TmaLoadPagedTileOp, TmaStoreTileOp>(op);
 }
 
 struct ConvertFA3KernelToNVVMPass
@@ -315,7 +383,7 @@ struct ConvertFA3KernelToNVVMPass
     RewritePatternSet set(ctx);
     set.add<WgmmaLowering, NamedBarrierLowering, RingWaitLowering,
             RingArriveLowering, RingBarrierLowering, TmaLoadTileLowering,
-            TmaStoreTileLowering>(ctx);
+            TmaLoadPagedTileLowering, TmaStoreTileLowering>(ctx);
     FrozenRewritePatternSet patterns(std::move(set));
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {

@@ -204,15 +204,16 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
 
 FailureOr<HopperAttentionSpec>
 HopperAttentionSpec::fromOp(AttentionKVCacheOp op) {
-  if (op.isPaged() || op.getNumSplits().value_or(1) > 1)
+  if (op.getNumSplits().value_or(1) > 1)
     return op.emitOpError()
-           << "the Hopper forward reads a contiguous cache in one split; a "
-              "page table or num_splits > 1 has no Hopper kernel yet (the CPU "
-              "pipeline runs it)";
+           << "the Hopper forward reads a KV cache in one split; num_splits "
+              "> 1 has no Hopper kernel yet (the CPU pipeline runs it)";
   FailureOr<HopperAttentionSpec> spec =
       forwardSpec(op, op.getKeyCache(), op.getValueCache(), /*fp8=*/false);
-  if (succeeded(spec))
+  if (succeeded(spec)) {
     spec->kvCache = true;
+    spec->paged = op.isPaged();
+  }
   return spec;
 }
 
@@ -292,7 +293,8 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                                      StringRef name, int64_t threads,
                                      int64_t sharedMemory, int64_t blockM,
                                      int64_t blockN, bool persistent,
-                                     int64_t packedHeads, bool kvCache) {
+                                     int64_t packedHeads, bool kvCache,
+                                     bool paged) {
   MLIRContext *ctx = op->getContext();
   Builder builder(ctx);
   op->setAttr(kKernelAttrName,
@@ -313,6 +315,9 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
   if (kvCache)
     launch.push_back(
         builder.getNamedAttr("kvcache", builder.getI64IntegerAttr(1)));
+  if (paged)
+    launch.push_back(
+        builder.getNamedAttr("paged", builder.getI64IntegerAttr(1)));
   op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 

@@ -98,7 +98,7 @@ std::string HopperAttentionSpec::kernelName() const {
   if (packedHeads > 1)
     name += "_pg" + std::to_string(packedHeads);
   if (kvCache)
-    name += "_kvc";
+    name += paged ? "_kvc_paged" : "_kvc";
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".

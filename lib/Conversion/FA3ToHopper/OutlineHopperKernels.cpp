@@ -38,7 +38,8 @@ static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
 }
 
 /// Creates `@name(q, k, v) -> (o, lse)` in `kernels` (a KV cache's:
-/// `@name(q, k_cache, v_cache, cache_seqlens)`): `attention` on dynamic
+/// `@name(q, k_cache, v_cache, cache_seqlens[, page_table])`): `attention`
+/// on dynamic
 /// batch and lengths, with the schedule also kept on the function (the tile
 /// level's ops do not carry it).
 static void outlineKernel(Operation *attention, ScheduleAttr schedule,
@@ -46,8 +47,9 @@ static void outlineKernel(Operation *attention, ScheduleAttr schedule,
   OpBuilder builder(attention->getContext());
   builder.setInsertionPointToEnd(kernels.getBody());
   Location loc = attention->getLoc();
-  // Q, K and V (or the caches) are [B, S, H, D]; cache_seqlens [B] is
-  // dynamic already.
+  // Q, K and V (or the caches) are [B, S, H, D] (a paged cache's [pages,
+  // page_size, H, D]: one kernel serves every page size); cache_seqlens [B]
+  // and the page table [B, max_pages] are dynamic already.
   SmallVector<Type> inputs;
   for (Type type : attention->getOperandTypes())
     inputs.push_back(cast<RankedTensorType>(type).getRank() == 4
@@ -93,7 +95,7 @@ struct FA3OutlineHopperKernelsPass
       annotateHopperLaunch(attention, kernels, name, spec->numThreads(),
                            spec->sharedMemoryBytes(), spec->blockM,
                            spec->blockN, spec->persistent, spec->packedHeads,
-                           spec->kvCache);
+                           spec->kvCache, spec->paged);
     };
     module.walk([&](Operation *op) {
       // Already annotated ops keep their kernel.

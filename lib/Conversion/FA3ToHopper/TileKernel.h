@@ -33,9 +33,10 @@ namespace mlir::fa3::detail {
 struct KeyLoop {
   /// The plain key loop, or the rotated one.
   scf::ForOp loop;
-  /// The loads in `loop`. In the rotated loop at induction variable j the
-  /// key load reads block j + 1 and the value load block j.
-  LoadTileOp keyLoad, valueLoad;
+  /// The loads in `loop` (fa3.load_tile, or fa3.load_paged_tile of a paged
+  /// cache). In the rotated loop at induction variable j the key load reads
+  /// block j + 1 and the value load block j.
+  KeyValueTileLoad keyLoad, valueLoad;
   QKOp qk;
   SoftcapOp softcap;
   scf::IfOp maskIf;
@@ -72,6 +73,9 @@ struct TileKernel {
   /// An fa3.attention_kvcache kernel: its fourth argument is
   /// cache_seqlens, read with tensor.extract (isLengthRead).
   bool kvCache = false;
+  /// Its cache is paged: the fifth argument is the page table, which the
+  /// key and value loads (fa3.load_paged_tile) read through.
+  bool paged = false;
 };
 
 /// The parts of the tile-level kernel function `func`, or a diagnostic on

@@ -103,6 +103,34 @@ static LogicalResult notImplemented(Operation *at, StringRef structure,
   return failure();
 }
 
+/// A key or value tile load of the key loop: whole tiles of K or V (a
+/// KV cache's row limit, its length, is no load bound on Hopper: TMA reads
+/// whole tiles and fa3.mask hides the keys past the length), paged exactly
+/// when the kernel's cache is.
+template <typename FailFn>
+static LogicalResult checkKeyValueLoad(KeyValueTileLoad load,
+                                       TileKernel &kernel, FailFn fail) {
+  func::FuncOp func = kernel.func;
+  if (load.source != func.getArgument(1) && load.source != func.getArgument(2))
+    return fail(load.op, "it must load key or value tiles");
+  if (auto plain = dyn_cast<LoadTileOp>(load.op)) {
+    if (plain.getLimit() && !kernel.kvCache)
+      return fail(load.op, "row limits (variable-length sequences) have no "
+                           "Hopper lowering yet");
+    if (plain.getPackedHeads())
+      return fail(load.op, "it must load whole key or value tiles of one "
+                           "head");
+  }
+  if (static_cast<bool>(load.pageTable) != kernel.paged ||
+      (load.pageTable && load.pageTable != func.getArgument(4)))
+    return fail(load.op, kernel.paged
+                             ? "a paged cache's tiles are read through the "
+                               "kernel's page table (its fifth argument)"
+                             : "only a paged KV cache kernel reads through a "
+                               "page table");
+  return success();
+}
+
 static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
   KeyLoop keys;
   keys.loop = loop;
@@ -120,20 +148,17 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
     Operation &op = *opInBody;
     if (isKernelScalar(&op, func))
       continue;
-    if (auto load = dyn_cast<LoadTileOp>(op)) {
-      // A KV cache's row limit (its length) is not a load bound on
-      // Hopper: TMA reads whole tiles of the cache and fa3.mask hides the
-      // keys past the length (their P is 0).
-      if (load.getLimit() && !kernel.kvCache)
-        return fail(load, "row limits (variable-length sequences) have no "
-                          "Hopper lowering yet");
-      LoadTileOp &slot = load.getSource() == k ? keys.keyLoad : keys.valueLoad;
-      if ((load.getSource() != k && load.getSource() != v) || slot)
-        return fail(load, "it must load one key and one value tile");
+    if (isa<LoadTileOp, LoadPagedTileOp>(op)) {
+      KeyValueTileLoad load = KeyValueTileLoad::of(op.getResult(0));
+      if (failed(checkKeyValueLoad(load, kernel, fail)))
+        return failure();
+      KeyValueTileLoad &slot = load.source == k ? keys.keyLoad : keys.valueLoad;
+      if (slot)
+        return fail(load.op, "it must load one key and one value tile");
       slot = load;
     } else if (auto qk = dyn_cast<QKOp>(op)) {
       if (keys.qk || qk.getQuery() != kernel.queryLoad.getResult() ||
-          !keys.keyLoad || qk.getKey() != keys.keyLoad.getResult())
+          !keys.keyLoad || qk.getKey() != keys.keyLoad.result)
         return fail(qk, "S must be the query tile times the key tile");
       keys.qk = qk;
     } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
@@ -178,7 +203,7 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
     } else if (auto pv = dyn_cast<PVOp>(op)) {
       if (keys.pv || !keys.rescale || !keys.valueLoad ||
           pv.getProbs() != keys.softmax.getProbs() ||
-          pv.getValue() != keys.valueLoad.getResult() ||
+          pv.getValue() != keys.valueLoad.result ||
           pv.getAcc() != keys.rescale.getResult() || pv.getProbsScaleAttr())
         return fail(pv, "O += P V must take the softmax's P, the value tile "
                         "and the rescaled accumulator (no probs_scale)");
@@ -246,15 +271,15 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
       bool ok = true;
       if (isKernelScalar(&op, func))
         continue;
-      if (auto load = dyn_cast<LoadTileOp>(op)) {
-        if ((load.getLimit() && !kernel.kvCache) || load.getPackedHeads() ||
-            (load.getSource() != k && load.getSource() != v))
-          return fail(load, "it must load whole key or value tiles");
-        ok = load.getSource() == k ? once(st.keyLoad, load)
-                                   : once(st.valueLoad, load);
+      if (isa<LoadTileOp, LoadPagedTileOp>(op)) {
+        KeyValueTileLoad load = KeyValueTileLoad::of(op.getResult(0));
+        if (failed(checkKeyValueLoad(load, kernel, fail)))
+          return failure();
+        ok = load.source == k ? once(st.keyLoad, load)
+                              : once(st.valueLoad, load);
       } else if (auto qk = dyn_cast<QKOp>(op)) {
-        ok = qk.getQuery() == q && qk.getKey() == st.keyLoad.getResult() &&
-             once(st.qk, qk);
+        ok = qk.getQuery() == q && st.keyLoad &&
+             qk.getKey() == st.keyLoad.result && once(st.qk, qk);
       } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
         ok = st.qk && throughTurns(softcap.getScores()) == st.qk.getResult() &&
              once(st.softcap, softcap);
@@ -272,7 +297,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
              rescale.getCorrection() == st.softmax.getCorrection() &&
              once(st.rescale, rescale);
       } else if (auto pv = dyn_cast<PVOp>(op)) {
-        ok = st.valueLoad && pv.getValue() == st.valueLoad.getResult() &&
+        ok = st.valueLoad && pv.getValue() == st.valueLoad.result &&
              !pv.getProbsScaleAttr() && once(st.pv, pv);
       } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
         ok = once(st.loop, loop);
@@ -369,16 +394,26 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   kernel.schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
   if (!kernel.schedule)
     return fail(func, "it has no fa3.schedule");
-  // A KV cache's kernel takes cache_seqlens (i32 [B]) after the caches.
-  auto lengths = func.getNumArguments() == 4
-                     ? dyn_cast<RankedTensorType>(func.getArgument(3).getType())
-                     : RankedTensorType();
-  kernel.kvCache = lengths && lengths.getRank() == 1 &&
-                   lengths.getElementType().isInteger(32);
+  // A KV cache's kernel takes cache_seqlens (i32 [B]) after the caches,
+  // and a paged one's the page table (i32 [B, max_pages]) after those.
+  auto i32Argument = [&](unsigned index, int64_t rank) {
+    auto type =
+        func.getNumArguments() > index
+            ? dyn_cast<RankedTensorType>(func.getArgument(index).getType())
+            : RankedTensorType();
+    return type && type.getRank() == rank &&
+           type.getElementType().isInteger(32);
+  };
+  kernel.kvCache =
+      (func.getNumArguments() == 4 || func.getNumArguments() == 5) &&
+      i32Argument(3, 1);
+  kernel.paged = func.getNumArguments() == 5 && i32Argument(4, 2);
   if ((func.getNumArguments() != 3 && !kernel.kvCache) ||
+      (func.getNumArguments() == 5 && !kernel.paged) ||
       func.getNumResults() != 2)
-    return fail(func, "it must take Q, K, V (or Q, the K and V caches and "
-                      "i32 cache lengths) and return O and the LSE");
+    return fail(func, "it must take Q, K, V (or Q, the K and V caches, i32 "
+                      "cache lengths and optionally an i32 page table) and "
+                      "return O and the LSE");
   Block &entry = func.getBody().front();
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
   for (Operation &op : entry.without_terminator()) {
@@ -504,8 +539,8 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
 FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   HopperAttentionSpec spec;
   auto qTile = cast<RankedTensorType>(kernel.queryLoad.getType());
-  auto kTile = cast<RankedTensorType>(kernel.keys.keyLoad.getType());
-  auto vTile = cast<RankedTensorType>(kernel.keys.valueLoad.getType());
+  auto kTile = cast<RankedTensorType>(kernel.keys.keyLoad.result.getType());
+  auto vTile = cast<RankedTensorType>(kernel.keys.valueLoad.result.getType());
   Type elt = qTile.getElementType();
   if (!elt.isBF16() && !elt.isF16())
     return kernel.queryLoad.emitOpError()
@@ -533,6 +568,7 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.persistent = isPersistentGrid(kernel.grid);
   spec.kvCache = kernel.kvCache;
+  spec.paged = kernel.paged;
   if (std::optional<uint64_t> packed = kernel.queryLoad.getPackedHeads()) {
     spec.packedHeads = static_cast<int64_t>(*packed);
     if (64 % spec.packedHeads != 0)

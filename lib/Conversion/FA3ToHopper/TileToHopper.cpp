@@ -108,7 +108,7 @@ private:
   /// Thread 0: the TMA load of the IR's key or value tile `load` as ring use
   /// `use`, at the load's coordinates with the key loop's induction
   /// variable at `iv`.
-  void issueTile(LoadTileOp load, Value use, Value iv);
+  void issueTile(KeyValueTileLoad load, Value use, Value iv);
   /// fa3.load_tile of Q: the TMA load of the Q tile of Q use `use` at
   /// (batch, row, head), completing on its full barrier.
   void loadQueryTile(Value use, Value batch, Value row, Value head);
@@ -133,6 +133,9 @@ private:
   Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
   /// A KV cache's kernel: the cache_seqlens pointer (global i32 [B]).
   Value lengthsPtr;
+  /// A paged cache's kernel: the page table (global i32 [B, tableWidth]),
+  /// the page size and the rows of each TMA box (gcd(page size, blockN)).
+  Value pageTablePtr, tableWidth, pageSize, chunkRows;
   /// Persistent: the launch's tile counter (global i32, zero at launch) and
   /// the tile the producer is loading.
   Value tileCounter, currentTile;
@@ -224,13 +227,20 @@ Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
     return LLVM::LoadOp::create(b, loc, i32, ptr, /*alignment=*/4);
   }
   if (auto dim = dyn_cast<tensor::DimOp>(op)) {
-    // Dim 1 of Q is Sq, of K and V Sk; dim 0 is the batch.
+    // Dim 1 of Q is Sq, of K and V Sk (of a paged cache its page size, of
+    // the page table its width); dim 0 is the batch (the tile level reads
+    // no page count).
     auto arg = cast<BlockArgument>(dim.getSource());
     int64_t index = *dim.getConstantIndex();
     if (index == 0)
       return batch;
-    if (index == 1)
-      return arg.getArgNumber() == 0 ? seqQ : seqK;
+    if (index == 1) {
+      if (arg.getArgNumber() == 0)
+        return seqQ;
+      if (s.paged)
+        return arg.getArgNumber() == 4 ? tableWidth : pageSize;
+      return seqK;
+    }
     return ci(cast<RankedTensorType>(arg.getType()).getDimSize(index));
   }
   if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
@@ -265,10 +275,10 @@ Value TileKernelEmitter::replay(Value v, Value iv,
   return result;
 }
 
-void TileKernelEmitter::issueTile(LoadTileOp load, Value use, Value iv) {
+void TileKernelEmitter::issueTile(KeyValueTileLoad load, Value use, Value iv) {
   DenseMap<Value, Value> local;
-  issueTileAt(load.getSource() == k.func.getArgument(2), use, load.getRow(),
-              load.getHead(), load.getBatch(), iv, local);
+  issueTileAt(load.source == k.func.getArgument(2), use, load.row, load.head,
+              load.batch, iv, local);
 }
 
 void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
@@ -281,6 +291,15 @@ void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
   Value head = replay(headIR, iv, local);
   Value batch = replay(batchIR, iv, local);
   Value tile = add(ci(value ? offV : offK), mul(stage, ci(bytes)));
+  if (s.paged) {
+    // `row` is the position in the batch's sequence, read through the
+    // page table.
+    TmaLoadPagedTileOp::create(b, loc, value ? tmaV : tmaK, row, head, batch,
+                               pageTablePtr, tableWidth, pageSize, chunkRows,
+                               smem, tile, bar, s.blockN, s.headDim,
+                               /*element_bytes=*/2);
+    return;
+  }
   TmaLoadTileOp::create(b, loc, value ? tmaV : tmaK, row, head, batch, smem,
                         tile, bar, s.blockN, s.headDim, /*element_bytes=*/2,
                         /*packed_heads=*/IntegerAttr());
@@ -468,11 +487,16 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // Q/K/V/O tensor maps (O in boxes of 64 rows: one consumer warpgroup's),
   // LSE, Sq, Sk, B, the tile counter (persistent kernels; zero at launch)
   // and, for a KV cache, cache_seqlens (Sk is then the cache's rows).
+  // A paged cache's kernel adds the page table, its width, the page size
+  // and the chunk rows.
   SmallVector<Type> params = {genericPtr, genericPtr, genericPtr,
                               genericPtr, globalPtr,  i32,
                               i32,        i32,        globalPtr};
   if (s.kvCache)
     params.push_back(globalPtr);
+  // A paged cache: the page table, its width, the page size, the chunk rows.
+  if (s.paged)
+    params.append({globalPtr, i32, i32, i32});
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
@@ -496,6 +520,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   if (s.kvCache) {
     lengthsPtr = entry->getArgument(9);
     fn.setArgAttr(9, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+  }
+  if (s.paged) {
+    pageTablePtr = entry->getArgument(10);
+    fn.setArgAttr(10, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+    tableWidth = entry->getArgument(11);
+    pageSize = entry->getArgument(12);
+    chunkRows = entry->getArgument(13);
   }
 
   // Kernel-level index arithmetic, in IR order: the function body's and
@@ -807,7 +838,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // value slot. With a producer warpgroup that is all; otherwise warp 0
     // refills the slot with key block iteration `it` + stages (`it` is the
     // plain loop's iteration, `load` the IR's load of the tile).
-    auto release = [&](bool value, Value use, Value it, LoadTileOp load) {
+    auto release = [&](bool value, Value use, Value it, KeyValueTileLoad load) {
       Ring empty = value ? kValueEmpty : kKeyEmpty;
       ringArrive(empty, use);
       if (s.warpSpecialized())
@@ -843,15 +874,15 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     struct Group {
       bool value;
       Value use, it;
-      LoadTileOp load;
+      KeyValueTileLoad load;
     };
     SmallVector<Group> groups;
     DenseMap<Value, int64_t> producedBy;
     int64_t completed = 0;
     auto commit = [&](Value result, Value tile, Value it) {
-      auto load = tile.getDefiningOp<LoadTileOp>();
+      auto load = KeyValueTileLoad::of(tile);
       producedBy[result] = groups.size();
-      groups.push_back({load.getSource() == k.func.getArgument(2),
+      groups.push_back({load.source == k.func.getArgument(2),
                         ringUse.lookup(tile), it, load});
     };
     auto completeUpTo = [&](int64_t group) {
@@ -940,9 +971,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       if (isKernelScalar(&op, k.func) ||
           (op.getNumResults() == 1 && splatValue(op.getResult(0))))
         return;
-      if (auto load = dyn_cast<LoadTileOp>(op)) {
-        bool value = load.getSource() == k.func.getArgument(2);
-        ringUse[load.getResult()] = nextUse[value];
+      if (isa<LoadTileOp, LoadPagedTileOp>(op)) {
+        auto load = KeyValueTileLoad::of(op.getResult(0));
+        bool value = load.source == k.func.getArgument(2);
+        ringUse[load.result] = nextUse[value];
         nextUse[value] = add(nextUse[value], ci(1));
       } else if (auto qk = dyn_cast<QKOp>(op)) {
         regs[qk.getResult()] =

@@ -123,6 +123,40 @@ llvm.func @tma_tiles_packed(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.pt
   llvm.return
 }
 
+// A paged K tile: one expect_tx of all 32768 bytes, then a loop over its
+// chunks of %chunk rows (scf.for in i32). Chunk c: position %pos + c, table
+// slot (pos + c) / %ps, slot in its page (pos + c) % %ps; the entry is read
+// at the slot clamped to the table and replaced by -1 past it (a page
+// outside the tensor, which TMA fills with zeros); each atom's box goes to
+// row c of the atom (c * 128 bytes) with coordinates (column, slot in the
+// page, head, page).
+// CHECK-LABEL: llvm.func @tma_load_paged_tile
+// CHECK-SAME: (%[[MAP:.+]]: !llvm.ptr, %[[SMEM:.+]]: !llvm.ptr<3>, %[[BAR:.+]]: !llvm.ptr<3>, %[[OFF:.+]]: i32, %[[POS:.+]]: i32, %[[H:.+]]: i32, %[[B:.+]]: i32, %[[PT:.+]]: !llvm.ptr<1>, %[[W:.+]]: i32, %[[PS:.+]]: i32, %[[CHUNK:.+]]: i32)
+// CHECK: %[[BYTES:.+]] = arith.constant 32768 : i32
+// CHECK-NEXT: nvvm.mbarrier.arrive.expect_tx %[[BAR]], %[[BYTES]]
+// CHECK: %[[ROW:.+]] = llvm.getelementptr %[[PT]][%{{.+}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i32
+// CHECK: scf.for %[[C:.+]] = %{{.+}} to %{{.+}} step %[[CHUNK]] : i32 {
+// CHECK-NEXT: %[[P:.+]] = arith.addi %[[POS]], %[[C]] : i32
+// CHECK-NEXT: %[[SLOT:.+]] = arith.divui %[[P]], %[[PS]] : i32
+// CHECK-NEXT: %[[IN:.+]] = arith.remui %[[P]], %[[PS]] : i32
+// CHECK-NEXT: %[[OK:.+]] = arith.cmpi ult, %[[SLOT]], %[[W]] : i32
+// CHECK: %[[READ:.+]] = arith.minui %[[SLOT]], %{{.+}} : i32
+// CHECK-NEXT: %[[AT:.+]] = llvm.getelementptr %[[ROW]][%[[READ]]]
+// CHECK-NEXT: %[[E:.+]] = llvm.load %[[AT]] {alignment = 4 : i64} : !llvm.ptr<1> -> i32
+// CHECK-NEXT: %[[NONE:.+]] = arith.constant -1 : i32
+// CHECK-NEXT: %[[PAGE:.+]] = arith.select %[[OK]], %[[E]], %[[NONE]] : i32
+// CHECK: %[[COFF:.+]] = arith.addi %[[OFF]], %{{.+}} : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %[[MAP]], %[[BAR]], box[%{{.+}}, %[[IN]], %[[H]], %[[PAGE]]] {isCTAOnly = true}
+// CHECK: %[[S1:.+]] = arith.constant 16384 : i32
+// CHECK-NEXT: arith.addi %[[COFF]], %[[S1]] : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %[[MAP]], %[[BAR]], box[%{{.+}}, %[[IN]], %[[H]], %[[PAGE]]] {isCTAOnly = true}
+// CHECK-NEXT: }
+// CHECK-NOT: fa3.
+llvm.func @tma_load_paged_tile(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %off: i32, %pos: i32, %h: i32, %b: i32, %pt: !llvm.ptr<1>, %w: i32, %ps: i32, %chunk: i32) {
+  fa3.tma_load_paged_tile %map[%pos, %h, %b] pages %pt[%w, %ps, %chunk] to %smem[%off], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
+  llvm.return
+}
+
 // A warpgroup's 64 rows of a 128-row d128 O tile: two atoms, the second
 // one atom_stride (128 rows * 128 bytes) further, box column 64.
 // CHECK-LABEL: llvm.func @tma_store_tile

@@ -95,3 +95,19 @@ llvm.func @tma_tile_packed_heads_split_a_position(%map: !llvm.ptr, %smem: !llvm.
   fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64, packed_heads = 6 : i64}
   llvm.return
 }
+
+// -----
+
+llvm.func @tma_paged_tile_not_whole_atoms(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %pt: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_paged_tile' op cols must be a positive multiple of the 64 columns of a 128-byte swizzle atom, got 80}}
+  fa3.tma_load_paged_tile %map[%i, %i, %i] pages %pt[%i, %i, %i] to %smem[%i], %bar {rows = 128 : i64, cols = 80 : i64, element_bytes = 2 : i64}
+  llvm.return
+}
+
+// -----
+
+llvm.func @tma_paged_table_in_shared_memory(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_paged_tile' op operand #4 must be LLVM pointer in address space 1}}
+  "fa3.tma_load_paged_tile"(%map, %i, %i, %i, %smem, %i, %i, %i, %smem, %i, %bar) {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64} : (!llvm.ptr, i32, i32, i32, !llvm.ptr<3>, i32, i32, i32, !llvm.ptr<3>, i32, !llvm.ptr<3>) -> ()
+  llvm.return
+}

@@ -745,6 +745,23 @@ func.func @producer_mma(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row:
 
 // -----
 
+func.func @fill_paged_query_tile(%q: tensor<1x?x4x64xbf16>, %k: tensor<?x16x1x64xbf16>, %pt: tensor<?x?xi32>, %row: index) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0 : index
+  %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {
+    // expected-error @+1 {{'fa3.ring_fill' op a page table is for key and value fills, which have a 'use'; the query tile is not paged}}
+    fa3.ring_fill %q[%c0, %row, %c0] pages %pt : tensor<?x?xi32> : tensor<1x?x4x64xbf16> -> tensor<64x64xbf16>
+    fa3.yield
+  } consumers {
+    %qt = fa3.load_tile %q[%c0, %row, %c0] : tensor<1x?x4x64xbf16> -> tensor<64x64xbf16>
+    %kt = fa3.load_paged_tile %k[%pt, %c0, %row, %c0] limit %row : tensor<?x16x1x64xbf16>, tensor<?x?xi32> -> tensor<64x64xbf16>
+    %s0 = fa3.qk %qt, %kt : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+    fa3.yield %s0 : tensor<64x64xf32>
+  } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+  return %s : tensor<64x64xf32>
+}
+
+// -----
+
 func.func @fill_packed_key_tile(%q: tensor<64x64xbf16>, %k: tensor<1x?x1x64xbf16>, %row: index) -> tensor<64x64xf32> {
   %c0 = arith.constant 0 : index
   %s = fa3.warp_specialize -> (tensor<64x64xf32>) producer {

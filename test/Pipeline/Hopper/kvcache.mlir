@@ -4,7 +4,12 @@
 // RUN: fa3-run %t/decode.mlir --function=decode --emit=ptx > %t.ptx
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.ptx -o %t.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
-// RUN: not fa3-opt %t/paged.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: fa3-opt %t/paged.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels --fa3-tile=grid=true --fa3-fuse-softmax --fa3-warp-specialize | FileCheck %s --check-prefix=PAGED-WS
+// RUN: fa3-opt %t/paged.mlir --fa3-hopper-kernel-pipeline --mlir-print-ir-after=convert-fa3-tile-to-hopper -o /dev/null 2>&1 | FileCheck %s --check-prefix=PAGED-KERNEL
+// RUN: fa3-run %t/paged.mlir --function=paged --emit=ptx > %t.paged.ptx
+// RUN: FileCheck %s --check-prefix=PAGED-PTX < %t.paged.ptx
+// RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.paged.ptx -o %t.paged.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
+// RUN: not fa3-opt %t/split.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels 2>&1 | FileCheck %s --check-prefix=ERR
 
 //--- decode.mlir
 
@@ -44,9 +49,49 @@ func.func @decode(%q: tensor<?x?x32x128xbf16>, %kc: tensor<?x?x8x128xbf16>, %vc:
 
 //--- paged.mlir
 
-// A page table has no Hopper kernel yet.
-// ERR: error: 'fa3.attention_kvcache' op the Hopper forward reads a contiguous cache in one split; a page table or num_splits > 1 has no Hopper kernel yet (the CPU pipeline runs it)
-func.func @paged(%q: tensor<?x1x4x64xbf16>, %kc: tensor<?x16x2x64xbf16>, %vc: tensor<?x16x2x64xbf16>, %lens: tensor<?xi32>, %pages: tensor<?x?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>) {
-  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pages : (tensor<?x1x4x64xbf16>, tensor<?x16x2x64xbf16>, tensor<?x16x2x64xbf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>)
+// A paged cache: the kernel function takes the page table fifth; the key
+// length is clamped to the max_pages * page_size keys the table
+// addresses; the producer's key and value fills keep the table (their row
+// is the position in the sequence).
+// PAGED-WS-LABEL: func.func @fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_kvc_paged_causal
+// PAGED-WS-SAME: (%{{.+}}: tensor<?x?x32x128xbf16>, %[[KC:.+]]: tensor<?x?x8x128xbf16>, %[[VC:.+]]: tensor<?x?x8x128xbf16>, %{{.+}}: tensor<?xi32>, %[[PT:.+]]: tensor<?x?xi32>)
+// PAGED-WS: %[[PS:.+]] = tensor.dim %[[KC]], %c1
+// PAGED-WS: %[[W:.+]] = tensor.dim %[[PT]], %c1
+// PAGED-WS: %[[ROWS:.+]] = arith.muli %[[W]], %[[PS]] : index
+// PAGED-WS: %[[LEN:.+]] = arith.minsi %{{.+}}, %[[ROWS]] : index
+// PAGED-WS: fa3.warp_specialize
+// PAGED-WS: fa3.ring_fill %[[KC]][%{{.+}}, %{{.+}}, %{{.+}}] pages %[[PT]] : tensor<?x?xi32> use
+// PAGED-WS: fa3.ring_fill %[[VC]][%{{.+}}, %{{.+}}, %{{.+}}] pages %[[PT]] : tensor<?x?xi32> use
+// PAGED-WS: } consumers {
+// PAGED-WS: fa3.load_paged_tile %[[KC]][%[[PT]], %{{.+}}, %{{.+}}, %{{.+}}] limit %[[LEN]]
+func.func @paged(%q: tensor<?x?x32x128xbf16>, %kc: tensor<?x?x8x128xbf16>, %vc: tensor<?x?x8x128xbf16>, %lens: tensor<?xi32>, %pages: tensor<?x?xi32>) -> (tensor<?x?x32x128xbf16>, tensor<?x32x?xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pages {causal, pack_gqa} : (tensor<?x?x32x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x?x32x128xbf16>, tensor<?x32x?xf32>)
+  return %o, %lse : tensor<?x?x32x128xbf16>, tensor<?x32x?xf32>
+}
+
+// The kernel takes the page table, its width, the page size and the chunk
+// rows after cache_seqlens; the producer's K and V loads go through the
+// table (fa3.tma_load_paged_tile), the table's width and the page size are
+// what the tile level's tensor.dims of the table and the cache read.
+// PAGED-KERNEL-LABEL: llvm.func @fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_kvc_paged_causal
+// PAGED-KERNEL-SAME: %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[PT:.+]]: !llvm.ptr<1> {llvm.noalias}, %[[W:.+]]: i32, %[[PS:.+]]: i32, %[[CHUNK:.+]]: i32)
+// PAGED-KERNEL: arith.muli %[[W]], %[[PS]] : i32
+// PAGED-KERNEL: fa3.tma_load_paged_tile %arg1[%{{.+}}, %{{.+}}, %{{.+}}] pages %[[PT]][%[[W]], %[[PS]], %[[CHUNK]]] to
+// PAGED-KERNEL: fa3.tma_load_paged_tile %arg1[%{{.+}}, %{{.+}}, %{{.+}}] pages %[[PT]][%[[W]], %[[PS]], %[[CHUNK]]] to
+// PAGED-KERNEL: fa3.tma_load_paged_tile %arg2[%{{.+}}, %{{.+}}, %{{.+}}] pages %[[PT]][%[[W]], %[[PS]], %[[CHUNK]]] to
+// PAGED-KERNEL-NOT: fa3.tma_load_tile %arg1
+// PAGED-KERNEL-NOT: fa3.tma_load_tile %arg2
+
+// PAGED-PTX: .entry fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_kvc_paged_causal
+// PAGED-PTX: .param .u32 fa3_fwd_{{.+}}_param_13
+// PAGED-PTX: ld.global.nc.b32
+// PAGED-PTX: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
+
+//--- split.mlir
+
+// Split-KV has no Hopper kernel yet.
+// ERR: error: 'fa3.attention_kvcache' op the Hopper forward reads a KV cache in one split; num_splits > 1 has no Hopper kernel yet (the CPU pipeline runs it)
+func.func @split(%q: tensor<?x1x4x64xbf16>, %kc: tensor<?x?x2x64xbf16>, %vc: tensor<?x?x2x64xbf16>, %lens: tensor<?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {num_splits = 2 : i64} : (tensor<?x1x4x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>)
   return %o, %lse : tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>
 }

@@ -50,7 +50,7 @@ void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                           StringRef name, int64_t threads, int64_t sharedMemory,
                           int64_t blockM, int64_t blockN,
                           bool persistent = false, int64_t packedHeads = 1,
-                          bool kvCache = false);
+                          bool kvCache = false, bool paged = false);
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -100,6 +100,15 @@ struct HopperAttentionSpec {
   /// and the kernel takes the i32 cache_seqlens pointer as its last
   /// parameter.
   bool kvCache = false;
+  /// A paged KV cache (fa3.attention_kvcache with a page table): K and V
+  /// are [num_pages, page_size, Hkv, D] and key j of batch b is slot j %
+  /// page_size of page page_table[b, j / page_size]. The page size is a
+  /// run-time value: the kernel takes the page table pointer, its width
+  /// (max_pages), the page size and the chunk rows c = gcd(page_size,
+  /// blockN) after cache_seqlens, and loads each K/V tile as blockN / c TMA
+  /// boxes of c rows (fa3.tma_load_paged_tile), none of which crosses a
+  /// page.
+  bool paged = false;
 
   /// Reads the spec of a scheduled fa3.attention (or fa3.attention_kvcache);
   /// emits a diagnostic naming what the Hopper backend does not support and

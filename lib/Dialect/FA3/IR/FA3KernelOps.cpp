@@ -106,6 +106,13 @@ LogicalResult TmaLoadTileOp::verify() {
       static_cast<int64_t>(getElementBytes()), getPackedHeads());
 }
 
+LogicalResult TmaLoadPagedTileOp::verify() {
+  return verifyTmaTile(*this, static_cast<int64_t>(getRows()),
+                       static_cast<int64_t>(getCols()),
+                       static_cast<int64_t>(getElementBytes()),
+                       /*packedHeads=*/std::nullopt);
+}
+
 LogicalResult TmaStoreTileOp::verify() {
   int64_t rows = static_cast<int64_t>(getRows());
   if (failed(verifyTmaTile(*this, rows, static_cast<int64_t>(getCols()),

@@ -78,6 +78,9 @@ LogicalResult RingFillOp::verify() {
     return emitOpError() << "tile " << getTile()
                          << " must be a static [rows, " << source.getDimSize(3)
                          << "] tensor of " << source.getElementType();
+  if (getPageTable() && !getUse())
+    return emitOpError() << "a page table is for key and value fills, which "
+                            "have a 'use'; the query tile is not paged";
   if (std::optional<uint64_t> packed = getPackedHeads()) {
     auto g = static_cast<int64_t>(*packed);
     if (getUse())

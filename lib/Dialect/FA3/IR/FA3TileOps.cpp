@@ -85,6 +85,27 @@ LogicalResult LoadTileOp::verify() {
   return verifyTileOfBSHD(*this, getResult(), getSource());
 }
 
+KeyValueTileLoad KeyValueTileLoad::of(Value tile) {
+  KeyValueTileLoad load;
+  if (auto plain = tile.getDefiningOp<LoadTileOp>()) {
+    load.op = plain;
+    load.source = plain.getSource();
+    load.batch = plain.getBatch();
+    load.row = plain.getRow();
+    load.head = plain.getHead();
+  } else if (auto paged = tile.getDefiningOp<LoadPagedTileOp>()) {
+    load.op = paged;
+    load.source = paged.getCache();
+    load.pageTable = paged.getPageTable();
+    load.batch = paged.getBatch();
+    load.row = paged.getRow();
+    load.head = paged.getHead();
+  }
+  if (load.op)
+    load.result = tile;
+  return load;
+}
+
 LogicalResult LoadPagedTileOp::verify() {
   return verifyTileOfBSHD(*this, getResult(), getCache());
 }

@@ -232,10 +232,9 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
                                    qStart, head, /*limit=*/Value(), packedAttr);
   auto block = AttentionBlockOp::create(
       rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value, bIdx,
-      kvHead, qStart, seq.qLen, /*key_start=*/Value(), seq.keyLen,
-      /*page_table=*/Value(), /*split_begin=*/Value(), /*split_end=*/Value(),
-      t.causal, t.scale, t.window, t.softcap, t.schedule, t.probsScale,
-      packedAttr);
+      kvHead, qStart, seq.qLen, /*key_start=*/Value(), seq.keyLen, t.pageTable,
+      /*split_begin=*/Value(), /*split_end=*/Value(), t.causal, t.scale,
+      t.window, t.softcap, t.schedule, t.probsScale, packedAttr);
   rewriter.setInsertionPointToStart(inParallel.getBody());
   ValueRange shared = forall.getRegionIterArgs();
   ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0], bIdx,
@@ -493,12 +492,11 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
     return op.emitOpError()
            << "has no #fa3.schedule; run fa3-select-schedule first";
   // The grid (GPU) form: one CTA per (query block, head, batch) of a
-  // contiguous cache; pages and split-KV have no grid form yet.
-  if (grid && (op.isPaged() || op.getNumSplits().value_or(1) > 1))
+  // contiguous or paged cache; split-KV has no grid form yet.
+  if (grid && op.getNumSplits().value_or(1) > 1)
     return op.emitOpError()
-           << "fa3-tile{grid=true} tiles a contiguous KV cache in one split; "
-              "a page table or num_splits > 1 has no grid (GPU) tiling yet: "
-              "the CPU pipeline runs it";
+           << "fa3-tile{grid=true} tiles a KV cache in one split; num_splits "
+              "> 1 has no grid (GPU) tiling yet: the CPU pipeline runs it";
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
   TiledForward t;
@@ -549,18 +547,20 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
       indexConstant(rewriter, loc, t.schedule.getBlockM() / t.packedHeads));
   Value lengths = op.getCacheSeqlens();
   // Batch b's keys: min(cache_seqlens[b], the cache's rows), so a length
-  // past the cache reads no row outside it.
-  Value cacheRows =
-      op.isPaged() ? Value()
-                   : tensor::DimOp::create(rewriter, loc, t.key, 1).getResult();
+  // past the cache reads no row outside it; paged, the rows its page table
+  // addresses (max_pages · page_size), so no key reads past the table.
+  Value cacheRows = tensor::DimOp::create(rewriter, loc, t.key, 1);
+  if (op.isPaged())
+    cacheRows = arith::MulIOp::create(
+        rewriter, loc,
+        tensor::DimOp::create(rewriter, loc, op.getPageTable(), 1), cacheRows);
   t.bounds = [&](OpBuilder &b, Location loc, Value entry) {
     SequenceBounds seq;
     seq.tensorBatch = entry;
     seq.qLen = seqQ;
     seq.numQBlocks = numQBlocks;
     seq.keyLen = indexAt(b, loc, lengths, entry);
-    if (cacheRows)
-      seq.keyLen = arith::MinSIOp::create(b, loc, seq.keyLen, cacheRows);
+    seq.keyLen = arith::MinSIOp::create(b, loc, seq.keyLen, cacheRows);
     return seq;
   };
   if (grid) {

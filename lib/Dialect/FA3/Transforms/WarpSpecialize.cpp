@@ -23,13 +23,13 @@ using namespace mlir::fa3;
 
 /// Clones into `b` the ops of `loop`'s body that `load`'s coordinates are
 /// computed from, with the loop's induction variable at `iv`, and the fill
-/// of the tile `load` reads, as ring use `use`.
-static void cloneFill(OpBuilder &b, scf::ForOp loop, LoadTileOp load, Value iv,
-                      Value use) {
+/// of the tile `load` reads (through its page table, if paged), as ring use
+/// `use`.
+static void cloneFill(OpBuilder &b, scf::ForOp loop, KeyValueTileLoad load,
+                      Value iv, Value use) {
   Block &body = *loop.getBody();
   llvm::SetVector<Operation *> slice;
-  SmallVector<Value> worklist = {load.getBatch(), load.getRow(),
-                                 load.getHead()};
+  SmallVector<Value> worklist = {load.batch, load.row, load.head};
   while (!worklist.empty()) {
     Operation *def = worklist.pop_back_val().getDefiningOp();
     if (!def || def->getBlock() != &body || !slice.insert(def))
@@ -44,11 +44,10 @@ static void cloneFill(OpBuilder &b, scf::ForOp loop, LoadTileOp load, Value iv,
   mapping.map(loop.getInductionVar(), iv);
   for (Operation *op : ops)
     b.clone(*op, mapping);
-  RingFillOp::create(b, load.getLoc(), load.getSource(),
-                     mapping.lookupOrDefault(load.getBatch()),
-                     mapping.lookupOrDefault(load.getRow()),
-                     mapping.lookupOrDefault(load.getHead()), use,
-                     TypeAttr::get(load.getType()), IntegerAttr());
+  RingFillOp::create(
+      b, load.op->getLoc(), load.source, mapping.lookupOrDefault(load.batch),
+      mapping.lookupOrDefault(load.row), mapping.lookupOrDefault(load.head),
+      load.pageTable, use, TypeAttr::get(load.result.getType()), IntegerAttr());
 }
 
 static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
@@ -64,23 +63,27 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
   if (qks.size() != 1 || pvs.size() != 1)
     return fail(loop, "its key loop must hold one fa3.qk and one fa3.pv");
   auto queryLoad = qks.front().getQuery().getDefiningOp<LoadTileOp>();
-  auto keyLoad = qks.front().getKey().getDefiningOp<LoadTileOp>();
-  auto valueLoad = pvs.front().getValue().getDefiningOp<LoadTileOp>();
+  auto keyLoad = KeyValueTileLoad::of(qks.front().getKey());
+  auto valueLoad = KeyValueTileLoad::of(pvs.front().getValue());
   if (!queryLoad || !keyLoad || !valueLoad ||
       queryLoad->getBlock() != grid.getBody() ||
-      keyLoad->getBlock() != loop.getBody() ||
-      valueLoad->getBlock() != loop.getBody())
+      keyLoad.op->getBlock() != loop.getBody() ||
+      valueLoad.op->getBlock() != loop.getBody())
     return fail(loop, "the query tile must be loaded in the grid's body and "
-                      "the key and value tiles in the key loop (fa3.load_tile)");
+                      "the key and value tiles in the key loop (fa3.load_tile "
+                      "or fa3.load_paged_tile)");
   // The query fill keeps packed heads (PackGQA); key and value tiles are
   // one head's rows. A key/value tile's row limit (a KV cache's length) is
   // no bound of the fill: the producer loads whole tiles and the
   // consumers' fa3.mask hides the keys past it.
-  for (LoadTileOp load : {queryLoad, keyLoad, valueLoad})
-    if ((load == queryLoad && load.getLimit()) ||
-        (load != queryLoad && load.getPackedHeads()))
-      return fail(load, "the producer loads whole tiles; a query row limit "
-                        "and packed key/value heads have no ring fill");
+  if (queryLoad.getLimit())
+    return fail(queryLoad, "the producer loads whole tiles; a query row "
+                           "limit has no ring fill");
+  for (KeyValueTileLoad load : {keyLoad, valueLoad})
+    if (auto plain = dyn_cast<LoadTileOp>(load.op);
+        plain && plain.getPackedHeads())
+      return fail(plain, "the producer loads whole tiles; packed key/value "
+                         "heads have no ring fill");
   if (getConstantIntValue(loop.getStep()) != 1)
     return fail(loop, "its key loop's step must be 1");
   if (loop->use_empty() ||
@@ -116,7 +119,8 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
   ws.getProducer().push_back(producer);
   b.setInsertionPointToEnd(producer);
   RingFillOp::create(b, loc, queryLoad.getSource(), queryLoad.getBatch(),
-                     queryLoad.getRow(), queryLoad.getHead(), Value(),
+                     queryLoad.getRow(), queryLoad.getHead(),
+                     /*page_table=*/Value(), /*use=*/Value(),
                      TypeAttr::get(queryLoad.getType()),
                      queryLoad.getPackedHeadsAttr());
   Value lo = loop.getLowerBound(), hi = loop.getUpperBound();

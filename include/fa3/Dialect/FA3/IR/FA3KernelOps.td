@@ -209,6 +209,58 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
   }];
 }
 
+def FA3_TmaLoadPagedTileOp : FA3_Op<"tma_load_paged_tile"> {
+  let summary = "TMA load of a key or value tile of a paged KV cache, in boxes that stay in one page";
+  let description = [{
+    Loads positions `position` .. `position + rows - 1` of batch `batch`'s
+    sequence, head `head`, all `cols` columns, from a paged cache that
+    `tensor_map` describes as `[num_pages, page_size, H, D]` (boxes of 128
+    bytes × `chunk_rows` rows, the 128-byte swizzle), into shared memory at
+    `smem` + `offset` bytes in the layout of `fa3.tma_load_tile` (atom a of
+    row r at `offset + a · rows · 128 + r · 128`). Position p is slot
+    `p % page_size` of page `page_table[batch · table_width + p /
+    page_size]` (`page_table`: the i32 `[B, table_width]` table in global
+    memory).
+
+    The tile goes in `rows / chunk_rows` chunks, one `cp.async.bulk.tensor`
+    per chunk and atom. `chunk_rows` (a run-time value; the runtime passes
+    gcd(page_size, rows)) divides `page_size` and `rows`, so no chunk
+    crosses a page. A chunk whose table slot lies past `table_width` reads
+    page -1: out of the tensor, which TMA fills with zeros; a page id
+    outside `[0, num_pages)` reads zeros too. The loads complete on
+    `barrier` after this thread's one `mbarrier.arrive.expect_tx` of the
+    whole tile's bytes, as for `fa3.tma_load_tile`.
+
+    ```mlir
+    fa3.tma_load_paged_tile %tk[%pos, %head, %b] pages %pt[%width, %page_size, %chunk]
+        to %smem[%offset], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
+    ```
+  }];
+  let arguments = (ins LLVM_PointerInAddressSpace<0>:$tensor_map, I32:$position,
+                       I32:$head, I32:$batch,
+                       LLVM_PointerInAddressSpace<1>:$page_table,
+                       I32:$table_width, I32:$page_size, I32:$chunk_rows,
+                       LLVM_PointerInAddressSpace<3>:$smem, I32:$offset,
+                       LLVM_PointerInAddressSpace<3>:$barrier, I64Attr:$rows,
+                       I64Attr:$cols, I64Attr:$element_bytes);
+  let assemblyFormat = [{
+    $tensor_map `[` $position `,` $head `,` $batch `]` `pages` $page_table `[`
+    $table_width `,` $page_size `,` $chunk_rows `]` `to` $smem `[` $offset `]`
+    `,` $barrier attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Columns per 128-byte swizzle atom.
+    int64_t getAtomCols() {
+      return 128 / static_cast<int64_t>(getElementBytes());
+    }
+    /// Bytes of the whole tile.
+    int64_t getBytes() {
+      return static_cast<int64_t>(getRows() * getCols() * getElementBytes());
+    }
+  }];
+}
+
 def FA3_TmaStoreTileOp : FA3_Op<"tma_store_tile"> {
   let summary = "TMA store of a [rows, cols] attention tile from 128-byte swizzle atoms";
   let description = [{

@@ -26,6 +26,18 @@ namespace mlir::fa3 {
 /// causal makes right = 0. Every lowering reads masks through this.
 std::pair<int64_t, int64_t>
 resolveWindow(bool causal, std::optional<ArrayRef<int64_t>> window);
+
+/// The load of a key or value tile in a key loop: fa3.load_tile, or
+/// fa3.load_paged_tile with its page table (`row` then the position in the
+/// sequence). The schedule passes and the Hopper lowering read K/V loads
+/// through this, so a paged cache takes the same paths as a contiguous one.
+struct KeyValueTileLoad {
+  Operation *op = nullptr;
+  Value source, pageTable, batch, row, head, result;
+  /// The load that defines `tile`, or a null one.
+  static KeyValueTileLoad of(Value tile);
+  explicit operator bool() const { return op != nullptr; }
+};
 } // namespace mlir::fa3
 
 #endif // FA3_DIALECT_FA3_IR_FA3OPS_H

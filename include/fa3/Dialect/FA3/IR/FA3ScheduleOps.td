@@ -88,7 +88,8 @@ def FA3_WarpSpecializeOp : FA3_Op<"warp_specialize", [
   let hasVerifier = 1;
 }
 
-def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>]> {
+def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>,
+                                           AttrSizedOperandSegments]> {
   let summary = "The producer's load of one tile into the next slot of its ring";
   let description = [{
     Loads the `tile`-shaped block of `source` at `[batch, row, head]` (the
@@ -97,14 +98,24 @@ def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>]> {
     query tile (key and value tiles: the slot is `use mod stages`, and a
     slot is refilled once the consumers released its previous use); a query
     tile has no `use` (the kernel keeps its query tiles per CTA). A query
-    tile of packed heads (PackGQA) keeps its load's `packed_heads`. Only in
-    the producer region of an `fa3.warp_specialize`.
+    tile of packed heads (PackGQA) keeps its load's `packed_heads`. A key or
+    value tile of a paged cache (`fa3.load_paged_tile`) keeps its
+    `page_table`: `source` is then `[num_pages, page_size, H, D]` and `row`
+    the position in batch `batch`'s sequence. Only in the producer region of
+    an `fa3.warp_specialize`.
+
+    ```mlir
+    fa3.ring_fill %kc[%b, %k0, %h] pages %pt : tensor<?x?xi32> use %i
+        : tensor<?x?x8x128xbf16> -> tensor<128x128xbf16>
+    ```
   }];
   let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
-                       Index:$head, Optional<Index>:$use, TypeAttr:$tile,
+                       Index:$head, Optional<FA3_PageTableTensor>:$page_table,
+                       Optional<Index>:$use, TypeAttr:$tile,
                        OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
-    $source `[` $batch `,` $row `,` $head `]` (`use` $use^)? attr-dict `:`
+    $source `[` $batch `,` $row `,` $head `]`
+    (`pages` $page_table^ `:` type($page_table))? (`use` $use^)? attr-dict `:`
     type($source) `->` $tile
   }];
   let hasVerifier = 1;

@@ -405,9 +405,11 @@ def FA3WarpSpecialize : Pass<"fa3-warp-specialize"> {
     ```
 
     It runs in `fa3-hopper-pipeline` after `fa3-fuse-softmax` and before
-    `fa3-intra-wg-overlap`, which then rotates the consumers' loop. Loads
-    the producer cannot issue as whole tiles (row limits, packed heads,
-    pages) are an error.
+    `fa3-intra-wg-overlap`, which then rotates the consumers' loop. A key
+    or value tile of a paged cache (`fa3.load_paged_tile`) is filled through
+    its page table (`fa3.ring_fill ... pages %table`). Loads the producer
+    cannot issue as whole tiles (a query row limit, packed key/value heads)
+    are an error.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::fa3::FA3Dialect",
