@@ -112,7 +112,8 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
     second (B·Sk·Hkv·D·2 bytes each of K and V, read once). fa3: the kernel
     fa3.attention picks (PackGQA by its rule, the schedule for Sq·G rows),
     the same attention unpacked (A/B), and the fa3.attention_kvcache kernel
-    on K/V as a full cache; peers: SDPA cuDNN and FLASH with enable_gqa
+    on K/V as a full cache, contiguous and paged (pages of 64 keys in a
+    shuffled order, the same keys); peers: SDPA cuDNN and FLASH with enable_gqa
     (else on K/V expanded to Hq heads, said in the row)."""
     torch.manual_seed(0)
     q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
@@ -186,6 +187,36 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
             row["fa3_kvcache_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
     except fa3.Error as e:
         row["fa3_kvcache_error"] = str(e)[:300]
+    # The same keys again in pages of 64, handed out in a shuffled order:
+    # the paged kernel, page table read on the device.
+    try:
+        from fa3 import _kvcache_cuda  # noqa: PLC0415
+
+        page_size = 64
+        max_pages = -(-sk // page_size)
+        num_pages = b * max_pages
+        table = torch.randperm(num_pages, device=dev).view(b, max_pages).to(torch.int32).contiguous()
+        kp = torch.zeros(num_pages, page_size, hkv, d, device=dev, dtype=torch.bfloat16)
+        vp = torch.zeros_like(kp)
+        pos = torch.arange(sk, device=dev)
+        for i in range(b):
+            kp[table[i, pos // page_size].long(), pos % page_size] = k[i]
+            vp[table[i, pos // page_size].long(), pos % page_size] = v[i]
+        paged_kernel = _kvcache_cuda._kernel(spec, pack, sq, max_pages * page_size, q.device.index, paged=True)
+        lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
+        o = torch.empty_like(q)
+        lse = torch.empty(b, hq, sq, device=dev, dtype=torch.float32)
+        stream = torch.cuda.current_stream().cuda_stream
+        record("fa3_paged", do_bench(lambda: paged_kernel.launch_paged_kvcache(
+            q.data_ptr(), kp.data_ptr(), vp.data_ptr(), o.data_ptr(), lse.data_ptr(), lens.data_ptr(),
+            table.data_ptr(), b, sq, num_pages, page_size, max_pages, stream), warmup=25, rep=100,
+            return_mode="median"))
+        row["fa3_paged_page_size"] = page_size
+        if ref is not None:
+            row["fa3_paged_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
+        del kp, vp
+    except fa3.Error as e:
+        row["fa3_paged_error"] = str(e)[:300]
     if row.get("cudnn_us") and row.get("fa3_us"):
         row["fa3_over_cudnn"] = row["cudnn_us"] / row["fa3_us"]
     return row
@@ -549,16 +580,16 @@ def main():
             return f"{x:.1f} µs, {r[name + '_tbps']:.2f} TB/s" if x else "n/a"
         lines += [f"decode (bf16, K/V read once: 2·B·Sk·Hkv·D·2 bytes), µs and TB/s — {meta['gpu']}, {meta['date']}, "
                   f"fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
-                  "| B x Sq x Hq:Hkv x D | Sk | fa3 (schedule) | fa3 unpacked | fa3.attention | fa3 KV cache | cuDNN | "
-                  "FLASH | cuDNN / fa3 time | max abs diff vs SDPA |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| B x Sq x Hq:Hkv x D | Sk | fa3 (schedule) | fa3 unpacked | fa3.attention | fa3 KV cache | "
+                  "fa3 paged KV cache (page 64, shuffled) | cuDNN | FLASH | cuDNN / fa3 time | max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in decode_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             diff = f"{r['fa3_max_abs_diff_vs_sdpa']:.2e}" if "fa3_max_abs_diff_vs_sdpa" in r else \
                 r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['batch']}x{r['seqlen_q']}x{r['heads']}:{r['kv_heads']}x{r['d']} | {r['seqlen_k']} | "
                          f"{us(r, 'fa3')} ({r.get('fa3_schedule')}) | {us(r, 'fa3_nopack')} | {us(r, 'fa3_attention')} | "
-                         f"{us(r, 'fa3_kvcache')} | "
+                         f"{us(r, 'fa3_kvcache')} | {us(r, 'fa3_paged')} | "
                          f"{us(r, 'cudnn')} ({r.get('cudnn_kv', '-')}) | {us(r, 'flash')} ({r.get('flash_kv', '-')}) | "
                          f"{ratio} | {diff} |")
     fp8_rows = [r for r in rows if r["direction"] == "fwd-fp8"]

@@ -87,6 +87,24 @@ int fa3_launch_attention_kvcache(const fa3_kernel *kernel, uint64_t q,
                                  int64_t seq_q, int64_t cache_rows,
                                  void *stream, char **error);
 
+/** Launches a paged fa3.attention_kvcache kernel (one compiled with a page
+ *  table): q [B, Sq, Hq, D]; k_cache, v_cache [num_pages, page_size, Hkv,
+ *  D]; out, lse as in fa3_launch_attention; cache_seqlens i32 [B] and
+ *  page_table i32 [B, table_width] (row-major) on the device. Key j of
+ *  batch b is row j % page_size of page page_table[b, j / page_size]; batch
+ *  b attends to its first min(cache_seqlens[b], table_width * page_size)
+ *  keys. Any page size >= 1 (one kernel serves them all), pages in any
+ *  order; page_size * table_width must fit in 32 bits. Keys are read in
+ *  whole tiles, so table entries and cache rows a little past a batch's
+ *  length are read (and masked) too: keep every entry of the table a page
+ *  of the cache, in [0, num_pages) (unused slots included; they are not
+ *  checked), and every page finite. */
+int fa3_launch_attention_paged_kvcache(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
+    uint64_t out, uint64_t lse, uint64_t cache_seqlens, uint64_t page_table,
+    int64_t batch, int64_t seq_q, int64_t num_pages, int64_t page_size,
+    int64_t table_width, void *stream, char **error);
+
 /** FP8 forwards (e4m3 q, k, v): bytes of device workspace a launch needs
  *  (the transposed V'); 0 for other forwards, -1 for a backward. */
 int64_t fa3_attention_workspace_size(const fa3_kernel *kernel, int64_t batch,

@@ -334,14 +334,19 @@ extern "C" double fa3_kernel_compile_ms(const fa3_kernel *kernel) {
   return kernel ? kernel->compileMs : 0;
 }
 
-/// The forward launch of fa3_launch_attention (`lengths` 0) and
-/// fa3_launch_attention_kvcache (`lengths`: cache_seqlens), named `entry`
-/// in errors.
+/// The forward launch of fa3_launch_attention, fa3_launch_attention_kvcache
+/// and fa3_launch_attention_paged_kvcache (`args` with cache_seqlens and the
+/// page table as each has them), named `entry` in errors.
 static int launchForward(const fa3_kernel *kernel, const char *entry,
-                         uint64_t q, uint64_t k, uint64_t v, uint64_t out,
-                         uint64_t lse, uint64_t lengths, int64_t batch,
-                         int64_t seqQ, int64_t seqK, void *stream,
+                         runtime::AttentionDeviceArgs args, void *stream,
                          char **error);
+
+/// The entry point that launches a forward kernel like `info`'s.
+static const char *forwardEntryFor(const runtime::AttentionKernelInfo &info) {
+  return info.paged     ? "fa3_launch_attention_paged_kvcache"
+         : info.kvCache ? "fa3_launch_attention_kvcache"
+                        : "fa3_launch_attention";
+}
 
 extern "C" int fa3_launch_attention_kvcache(
     const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
@@ -353,13 +358,55 @@ extern "C" int fa3_launch_attention_kvcache(
                     "fa3_launch_attention");
     return 1;
   }
+  if (kernel && kernel->function && kernel->kernel.info.paged) {
+    setError(error, "fa3_launch_attention_kvcache: the kernel reads a paged "
+                    "KV cache; launch it with "
+                    "fa3_launch_attention_paged_kvcache");
+    return 1;
+  }
   if (kernel && kernel->function && !cache_seqlens) {
     setError(error, "fa3_launch_attention_kvcache: cache_seqlens is NULL");
     return 1;
   }
-  return launchForward(kernel, "fa3_launch_attention_kvcache", q, k_cache,
-                       v_cache, out, lse, cache_seqlens, batch, seq_q,
-                       cache_rows, stream, error);
+  auto args = runtime::AttentionDeviceArgs::forward(
+      q, k_cache, v_cache, out, lse, batch, seq_q, cache_rows);
+  args.cacheSeqlens = cache_seqlens;
+  return launchForward(kernel, "fa3_launch_attention_kvcache", args, stream,
+                       error);
+}
+
+extern "C" int fa3_launch_attention_paged_kvcache(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
+    uint64_t out, uint64_t lse, uint64_t cache_seqlens, uint64_t page_table,
+    int64_t batch, int64_t seq_q, int64_t num_pages, int64_t page_size,
+    int64_t table_width, void *stream, char **error) {
+  if (kernel && kernel->function && !kernel->kernel.info.paged) {
+    setError(error, std::string("fa3_launch_attention_paged_kvcache: the "
+                                "kernel does not read a paged KV cache; "
+                                "launch it with ") +
+                        forwardEntryFor(kernel->kernel.info));
+    return 1;
+  }
+  if (kernel && kernel->function && !cache_seqlens) {
+    setError(error,
+             "fa3_launch_attention_paged_kvcache: cache_seqlens is NULL");
+    return 1;
+  }
+  if (kernel && kernel->function && !page_table) {
+    setError(error, "fa3_launch_attention_paged_kvcache: page_table is NULL");
+    return 1;
+  }
+  // The key count is the page table's (page_size * table_width): the launch
+  // derives and checks it.
+  auto args = runtime::AttentionDeviceArgs::forward(
+      q, k_cache, v_cache, out, lse, batch, seq_q, /*seqK=*/0);
+  args.cacheSeqlens = cache_seqlens;
+  args.pageTable = page_table;
+  args.numPages = num_pages;
+  args.pageSize = page_size;
+  args.pageTableWidth = table_width;
+  return launchForward(kernel, "fa3_launch_attention_paged_kvcache", args,
+                       stream, error);
 }
 
 extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
@@ -367,18 +414,19 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                                     uint64_t lse, int64_t batch, int64_t seqQ,
                                     int64_t seqK, void *stream, char **error) {
   if (kernel && kernel->function && kernel->kernel.info.kvCache) {
-    setError(error, "fa3_launch_attention: the kernel attends to a KV cache; "
-                    "launch it with fa3_launch_attention_kvcache");
+    setError(error, std::string("fa3_launch_attention: the kernel attends to "
+                                "a KV cache; launch it with ") +
+                        forwardEntryFor(kernel->kernel.info));
     return 1;
   }
-  return launchForward(kernel, "fa3_launch_attention", q, k, v, out, lse,
-                       /*lengths=*/0, batch, seqQ, seqK, stream, error);
+  return launchForward(kernel, "fa3_launch_attention",
+                       runtime::AttentionDeviceArgs::forward(q, k, v, out, lse,
+                                                             batch, seqQ, seqK),
+                       stream, error);
 }
 
 static int launchForward(const fa3_kernel *kernel, const char *entry,
-                         uint64_t q, uint64_t k, uint64_t v, uint64_t out,
-                         uint64_t lse, uint64_t lengths, int64_t batch,
-                         int64_t seqQ, int64_t seqK, void *stream,
+                         runtime::AttentionDeviceArgs args, void *stream,
                          char **error) {
   std::string name = entry;
   if (!kernel || !kernel->function) {
@@ -392,7 +440,7 @@ static int launchForward(const fa3_kernel *kernel, const char *entry,
                  .c_str());
     return 1;
   }
-  if (batch < 0 || seqQ < 0 || seqK < 0) {
+  if (args.batch < 0 || args.seqQ < 0 || args.seqK < 0) {
     setError(error, (name + ": negative batch or sequence length").c_str());
     return 1;
   }
@@ -402,9 +450,6 @@ static int launchForward(const fa3_kernel *kernel, const char *entry,
                         .c_str());
     return 1;
   }
-  auto args = runtime::AttentionDeviceArgs::forward(q, k, v, out, lse, batch,
-                                                    seqQ, seqK);
-  args.cacheSeqlens = lengths;
   args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForward(

@@ -43,8 +43,8 @@ findLaunchableAttention(mlir::func::FuncOp func) {
     return error("'" + func.getSymName() +
                  "' cannot be compiled as one kernel: it must be one "
                  "fa3.attention on its 3 arguments returning (O, LSE), one "
-                 "fa3.attention_kvcache on its 4 arguments (contiguous "
-                 "caches) returning (O, LSE), one fa3.attention_grad on its "
+                 "fa3.attention_kvcache on its 4 arguments (5 with a page "
+                 "table) returning (O, LSE), one fa3.attention_grad on its "
                  "6 arguments returning (dQ, dK, dV), or one fa3.hadamard or "
                  "fa3.quantize on its argument");
   };
@@ -184,6 +184,10 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     kernel.info.persistent = getInt("persistent") != 0;
     kernel.info.packedHeads = std::max<int64_t>(1, getInt("packed_heads"));
     kernel.info.kvCache = getInt("kvcache") != 0;
+    kernel.info.paged = getInt("paged") != 0;
+    if (kernel.info.paged && !kernel.info.kvCache)
+      return error("internal error: " + kernel.info.name +
+                   " is marked paged but not kvcache in its fa3.launch");
     kernel.info.deterministic = getInt("deterministic") != 0;
   }
 

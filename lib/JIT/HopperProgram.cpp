@@ -52,7 +52,7 @@ static llvm::Expected<ElementType> elementTypeOf(mlir::Type type,
   type.print(os);
   return error(what + " has type " + s +
                "; CUDA runs take tensors of bf16, f16, f32, f8E4M3FN or i32 "
-               "(cache lengths)");
+               "(cache lengths, page tables)");
 }
 
 /// A module holding `@fa3_step`: `op` alone on block arguments, returning
@@ -352,15 +352,32 @@ HopperProgram::run(const CudaDevice &device,
       const auto &q = operand(0).shape;
       int64_t batch = q[0], seqQ = q[1], seqK = operand(1).shape[1];
       // A KV cache: [B, S_cache, Hkv, D] caches of q's batch and i32 [B]
-      // lengths.
-      DevicePtr lengths = 0;
+      // lengths; paged: [num_pages, page_size, Hkv, D] caches and an i32
+      // [B, max_pages] page table.
+      DevicePtr lengths = 0, pageTable = 0;
+      int64_t numPages = 0, pageSize = 0, tableWidth = 0;
       if (info.kvCache) {
         const DeviceValue &lens = operand(3);
-        if (operand(1).shape[0] != batch || operand(2).shape[0] != batch ||
-            operand(2).shape[1] != seqK)
+        if (info.paged) {
+          if (operand(2).shape != operand(1).shape)
+            return error("the caches of " + info.name +
+                         " must both be [num_pages, page_size, Hkv, D]");
+          const DeviceValue &table = operand(4);
+          if (table.type != ElementType::I32 || table.shape.size() != 2 ||
+              table.shape[0] != batch)
+            return error("page_table of " + info.name + " must be [" +
+                         llvm::Twine(batch) + ", max_pages] i32");
+          numPages = operand(1).shape[0];
+          pageSize = seqK;
+          tableWidth = table.shape[1];
+          pageTable = table.buffer.ptr();
+        } else if (operand(1).shape[0] != batch ||
+                   operand(2).shape[0] != batch ||
+                   operand(2).shape[1] != seqK) {
           return error("the caches of " + info.name +
                        " must be [B, S_cache, Hkv, D] with q's batch " +
                        llvm::Twine(batch));
+        }
         if (lens.type != ElementType::I32 ||
             lens.shape != std::vector<int64_t>{batch})
           return error("cache_seqlens of " + info.name + " must be [" +
@@ -386,6 +403,10 @@ HopperProgram::run(const CudaDevice &device,
           values[step.results[1]]->buffer.ptr(), batch, seqQ, seqK);
       args.multiprocessors = device.getMultiprocessorCount();
       args.cacheSeqlens = lengths;
+      args.pageTable = pageTable;
+      args.numPages = numPages;
+      args.pageSize = pageSize;
+      args.pageTableWidth = tableWidth;
       launches.push_back([kernel = *function, &info, args]() {
         return launchAttentionForward(kernel, info, args, nullptr);
       });

@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <numeric>
 
 using namespace fa3::runtime;
 
@@ -46,6 +47,7 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"persistent", persistent ? "1" : "0"},
           {"packed_heads", std::to_string(packedHeads)},
           {"kvcache", kvCache ? "1" : "0"},
+          {"paged", paged ? "1" : "0"},
           {"deterministic", deterministic ? "1" : "0"}};
 }
 
@@ -127,6 +129,13 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
     if (!kvCache)
       return kvCache.takeError();
     info.kvCache = *kvCache == "1";
+    auto paged = get("paged");
+    if (!paged)
+      return paged.takeError();
+    info.paged = *paged == "1";
+    if (info.paged && !info.kvCache)
+      return error("kernel manifest: paged = 1 needs kvcache = 1 (a paged "
+                   "kernel attends to a KV cache)");
     if (info.packedHeads < 1 || info.numQHeads % info.packedHeads != 0 ||
         info.blockM % info.packedHeads != 0)
       return error(
@@ -248,15 +257,51 @@ llvm::Error fa3::runtime::launchAttentionForward(
   if (!info.kvCache && args.cacheSeqlens)
     return error("kernel " + info.name +
                  " is not a KV cache kernel: it takes no cache_seqlens");
+  if (info.paged && !args.pageTable)
+    return error("kernel " + info.name +
+                 " reads a paged KV cache: the launch needs a page table");
+  if (!info.paged && args.pageTable)
+    return error("kernel " + info.name +
+                 " is not a paged KV cache kernel: it takes no page table");
   if (args.batch == 0 || args.seqQ == 0)
     return llvm::Error::success();
-  if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
+  // A paged kernel addresses up to pageTableWidth * pageSize keys.
+  int64_t keys = args.seqK;
+  if (info.paged) {
+    if (args.pageSize < 1)
+      return error("kernel " + info.name + ": page_size = " +
+                   llvm::Twine(args.pageSize) + " must be at least 1");
+    if (args.pageTableWidth < 1)
+      return error("kernel " + info.name +
+                   ": the page table's width (max_pages) = " +
+                   llvm::Twine(args.pageTableWidth) + " must be at least 1");
+    if (args.numPages < 1)
+      return error("kernel " + info.name + ": num_pages = " +
+                   llvm::Twine(args.numPages) + " must be at least 1");
+    if (args.pageSize > INT32_MAX / args.pageTableWidth)
+      return error("kernel " + info.name +
+                   ": page_size * max_pages = " + llvm::Twine(args.pageSize) +
+                   " * " + llvm::Twine(args.pageTableWidth) +
+                   " keys must fit in 32 bits");
+    keys = args.pageSize * args.pageTableWidth;
+  }
+  if (args.seqQ > INT32_MAX || keys > INT32_MAX)
     return error("sequence lengths must fit in 32 bits");
   // A zero-length K/V has nothing to load; point its descriptor at Q, which
   // exists and is never read through it.
-  DevicePtr k = args.seqK ? args.k : args.q, v = args.seqK ? args.v : args.q;
-  int64_t seqK = args.seqK ? args.seqK : args.seqQ;
-  int64_t kvHeads = args.seqK ? info.numKVHeads : info.numQHeads;
+  DevicePtr k = keys ? args.k : args.q, v = keys ? args.v : args.q;
+  int64_t kvBatch = args.batch, kvSeq = keys ? keys : args.seqQ;
+  int64_t kvHeads = keys ? info.numKVHeads : info.numQHeads;
+  int64_t kvRows = info.blockN, chunkRows = 0;
+  // A paged cache is described as it is, [numPages, pageSize, Hkv, D]; the
+  // kernel loads a tile of blockN keys as blockN / chunkRows boxes of
+  // chunkRows rows, which divide the page size: no box crosses a page.
+  if (info.paged) {
+    kvBatch = args.numPages;
+    kvSeq = args.pageSize;
+    chunkRows = std::gcd(args.pageSize, info.blockN);
+    kvRows = chunkRows;
+  }
   // PackGQA: Q and O as [B, S, Hkv, G, D], tiles of G heads.
   int64_t group = info.packedHeads;
   auto mapQ = bshdTensorMap(args.q, info.bf16, args.batch, args.seqQ,
@@ -264,12 +309,12 @@ llvm::Error fa3::runtime::launchAttentionForward(
                             /*fp8=*/false, group);
   if (!mapQ)
     return mapQ.takeError();
-  auto mapK = bshdTensorMap(k, info.bf16, args.batch, seqK, kvHeads,
-                            info.headDim, info.blockN, "K");
+  auto mapK = bshdTensorMap(k, info.bf16, kvBatch, kvSeq, kvHeads, info.headDim,
+                            kvRows, "K");
   if (!mapK)
     return mapK.takeError();
-  auto mapV = bshdTensorMap(v, info.bf16, args.batch, seqK, kvHeads,
-                            info.headDim, info.blockN, "V");
+  auto mapV = bshdTensorMap(v, info.bf16, kvBatch, kvSeq, kvHeads, info.headDim,
+                            kvRows, "V");
   if (!mapV)
     return mapV.takeError();
   // O is stored by TMA in boxes of one consumer warpgroup's 64 rows.
@@ -282,10 +327,15 @@ llvm::Error fa3::runtime::launchAttentionForward(
     return err;
 
   DevicePtr lse = args.lse, tileCounter = 0, lengths = args.cacheSeqlens;
-  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
+  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(keys);
   int32_t batch32 = int32_t(args.batch);
-  void *params[] = {&*mapQ,  &*mapK,  &*mapV,   &*mapO,       &lse,
-                    &seqQ32, &seqK32, &batch32, &tileCounter, &lengths};
+  DevicePtr pageTable = args.pageTable;
+  int32_t tableWidth32 = int32_t(args.pageTableWidth),
+          pageSize32 = int32_t(args.pageSize), chunkRows32 = int32_t(chunkRows);
+  void *params[] = {&*mapQ,       &*mapK,      &*mapV,     &*mapO,
+                    &lse,         &seqQ32,     &seqK32,    &batch32,
+                    &tileCounter, &lengths,    &pageTable, &tableWidth32,
+                    &pageSize32,  &chunkRows32};
   int64_t queriesPerTile = info.blockM / group;
   int64_t queryTiles = (args.seqQ + queriesPerTile - 1) / queriesPerTile;
   int64_t tileHeads = info.numQHeads / group;
@@ -308,10 +358,11 @@ llvm::Error fa3::runtime::launchAttentionForward(
     tileCounter = *counter;
   }
   Dim3 block{unsigned(info.threads), 1, 1};
-  // cache_seqlens is a KV cache kernel's last parameter only.
-  return kernel.launch(
-      grid, block, unsigned(info.sharedMemory), stream,
-      llvm::ArrayRef<void *>(params).drop_back(info.kvCache ? 0 : 1));
+  // A KV cache kernel takes cache_seqlens after the dense forward's nine
+  // parameters; a paged one the page table's four after that.
+  size_t numParams = info.paged ? 14 : info.kvCache ? 10 : 9;
+  return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
+                       llvm::ArrayRef<void *>(params).take_front(numParams));
 }
 
 /// Keys of V' padded to whole key blocks.

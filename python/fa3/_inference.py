@@ -9,9 +9,9 @@ pipeline on numpy arrays; torch CPU tensors go through the custom ops of
 fa3._inference_torch (autograd for the packed attention, torch.compile). The sequence offsets, lengths and page tables are
 data: one compiled function serves every batch, and the checks here, on
 their values, are what keeps a call from reading another sequence's rows.
-CUDA tensors: attention_with_kvcache on a contiguous cache runs its Hopper
-kernel (fa3._kvcache_cuda); the varlen ops and paged caches have none yet
-and are a ValueError.
+CUDA tensors: attention_with_kvcache on a contiguous or paged cache runs
+its Hopper kernel (fa3._kvcache_cuda); the varlen ops and split-KV have none
+yet and are a ValueError.
 """
 
 import sys
@@ -289,13 +289,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     torch CPU tensors work too (the caches are updated in place; the op is
     `torch.ops.fa3.attention_with_kvcache`, traceable by torch.compile; no
     autograd). torch CUDA tensors (bf16/f16, head dims 64/128/256 with v's
-    equal to q's, a contiguous cache) run the Hopper kernel of
-    fa3.attention_kvcache (`torch.ops.fa3.attention_kvcache_cuda`): the
-    append by torch indexing, then one kernel reading each batch's length
-    on the device. Cache rows past a batch's length are read (and masked):
-    they must hold finite values (a cache from torch.zeros, or rows written
-    before). A page table or num_splits > 1 on CUDA is a ValueError (no
-    Hopper kernel yet).
+    equal to q's, a contiguous or paged cache, `page_table` an int32 CUDA
+    tensor) run the Hopper kernel of fa3.attention_kvcache
+    (`torch.ops.fa3.attention_kvcache_cuda`): the append by torch indexing
+    (through the page table when paged), then one kernel reading each
+    batch's length (and page table row) on the device. Cache rows past a
+    batch's length are read (and masked): they must hold finite values (a
+    cache from torch.zeros, or rows written before), and every page table
+    entry must name a page of the cache, unused slots included.
+    num_splits > 1 on CUDA is a ValueError (no Hopper kernel yet).
     """
     if _torch_inputs(q, k_cache, v_cache):
         return _attention_with_kvcache_torch(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,

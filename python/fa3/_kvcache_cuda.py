@@ -1,14 +1,17 @@
 """`attention_with_kvcache` on torch CUDA tensors: the Hopper kernel of
-fa3.attention_kvcache for a contiguous cache.
+fa3.attention_kvcache for a contiguous or a paged cache.
 
 The new rows (`k`, `v`) are written into the caches by torch indexing on
-the current stream, then one kernel attends to each batch's first
-cache_seqlens[b] + seqlen_new keys (fa3.attention_kvcache through
-fa3-tile{grid=true}: the lengths are read on the device, bottom-right
-causal per batch, PackGQA by fa3's rule). Paged caches and split-KV have no
-Hopper kernel yet: they are a ValueError here and run on the CPU.
-Inference only: no autograd. The op is `torch.ops.fa3.attention_kvcache_cuda`
-(mutating the caches), so torch.compile traces it without a graph break.
+the current stream (through the page table when paged), then one kernel
+attends to each batch's first cache_seqlens[b] + seqlen_new keys
+(fa3.attention_kvcache through fa3-tile{grid=true}: the lengths and the
+page table are read on the device, bottom-right causal per batch, PackGQA
+by fa3's rule). A paged cache is (num_pages, page_size, num_kv_heads,
+head_dim) with an int32 (batch, max_pages) page table: one kernel serves
+every page size. Split-KV has no Hopper kernel yet: num_splits > 1 is a
+ValueError here and runs on the CPU. Inference only: no autograd. The op
+is `torch.ops.fa3.attention_kvcache_cuda` (mutating the caches), so
+torch.compile traces it without a graph break.
 """
 
 import dataclasses
@@ -20,6 +23,8 @@ from . import _jit
 from ._spec import CUDA_HEAD_DIMS, AttentionSpec, check_options, resolve_pack_gqa
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+# The kernel's key count, page_size * max_pages for a paged cache, is an i32.
+_INT32_MAX = 2**31 - 1
 
 # The raw current-stream handle of a device.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -28,12 +33,42 @@ if _raw_stream is None:  # pragma: no cover - older torch
         return torch.cuda.current_stream(index).cuda_stream
 
 
-def _kernel(spec, pack_gqa, seq_q, cache_rows, device_index):
-    """The compiled kernel of one (spec, packing, length bucket)."""
+def _kernel(spec, pack_gqa, seq_q, cache_rows, device_index, paged=False):
+    """The compiled kernel of one (spec, packing, length bucket), paged or
+    not; `cache_rows` is the key capacity (max_pages * page_size when
+    paged)."""
     packed = dataclasses.replace(spec, pack_gqa=pack_gqa)
     schedule = _jit.forward_schedule(packed, seq_q, cache_rows)
-    source = spec.kvcache_mlir(pack_gqa=pack_gqa, schedule=schedule)
+    source = spec.kvcache_mlir(paged=paged, pack_gqa=pack_gqa, schedule=schedule)
     return _jit.get_mlir(source, "attention_kvcache", f"cuda:{device_index}", "fwd")
+
+
+def _check_page_table(q, k_cache, page_table):
+    """The paged cache's own checks: the table's dtype, device, shape and
+    layout and the caches' page geometry."""
+    batch = q.shape[0]
+    if not isinstance(page_table, torch.Tensor):
+        raise TypeError(f"page_table must be an int32 CUDA tensor on {q.device}, got {type(page_table).__name__}")
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be an int32 tensor, got {page_table.dtype}")
+    if page_table.device != q.device:
+        raise ValueError(f"page_table is on {page_table.device} but q is on {q.device}; fa3 runs all of them on one "
+                         "device")
+    if page_table.dim() != 2 or page_table.shape[0] != batch:
+        raise ValueError(f"page_table must have shape (batch, max_pages) = ({batch}, max_pages), got "
+                         f"{tuple(page_table.shape)}")
+    if page_table.shape[1] < 1:
+        raise ValueError(f"page_table must have at least one column (max_pages >= 1), got shape "
+                         f"{tuple(page_table.shape)}")
+    if not page_table.is_contiguous():
+        raise ValueError("page_table must be contiguous (row-major (batch, max_pages)): the kernel reads it in place")
+    num_pages, page_size = k_cache.shape[:2]
+    if page_size < 1:
+        raise ValueError(f"k_cache's page size (dim 1) must be at least 1, got shape {tuple(k_cache.shape)}")
+    if num_pages < 1:
+        raise ValueError(f"k_cache must hold at least one page (dim 0), got shape {tuple(k_cache.shape)}")
+    if page_size * page_table.shape[1] > _INT32_MAX:
+        raise ValueError(f"page_size * max_pages = {page_size} * {page_table.shape[1]} keys must fit in 32 bits")
 
 
 def check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
@@ -52,13 +87,20 @@ def check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
             raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+    paged = page_table is not None
+    layout = "(num_pages, page_size, num_kv_heads, head_dim)" if paged else \
+        "(batch, seqlen_cache, num_kv_heads, head_dim)"
     if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
         raise ValueError(f"q, k_cache and v_cache must have 4 dims, got shapes {tuple(q.shape)}, "
                          f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     batch, _, hq, d = q.shape
-    if k_cache.shape[:3] != v_cache.shape[:3] or k_cache.shape[0] != batch:
-        raise ValueError(f"k_cache and v_cache must be (batch, seqlen_cache, num_kv_heads, head_dim) with q's "
-                         f"batch {batch}, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if paged:
+        if k_cache.shape != v_cache.shape:
+            raise ValueError(f"k_cache and v_cache must both be {layout} with one shape, got "
+                             f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    elif k_cache.shape[:3] != v_cache.shape[:3] or k_cache.shape[0] != batch:
+        raise ValueError(f"k_cache and v_cache must be {layout} with q's batch {batch}, got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     hkv = k_cache.shape[2]
     if hkv == 0 or hq % hkv:
         raise ValueError(f"q's {hq} heads must be a positive multiple of k_cache's {hkv} heads (GQA)")
@@ -70,19 +112,18 @@ def check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
             if tuple(t.shape) != want:
                 raise ValueError(f"{name} must have shape (batch, seqlen_new, num_kv_heads, head_dim) = "
                                  f"{want}, got {tuple(t.shape)}")
-    if page_table is not None:
-        raise ValueError("page_table: paged KV caches have no Hopper kernel yet; run them with numpy arrays or "
-                         "torch CPU tensors (the CPU pipeline)")
     if int(num_splits) > 1:
         raise ValueError(f"num_splits = {num_splits}: split-KV has no Hopper kernel yet; pass 0 or 1 on CUDA")
-    d, dv = q.shape[3], v_cache.shape[3]
-    if d not in CUDA_HEAD_DIMS or dv != d:
-        raise ValueError(f"attention_with_kvcache on CUDA runs head dims {CUDA_HEAD_DIMS} with v's equal to q's, "
-                         f"got {d} and {dv}")
+    d, dk, dv = q.shape[3], k_cache.shape[3], v_cache.shape[3]
+    if d not in CUDA_HEAD_DIMS or dk != d or dv != d:
+        raise ValueError(f"attention_with_kvcache on CUDA runs head dims {CUDA_HEAD_DIMS} with k's and v's equal to "
+                         f"q's, got {d}, {dk} and {dv}")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         if not cache.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (batch, seqlen_cache, num_kv_heads, head_dim): the kernel "
-                             "reads it in place and new rows are written into it")
+            raise ValueError(f"{name} must be contiguous {layout}: the kernel reads it in place and new rows are "
+                             "written into it")
+    if paged:
+        _check_page_table(q, k_cache, page_table)
     if isinstance(cache_seqlens, torch.Tensor):
         if cache_seqlens.dtype != torch.int32 or cache_seqlens.device != q.device:
             raise TypeError(f"cache_seqlens must be an int32 tensor on {q.device}, got {cache_seqlens.dtype} on "
@@ -91,44 +132,88 @@ def check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
             raise ValueError(f"cache_seqlens must have shape ({q.shape[0]},), got {tuple(cache_seqlens.shape)}")
 
 
+def _append_paged(k_cache, v_cache, k, v, cache_seqlens, page_table):
+    """Writes k, v at positions cache_seqlens[b] + [0, n) of each batch
+    through the page table, after one check (one device sync) that the rows
+    fit the table's capacity and that every page a batch uses after the
+    append is a page of the cache."""
+    b, n = k.shape[:2]
+    num_pages, page_size = k_cache.shape[:2]
+    max_pages = page_table.shape[1]
+    capacity = max_pages * page_size
+    total = cache_seqlens.to(torch.int64) + n
+    used = (total + page_size - 1) // page_size
+    in_use = torch.arange(max_pages, device=k.device)[None, :] < used[:, None]
+    bad = in_use & ((page_table < 0) | (page_table >= num_pages))
+    low, end, any_bad = torch.stack([cache_seqlens.min().to(torch.int64), total.max(),
+                                     bad.any().to(torch.int64)]).tolist()
+    if low < 0 or end > capacity:
+        raise ValueError(f"cache_seqlens + {n} new rows must lie in [0, {capacity}] (the cache's capacity = "
+                         f"max_pages * page_size = {max_pages} * {page_size}), got a range [{low}, {end}]")
+    if any_bad:
+        i, j = bad.nonzero()[0].tolist()
+        raise ValueError(f"page_table[{i}, {j}] = {int(page_table[i, j])} is not a page of the cache "
+                         f"(num_pages = {num_pages})")
+    pos = cache_seqlens.to(torch.int64)[:, None] + torch.arange(n, device=k.device)
+    pages = page_table.to(torch.int64).gather(1, pos // page_size)
+    k_cache[pages, pos % page_size] = k
+    v_cache[pages, pos % page_size] = v
+
+
 @torch.library.custom_op("fa3::attention_kvcache_cuda", mutates_args=("k_cache", "v_cache"))
 def attention_kvcache_cuda(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            k: Optional[torch.Tensor], v: Optional[torch.Tensor], cache_seqlens: torch.Tensor,
-                           causal: bool, scale: float, window_left: int, window_right: int, softcap: float,
+                           page_table: Optional[torch.Tensor], causal: bool, scale: float, window_left: int,
+                           window_right: int, softcap: float,
                            pack_gqa: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
     b, sq, hq, d = q.shape
-    cache_rows, hkv = k_cache.shape[1], k_cache.shape[2]
+    hkv = k_cache.shape[2]
+    paged = page_table is not None
+    # The keys a batch can address: the cache's rows, or its table's.
+    cache_rows = page_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     lengths = cache_seqlens
     if k is not None:
         # The append: rows cache_seqlens[b] + [0, n) of batch b. Positions
         # past the cache would write out of bounds: checked (one device
         # sync), as the CPU checks them.
         n = k.shape[1]
-        end = int((cache_seqlens.to(torch.int64) + n).max()) if b else 0
-        low = int(cache_seqlens.min()) if b else 0
-        if low < 0 or end > cache_rows:
-            raise ValueError(f"cache_seqlens + {n} new rows must lie in [0, {cache_rows}] (the cache's rows), "
-                             f"got a range [{low}, {end}]")
-        rows = cache_seqlens.to(torch.int64)[:, None] + torch.arange(n, device=q.device)
-        batch = torch.arange(b, device=q.device)[:, None]
-        k_cache[batch, rows] = k
-        v_cache[batch, rows] = v
+        if paged:
+            if b:
+                _append_paged(k_cache, v_cache, k, v, cache_seqlens, page_table)
+        else:
+            end = int((cache_seqlens.to(torch.int64) + n).max()) if b else 0
+            low = int(cache_seqlens.min()) if b else 0
+            if low < 0 or end > cache_rows:
+                raise ValueError(f"cache_seqlens + {n} new rows must lie in [0, {cache_rows}] (the cache's rows), "
+                                 f"got a range [{low}, {end}]")
+            rows = cache_seqlens.to(torch.int64)[:, None] + torch.arange(n, device=q.device)
+            batch = torch.arange(b, device=q.device)[:, None]
+            k_cache[batch, rows] = k
+            v_cache[batch, rows] = v
         lengths = (cache_seqlens + n).to(torch.int32)
+    out = q.new_empty((b, sq, hq, d))
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    if b == 0:  # nothing to attend (and no lengths to hand the kernel)
+        return out, lse
     spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
                          causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
     pack = resolve_pack_gqa(pack_gqa, hq, hkv, False, lambda: _jit.should_pack_gqa(spec, sq, cache_rows))
-    kernel = _kernel(spec, pack, sq, cache_rows, q.device.index)
+    kernel = _kernel(spec, pack, sq, cache_rows, q.device.index, paged=paged)
     q = q.contiguous()
     lengths = lengths.contiguous()
-    out = q.new_empty((b, sq, hq, d))
-    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
-    kernel.launch_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                          lengths.data_ptr(), b, sq, cache_rows, _raw_stream(q.device.index))
+    stream = _raw_stream(q.device.index)
+    if paged:
+        kernel.launch_paged_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                    lse.data_ptr(), lengths.data_ptr(), page_table.data_ptr(), b, sq,
+                                    k_cache.shape[0], k_cache.shape[1], page_table.shape[1], stream)
+    else:
+        kernel.launch_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                              lengths.data_ptr(), b, sq, cache_rows, stream)
     return out, lse
 
 
 @attention_kvcache_cuda.register_fake
-def _attention_kvcache_cuda_fake(q, k_cache, v_cache, k, v, cache_seqlens, causal, scale, window_left,
+def _attention_kvcache_cuda_fake(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, scale, window_left,
                                  window_right, softcap, pack_gqa):
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -146,8 +231,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     if cache_seqlens is None:
         if k is not None:
             raise ValueError("appending k and v needs cache_seqlens (where the new rows go)")
-        cache_seqlens = k_cache.shape[1]
+        cache_seqlens = page_table.shape[1] * k_cache.shape[1] if page_table is not None else k_cache.shape[1]
     if not isinstance(cache_seqlens, torch.Tensor):
         cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
-    return torch.ops.fa3.attention_kvcache_cuda(q, k_cache, v_cache, k, v, cache_seqlens, causal, scale, window[0],
-                                                window[1], softcap, pack_gqa)
+    return torch.ops.fa3.attention_kvcache_cuda(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, scale,
+                                                window[0], window[1], softcap, pack_gqa)

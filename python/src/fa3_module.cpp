@@ -211,6 +211,21 @@ public:
       raise(error, "fa3_launch_attention_kvcache failed");
   }
 
+  /// Paged fa3.attention_kvcache forwards: [num_pages, page_size, Hkv, D]
+  /// caches read through an i32 [B, table_width] page table.
+  void launchPagedKVCache(uint64_t q, uint64_t kCache, uint64_t vCache,
+                          uint64_t out, uint64_t lse, uint64_t cacheSeqlens,
+                          uint64_t pageTable, int64_t batch, int64_t seqQ,
+                          int64_t numPages, int64_t pageSize,
+                          int64_t tableWidth, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_paged_kvcache(
+            kernel, q, kCache, vCache, out, lse, cacheSeqlens, pageTable, batch,
+            seqQ, numPages, pageSize, tableWidth,
+            reinterpret_cast<void *>(stream), &error) != 0)
+      raise(error, "fa3_launch_attention_paged_kvcache failed");
+  }
+
   /// FP8 forwards: e4m3 q/k/v, f32 descales [B, Hkv], V' workspace.
   void launchFP8(uint64_t q, uint64_t k, uint64_t v, uint64_t out,
                  uint64_t lse, uint64_t qDescale, uint64_t kDescale,
@@ -381,6 +396,11 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("k_cache"), py::arg("v_cache"), py::arg("out"),
            py::arg("lse"), py::arg("cache_seqlens"), py::arg("batch"),
            py::arg("seq_q"), py::arg("cache_rows"), py::arg("stream"))
+      .def("launch_paged_kvcache", &CudaKernel::launchPagedKVCache,
+           py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("out"),
+           py::arg("lse"), py::arg("cache_seqlens"), py::arg("page_table"),
+           py::arg("batch"), py::arg("seq_q"), py::arg("num_pages"),
+           py::arg("page_size"), py::arg("table_width"), py::arg("stream"))
       .def("launch_fp8", &CudaKernel::launchFP8, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("q_descale"),
            py::arg("k_descale"), py::arg("v_descale"), py::arg("workspace"),

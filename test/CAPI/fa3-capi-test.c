@@ -298,6 +298,27 @@ static char *bf16Source(int heads, int kvHeads, int d, int causal) {
   return buffer;
 }
 
+/* `@kv(q, k_cache, v_cache, cache_seqlens[, page_table])`: one
+ * fa3.attention_kvcache, paged when `paged`. */
+static char *kvcacheSource(int heads, int kvHeads, int d, int paged) {
+  char *buffer = malloc(2048);
+  char q[64], kv[64], l[64];
+  snprintf(q, sizeof(q), "tensor<?x?x%dx%dxbf16>", heads, d);
+  snprintf(kv, sizeof(kv), "tensor<?x?x%dx%dxbf16>", kvHeads, d);
+  snprintf(l, sizeof(l), "tensor<?x%dx?xf32>", heads);
+  const char *table = paged ? ", %pages: tensor<?x?xi32>" : "";
+  const char *operand = paged ? ", %pages" : "";
+  const char *type = paged ? ", tensor<?x?xi32>" : "";
+  snprintf(buffer, 2048,
+           "func.func @kv(%%q: %s, %%kc: %s, %%vc: %s, %%lens: tensor<?xi32>%s)"
+           " -> (%s, %s) {\n"
+           "  %%o, %%lse = fa3.attention_kvcache %%q, %%kc, %%vc, %%lens%s "
+           "{causal} : (%s, %s, %s, tensor<?xi32>%s) -> (%s, %s)\n"
+           "  return %%o, %%lse : %s, %s\n}\n",
+           q, kv, kv, table, q, l, operand, q, kv, kv, type, q, l, q, l);
+  return buffer;
+}
+
 static void testPtx(void) {
   char *source = bf16Source(8, 2, 128, 1), *error = NULL;
   int hit = -1;
@@ -331,6 +352,19 @@ static void testPtx(void) {
                                      &error) != 0 &&
             errorContains(error, "kernel is NULL"),
         "the KV-cache launch refuses a NULL kernel");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache(kernel, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1,
+                                           16, 1, NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_paged_kvcache: the "
+                                 "kernel was compiled to PTX only"),
+        "the paged KV-cache launch names itself and refuses a PTX-only "
+        "kernel");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache(NULL, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1,
+                                           16, 1, NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_paged_kvcache: kernel "
+                                 "is NULL"),
+        "the paged KV-cache launch refuses a NULL kernel");
   error = NULL;
   check(fa3_launch_attention_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
                                   1, 1, NULL, &error) != 0 &&
@@ -500,7 +534,77 @@ static int testGpu(void) {
                              &error) != 0 &&
             errorContains(error, "negative"),
         "gpu launch rejects a negative batch");
+  error = NULL;
+  check(fa3_launch_attention_kvcache(kernel, dq, dk, dv, dout, dlse, dq, b, sq,
+                                     sk, NULL, &error) != 0 &&
+            errorContains(error, "not an fa3.attention_kvcache forward"),
+        "gpu: a dense forward is not launched as a KV cache");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache(kernel, dq, dk, dv, dout, dlse, dq,
+                                           dq, b, sq, 4, 16, 4, NULL,
+                                           &error) != 0 &&
+            errorContains(error, "does not read a paged KV cache; launch it "
+                                 "with fa3_launch_attention"),
+        "gpu: a dense forward is not launched as a paged KV cache");
   fa3_destroy_kernel(kernel);
+
+  /* A paged KV-cache kernel: each entry point refuses it but its own, which
+   * checks the page table's pointer and geometry before any launch (the
+   * buffers are never read). */
+  char *paged = kvcacheSource(hq, hkv, d, 1);
+  error = NULL;
+  kernel = fa3_compile_attention(paged, "kv", 0, 0, NULL, &error);
+  check(kernel != NULL, "gpu paged compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  error = NULL;
+  check(fa3_launch_attention_kvcache(kernel, dq, dk, dv, dout, dlse, dq, b, sq,
+                                     sk, NULL, &error) != 0 &&
+            errorContains(error, "launch it with "
+                                 "fa3_launch_attention_paged_kvcache"),
+        "gpu: a paged kernel is not launched as a contiguous KV cache");
+  error = NULL;
+  check(fa3_launch_attention(kernel, dq, dk, dv, dout, dlse, b, sq, sk, NULL,
+                             &error) != 0 &&
+            errorContains(error, "launch it with "
+                                 "fa3_launch_attention_paged_kvcache"),
+        "gpu: a paged kernel is not launched as a dense forward");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache(kernel, dq, dk, dv, dout, dlse, dq,
+                                           0, b, sq, 4, 16, 4, NULL,
+                                           &error) != 0 &&
+            errorContains(error, "page_table is NULL"),
+        "gpu: the paged launch refuses a NULL page table");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache(kernel, dq, dk, dv, dout, dlse, 0,
+                                           dq, b, sq, 4, 16, 4, NULL,
+                                           &error) != 0 &&
+            errorContains(error, "cache_seqlens is NULL"),
+        "gpu: the paged launch refuses NULL cache_seqlens");
+  {
+    /* num_pages, page_size, table_width and the message naming the bad one */
+    struct {
+      int64_t pages, size, width;
+      const char *message;
+    } bad[] = {{4, 0, 4, "page_size = 0 must be at least 1"},
+               {4, 16, 0, "(max_pages) = 0 must be at least 1"},
+               {0, 16, 4, "num_pages = 0 must be at least 1"},
+               {4, 65536, 65536, "must fit in 32 bits"}};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+      error = NULL;
+      ok &= fa3_launch_attention_paged_kvcache(
+                kernel, dq, dk, dv, dout, dlse, dq, dq, b, sq, bad[i].pages,
+                bad[i].size, bad[i].width, NULL, &error) != 0 &&
+            errorContains(error, bad[i].message);
+    }
+    check(ok, "gpu: the paged launch checks the page geometry");
+  }
+  fa3_destroy_kernel(kernel);
+  free(paged);
   error = NULL;
   check(fa3_compile_attention_grad(source, "attn", 0, 0, NULL, &error) ==
                 NULL &&
@@ -552,6 +656,8 @@ int main(int argc, char **argv) {
 // CHECK: ptx kernel is named fa3_fwd*: ok
 // CHECK: ptx kernel has no device: ok
 // CHECK: launching a PTX-only kernel is refused: ok
+// CHECK: the paged KV-cache launch names itself and refuses a PTX-only kernel: ok
+// CHECK: the paged KV-cache launch refuses a NULL kernel: ok
 // CHECK: a forward is not launched as a backward: ok
 // CHECK: a forward has no backward workspace: ok
 // CHECK: ptx compile names an unknown function: ok
@@ -563,5 +669,13 @@ int main(int argc, char **argv) {
 // GPU: gpu launch: ok
 // GPU: gpu matches the float64 reference: ok
 // GPU: gpu launch rejects a negative batch: ok
+// GPU: gpu: a dense forward is not launched as a KV cache: ok
+// GPU: gpu: a dense forward is not launched as a paged KV cache: ok
+// GPU: gpu paged compile: ok
+// GPU: gpu: a paged kernel is not launched as a contiguous KV cache: ok
+// GPU: gpu: a paged kernel is not launched as a dense forward: ok
+// GPU: gpu: the paged launch refuses a NULL page table: ok
+// GPU: gpu: the paged launch refuses NULL cache_seqlens: ok
+// GPU: gpu: the paged launch checks the page geometry: ok
 // GPU: gpu: a forward function is not a backward: ok
 // GPU-NOT: FAIL

@@ -105,6 +105,43 @@ def test_kvcache_torch_updates_the_cache_in_place():
     assert np.abs(out.numpy() - ref_o).max() <= 1e-5 * (1 + v_cache.abs().max().item())
 
 
+def test_cuda_paged_append_indexing_on_cpu_tensors():
+    """The CUDA path's paged append (fa3._kvcache_cuda, torch indexing on
+    any device) run on CPU tensors: row i of batch b lands in slot p %
+    page_size of page page_table[b, p // page_size], p = cache_seqlens[b] +
+    i; lengths past the table and used pages outside the cache are refused
+    before anything is written, unused slots are not checked."""
+    from fa3 import _kvcache_cuda
+
+    torch.manual_seed(4)
+    page_size, max_pages, batch, n, hkv, d = 16, 4, 3, 3, 2, 8
+    num_pages = batch * max_pages + 2
+    k_cache = torch.randn(num_pages, page_size, hkv, d)
+    v_cache = torch.randn_like(k_cache)
+    table = torch.randperm(num_pages)[:batch * max_pages].view(batch, max_pages).to(torch.int32)
+    table[0, 3] = -7  # past batch 0's pages after the append: never read
+    lens = torch.tensor([0, 20, 61], dtype=torch.int32)
+    k, v = torch.randn(batch, n, hkv, d), torch.randn(batch, n, hkv, d)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    for b, start in enumerate(lens.tolist()):
+        for i in range(n):
+            p = start + i
+            want_k[table[b, p // page_size], p % page_size] = k[b, i]
+            want_v[table[b, p // page_size], p % page_size] = v[b, i]
+    _kvcache_cuda._append_paged(k_cache, v_cache, k, v, lens, table)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+    with pytest.raises(ValueError, match=r"cache_seqlens \+ 3 new rows must lie in \[0, 64\] \(the cache's capacity = "
+                                         r"max_pages \* page_size = 4 \* 16\), got a range \[0, 65\]"):
+        _kvcache_cuda._append_paged(k_cache, v_cache, k, v, torch.tensor([0, 20, 62], dtype=torch.int32), table)
+    bad = table.clone()
+    bad[2, 3] = num_pages
+    with pytest.raises(ValueError, match=rf"page_table\[2, 3\] = {num_pages} is not a page of the cache"):
+        _kvcache_cuda._append_paged(k_cache, v_cache, k, v, lens, bad)
+    assert torch.equal(k_cache, want_k), "a refused append wrote into the cache"
+    schema = str(torch.ops.fa3.attention_kvcache_cuda.default._schema)
+    assert "Tensor? page_table" in schema, schema
+
+
 def test_torch_errors():
     q = torch.zeros(4, 2, 32)
     cu = torch.tensor([0, 4], dtype=torch.int32)

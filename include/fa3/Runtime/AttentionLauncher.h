@@ -47,6 +47,10 @@ struct AttentionKernelInfo {
   /// An fa3.attention_kvcache forward: K and V are the caches [B, S_cache,
   /// Hkv, D] and the launch passes cache_seqlens (AttentionDeviceArgs).
   bool kvCache = false;
+  /// A paged fa3.attention_kvcache forward (kvCache is set too): K and V are
+  /// the caches [num_pages, page_size, Hkv, D], read through a page table
+  /// whose geometry (page size included) is a launch argument.
+  bool paged = false;
   /// A deterministic backward: the workspace also holds the dQ turn
   /// counters (i32 [B, Hq, query blocks]), zeroed by the launch and passed
   /// to the main kernel.
@@ -70,11 +74,17 @@ struct AttentionKernelInfo {
 /// kernels also take the descales ([B, Hkv] f32) and a workspace of
 /// attentionForwardWorkspaceBytes() bytes (256-byte aligned) for V'. A KV
 /// cache kernel reads K and V as the caches (seqK = S_cache, their rows)
-/// and the lengths `cacheSeqlens` (i32 [B]).
+/// and the lengths `cacheSeqlens` (i32 [B]). A paged one reads them as
+/// [numPages, pageSize, Hkv, D] through `pageTable` (i32 [B,
+/// pageTableWidth], row-major): key j of batch b is row j % pageSize of page
+/// pageTable[b, j / pageSize]. Its key count is pageTableWidth * pageSize,
+/// the most keys a table row addresses; `seqK` is not read.
 struct AttentionDeviceArgs {
   DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
   DevicePtr cacheSeqlens = 0;
+  DevicePtr pageTable = 0;
+  int64_t numPages = 0, pageSize = 0, pageTableWidth = 0;
   DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
   /// The device's multiprocessor count: how many CTAs a persistent kernel
   /// launches at most (one per SM: its shared memory and registers admit
