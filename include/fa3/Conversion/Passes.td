@@ -119,10 +119,10 @@ def FA3OutlineHopperKernels
   let summary = "Give each 16-bit fa3.attention a tensor-level kernel function in @fa3_kernels";
   let description = [{
     The first step of the Hopper forward's lowering. For each scheduled
-    f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache` in one
-    split: its function takes `cache_seqlens` after the caches and, paged,
-    the page table after that; `num_splits > 1` is an error, no Hopper
-    kernel yet), checks the schedule as `convert-fa3-to-hopper`
+    f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache`: its
+    function takes `cache_seqlens` after the caches and, paged, the page
+    table after that; with `num_splits = N > 1` the launch says
+    `num_splits = N`), checks the schedule as `convert-fa3-to-hopper`
     does (the same diagnostics), creates in `gpu.module @fa3_kernels` a
     function named after the kernel's spec that holds the attention on
     dynamic batch and sequence lengths, with the schedule as its
@@ -179,6 +179,12 @@ def ConvertFA3TileToHopper
     runtime) as parameters; `tensor.dim` of the table's dim 1 and of the
     cache's dim 1 read the width and the page size, and its key and value
     tiles (`fa3.load_paged_tile`) are `fa3.tma_load_paged_tile` loads.
+    A split-KV function (`fa3-tile{grid=true}` of `num_splits = N`: the
+    forall stores f32 partials of N·B batches, which `fa3.combine_splits`
+    merges after it) becomes two kernels: the forall's, whose O parameter
+    is a plain pointer to the f32 partial O (stored from the fragment), and
+    `<name>_combine`, one warp per (query, head) row, which weighs the N
+    partial rows by exp(lse_s - max) into O and the LSE.
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of

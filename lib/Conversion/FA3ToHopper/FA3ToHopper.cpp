@@ -204,15 +204,12 @@ FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
 
 FailureOr<HopperAttentionSpec>
 HopperAttentionSpec::fromOp(AttentionKVCacheOp op) {
-  if (op.getNumSplits().value_or(1) > 1)
-    return op.emitOpError()
-           << "the Hopper forward reads a KV cache in one split; num_splits "
-              "> 1 has no Hopper kernel yet (the CPU pipeline runs it)";
   FailureOr<HopperAttentionSpec> spec =
       forwardSpec(op, op.getKeyCache(), op.getValueCache(), /*fp8=*/false);
   if (succeeded(spec)) {
     spec->kvCache = true;
     spec->paged = op.isPaged();
+    spec->numSplits = static_cast<int64_t>(op.getNumSplits().value_or(1));
   }
   return spec;
 }
@@ -294,7 +291,7 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                                      int64_t sharedMemory, int64_t blockM,
                                      int64_t blockN, bool persistent,
                                      int64_t packedHeads, bool kvCache,
-                                     bool paged) {
+                                     bool paged, int64_t numSplits) {
   MLIRContext *ctx = op->getContext();
   Builder builder(ctx);
   op->setAttr(kKernelAttrName,
@@ -318,6 +315,9 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
   if (paged)
     launch.push_back(
         builder.getNamedAttr("paged", builder.getI64IntegerAttr(1)));
+  if (numSplits > 1)
+    launch.push_back(builder.getNamedAttr(
+        "num_splits", builder.getI64IntegerAttr(numSplits)));
   op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 

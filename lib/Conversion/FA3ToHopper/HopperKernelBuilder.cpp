@@ -99,6 +99,8 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_pg" + std::to_string(packedHeads);
   if (kvCache)
     name += paged ? "_kvc_paged" : "_kvc";
+  if (numSplits > 1)
+    name += "_split" + std::to_string(numSplits);
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".

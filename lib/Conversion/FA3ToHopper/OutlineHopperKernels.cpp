@@ -95,7 +95,7 @@ struct FA3OutlineHopperKernelsPass
       annotateHopperLaunch(attention, kernels, name, spec->numThreads(),
                            spec->sharedMemoryBytes(), spec->blockM,
                            spec->blockN, spec->persistent, spec->packedHeads,
-                           spec->kvCache, spec->paged);
+                           spec->kvCache, spec->paged, spec->numSplits);
     };
     module.walk([&](Operation *op) {
       // Already annotated ops keep their kernel.

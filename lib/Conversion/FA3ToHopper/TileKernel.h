@@ -76,6 +76,10 @@ struct TileKernel {
   /// Its cache is paged: the fifth argument is the page table, which the
   /// key and value loads (fa3.load_paged_tile) read through.
   bool paged = false;
+  /// Split-KV: the forall stores f32 partials, which this op (after the
+  /// forall, on their [N, B, ...] views) merges into what the function
+  /// returns; null otherwise.
+  CombineSplitsOp combine;
 };
 
 /// The parts of the tile-level kernel function `func`, or a diagnostic on

@@ -143,7 +143,7 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
     return fail(loop, "it must carry the accumulator, the max and the sum");
   Block &body = *loop.getBody();
   func::FuncOp func = kernel.func;
-  Value k = func.getArgument(1), v = func.getArgument(2);
+  Value k = func.getArgument(1);
   for (Operation *opInBody : opsThroughTurns(body)) {
     Operation &op = *opInBody;
     if (isKernelScalar(&op, func))
@@ -240,8 +240,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
   KeyLoop keys;
   keys.guard = guard;
   func::FuncOp func = kernel.func;
-  Value q = kernel.queryLoad.getResult(), k = func.getArgument(1),
-        v = func.getArgument(2);
+  Value q = kernel.queryLoad.getResult(), k = func.getArgument(1);
   // lo < hi, or hi > lo as canonicalize writes it.
   auto cond = guard.getCondition().getDefiningOp<arith::CmpIOp>();
   bool less = cond && cond.getPredicate() == arith::CmpIPredicate::slt;
@@ -420,6 +419,15 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
     if (isKernelScalar(&op, func) || isa<tensor::EmptyOp>(op) ||
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
+    // Split-KV: the partials' [N, B, ...] views and their merge, after the
+    // forall (checked below).
+    if (kernel.grid && isa<tensor::ExpandShapeOp, tensor::DimOp>(op))
+      continue;
+    if (auto combine = dyn_cast<CombineSplitsOp>(op);
+        combine && kernel.grid && !kernel.combine) {
+      kernel.combine = combine;
+      continue;
+    }
     auto forall = dyn_cast<scf::ForallOp>(op);
     if (!forall || kernel.grid)
       return fail(&op, "its body must be one scf.forall (fa3-tile{grid=true}), "
@@ -432,9 +440,24 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   if (!isBlockGrid(grid) && !isPersistentGrid(grid))
     return fail(grid, "the forall must be 3-D and mapped to #gpu.block<x/y/z> "
                       "or #fa3.persistent_block<x/y/z>");
-  if (ret.getOperand(0) != grid.getResult(0) ||
-      ret.getOperand(1) != grid.getResult(1))
+  if (CombineSplitsOp combine = kernel.combine) {
+    // The merge of the forall's partials, viewed as [N, B, ...].
+    auto viewOf = [&](Value v) {
+      auto expand = v.getDefiningOp<tensor::ExpandShapeOp>();
+      return expand ? expand.getSrc() : Value();
+    };
+    if (!kernel.kvCache ||
+        viewOf(combine.getPartialOutput()) != grid.getResult(0) ||
+        viewOf(combine.getPartialLse()) != grid.getResult(1) ||
+        ret.getOperand(0) != combine.getOutput() ||
+        ret.getOperand(1) != combine.getLse())
+      return fail(combine, "a KV cache's split-KV kernel must merge the "
+                           "forall's partials (viewed as [N, B, ...]) and "
+                           "return the merge");
+  } else if (ret.getOperand(0) != grid.getResult(0) ||
+             ret.getOperand(1) != grid.getResult(1)) {
     return fail(ret, "it must return the forall's O and LSE");
+  }
 
   // The forall body's ops, with a warp_specialize's consumers region in its
   // place.
@@ -569,6 +592,21 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.persistent = isPersistentGrid(kernel.grid);
   spec.kvCache = kernel.kvCache;
   spec.paged = kernel.paged;
+  spec.numQHeads = cast<RankedTensorType>(kernel.func.getArgument(0).getType())
+                       .getDimSize(2);
+  spec.numKVHeads = cast<RankedTensorType>(kernel.func.getArgument(1).getType())
+                        .getDimSize(2);
+  if (CombineSplitsOp combine = kernel.combine) {
+    auto partial = cast<RankedTensorType>(combine.getPartialOutput().getType());
+    auto oTile = cast<RankedTensorType>(kernel.storeOutput.getTile().getType());
+    spec.numSplits = partial.getDimSize(0);
+    if (ShapedType::isDynamic(spec.numSplits) || spec.numSplits < 2 ||
+        !oTile.getElementType().isF32())
+      return combine.emitOpError()
+             << "convert-fa3-tile-to-hopper merges a static number (>= 2) of "
+                "f32 partials, got "
+             << partial;
+  }
   if (std::optional<uint64_t> packed = kernel.queryLoad.getPackedHeads()) {
     spec.packedHeads = static_cast<int64_t>(*packed);
     if (64 % spec.packedHeads != 0)

@@ -121,6 +121,15 @@ private:
   /// this thread's first row and column pair (`rowInTile`, `colInBlock`).
   void emitFinalizeAndStores(ArrayRef<Value> results, Value wg, Value qBuffer,
                              Value rowInTile, Value colInBlock);
+  /// fa3.parallel_store_tile of O (`inv`: each row's 1 / l): through
+  /// shared memory and a TMA store.
+  void emitOutputEpilogue(ArrayRef<Value> results, Value inv[2], Value wg,
+                          Value qBuffer, Value rowInTile, Value colInBlock);
+  /// The same for a split's f32 partial O: direct global stores.
+  void storePartialOutput(ArrayRef<Value> results, Value inv[2],
+                          Value rowInTile, Value colInBlock);
+  /// fa3.parallel_store_stats of the rows' LSE.
+  void emitLseStore(Value lse[2], Value rowInTile);
   /// The same for the IR coordinates `rowIR`, `headIR`, `batchIR` of a key
   /// (`value` false) or value tile, replayed with `local`.
   void issueTileAt(bool value, Value use, Value rowIR, Value headIR,
@@ -131,6 +140,8 @@ private:
   DenseMap<Value, Value> scalars;
 
   Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
+  /// A split-KV kernel's f32 partial O (in the O tensor map's place).
+  Value partialOutPtr;
   /// A KV cache's kernel: the cache_seqlens pointer (global i32 [B]).
   Value lengthsPtr;
   /// A paged cache's kernel: the page table (global i32 [B, tableWidth]),
@@ -316,18 +327,76 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
         results[row], results[2 + row], [&] { return cf(1.0f); },
         [&] { return cf(scale); });
 
-  // fa3.parallel_store_tile of O through shared memory and a TMA store:
-  // each thread writes its packed O pairs into this warpgroup's 64 rows of
-  // the O tile where the kernel has one (separateOutputTile), else of the
-  // Q tile (dead once the warpgroup's last QKᵀ completed; the other
-  // warpgroups' QKᵀs read only their own rows), in the 128-byte swizzle
-  // the Q load wrote (16-byte chunk c of row r at c ^ (r % 8)), then one
-  // thread stores the 64 rows per swizzle atom. TMA drops the rows past
-  // Sq, and a warp's 32 stores hit 32 distinct banks. Stored directly from
-  // the fragment, each warp store covered 8 rows with 16 bytes each: half
-  // of every 32-byte sector (ncu, d128 causal 1k: 16.1 of 32 bytes).
+  if (s.numSplits > 1) {
+    storePartialOutput(results, inv, rowInTile, colInBlock);
+    // Persistent with one Q tile: the consumers are done with it.
+    if (s.persistent && !s.separateOutputTile())
+      ringArrive(kQueryEmpty, qUse);
+  } else {
+    emitOutputEpilogue(results, inv, wg, qBuffer, rowInTile, colInBlock);
+  }
+  emitLseStore(lse, rowInTile);
+}
+
+void TileKernelEmitter::storePartialOutput(ArrayRef<Value> results,
+                                           Value inv[2], Value rowInTile,
+                                           Value colInBlock) {
+  // A split's f32 partial O, straight from the fragment: each thread's
+  // pairs of columns as 8-byte stores (a quad's 4 lanes write 32
+  // contiguous bytes of a row), rows past Sq dropped. The partials are
+  // read once, by the combine kernel.
   ParallelStoreTileOp storeO = k.storeOutput;
-  ParallelStoreStatsOp storeL = k.storeLse;
+  auto oType = cast<RankedTensorType>(storeO.getDest().getType());
+  int64_t heads = oType.getDimSize(2);
+  Value batchOf = scalar(storeO.getBatch());
+  for (int64_t row = 0; row < 2; ++row) {
+    Value inTile = add(rowInTile, ci(8 * row));
+    Value query = add(scalar(storeO.getRow()), queryOfRow(inTile));
+    Value head = scalar(storeO.getHead());
+    if (s.packedHeads > 1)
+      head = add(head, headOfRow(inTile));
+    scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::slt, query, seqQ),
+        [&](OpBuilder &, Location) {
+          Value rowIndex =
+              add(mul(add(mul(sext64(batchOf), sext64(seqQ)), sext64(query)),
+                      cl(heads)),
+                  sext64(head));
+          Value rowElem = mul(rowIndex, cl(s.headDim));
+          for (int64_t j = 0; j < s.headDim / 8; ++j) {
+            int64_t r = 4 * j + 2 * row;
+            auto v2f32 = VectorType::get({2}, f32);
+            Value pair = LLVM::UndefOp::create(b, loc, v2f32);
+            pair = LLVM::InsertElementOp::create(
+                b, loc, pair, fmul(results[4 + r], inv[row]), ci(0));
+            pair = LLVM::InsertElementOp::create(
+                b, loc, pair, fmul(results[4 + r + 1], inv[row]), ci(1));
+            Value col = add(ci(8 * j), colInBlock);
+            Value ptr =
+                LLVM::GEPOp::create(b, loc, globalPtr, f32, partialOutPtr,
+                                    ValueRange{add(rowElem, zext64(col))});
+            LLVM::StoreOp::create(b, loc, pair, ptr, /*alignment=*/8);
+          }
+          scf::YieldOp::create(b, loc);
+        });
+  }
+}
+
+void TileKernelEmitter::emitOutputEpilogue(ArrayRef<Value> results,
+                                           Value inv[2], Value wg,
+                                           Value qBuffer, Value rowInTile,
+                                           Value colInBlock) {
+  // Through shared memory and a TMA store: each thread writes its packed O
+  // pairs into this warpgroup's 64 rows of the O tile where the kernel has
+  // one (separateOutputTile), else of the Q tile (dead once the
+  // warpgroup's last QKᵀ completed; the other warpgroups' QKᵀs read only
+  // their own rows), in the 128-byte swizzle the Q load wrote (16-byte
+  // chunk c of row r at c ^ (r % 8)), then one thread stores the 64 rows
+  // per swizzle atom. TMA drops the rows past Sq, and a warp's 32 stores
+  // hit 32 distinct banks. Stored directly from the fragment, each warp
+  // store covered 8 rows with 16 bytes each: half of every 32-byte sector
+  // (ncu, d128 causal 1k: 16.1 of 32 bytes).
+  ParallelStoreTileOp storeO = k.storeOutput;
   bool ownTile = s.separateOutputTile();
   Value oTile = ownTile ? ci(offO) : mul(qBuffer, ci(tileBytes(s.blockM)));
   if (ownTile) {
@@ -382,8 +451,11 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   // the producer may load the next tile's Q into it.
   if (s.persistent && !ownTile)
     ringArrive(kQueryEmpty, qUse);
+}
 
+void TileKernelEmitter::emitLseStore(Value lse[2], Value rowInTile) {
   // fa3.parallel_store_stats: LSE entries past Sq are dropped.
+  ParallelStoreStatsOp storeL = k.storeLse;
   auto lType = cast<RankedTensorType>(storeL.getDest().getType());
   int64_t lHeads = lType.getDimSize(1);
   Value lBatch = scalar(storeL.getBatch());
@@ -492,6 +564,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   SmallVector<Type> params = {genericPtr, genericPtr, genericPtr,
                               genericPtr, globalPtr,  i32,
                               i32,        i32,        globalPtr};
+  // Split-KV: the f32 partial O is stored through a plain pointer.
+  bool split = s.numSplits > 1;
+  if (split)
+    params[3] = globalPtr;
   if (s.kvCache)
     params.push_back(globalPtr);
   // A paged cache: the page table, its width, the page size, the chunk rows.
@@ -503,15 +579,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
               b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
-  passTensorMapsByValue(fn, 4);
+  passTensorMapsByValue(fn, split ? 3 : 4);
   fn.setArgAttr(4, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+  if (split)
+    fn.setArgAttr(3, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
 
   Block *entry = fn.addEntryBlock(b);
   b.setInsertionPointToStart(entry);
   tmaQ = entry->getArgument(0);
   tmaK = entry->getArgument(1);
   tmaV = entry->getArgument(2);
-  tmaO = entry->getArgument(3);
+  (split ? partialOutPtr : tmaO) = entry->getArgument(3);
   lsePtr = entry->getArgument(4);
   seqQ = entry->getArgument(5);
   seqK = entry->getArgument(6);
@@ -1234,6 +1312,10 @@ struct ConvertFA3TileToHopperPass
         return signalPassFailure();
       LLVM::LLVMFuncOp fn =
           TileKernelEmitter(builder, *kernel, *spec).emit(module);
+      // Split-KV: fa3.combine_splits is the second kernel.
+      if (kernel->combine)
+        buildCombineSplitsKernel(builder, module, *spec,
+                                 (func.getSymName() + "_combine").str());
       func.erase();
       // The IR's ceildiv/floordiv in the add/div/select form arith-to-llvm
       // converts.

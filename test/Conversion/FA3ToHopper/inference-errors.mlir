@@ -14,18 +14,6 @@ func.func @varlen(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?
 
 // -----
 
-// Split-KV has no Hopper kernel yet; a contiguous or paged cache in one
-// split does (test/Pipeline/Hopper/kvcache.mlir).
-// CHECK: error: 'fa3.attention_kvcache' op the Hopper forward reads a KV cache in one split; num_splits > 1 has no Hopper kernel yet
-func.func @split(%q: tensor<?x1x8x128xbf16>, %kc: tensor<?x64x2x128xbf16>, %vc: tensor<?x64x2x128xbf16>, %lens: tensor<?xi32>, %pt: tensor<?x?xi32>) -> (tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>) {
-  // expected-error @+1 {{'fa3.attention_kvcache' op the Hopper forward reads a KV cache in one split; num_splits > 1 has no Hopper kernel yet}}
-  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens, %pt {num_splits = 2 : i64}
-      : (tensor<?x1x8x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?x64x2x128xbf16>, tensor<?xi32>, tensor<?x?xi32>) -> (tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>)
-  return %o, %lse : tensor<?x1x8x128xbf16>, tensor<?x8x1xf32>
-}
-
-// -----
-
 // CHECK: error: 'fa3.kvcache_append' op has no Hopper kernel yet
 func.func @append(%kc: tensor<?x?x2x64xf16>, %vc: tensor<?x?x2x64xf16>, %k: tensor<?x?x2x64xf16>, %v: tensor<?x?x2x64xf16>, %lens: tensor<?xi32>) -> (tensor<?x?x2x64xf16>, tensor<?x?x2x64xf16>) {
   // expected-error @+1 {{'fa3.kvcache_append' op has no Hopper kernel yet}}

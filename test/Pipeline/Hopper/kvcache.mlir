@@ -9,7 +9,11 @@
 // RUN: fa3-run %t/paged.mlir --function=paged --emit=ptx > %t.paged.ptx
 // RUN: FileCheck %s --check-prefix=PAGED-PTX < %t.paged.ptx
 // RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.paged.ptx -o %t.paged.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
-// RUN: not fa3-opt %t/split.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels 2>&1 | FileCheck %s --check-prefix=ERR
+// RUN: fa3-opt %t/split.mlir --fa3-select-schedule=target=sm_90a --fa3-outline-hopper-kernels --fa3-tile=grid=true | FileCheck %s --check-prefix=SPLIT-TILE
+// RUN: fa3-opt %t/split.mlir --fa3-hopper-kernel-pipeline --mlir-print-ir-after=convert-fa3-tile-to-hopper -o /dev/null 2>&1 | FileCheck %s --check-prefix=SPLIT-KERNEL
+// RUN: fa3-run %t/split.mlir --function=split --emit=ptx > %t.split.ptx
+// RUN: FileCheck %s --check-prefix=SPLIT-PTX < %t.split.ptx
+// RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.split.ptx -o %t.split.cubin 2>&1 | FileCheck %s --check-prefix=SPLIT-PTXAS %}
 
 //--- decode.mlir
 
@@ -89,9 +93,50 @@ func.func @paged(%q: tensor<?x?x32x128xbf16>, %kc: tensor<?x?x8x128xbf16>, %vc: 
 
 //--- split.mlir
 
-// Split-KV has no Hopper kernel yet.
-// ERR: error: 'fa3.attention_kvcache' op the Hopper forward reads a KV cache in one split; num_splits > 1 has no Hopper kernel yet (the CPU pipeline runs it)
-func.func @split(%q: tensor<?x1x4x64xbf16>, %kc: tensor<?x?x2x64xbf16>, %vc: tensor<?x?x2x64xbf16>, %lens: tensor<?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>) {
-  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {num_splits = 2 : i64} : (tensor<?x1x4x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?xi32>) -> (tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>)
-  return %o, %lse : tensor<?x1x4x64xbf16>, tensor<?x4x1xf32>
+// Split-KV (num_splits = 4): the grid's z runs over 4·B, split s of batch
+// b at z = s·B + b; each CTA attends to its split's key blocks and stores
+// f32 partials at batch z; fa3.combine_splits merges them after the forall.
+// SPLIT-TILE-LABEL: func.func @fa3_fwd_bf16_d64_h8x2_{{.+}}_kvc_split4
+// SPLIT-TILE: %[[B:.+]] = tensor.dim %arg0, %c0
+// SPLIT-TILE: %[[PO:.+]] = tensor.empty(%{{.+}}, %{{.+}}) : tensor<?x?x8x64xf32>
+// SPLIT-TILE: %[[Z:.+]] = arith.muli %[[B]], %c4
+// SPLIT-TILE: %[[PARTS:.+]]:2 = scf.forall (%{{.+}}, %{{.+}}, %[[ZIV:.+]]) in (%{{.+}}, 8, %[[Z]])
+// SPLIT-TILE: %[[S:.+]] = arith.divui %[[ZIV]], %[[B]] : index
+// SPLIT-TILE: %[[BB:.+]] = arith.remui %[[ZIV]], %[[B]] : index
+// SPLIT-TILE: tensor.extract %arg3[%[[BB]]]
+// SPLIT-TILE: fa3.attention_block {{.+}} split[%{{.+}}, %{{.+}}] {
+// SPLIT-TILE: -> tensor<192x64xf32>, tensor<192xf32>
+// SPLIT-TILE: fa3.parallel_store_tile %{{.+}} into %{{.+}}[%[[ZIV]],
+// SPLIT-TILE: fa3.parallel_store_stats %{{.+}} into %{{.+}}[%[[ZIV]],
+// SPLIT-TILE-DAG: %[[VO:.+]] = tensor.expand_shape %[[PARTS]]#0 {{.+}} into tensor<4x?x?x8x64xf32>
+// SPLIT-TILE-DAG: %[[VL:.+]] = tensor.expand_shape %[[PARTS]]#1 {{.+}} into tensor<4x?x8x?xf32>
+// SPLIT-TILE: %[[O:.+]], %[[L:.+]] = fa3.combine_splits %[[VO]], %[[VL]]
+// SPLIT-TILE: return %[[O]], %[[L]]
+func.func @split(%q: tensor<?x?x8x64xbf16>, %kc: tensor<?x?x2x64xbf16>, %vc: tensor<?x?x2x64xbf16>, %lens: tensor<?xi32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>) {
+  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {num_splits = 4 : i64} : (tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?xi32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>)
+  return %o, %lse : tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>
 }
+
+// Two kernels: the split kernel takes a plain pointer for the f32 partial
+// O (in the O tensor map's place: three maps by value) and stores each
+// thread's column pairs as 8-byte vectors; the combine kernel (partial O,
+// partial LSE, O, LSE, Sq, B) weighs the splits by exp(lse_s - max), with
+// max = -inf (no key in any split) weighed against 0 instead.
+// SPLIT-KERNEL-LABEL: llvm.func @fa3_fwd_bf16_d64_h8x2_{{.+}}_kvc_split4_{{[a-z0-9]+}}(
+// SPLIT-KERNEL-SAME: %arg2: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %arg3: !llvm.ptr<1> {llvm.noalias}, %arg4: !llvm.ptr<1> {llvm.noalias}
+// SPLIT-KERNEL: llvm.store %{{.+}}, %{{.+}} {alignment = 8 : i64} : vector<2xf32>, !llvm.ptr<1>
+// SPLIT-KERNEL-NOT: fa3.tma_store_tile
+// SPLIT-KERNEL-LABEL: llvm.func @fa3_fwd_bf16_d64_h8x2_{{.+}}_kvc_split4_{{[a-z0-9]+}}_combine(
+// SPLIT-KERNEL-SAME: %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %{{.+}}: i32, %{{.+}}: i32)
+// SPLIT-KERNEL-SAME: nvvm.maxntid = array<i32: 128, 1, 1>
+// SPLIT-KERNEL: %[[NONE:.+]] = arith.cmpf oeq, %[[MAX:.+]], %{{.+}} : f32
+// SPLIT-KERNEL: arith.select %[[NONE]], %{{.+}}, %[[MAX]] : f32
+// SPLIT-KERNEL: llvm.load %{{.+}} {alignment = 8 : i64} : !llvm.ptr<1> -> vector<2xf32>
+// SPLIT-KERNEL: llvm.call_intrinsic "llvm.nvvm.lg2.approx.f"
+
+// SPLIT-PTX: .entry fa3_fwd_bf16_d64_h8x2_{{.+}}_kvc_split4_{{[a-z0-9]+}}(
+// SPLIT-PTX: st.global.v2.b32
+// SPLIT-PTX: .entry fa3_fwd_bf16_d64_h8x2_{{.+}}_kvc_split4_{{[a-z0-9]+}}_combine(
+// SPLIT-PTX: ld.global.nc.v2.b32
+
+// SPLIT-PTXAS-COUNT-2: 0 bytes spill stores, 0 bytes spill loads

@@ -50,7 +50,8 @@ void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
                           StringRef name, int64_t threads, int64_t sharedMemory,
                           int64_t blockM, int64_t blockN,
                           bool persistent = false, int64_t packedHeads = 1,
-                          bool kvCache = false, bool paged = false);
+                          bool kvCache = false, bool paged = false,
+                          int64_t numSplits = 1);
 
 /// Everything the Hopper forward kernel is specialized on. Sequence lengths
 /// and the batch are run-time values; the rest is compiled in.
@@ -109,6 +110,12 @@ struct HopperAttentionSpec {
   /// boxes of c rows (fa3.tma_load_paged_tile), none of which crosses a
   /// page.
   bool paged = false;
+  /// Split-KV (fa3.attention_kvcache's num_splits = N > 1): the kernel
+  /// attends to split s of batch b's key blocks in grid z = s·B + b and
+  /// writes f32 partials (O [N·B, Sq, Hq, D] through a plain pointer in the
+  /// O tensor map's place, LSE [N·B, Hq, Sq]); a second kernel,
+  /// combineKernelName(), merges them into O and the LSE. 1 = off.
+  int64_t numSplits = 1;
 
   /// Reads the spec of a scheduled fa3.attention (or fa3.attention_kvcache);
   /// emits a diagnostic naming what the Hopper backend does not support and
@@ -124,6 +131,12 @@ struct HopperAttentionSpec {
   /// (roundup(Sk, 128) / 128, Hkv, B), 256 threads, valueTransposeSmemBytes()
   /// of dynamic shared memory; params V, V', Sk, padded Sk.
   std::string valueTransposeKernelName() const { return kernelName() + "_vt"; }
+  /// Split-KV only: the kernel merging the partials by their LSE
+  /// (buildCombineSplitsKernel) has grid (ceildiv(Sq · Hq,
+  /// kCombineRowsPerCta), B) and kCombineThreads threads (a warp per
+  /// (query, head) row), no shared memory; params partial O, partial LSE,
+  /// O, LSE, Sq, B.
+  static constexpr int64_t kCombineThreads = 128, kCombineRowsPerCta = 4;
   int64_t valueTransposeSmemBytes() const { return 128 * (headDim + 4); }
   int64_t elementBytes() const { return fp8 ? 1 : 2; }
   int64_t numConsumerWarpgroups() const { return blockM / 64; }
@@ -164,6 +177,12 @@ inline constexpr int64_t kMaxSharedMemory = 232448;
 LLVM::LLVMFuncOp buildHopperAttentionKernel(OpBuilder &builder,
                                             gpu::GPUModuleOp module,
                                             const HopperAttentionSpec &spec);
+
+/// Emits kernel `name` (the split kernel's name + "_combine") into
+/// `module`: fa3.combine_splits of a split-KV forward's f32 partials into O
+/// (the 16-bit type) and the LSE (see HopperAttentionSpec::numSplits).
+void buildCombineSplitsKernel(OpBuilder &builder, gpu::GPUModuleOp module,
+                              const HopperAttentionSpec &spec, StringRef name);
 
 /// Everything the Hopper backward kernels are specialized on.
 ///

@@ -74,6 +74,21 @@ static Value indexConstant(OpBuilder &b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
 }
 
+/// The key blocks [begin, end) of split `split` of a sequence with `keyLen`
+/// keys: blocks [s·n, (s+1)·n) of its ceildiv(keyLen, block_n), with n =
+/// ceildiv(blocks, splits), both clamped to the blocks (a split past them
+/// is empty: O = 0, LSE = -inf, weight 0 in the merge).
+static std::pair<Value, Value> splitRange(OpBuilder &b, Location loc,
+                                          const TiledForward &t, Value keyLen,
+                                          Value split) {
+  IndexMath m{b, loc};
+  Value blocks = m.ceilDiv(keyLen, t.schedule.getBlockN());
+  Value perSplit = m.ceilDiv(blocks, t.numSplits);
+  Value begin = m.min(m.mul(split, perSplit), blocks);
+  Value end = m.min(m.add(begin, perSplit), blocks);
+  return {begin, end};
+}
+
 /// Builds the serial loops over (batch entry, query head, query block) of
 /// `t` with `inits` as the (O, LSE) destinations and returns their results.
 /// With a `split` index, the blocks are that split's partial attentions
@@ -85,7 +100,7 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
   auto kType = cast<RankedTensorType>(t.key.getType());
   int64_t numQHeads = qType.getDimSize(2);
   int64_t groupSize = numQHeads / kType.getDimSize(2);
-  int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
+  int64_t blockM = t.schedule.getBlockM();
   // Packed, a tile is the group's heads of block_m / G queries, one tile
   // row per (query, head); the loop below runs over key/value heads.
   int64_t packed = t.packedHeads;
@@ -107,13 +122,9 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
         SequenceBounds seq = t.bounds(b, loc, entry);
         Value storeBatch = seq.tensorBatch, splitBegin, splitEnd;
         if (split) {
-          // Split s takes key blocks [s·n, (s+1)·n) of the sequence's
-          // ceildiv(len, block_n), with n = ceildiv(blocks, splits).
+          std::tie(splitBegin, splitEnd) =
+              splitRange(b, loc, t, seq.keyLen, split);
           IndexMath m{b, loc};
-          Value blocks = m.ceilDiv(seq.keyLen, blockN);
-          Value perSplit = m.ceilDiv(blocks, t.numSplits);
-          splitBegin = m.min(m.mul(split, perSplit), blocks);
-          splitEnd = m.min(m.add(splitBegin, perSplit), blocks);
           storeBatch = m.add(m.mul(split, t.tensorBatches), seq.tensorBatch);
         }
         auto headLoop = scf::ForOp::create(
@@ -184,7 +195,10 @@ static ValueRange buildTileLoops(RewriterBase &rewriter, Location loc,
 /// output and LSE rows through the parallel stores; returns (O, LSE). The
 /// bounds of batch entry b (`t.bounds`) give the query length and, for a KV
 /// cache, the key length; `numQBlocks` query blocks cover every entry's
-/// queries (one query length for all).
+/// queries (one query length for all). With N = `t.numSplits` > 1, z runs
+/// over N·B (split s of batch b at z = s·B + b): each CTA attends to split
+/// s's key blocks and stores its f32 partials at batch z, which
+/// fa3.combine_splits merges after the forall.
 static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
                             const TiledForward &t, Value numQBlocks) {
   auto qType = cast<RankedTensorType>(t.query.getType());
@@ -197,16 +211,21 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
   int64_t queriesPerTile = blockM / packed;
   auto qTileType = RankedTensorType::get({blockM, qType.getDimSize(3)},
                                          qType.getElementType());
+  // The output tile has the output tensor's element type: f32 for a split.
   auto oTileType = RankedTensorType::get({blockM, vType.getDimSize(3)},
-                                         vType.getElementType());
+                                         t.outType.getElementType());
   auto lseTileType = RankedTensorType::get({blockM}, rewriter.getF32Type());
   MLIRContext *ctx = rewriter.getContext();
+  Value gridBatches = t.numBatches;
+  if (t.numSplits > 1)
+    gridBatches = arith::MulIOp::create(
+        rewriter, loc, t.numBatches, indexConstant(rewriter, loc, t.numSplits));
   auto mapping = rewriter.getArrayAttr(
       {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
        gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
        gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
   SmallVector<OpFoldResult> bounds = {
-      numQBlocks, rewriter.getIndexAttr(numQHeads / packed), t.numBatches};
+      numQBlocks, rewriter.getIndexAttr(numQHeads / packed), gridBatches};
   auto forall = scf::ForallOp::create(
       rewriter, loc, bounds, ValueRange{t.outInit, t.lseInit}, mapping);
   OpBuilder::InsertionGuard guard(rewriter);
@@ -214,6 +233,12 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
   rewriter.setInsertionPoint(inParallel);
   ValueRange ivs = forall.getInductionVars();
   Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2], kvHead;
+  // The partials' batch: z itself (split s, batch b at s·B + b).
+  Value storeBatch = bIdx, split;
+  if (t.numSplits > 1) {
+    split = arith::DivUIOp::create(rewriter, loc, storeBatch, t.numBatches);
+    bIdx = arith::RemUIOp::create(rewriter, loc, storeBatch, t.numBatches);
+  }
   IntegerAttr packedAttr;
   if (packed > 1) {
     // Key/value head `ivs[1]`; the tile's first query head.
@@ -228,19 +253,23 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
   Value qStart = arith::MulIOp::create(
       rewriter, loc, qBlock, indexConstant(rewriter, loc, queriesPerTile));
   SequenceBounds seq = t.bounds(rewriter, loc, bIdx);
+  Value splitBegin, splitEnd;
+  if (split)
+    std::tie(splitBegin, splitEnd) =
+        splitRange(rewriter, loc, t, seq.keyLen, split);
   Value qTile = LoadTileOp::create(rewriter, loc, qTileType, t.query, bIdx,
                                    qStart, head, /*limit=*/Value(), packedAttr);
   auto block = AttentionBlockOp::create(
       rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value, bIdx,
       kvHead, qStart, seq.qLen, /*key_start=*/Value(), seq.keyLen, t.pageTable,
-      /*split_begin=*/Value(), /*split_end=*/Value(), t.causal, t.scale,
-      t.window, t.softcap, t.schedule, t.probsScale, packedAttr);
+      splitBegin, splitEnd, t.causal, t.scale, t.window, t.softcap, t.schedule,
+      t.probsScale, packedAttr);
   rewriter.setInsertionPointToStart(inParallel.getBody());
   ValueRange shared = forall.getRegionIterArgs();
-  ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0], bIdx,
-                              qStart, head, packedAttr);
-  ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1], bIdx,
-                               head, qStart, packedAttr);
+  ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
+                              storeBatch, qStart, head, packedAttr);
+  ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1],
+                               storeBatch, head, qStart, packedAttr);
   return forall.getResults();
 }
 
@@ -491,12 +520,6 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
   if (!op.getScheduleAttr())
     return op.emitOpError()
            << "has no #fa3.schedule; run fa3-select-schedule first";
-  // The grid (GPU) form: one CTA per (query block, head, batch) of a
-  // contiguous or paged cache; split-KV has no grid form yet.
-  if (grid && op.getNumSplits().value_or(1) > 1)
-    return op.emitOpError()
-           << "fa3-tile{grid=true} tiles a KV cache in one split; num_splits "
-              "> 1 has no grid (GPU) tiling yet: the CPU pipeline runs it";
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
   TiledForward t;
@@ -563,11 +586,10 @@ static LogicalResult tileAttentionKVCache(AttentionKVCacheOp op,
     seq.keyLen = arith::MinSIOp::create(b, loc, seq.keyLen, cacheRows);
     return seq;
   };
-  if (grid) {
-    rewriter.replaceOp(op, buildGrid(rewriter, loc, t, numQBlocks));
-    return success();
-  }
-  ValueRange results = buildTileLoops(rewriter, loc, t);
+  // The grid (GPU) form: one CTA per (query block, head, batch) of a
+  // contiguous or paged cache, and per split with num_splits > 1.
+  ValueRange results = grid ? buildGrid(rewriter, loc, t, numQBlocks)
+                            : buildTileLoops(rewriter, loc, t);
   if (t.numSplits <= 1) {
     rewriter.replaceOp(op, results);
     return success();

@@ -310,17 +310,20 @@ def FA3Tile : Pass<"fa3-tile"> {
       starts zero-filled and the LSE at -inf, so rows outside every
       sequence are defined.
     * `fa3.attention_kvcache`: batch `b`'s blocks read `key_len
-      cache_seqlens[b]` keys (clamped to [0, the cache's rows] for a
-      contiguous cache), through `pages %page_table` when paged.
+      cache_seqlens[b]` keys (clamped to [0, the cache's rows], or to the
+      max_pages · page_size keys a page table addresses), through `pages
+      %page_table` when paged.
     * `fa3.kvcache_append`: a loop over (batch, new row) inserting one
       `[1, 1, H, D]` row per step at position `cache_seqlens[b] + i` (in
       its page when paged); a row whose position falls outside the cache or
       its page table is dropped.
-    With `grid=true`, a contiguous `fa3.attention_kvcache` in one split
-    takes the forward's grid, each iteration reading its batch's length
-    (`tensor.extract` of `cache_seqlens`) into the block's `key_len`; pages,
-    `num_splits > 1` and the other inference ops have no `grid=true` form
-    yet (an error says so).
+    With `grid=true`, `fa3.attention_kvcache` (contiguous or paged) takes
+    the forward's grid, each iteration reading its batch's length
+    (`tensor.extract` of `cache_seqlens`) into the block's `key_len`; with
+    `num_splits = N > 1` the grid's z runs over N·B (split s of batch b at
+    z = s·B + b, f32 partials stored at batch z) and `fa3.combine_splits`
+    merges the partials after the forall. The other inference ops have no
+    `grid=true` form yet (an error says so).
   }];
   let options = [
     Option<"grid", "grid", "bool", /*default=*/"false",
