@@ -149,22 +149,35 @@ class PagedKVCache:
 
 class CudaKVCache:
     """The KV cache of a generation through fa3 on a CUDA device: per
-    layer, a contiguous key and value cache `(batch, max_length,
-    num_key_value_heads, head_dim)` of torch tensors (zeros: the rows past a
+    layer, a key and value cache of torch tensors (zeros: the rows past a
     sequence's length are read and masked, so they must be finite) and each
     layer's cached length per sequence, an int32 tensor on the device that
-    the kernel reads.
+    the kernel reads. Contiguous, `(batch, max_length, num_key_value_heads,
+    head_dim)`, by default; with `page_size`, paged as PagedKVCache is,
+    `(num_pages, page_size, num_key_value_heads, head_dim)` with one page
+    table `(batch, max_pages)` on the device shared by the layers (pages
+    handed out in the shuffled order of `seed`).
 
     The "fa3_kvcache" attention appends a layer's new rows and attends to
     everything cached in one `fa3.attention_with_kvcache` call (the append
     by torch indexing, then the Hopper kernel of fa3.attention_kvcache)."""
 
-    def __init__(self, config, batch_size, max_length, device, dtype=torch.bfloat16):
+    def __init__(self, config, batch_size, max_length, device, dtype=torch.bfloat16, page_size=None, seed=0):
         heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         self.max_length = int(max_length)
-        shape = (batch_size, self.max_length, self.num_kv_heads, self.head_dim)
+        self.page_table = None
+        if page_size is None:
+            shape = (batch_size, self.max_length, self.num_kv_heads, self.head_dim)
+        else:
+            if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+                raise ValueError(f"page_size must be a positive int (or None: a contiguous cache), got {page_size!r}")
+            pages_per_sequence = -(-self.max_length // page_size)
+            num_pages = batch_size * pages_per_sequence
+            order = torch.randperm(num_pages, generator=torch.Generator().manual_seed(seed)).to(torch.int32)
+            self.page_table = order.view(batch_size, pages_per_sequence).to(device)
+            shape = (num_pages, page_size, self.num_kv_heads, self.head_dim)
         layers = config.num_hidden_layers
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
@@ -183,8 +196,8 @@ class CudaKVCache:
         cache, torch CUDA tensors in and out."""
         lengths = self.lengths[layer_idx]
         out = fa3.attention_with_kvcache(query, self.keys[layer_idx], self.values[layer_idx], k=key, v=value,
-                                         cache_seqlens=lengths, causal=causal, softmax_scale=scale,
-                                         window_size=window, softcap=softcap)
+                                         cache_seqlens=lengths, page_table=self.page_table, causal=causal,
+                                         softmax_scale=scale, window_size=window, softcap=softcap)
         lengths += key.shape[1]
         self.cached[layer_idx] += key.shape[1]
         return out
@@ -246,7 +259,7 @@ def generate_greedy(model, input_ids, max_new_tokens, page_size=16, seed=0, retu
     prompt, then one call per new token, each attention appending to and
     reading from a PagedKVCache (pages in the order of `seed`) on the CPU,
     or a CudaKVCache when `input_ids` is on a CUDA device (the model there
-    too, in bf16/f16; `page_size` and `seed` then do not apply). `model` must
+    too, in bf16/f16), paged alike (`page_size=None`: contiguous). `model` must
     use attn_implementation "fa3_kvcache" (register_kvcache). Returns the
     prompt followed by the new tokens, like `model.generate(do_sample=False)`;
     with `return_logits`, also the logits each new token was chosen from
@@ -256,7 +269,8 @@ def generate_greedy(model, input_ids, max_new_tokens, page_size=16, seed=0, retu
                          f"got {model.config._attn_implementation!r}")
     batch, prompt = input_ids.shape
     if input_ids.device.type == "cuda":
-        cache = CudaKVCache(model.config, batch, prompt + max_new_tokens, input_ids.device, dtype=model.dtype)
+        cache = CudaKVCache(model.config, batch, prompt + max_new_tokens, input_ids.device, dtype=model.dtype,
+                            page_size=page_size, seed=seed)
     else:
         cache = PagedKVCache(model.config, batch, prompt + max_new_tokens, page_size=page_size, seed=seed)
     tokens = input_ids

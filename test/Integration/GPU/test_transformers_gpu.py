@@ -17,8 +17,8 @@ models with attn_implementation="fa3" (no download).
 * Decoding: one cached decode step (Sq = 1 < Sk: bottom-right causal)
   gives SDPA's next-token logits within the same bound.
 * Generation through fa3's KV-cache path on the GPU (attn_implementation
-  "fa3_kvcache", a CudaKVCache: the Hopper kernel of fa3.attention_kvcache
-  with appends): teacher-forced on the float32 eager model's greedy
+  "fa3_kvcache", a CudaKVCache, contiguous and in shuffled pages of 16: the
+  Hopper kernel of fa3.attention_kvcache with appends): teacher-forced on the float32 eager model's greedy
   tokens, every step's logits within 2x SDPA's (bf16, DynamicCache) error
   + 1e-3 of the scale; free-running, generate_greedy's tokens equal the
   reference's, or first differ where the reference's two candidates are
@@ -172,7 +172,8 @@ def test_cached_decode_step_matches_sdpa():
     assert err["fa3"] <= 2 * err["sdpa"] + 1e-3 * scale
 
 
-def test_greedy_generation_through_the_cuda_kvcache():
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "paged16"])
+def test_greedy_generation_through_the_cuda_kvcache(page_size):
     fa3_hf.register_kvcache()
     torch.manual_seed(4)
     config = _llama_config()
@@ -201,7 +202,8 @@ def test_greedy_generation_through_the_cuda_kvcache():
                                       return_dict_in_generate=True)
         seq = want.sequences
         # Teacher-forced: each model decodes the reference's tokens.
-        fa3_cache = fa3_hf.CudaKVCache(config, batch, prompt_len + new, "cuda", torch.bfloat16)
+        fa3_cache = fa3_hf.CudaKVCache(config, batch, prompt_len + new, "cuda", torch.bfloat16,
+                                       page_size=page_size, seed=3)
         sdpa_cache = transformers.DynamicCache(config=config)
         errs = {"fa3": 0.0, "sdpa": 0.0}
         scale = max(x.abs().max().item() for x in want.logits)
@@ -222,7 +224,7 @@ def test_greedy_generation_through_the_cuda_kvcache():
               f"(scale {scale:.2f})")
         assert errs["fa3"] <= bound
         # Free-running: fa3's own greedy tokens.
-        tokens = fa3_hf.generate_greedy(models["fa3"], prompt, max_new_tokens=new)
+        tokens = fa3_hf.generate_greedy(models["fa3"], prompt, max_new_tokens=new, page_size=page_size)
     assert tokens.shape == seq.shape and torch.equal(tokens[:, :prompt_len], prompt)
     differ = (tokens != seq).any(0).nonzero()
     if len(differ):
