@@ -465,7 +465,7 @@ extern "C" int64_t fa3_attention_workspace_size(const fa3_kernel *kernel,
       seqK < 0)
     return -1;
   return runtime::attentionForwardWorkspaceBytes(kernel->kernel.info, batch,
-                                                 seqK);
+                                                 seqQ, seqK);
 }
 
 extern "C" int fa3_launch_attention_fp8(
