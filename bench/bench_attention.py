@@ -20,6 +20,11 @@ Backward timing, measuring only the backward and subtracting nothing:
 The backward rows' sanity columns: fa3's dQ, dK, dV against the peer's
 (cuDNN's, else FLASH's) on the same inputs, max abs difference.
 
+Decode (--decode): B = 32 (the inference issue's shape), then the small
+batches B = 1 and 4, where split-KV matters: the fa3.attention_kvcache
+kernel in one split and in fa3's choice of splits (num_splits=0's rule, the
+chosen N printed and in the table) beside cuDNN and FLASH.
+
 Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles | --decode]
        [--dims 64,128] [--seqlens 2048,8192] [--variants ws_overlap,...] [--no-vit]
 Writes DIR/bench.json (rows with direction "fwd", "bwd", "decode", ...), DIR/bench.md
@@ -106,30 +111,14 @@ def mlir_gqa_for(hq, hkv, d, causal=False, pack_gqa=False, schedule=None):
             f"  return %o, %lse : {qt}, {lt}\n}}\n")
 
 
-def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
-    """One decode-shaped forward row (the inference issue's shape: B = 32,
-    one query, GQA 32:8, d128): microseconds and the K/V bytes read per
-    second (B·Sk·Hkv·D·2 bytes each of K and V, read once). fa3: the kernel
-    fa3.attention picks (PackGQA by its rule, the schedule for Sq·G rows),
-    the same attention unpacked (A/B), and the fa3.attention_kvcache kernel
-    on K/V as a full cache, contiguous and paged (pages of 64 keys in a
-    shuffled order, the same keys); peers: SDPA cuDNN and FLASH with enable_gqa
-    (else on K/V expanded to Hq heads, said in the row)."""
-    torch.manual_seed(0)
-    q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
-    k = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
-    v = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
-    kv_bytes = 2 * b * sk * hkv * d * 2
-    row = {"direction": "decode", "d": d, "seqlen_q": sq, "seqlen_k": sk, "batch": b, "heads": hq,
-           "kv_heads": hkv}
+def _decode_peers(q, k, v, row, record):
+    """SDPA cuDNN and FLASH on a decode shape, with enable_gqa (else on K/V
+    expanded to Hq heads, said in the row): recorded as "cudnn" and
+    "flash"; returns the first one's output [B, Sq, Hq, D] in f32 (None if
+    neither ran)."""
     ref = None
-
-    def record(name, ms):
-        row[name + "_us"] = ms * 1e3
-        row[name + "_tbps"] = kv_bytes / ms / 1e9
-
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    group = hq // hkv
+    group = q.shape[2] // k.shape[2]
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
         for expanded in (False, True):
             try:
@@ -151,8 +140,91 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
                 break
             except Exception as e:  # noqa: BLE001
                 row[name + "_error"] = repr(e)[:200]
+    return ref
+
+
+def bench_decode_small(sk, b, sq=1, hq=32, hkv=8, d=128, dev="cuda"):
+    """One small-batch decode row (B·Hkv well below the SMs: B = 1 gives 8
+    packed tiles): the fa3.attention_kvcache kernel on K/V as a full
+    contiguous cache in one split ("fa3_kvcache") and in fa3's choice of
+    splits ("fa3_splits": num_splits=0's rule, N in the row; partial
+    attentions into a preallocated workspace, then the merge kernel, both
+    timed), beside SDPA cuDNN and FLASH; microseconds and K/V TB/s as
+    bench_decode."""
+    from fa3 import _kvcache_cuda  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
+    kv_bytes = 2 * b * sk * hkv * d * 2
+    row = {"direction": "decode", "shape": "small-batch", "d": d, "seqlen_q": sq, "seqlen_k": sk, "batch": b,
+           "heads": hq, "kv_heads": hkv}
+
+    def record(name, ms):
+        row[name + "_us"] = ms * 1e3
+        row[name + "_tbps"] = kv_bytes / ms / 1e9
+
+    ref = _decode_peers(q, k, v, row, record)
     spec = AttentionSpec("bf16", hq, hkv, d, d)
-    pack = _jit.should_pack_gqa(spec, sq, sk) and 64 % group == 0
+    pack = _jit.should_pack_gqa(spec, sq, sk) and 64 % (hq // hkv) == 0
+    lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
+    stream = torch.cuda.current_stream().cuda_stream
+    chosen = _kvcache_cuda.choose_num_splits(spec, pack, b, sq, sk, q.device.index)
+    row["fa3_splits_n"] = chosen
+    print(f"B={b} Sk={sk}: fa3 chooses num_splits = {chosen}", flush=True)
+    for name, splits in (("fa3_kvcache", 1), ("fa3_splits", chosen)):
+        try:
+            kernel = _kvcache_cuda._kernel(spec, pack, sq, sk, q.device.index, num_splits=splits)
+            o = torch.empty_like(q)
+            lse = torch.empty(b, hq, sq, device=dev, dtype=torch.float32)
+            if splits > 1:
+                workspace = torch.empty(max(kernel.forward_workspace_bytes(b, sq, sk), 256), dtype=torch.uint8,
+                                        device=dev)
+
+                def fn():
+                    kernel.launch_kvcache_splits(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                                 lse.data_ptr(), lens.data_ptr(), workspace.data_ptr(), b, sq, sk,
+                                                 stream)
+            else:
+                def fn():
+                    kernel.launch_kvcache(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                                          lens.data_ptr(), b, sq, sk, stream)
+            record(name, do_bench(fn, warmup=25, rep=100, return_mode="median"))
+            if ref is not None:
+                row[name + "_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
+        except fa3.Error as e:
+            row[name + "_error"] = str(e)[:300]
+    best = min((row[n + "_us"] for n in ("fa3_kvcache", "fa3_splits") if row.get(n + "_us")), default=None)
+    if row.get("cudnn_us") and best:
+        row["fa3_over_cudnn"] = row["cudnn_us"] / best
+    return row
+
+
+def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
+    """One decode-shaped forward row (the inference issue's shape: B = 32,
+    one query, GQA 32:8, d128): microseconds and the K/V bytes read per
+    second (B·Sk·Hkv·D·2 bytes each of K and V, read once). fa3: the kernel
+    fa3.attention picks (PackGQA by its rule, the schedule for Sq·G rows),
+    the same attention unpacked (A/B), and the fa3.attention_kvcache kernel
+    on K/V as a full cache, contiguous and paged (pages of 64 keys in a
+    shuffled order, the same keys); peers: SDPA cuDNN and FLASH with enable_gqa
+    (else on K/V expanded to Hq heads, said in the row)."""
+    torch.manual_seed(0)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16)
+    kv_bytes = 2 * b * sk * hkv * d * 2
+    row = {"direction": "decode", "d": d, "seqlen_q": sq, "seqlen_k": sk, "batch": b, "heads": hq,
+           "kv_heads": hkv}
+
+    def record(name, ms):
+        row[name + "_us"] = ms * 1e3
+        row[name + "_tbps"] = kv_bytes / ms / 1e9
+
+    ref = _decode_peers(q, k, v, row, record)
+    spec = AttentionSpec("bf16", hq, hkv, d, d)
+    pack = _jit.should_pack_gqa(spec, sq, sk) and 64 % (hq // hkv) == 0
     for name, packed in (("fa3", pack), ("fa3_nopack", False)):
         if name == "fa3_nopack" and not pack:
             continue
@@ -434,7 +506,8 @@ def main():
     only.add_argument("--bwd-only", action="store_true", help="the backward only")
     only.add_argument("--fp8", action="store_true", help="the FP8 forward beside the bf16 forward only")
     only.add_argument("--decode", action="store_true",
-                      help="decode shapes only: B=32, Sq=1, GQA 32:8, d128, Sk = --seqlens (default 4k ... 32k)")
+                      help="decode shapes only: B=32, then B=1 and B=4 (split-KV), Sq=1, GQA 32:8, d128, "
+                      "Sk = --seqlens (default 4k ... 32k)")
     only.add_argument("--tiles", action="store_true",
                       help="d64 forward by query tile (block_m 64/128/192, 128 also persistent) on the FA3 and ViT shapes only")
     ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
@@ -470,11 +543,18 @@ def main():
         directions = ["fwd"]
         dims = []
     if args.decode:
-        for sk in ([int(x) for x in args.seqlens.split(",")] if args.seqlens else [4096, 8192, 16384, 32768]):
+        decode_lengths = [int(x) for x in args.seqlens.split(",")] if args.seqlens else [4096, 8192, 16384, 32768]
+        for sk in decode_lengths:
             row = bench_decode(sk)
             rows.append(row)
             print(json.dumps(row), flush=True)
             torch.cuda.empty_cache()
+        for b in (1, 4):
+            for sk in decode_lengths:
+                row = bench_decode_small(sk, b)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
         directions = []
         dims = []
     if args.fp8:
@@ -570,7 +650,8 @@ def main():
             lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | "
                          f"{fmt(r.get('fa3_deterministic'))} | {fmt(r.get('cudnn'))} | "
                          f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
-    decode_rows = [r for r in rows if r["direction"] == "decode"]
+    decode_rows = [r for r in rows if r["direction"] == "decode" and r.get("shape") != "small-batch"]
+    small_rows = [r for r in rows if r["direction"] == "decode" and r.get("shape") == "small-batch"]
     if decode_rows:
         if lines:
             lines.append("")
@@ -592,6 +673,28 @@ def main():
                          f"{us(r, 'fa3_kvcache')} | {us(r, 'fa3_paged')} | "
                          f"{us(r, 'cudnn')} ({r.get('cudnn_kv', '-')}) | {us(r, 'flash')} ({r.get('flash_kv', '-')}) | "
                          f"{ratio} | {diff} |")
+    if small_rows:
+        if lines:
+            lines.append("")
+
+        def us_small(r, name):
+            x = r.get(name + "_us")
+            return f"{x:.1f} µs, {r[name + '_tbps']:.2f} TB/s" if x else r.get(name + "_error", "n/a")[:60]
+        lines += [f"small-batch decode (bf16, split-KV), µs and TB/s — {meta['gpu']}, {meta['date']}, "
+                  f"fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
+                  "fa3 KV cache: the fa3.attention_kvcache kernel on a full contiguous cache, num_splits=1 and "
+                  "num_splits=0 (fa3's choice N: partial attentions and the merge kernel, both timed)", "",
+                  "| B x Sq x Hq:Hkv x D | Sk | fa3 KV cache (1 split) | fa3 KV cache (fa3's N) | N | cuDNN | FLASH | "
+                  "cuDNN / best fa3 time | max abs diff vs SDPA (1 split / N) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in small_rows:
+            ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
+            diff = " / ".join(f"{r[n + '_max_abs_diff_vs_sdpa']:.2e}" if n + "_max_abs_diff_vs_sdpa" in r else "n/a"
+                              for n in ("fa3_kvcache", "fa3_splits"))
+            lines.append(f"| {r['batch']}x{r['seqlen_q']}x{r['heads']}:{r['kv_heads']}x{r['d']} | {r['seqlen_k']} | "
+                         f"{us_small(r, 'fa3_kvcache')} | {us_small(r, 'fa3_splits')} | {r.get('fa3_splits_n', '-')} | "
+                         f"{us_small(r, 'cudnn')} ({r.get('cudnn_kv', '-')}) | "
+                         f"{us_small(r, 'flash')} ({r.get('flash_kv', '-')}) | {ratio} | {diff} |")
     fp8_rows = [r for r in rows if r["direction"] == "fwd-fp8"]
     if fp8_rows:
         gemm = next((r["tflops"] for r in rows if r["direction"] == "fp8-gemm"), None)

@@ -75,7 +75,8 @@ int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q, uint64_t k,
                          int64_t seq_q, int64_t seq_k, void *stream,
                          char **error);
 
-/** Launches an fa3.attention_kvcache kernel (a contiguous cache): q
+/** Launches an fa3.attention_kvcache kernel of one split (a contiguous
+ *  cache; split-KV: fa3_launch_attention_kvcache_splits): q
  *  [B, Sq, Hq, D]; k_cache, v_cache [B, cache_rows, Hkv, D]; out, lse as in
  *  fa3_launch_attention; cache_seqlens i32 [B] on the device (batch b
  *  attends to its first min(cache_seqlens[b], cache_rows) keys; the cache
@@ -87,9 +88,11 @@ int fa3_launch_attention_kvcache(const fa3_kernel *kernel, uint64_t q,
                                  int64_t seq_q, int64_t cache_rows,
                                  void *stream, char **error);
 
-/** Launches a paged fa3.attention_kvcache kernel (one compiled with a page
- *  table): q [B, Sq, Hq, D]; k_cache, v_cache [num_pages, page_size, Hkv,
- *  D]; out, lse as in fa3_launch_attention; cache_seqlens i32 [B] and
+/** Launches a paged fa3.attention_kvcache kernel of one split (one
+ *  compiled with a page table; split-KV:
+ *  fa3_launch_attention_paged_kvcache_splits): q [B, Sq, Hq, D]; k_cache,
+ *  v_cache [num_pages, page_size, Hkv, D]; out, lse as in
+ *  fa3_launch_attention; cache_seqlens i32 [B] and
  *  page_table i32 [B, table_width] (row-major) on the device. Key j of
  *  batch b is row j % page_size of page page_table[b, j / page_size]; batch
  *  b attends to its first min(cache_seqlens[b], table_width * page_size)
@@ -105,8 +108,39 @@ int fa3_launch_attention_paged_kvcache(
     int64_t batch, int64_t seq_q, int64_t num_pages, int64_t page_size,
     int64_t table_width, void *stream, char **error);
 
-/** FP8 forwards (e4m3 q, k, v): bytes of device workspace a launch needs
- *  (the transposed V'); 0 for other forwards, -1 for a backward. */
+/** Launches a split-KV fa3.attention_kvcache kernel (one compiled with
+ *  num_splits = N > 1) on a contiguous cache: the arguments as
+ *  fa3_launch_attention_kvcache's, plus `workspace`, a device buffer of
+ *  fa3_attention_workspace_size bytes, 256-byte aligned, where the N partial
+ *  attentions of each batch go (f32; nothing needs initializing). Two kernels
+ *  run on `stream`: the partial attentions over N ranges of whole key blocks,
+ *  then their merge into out and lse. The workspace must not be reused
+ *  before both ran (stream order suffices). A batch or a split with no key
+ *  gives O = 0 and LSE = -inf, as one split does. A kernel of one split is
+ *  refused (fa3_launch_attention_kvcache launches it), and a split kernel is
+ *  refused by fa3_launch_attention_kvcache. */
+int fa3_launch_attention_kvcache_splits(const fa3_kernel *kernel, uint64_t q,
+                                        uint64_t k_cache, uint64_t v_cache,
+                                        uint64_t out, uint64_t lse,
+                                        uint64_t cache_seqlens,
+                                        uint64_t workspace, int64_t batch,
+                                        int64_t seq_q, int64_t cache_rows,
+                                        void *stream, char **error);
+
+/** Launches a split-KV paged fa3.attention_kvcache kernel: the arguments as
+ *  fa3_launch_attention_paged_kvcache's, plus `workspace` as in
+ *  fa3_launch_attention_kvcache_splits. */
+int fa3_launch_attention_paged_kvcache_splits(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
+    uint64_t out, uint64_t lse, uint64_t cache_seqlens, uint64_t page_table,
+    uint64_t workspace, int64_t batch, int64_t seq_q, int64_t num_pages,
+    int64_t page_size, int64_t table_width, void *stream, char **error);
+
+/** Bytes of device workspace a forward launch of these sizes needs: for FP8
+ *  forwards (e4m3 q, k, v) the transposed V'; for split-KV kernels of N
+ *  splits the partial attentions, f32 O [N*B, Sq, Hq, D] and LSE [N*B, Hq,
+ *  Sq] (seq_k unused); 0 for other forwards; -1 for a backward or a negative
+ *  size. A kernel compiled with fa3_compile_ptx answers as well. */
 int64_t fa3_attention_workspace_size(const fa3_kernel *kernel, int64_t batch,
                                      int64_t seq_q, int64_t seq_k);
 

@@ -38,6 +38,8 @@ struct fa3_kernel {
   std::unique_ptr<runtime::AttentionGradKernels> gradKernels;
   /// FP8 forwards: the V' layout kernel.
   std::unique_ptr<runtime::CudaKernel> valueTranspose;
+  /// Split-KV forwards: the kernel that merges the partial attentions.
+  std::unique_ptr<runtime::CudaKernel> combine;
   /// fa3.quantize functions: the amax and cast kernels.
   std::unique_ptr<runtime::QuantizeKernels> quantizeKernels;
   double compileMs = 0;
@@ -247,6 +249,16 @@ static fa3_kernel *compileKernel(const char *api, Accepts accepts,
       result->valueTranspose =
           std::make_unique<runtime::CudaKernel>(std::move(*transpose));
     }
+    if (kernel->info.numSplits > 1) {
+      auto combine = cudaModule->getFunction(
+          runtime::attentionCombineKernelName(kernel->info));
+      if (!combine) {
+        setError(error, combine.takeError());
+        return nullptr;
+      }
+      result->combine =
+          std::make_unique<runtime::CudaKernel>(std::move(*combine));
+    }
   }
   // Kernels above 48 KiB of shared memory opt in once, at load.
   for (const runtime::CudaKernel *function :
@@ -334,18 +346,64 @@ extern "C" double fa3_kernel_compile_ms(const fa3_kernel *kernel) {
   return kernel ? kernel->compileMs : 0;
 }
 
-/// The forward launch of fa3_launch_attention, fa3_launch_attention_kvcache
-/// and fa3_launch_attention_paged_kvcache (`args` with cache_seqlens and the
-/// page table as each has them), named `entry` in errors.
+/// The forward launch of fa3_launch_attention and the KV-cache entry points
+/// (`args` with cache_seqlens, the page table and the split-KV workspace as
+/// each has them), named `entry` in errors. A split-KV kernel launches with
+/// its merge.
 static int launchForward(const fa3_kernel *kernel, const char *entry,
                          runtime::AttentionDeviceArgs args, void *stream,
                          char **error);
 
 /// The entry point that launches a forward kernel like `info`'s.
 static const char *forwardEntryFor(const runtime::AttentionKernelInfo &info) {
-  return info.paged     ? "fa3_launch_attention_paged_kvcache"
-         : info.kvCache ? "fa3_launch_attention_kvcache"
-                        : "fa3_launch_attention";
+  bool splits = info.numSplits > 1;
+  if (info.paged)
+    return splits ? "fa3_launch_attention_paged_kvcache_splits"
+                  : "fa3_launch_attention_paged_kvcache";
+  if (info.kvCache)
+    return splits ? "fa3_launch_attention_kvcache_splits"
+                  : "fa3_launch_attention_kvcache";
+  return "fa3_launch_attention";
+}
+
+/// Whether `entry` (a KV-cache entry point, split-KV or not as `splits`
+/// says) launches `kernel`; if not, sets `*error` naming the one that does.
+/// NULL and PTX-only kernels pass (launchForward reports them).
+static bool entryLaunches(const fa3_kernel *kernel, const char *entry,
+                          bool paged, bool splits, char **error) {
+  if (!kernel || !kernel->function)
+    return true;
+  const runtime::AttentionKernelInfo &info = kernel->kernel.info;
+  std::string name = entry;
+  if (!info.kvCache) {
+    setError(error, name + ": the kernel is not an fa3.attention_kvcache "
+                           "forward; launch it with fa3_launch_attention");
+    return false;
+  }
+  if (info.paged != paged) {
+    setError(error, name +
+                        (info.paged ? ": the kernel reads a paged KV "
+                                      "cache; launch it with "
+                                    : ": the kernel does not read a paged "
+                                      "KV cache; launch it with ") +
+                        forwardEntryFor(info));
+    return false;
+  }
+  if ((info.numSplits > 1) != splits) {
+    setError(error, name +
+                        (splits ? ": the kernel attends in one split "
+                                  "(num_splits = 1); launch it with "
+                                : ": the kernel splits the keys (num_splits "
+                                  "= " +
+                                      std::to_string(info.numSplits) +
+                                      "); launch it with ") +
+                        forwardEntryFor(info) +
+                        (splits ? ""
+                                : " and a workspace of "
+                                  "fa3_attention_workspace_size bytes"));
+    return false;
+  }
+  return true;
 }
 
 extern "C" int fa3_launch_attention_kvcache(
@@ -359,11 +417,14 @@ extern "C" int fa3_launch_attention_kvcache(
     return 1;
   }
   if (kernel && kernel->function && kernel->kernel.info.paged) {
-    setError(error, "fa3_launch_attention_kvcache: the kernel reads a paged "
-                    "KV cache; launch it with "
-                    "fa3_launch_attention_paged_kvcache");
+    setError(error, std::string("fa3_launch_attention_kvcache: the kernel "
+                                "reads a paged KV cache; launch it with ") +
+                        forwardEntryFor(kernel->kernel.info));
     return 1;
   }
+  if (!entryLaunches(kernel, "fa3_launch_attention_kvcache", /*paged=*/false,
+                     /*splits=*/false, error))
+    return 1;
   if (kernel && kernel->function && !cache_seqlens) {
     setError(error, "fa3_launch_attention_kvcache: cache_seqlens is NULL");
     return 1;
@@ -387,6 +448,9 @@ extern "C" int fa3_launch_attention_paged_kvcache(
                         forwardEntryFor(kernel->kernel.info));
     return 1;
   }
+  if (!entryLaunches(kernel, "fa3_launch_attention_paged_kvcache",
+                     /*paged=*/true, /*splits=*/false, error))
+    return 1;
   if (kernel && kernel->function && !cache_seqlens) {
     setError(error,
              "fa3_launch_attention_paged_kvcache: cache_seqlens is NULL");
@@ -407,6 +471,64 @@ extern "C" int fa3_launch_attention_paged_kvcache(
   args.pageTableWidth = table_width;
   return launchForward(kernel, "fa3_launch_attention_paged_kvcache", args,
                        stream, error);
+}
+
+extern "C" int fa3_launch_attention_kvcache_splits(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
+    uint64_t out, uint64_t lse, uint64_t cache_seqlens, uint64_t workspace,
+    int64_t batch, int64_t seq_q, int64_t cache_rows, void *stream,
+    char **error) {
+  const char *entry = "fa3_launch_attention_kvcache_splits";
+  if (!entryLaunches(kernel, entry, /*paged=*/false, /*splits=*/true, error))
+    return 1;
+  if (kernel && kernel->function && !cache_seqlens) {
+    setError(error, std::string(entry) + ": cache_seqlens is NULL");
+    return 1;
+  }
+  if (kernel && kernel->function && !workspace && batch > 0 && seq_q > 0) {
+    setError(error, std::string(entry) +
+                        ": workspace is NULL (the partial attentions need "
+                        "fa3_attention_workspace_size bytes)");
+    return 1;
+  }
+  auto args = runtime::AttentionDeviceArgs::forward(
+      q, k_cache, v_cache, out, lse, batch, seq_q, cache_rows);
+  args.cacheSeqlens = cache_seqlens;
+  args.workspace = workspace;
+  return launchForward(kernel, entry, args, stream, error);
+}
+
+extern "C" int fa3_launch_attention_paged_kvcache_splits(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
+    uint64_t out, uint64_t lse, uint64_t cache_seqlens, uint64_t page_table,
+    uint64_t workspace, int64_t batch, int64_t seq_q, int64_t num_pages,
+    int64_t page_size, int64_t table_width, void *stream, char **error) {
+  const char *entry = "fa3_launch_attention_paged_kvcache_splits";
+  if (!entryLaunches(kernel, entry, /*paged=*/true, /*splits=*/true, error))
+    return 1;
+  if (kernel && kernel->function && !cache_seqlens) {
+    setError(error, std::string(entry) + ": cache_seqlens is NULL");
+    return 1;
+  }
+  if (kernel && kernel->function && !page_table) {
+    setError(error, std::string(entry) + ": page_table is NULL");
+    return 1;
+  }
+  if (kernel && kernel->function && !workspace && batch > 0 && seq_q > 0) {
+    setError(error, std::string(entry) +
+                        ": workspace is NULL (the partial attentions need "
+                        "fa3_attention_workspace_size bytes)");
+    return 1;
+  }
+  auto args = runtime::AttentionDeviceArgs::forward(
+      q, k_cache, v_cache, out, lse, batch, seq_q, /*seqK=*/0);
+  args.cacheSeqlens = cache_seqlens;
+  args.pageTable = page_table;
+  args.numPages = num_pages;
+  args.pageSize = page_size;
+  args.pageTableWidth = table_width;
+  args.workspace = workspace;
+  return launchForward(kernel, entry, args, stream, error);
 }
 
 extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
@@ -452,9 +574,13 @@ static int launchForward(const fa3_kernel *kernel, const char *entry,
   }
   args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
+    auto cudaStream = static_cast<runtime::CudaStream>(stream);
+    if (kernel->combine)
+      return runtime::launchAttentionSplitKV(
+          *kernel->function, *kernel->combine, kernel->kernel.info, args,
+          cudaStream);
     return runtime::launchAttentionForward(
-        *kernel->function, kernel->kernel.info, args,
-        static_cast<runtime::CudaStream>(stream));
+        *kernel->function, kernel->kernel.info, args, cudaStream);
   });
 }
 
@@ -465,7 +591,7 @@ extern "C" int64_t fa3_attention_workspace_size(const fa3_kernel *kernel,
       seqK < 0)
     return -1;
   return runtime::attentionForwardWorkspaceBytes(kernel->kernel.info, batch,
-                                                 seqK);
+                                                 seqQ, seqK);
 }
 
 extern "C" int fa3_launch_attention_fp8(

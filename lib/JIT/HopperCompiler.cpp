@@ -188,6 +188,18 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     if (kernel.info.paged && !kernel.info.kvCache)
       return error("internal error: " + kernel.info.name +
                    " is marked paged but not kvcache in its fa3.launch");
+    // Split-KV: the kernel writes partial attentions that its `_combine`
+    // companion merges (AttentionLauncher.h). Absent: one split.
+    if (launch.get("num_splits")) {
+      kernel.info.numSplits = getInt("num_splits");
+      if (kernel.info.numSplits < 1 ||
+          (kernel.info.numSplits > 1 &&
+           (!kernel.info.kvCache || kernel.info.persistent)))
+        return error("internal error: " + kernel.info.name +
+                     " has num_splits = " + llvm::Twine(kernel.info.numSplits) +
+                     " in its fa3.launch; split-KV needs N >= 1 on a "
+                     "non-persistent fa3.attention_kvcache kernel");
+    }
     kernel.info.deterministic = getInt("deterministic") != 0;
   }
 

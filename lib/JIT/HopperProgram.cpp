@@ -316,8 +316,9 @@ HopperProgram::run(const CudaDevice &device,
       setResult(0, std::move(*out));
       setResult(1, std::move(*lse));
       auto workspace = DeviceBuffer::allocate(
-          device, std::max<int64_t>(
-                      attentionForwardWorkspaceBytes(info, batch, seqK), 256));
+          device,
+          std::max<int64_t>(
+              attentionForwardWorkspaceBytes(info, batch, seqQ, seqK), 256));
       if (!workspace)
         return workspace.takeError();
       workspaces.push_back(std::move(*workspace));
@@ -407,6 +408,27 @@ HopperProgram::run(const CudaDevice &device,
       args.numPages = numPages;
       args.pageSize = pageSize;
       args.pageTableWidth = tableWidth;
+      if (info.numSplits > 1) {
+        // Split-KV: the partial attentions go to a workspace, and the
+        // `_combine` kernel merges them into O and LSE.
+        auto workspace = DeviceBuffer::allocate(
+            device,
+            std::max<int64_t>(
+                attentionForwardWorkspaceBytes(info, batch, seqQ, seqK), 256));
+        if (!workspace)
+          return workspace.takeError();
+        workspaces.push_back(std::move(*workspace));
+        args.workspace = workspaces.back().ptr();
+        auto combine =
+            modules.back().getFunction(attentionCombineKernelName(info));
+        if (!combine)
+          return combine.takeError();
+        launches.push_back([kernel = *function, combine = *combine, &info,
+                            args]() {
+          return launchAttentionSplitKV(kernel, combine, info, args, nullptr);
+        });
+        continue;
+      }
       launches.push_back([kernel = *function, &info, args]() {
         return launchAttentionForward(kernel, info, args, nullptr);
       });

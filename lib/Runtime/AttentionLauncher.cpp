@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 using namespace fa3::runtime;
 
@@ -48,6 +49,7 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"packed_heads", std::to_string(packedHeads)},
           {"kvcache", kvCache ? "1" : "0"},
           {"paged", paged ? "1" : "0"},
+          {"num_splits", std::to_string(numSplits)},
           {"deterministic", deterministic ? "1" : "0"}};
 }
 
@@ -136,6 +138,18 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
     if (info.paged && !info.kvCache)
       return error("kernel manifest: paged = 1 needs kvcache = 1 (a paged "
                    "kernel attends to a KV cache)");
+    // Absent in the manifests of kernels from before split-KV: one split.
+    if (manifest.count("num_splits"))
+      if (llvm::Error err = getInt("num_splits", info.numSplits))
+        return std::move(err);
+    if (info.numSplits < 1)
+      return error("kernel manifest: num_splits = " +
+                   llvm::Twine(info.numSplits) + " must be at least 1");
+    if (info.numSplits > 1 && (!info.kvCache || info.persistent))
+      return error(
+          "kernel manifest: num_splits = " + llvm::Twine(info.numSplits) +
+          " needs kvcache = 1 and persistent = 0 (split-KV splits "
+          "a KV cache's keys over a non-persistent grid)");
     if (info.packedHeads < 1 || info.numQHeads % info.packedHeads != 0 ||
         info.blockM % info.packedHeads != 0)
       return error(
@@ -243,14 +257,29 @@ bshdTensorMap(DevicePtr base, bool bf16, int64_t batch, int64_t seq,
   return *map;
 }
 
-llvm::Error fa3::runtime::launchAttentionForward(
-    const CudaKernel &kernel, const AttentionKernelInfo &info,
-    const AttentionDeviceArgs &args, CudaStream stream) {
-  if (info.backward)
-    return error("kernel " + info.name + " is a backward kernel, not a forward");
-  if (info.fp8)
-    return error("kernel " + info.name +
-                 " is an FP8 kernel: launch it with launchAttentionForwardFP8");
+static int64_t alignUp(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+namespace {
+/// Where a split-KV kernel writes its partial attentions: f32 O [N·B, Sq,
+/// Hq, D] and LSE [N·B, Hq, Sq] in the launch's workspace.
+struct SplitPartials {
+  DevicePtr out = 0, lse = 0;
+};
+} // namespace
+
+/// Bytes of a split-KV kernel's partial O, which its partial LSE follows.
+static int64_t splitPartialOutBytes(const AttentionKernelInfo &info,
+                                    int64_t batch, int64_t seqQ) {
+  return alignUp(
+      info.numSplits * batch * seqQ * info.numQHeads * info.headDim * 4, 256);
+}
+
+/// The cache lengths and page table a forward launch takes, as `info` wants
+/// them.
+static llvm::Error checkForwardOperands(const AttentionKernelInfo &info,
+                                        const AttentionDeviceArgs &args) {
   if (info.kvCache && !args.cacheSeqlens)
     return error("kernel " + info.name +
                  " attends to a KV cache: the launch needs cache_seqlens");
@@ -263,6 +292,18 @@ llvm::Error fa3::runtime::launchAttentionForward(
   if (!info.paged && args.pageTable)
     return error("kernel " + info.name +
                  " is not a paged KV cache kernel: it takes no page table");
+  return llvm::Error::success();
+}
+
+/// Encodes the TMA descriptors and launches the attention kernel. With
+/// `partials` (split-KV), parameter 3 is the partial O's address instead of
+/// O's descriptor, the LSE parameter the partial LSE's, and the grid has
+/// B·N batches.
+static llvm::Error launchForwardTiles(const CudaKernel &kernel,
+                                      const AttentionKernelInfo &info,
+                                      const AttentionDeviceArgs &args,
+                                      CudaStream stream,
+                                      const SplitPartials *partials) {
   if (args.batch == 0 || args.seqQ == 0)
     return llvm::Error::success();
   // A paged kernel addresses up to pageTableWidth * pageSize keys.
@@ -317,29 +358,40 @@ llvm::Error fa3::runtime::launchAttentionForward(
                             kvRows, "V");
   if (!mapV)
     return mapV.takeError();
-  // O is stored by TMA in boxes of one consumer warpgroup's 64 rows.
-  auto mapO =
-      bshdTensorMap(args.out, info.bf16, args.batch, args.seqQ, info.numQHeads,
-                    info.headDim, kOutputStoreRows, "O", /*fp8=*/false, group);
-  if (!mapO)
-    return mapO.takeError();
+  // O is stored by TMA in boxes of one consumer warpgroup's 64 rows; a
+  // split-KV kernel stores its f32 partial O through a plain pointer.
+  std::optional<TensorMap> mapO;
+  if (!partials) {
+    auto map = bshdTensorMap(args.out, info.bf16, args.batch, args.seqQ,
+                             info.numQHeads, info.headDim, kOutputStoreRows,
+                             "O", /*fp8=*/false, group);
+    if (!map)
+      return map.takeError();
+    mapO = *map;
+  }
   if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
     return err;
 
-  DevicePtr lse = args.lse, tileCounter = 0, lengths = args.cacheSeqlens;
+  DevicePtr lse = partials ? partials->lse : args.lse, tileCounter = 0,
+            lengths = args.cacheSeqlens;
+  DevicePtr partialOut = partials ? partials->out : 0;
+  void *outParam =
+      partials ? static_cast<void *>(&partialOut) : static_cast<void *>(&*mapO);
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(keys);
   int32_t batch32 = int32_t(args.batch);
   DevicePtr pageTable = args.pageTable;
   int32_t tableWidth32 = int32_t(args.pageTableWidth),
           pageSize32 = int32_t(args.pageSize), chunkRows32 = int32_t(chunkRows);
-  void *params[] = {&*mapQ,       &*mapK,      &*mapV,     &*mapO,
+  void *params[] = {&*mapQ,       &*mapK,      &*mapV,     outParam,
                     &lse,         &seqQ32,     &seqK32,    &batch32,
                     &tileCounter, &lengths,    &pageTable, &tableWidth32,
                     &pageSize32,  &chunkRows32};
   int64_t queriesPerTile = info.blockM / group;
   int64_t queryTiles = (args.seqQ + queriesPerTile - 1) / queriesPerTile;
   int64_t tileHeads = info.numQHeads / group;
-  Dim3 grid{unsigned(queryTiles), unsigned(tileHeads), unsigned(args.batch)};
+  // Split s of batch b is grid batch s·B + b.
+  int64_t gridBatches = args.batch * (partials ? info.numSplits : 1);
+  Dim3 grid{unsigned(queryTiles), unsigned(tileHeads), unsigned(gridBatches)};
   if (info.persistent) {
     if (args.multiprocessors <= 0)
       return error("kernel " + info.name +
@@ -365,16 +417,104 @@ llvm::Error fa3::runtime::launchAttentionForward(
                        llvm::ArrayRef<void *>(params).take_front(numParams));
 }
 
+llvm::Error fa3::runtime::launchAttentionForward(
+    const CudaKernel &kernel, const AttentionKernelInfo &info,
+    const AttentionDeviceArgs &args, CudaStream stream) {
+  if (info.backward)
+    return error("kernel " + info.name +
+                 " is a backward kernel, not a forward");
+  if (info.fp8)
+    return error("kernel " + info.name +
+                 " is an FP8 kernel: launch it with launchAttentionForwardFP8");
+  if (info.numSplits > 1)
+    return error(
+        "kernel " + info.name +
+        " is a split-KV kernel (num_splits = " + llvm::Twine(info.numSplits) +
+        "): launch it with launchAttentionSplitKV");
+  if (llvm::Error err = checkForwardOperands(info, args))
+    return err;
+  return launchForwardTiles(kernel, info, args, stream, /*partials=*/nullptr);
+}
+
+/// The largest grid y and z dimensions.
+static constexpr int64_t kMaxGridYZ = 65535;
+
+llvm::Error fa3::runtime::launchAttentionSplitKV(
+    const CudaKernel &kernel, const CudaKernel &combine,
+    const AttentionKernelInfo &info, const AttentionDeviceArgs &args,
+    CudaStream stream) {
+  if (info.backward || info.fp8 || !info.kvCache)
+    return error("kernel " + info.name +
+                 " is not an fa3.attention_kvcache forward: only those "
+                 "split the keys");
+  if (info.numSplits < 2)
+    return error("kernel " + info.name +
+                 " is not a split-KV kernel (num_splits = " +
+                 llvm::Twine(info.numSplits) +
+                 "): launch it with launchAttentionForward");
+  if (info.persistent)
+    return error("kernel " + info.name +
+                 " (num_splits = " + llvm::Twine(info.numSplits) +
+                 ") is persistent: a split-KV kernel's grid never is");
+  if (llvm::Error err = checkForwardOperands(info, args))
+    return err;
+  if (args.batch == 0 || args.seqQ == 0)
+    return llvm::Error::success();
+  if (args.batch < 0 || args.seqQ < 0)
+    return error("kernel " + info.name + ": negative batch or query length");
+  if (!args.workspace)
+    return error("kernel " + info.name + " splits the keys " +
+                 llvm::Twine(info.numSplits) +
+                 " ways: the launch needs a workspace of " +
+                 llvm::Twine(attentionForwardWorkspaceBytes(
+                     info, args.batch, args.seqQ, args.seqK)) +
+                 " bytes for the partial attentions "
+                 "(attentionForwardWorkspaceBytes)");
+  if (args.workspace % 256 != 0)
+    return error("the split-KV workspace must be 256-byte aligned");
+  if (args.batch * info.numSplits > kMaxGridYZ)
+    return error("kernel " + info.name + ": batch * num_splits = " +
+                 llvm::Twine(args.batch) + " * " + llvm::Twine(info.numSplits) +
+                 " exceeds the grid's " + llvm::Twine(kMaxGridYZ) + " batches");
+  SplitPartials partials;
+  partials.out = args.workspace;
+  partials.lse =
+      args.workspace + splitPartialOutBytes(info, args.batch, args.seqQ);
+  if (llvm::Error err =
+          launchForwardTiles(kernel, info, args, stream, &partials))
+    return err;
+  // One warp merges the N splits of one (query, head) row; 4 rows per CTA.
+  DevicePtr partialOut = partials.out, partialLse = partials.lse,
+            out = args.out, lse = args.lse;
+  int32_t seqQ32 = int32_t(args.seqQ), batch32 = int32_t(args.batch);
+  void *params[] = {&partialOut, &partialLse, &out, &lse, &seqQ32, &batch32};
+  int64_t rows = args.seqQ * info.numQHeads;
+  Dim3 grid{unsigned((rows + 3) / 4), unsigned(args.batch), 1};
+  return combine.launch(grid, Dim3{128, 1, 1}, 0, stream, params);
+}
+
 /// Keys of V' padded to whole key blocks.
 static int64_t paddedSeqK(const AttentionKernelInfo &info, int64_t seqK) {
   return (seqK + info.blockN - 1) / info.blockN * info.blockN;
 }
 
-int64_t fa3::runtime::attentionForwardWorkspaceBytes(
-    const AttentionKernelInfo &info, int64_t batch, int64_t seqK) {
+int64_t
+fa3::runtime::attentionForwardWorkspaceBytes(const AttentionKernelInfo &info,
+                                             int64_t batch, int64_t seqQ,
+                                             int64_t seqK) {
+  if (info.backward)
+    return 0;
+  if (info.numSplits > 1)
+    return splitPartialOutBytes(info, batch, seqQ) +
+           info.numSplits * batch * info.numQHeads * seqQ * 4;
   if (!info.fp8)
     return 0;
   return batch * info.numKVHeads * info.headDim * paddedSeqK(info, seqK);
+}
+
+std::string
+fa3::runtime::attentionCombineKernelName(const AttentionKernelInfo &info) {
+  return info.name + "_combine";
 }
 
 llvm::Error fa3::runtime::launchAttentionForwardFP8(
@@ -477,10 +617,6 @@ static int64_t gradTurnCounters(const AttentionKernelInfo &info, int64_t batch,
   if (!info.deterministic)
     return 0;
   return batch * info.numQHeads * (paddedSeqQ(info, seqQ) / info.blockM);
-}
-
-static int64_t alignUp(int64_t bytes, int64_t alignment) {
-  return (bytes + alignment - 1) / alignment * alignment;
 }
 
 int64_t fa3::runtime::attentionGradWorkspaceBytes(

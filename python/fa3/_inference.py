@@ -297,7 +297,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     batch's length are read (and masked): they must hold finite values (a
     cache from torch.zeros, or rows written before), and every page table
     entry must name a page of the cache, unused slots included.
-    num_splits > 1 on CUDA is a ValueError (no Hopper kernel yet).
+    num_splits = N > 1 on CUDA runs the split-KV kernel (N partial
+    attentions into a workspace, then a merge kernel on the same stream);
+    0 lets fa3 choose by FlashAttention-3's rule (the query tiles against
+    the device's SMs and the cache's key blocks, at most 64 splits),
+    rounded up to a power of two; 1 is the kernel of one split.
     """
     if _torch_inputs(q, k_cache, v_cache):
         return _attention_with_kvcache_torch(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,

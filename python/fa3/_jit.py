@@ -145,6 +145,14 @@ def _forward_fields(head_dim, causal, rows, seq_k):
     return fields
 
 
+def forward_schedule_fields(spec, seq_q, seq_k):
+    """The fields (a dict, see `schedules.schedule`) of `forward_schedule`'s
+    schedule for a 16-bit forward: the cost model's for seq_q rows (seq_q·G
+    with PackGQA) and seq_k keys."""
+    rows = seq_q * (spec.num_heads // spec.num_kv_heads) if spec.pack_gqa else seq_q
+    return dict(_forward_fields(spec.head_dim, spec.causal, rows, seq_k))
+
+
 def forward_schedule(spec, seq_q, seq_k):
     """The `#fa3.schedule` the cost model (fa3-select-schedule's, through
     fa3._fa3) picks for the CUDA forward of `spec` at query length `seq_q`
@@ -156,8 +164,7 @@ def forward_schedule(spec, seq_q, seq_k):
     if spec.fp8 or spec.cast_fp8:
         return None
     from .schedules import schedule  # noqa: PLC0415 (schedules imports _jit)
-    rows = seq_q * (spec.num_heads // spec.num_kv_heads) if spec.pack_gqa else seq_q
-    return schedule(**_forward_fields(spec.head_dim, spec.causal, rows, seq_k))
+    return schedule(**forward_schedule_fields(spec, seq_q, seq_k))
 
 
 def should_pack_gqa(spec, seq_q, seq_k):

@@ -8,23 +8,33 @@ attends to each batch's first cache_seqlens[b] + seqlen_new keys
 page table are read on the device, bottom-right causal per batch, PackGQA
 by fa3's rule). A paged cache is (num_pages, page_size, num_kv_heads,
 head_dim) with an int32 (batch, max_pages) page table: one kernel serves
-every page size. Split-KV has no Hopper kernel yet: num_splits > 1 is a
-ValueError here and runs on the CPU. Inference only: no autograd. The op
-is `torch.ops.fa3.attention_kvcache_cuda` (mutating the caches), so
-torch.compile traces it without a graph break.
+every page size.
+
+Split-KV (`num_splits` N > 1): the kernel compiled with num_splits = N
+writes N partial attentions per batch (f32, in a workspace allocated per
+call) and its combine kernel merges them, on the same stream. num_splits=0
+lets fa3 choose N by FlashAttention-3's rule (`choose_num_splits`), rounded
+up to a power of two so that at most 7 kernels compile per shape. Inference
+only: no autograd. The op is `torch.ops.fa3.attention_kvcache_cuda`
+(mutating the caches), so torch.compile traces it without a graph break.
 """
 
 import dataclasses
+import functools
 from typing import Optional
 
 import torch
 
 from . import _jit
 from ._spec import CUDA_HEAD_DIMS, AttentionSpec, check_options, resolve_pack_gqa
+from .schedules import schedule as _schedule
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # The kernel's key count, page_size * max_pages for a paged cache, is an i32.
 _INT32_MAX = 2**31 - 1
+# The most splits fa3 chooses (FlashAttention-3's cap); an explicit
+# num_splits may be larger.
+MAX_SPLITS = 64
 
 # The raw current-stream handle of a device.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -33,14 +43,46 @@ if _raw_stream is None:  # pragma: no cover - older torch
         return torch.cuda.current_stream(index).cuda_stream
 
 
-def _kernel(spec, pack_gqa, seq_q, cache_rows, device_index, paged=False):
-    """The compiled kernel of one (spec, packing, length bucket), paged or
-    not; `cache_rows` is the key capacity (max_pages * page_size when
-    paged)."""
-    packed = dataclasses.replace(spec, pack_gqa=pack_gqa)
-    schedule = _jit.forward_schedule(packed, seq_q, cache_rows)
-    source = spec.kvcache_mlir(paged=paged, pack_gqa=pack_gqa, schedule=schedule)
+def _schedule_fields(spec, pack_gqa, seq_q, cache_rows, num_splits=1):
+    """The schedule fields of one (spec, packing, length bucket): the cost
+    model's, on a non-persistent grid when split (a split-KV grid already
+    has B * num_splits batches of tiles)."""
+    fields = _jit.forward_schedule_fields(dataclasses.replace(spec, pack_gqa=pack_gqa), seq_q, cache_rows)
+    if num_splits > 1:
+        fields["persistent"] = False
+    return fields
+
+
+def _kernel(spec, pack_gqa, seq_q, cache_rows, device_index, paged=False, num_splits=1):
+    """The compiled kernel of one (spec, packing, length bucket, splits),
+    paged or not; `cache_rows` is the key capacity (max_pages * page_size
+    when paged). num_splits > 1: the split-KV kernel (launch it with
+    launch_[paged_]kvcache_splits and a workspace of
+    forward_workspace_bytes)."""
+    schedule = _schedule(**_schedule_fields(spec, pack_gqa, seq_q, cache_rows, num_splits))
+    source = spec.kvcache_mlir(paged=paged, num_splits=num_splits, pack_gqa=pack_gqa, schedule=schedule)
     return _jit.get_mlir(source, "attention_kvcache", f"cuda:{device_index}", "fwd")
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def choose_num_splits(spec, pack_gqa, batch, seq_q, cache_rows, device_index):
+    """fa3's num_splits for num_splits=0: FlashAttention-3's rule
+    (fa3._fa3.select_num_splits, docs/Design.md section 10) over the
+    kernel's (batch, head, query tile) units and the key blocks of the
+    cache's capacity on the device's SMs, at most MAX_SPLITS, rounded up to
+    a power of two (1, 2, 4, ..., 64). More splits than a short batch has
+    key blocks cost a little and are exact (an empty split weighs 0)."""
+    fields = _schedule_fields(spec, pack_gqa, seq_q, cache_rows)
+    packed_heads = spec.num_heads // spec.num_kv_heads if pack_gqa else 1
+    queries_per_tile = fields["block_m"] // packed_heads
+    work_tiles = batch * (spec.num_heads // packed_heads) * -(-seq_q // queries_per_tile)
+    key_blocks = -(-cache_rows // fields["block_n"])
+    n = _jit._module().select_num_splits(work_tiles, _multiprocessors(device_index), key_blocks, MAX_SPLITS)
+    return 1 << (max(int(n), 1) - 1).bit_length()
 
 
 def _check_page_table(q, k_cache, page_table):
@@ -112,8 +154,6 @@ def check(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
             if tuple(t.shape) != want:
                 raise ValueError(f"{name} must have shape (batch, seqlen_new, num_kv_heads, head_dim) = "
                                  f"{want}, got {tuple(t.shape)}")
-    if int(num_splits) > 1:
-        raise ValueError(f"num_splits = {num_splits}: split-KV has no Hopper kernel yet; pass 0 or 1 on CUDA")
     d, dk, dv = q.shape[3], k_cache.shape[3], v_cache.shape[3]
     if d not in CUDA_HEAD_DIMS or dk != d or dv != d:
         raise ValueError(f"attention_with_kvcache on CUDA runs head dims {CUDA_HEAD_DIMS} with k's and v's equal to "
@@ -164,8 +204,8 @@ def _append_paged(k_cache, v_cache, k, v, cache_seqlens, page_table):
 def attention_kvcache_cuda(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            k: Optional[torch.Tensor], v: Optional[torch.Tensor], cache_seqlens: torch.Tensor,
                            page_table: Optional[torch.Tensor], causal: bool, scale: float, window_left: int,
-                           window_right: int, softcap: float,
-                           pack_gqa: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+                           window_right: int, softcap: float, pack_gqa: Optional[bool],
+                           num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
     b, sq, hq, d = q.shape
     hkv = k_cache.shape[2]
     paged = page_table is not None
@@ -198,11 +238,28 @@ def attention_kvcache_cuda(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
                          causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
     pack = resolve_pack_gqa(pack_gqa, hq, hkv, False, lambda: _jit.should_pack_gqa(spec, sq, cache_rows))
-    kernel = _kernel(spec, pack, sq, cache_rows, q.device.index, paged=paged)
+    splits = int(num_splits)
+    if splits == 0:
+        splits = choose_num_splits(spec, pack, b, sq, cache_rows, q.device.index)
+    kernel = _kernel(spec, pack, sq, cache_rows, q.device.index, paged=paged, num_splits=splits)
     q = q.contiguous()
     lengths = lengths.contiguous()
     stream = _raw_stream(q.device.index)
-    if paged:
+    if splits > 1:
+        # The partial attentions (f32 O and LSE of every split), freed into
+        # torch's stream-ordered allocator after the launches.
+        workspace = torch.empty(max(kernel.forward_workspace_bytes(b, sq, cache_rows), 256), dtype=torch.uint8,
+                                device=q.device)
+        if paged:
+            kernel.launch_paged_kvcache_splits(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                               lse.data_ptr(), lengths.data_ptr(), page_table.data_ptr(),
+                                               workspace.data_ptr(), b, sq, k_cache.shape[0], k_cache.shape[1],
+                                               page_table.shape[1], stream)
+        else:
+            kernel.launch_kvcache_splits(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                         lse.data_ptr(), lengths.data_ptr(), workspace.data_ptr(), b, sq, cache_rows,
+                                         stream)
+    elif paged:
         kernel.launch_paged_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
                                     lse.data_ptr(), lengths.data_ptr(), page_table.data_ptr(), b, sq,
                                     k_cache.shape[0], k_cache.shape[1], page_table.shape[1], stream)
@@ -214,7 +271,7 @@ def attention_kvcache_cuda(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 @attention_kvcache_cuda.register_fake
 def _attention_kvcache_cuda_fake(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, scale, window_left,
-                                 window_right, softcap, pack_gqa):
+                                 window_right, softcap, pack_gqa, num_splits):
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -235,4 +292,4 @@ def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     if not isinstance(cache_seqlens, torch.Tensor):
         cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
     return torch.ops.fa3.attention_kvcache_cuda(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, scale,
-                                                window[0], window[1], softcap, pack_gqa)
+                                                window[0], window[1], softcap, pack_gqa, int(num_splits))

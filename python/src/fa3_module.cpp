@@ -226,6 +226,35 @@ public:
       raise(error, "fa3_launch_attention_paged_kvcache failed");
   }
 
+  /// Split-KV fa3.attention_kvcache forwards on a contiguous cache: as
+  /// launchKVCache, plus the partial attentions' workspace
+  /// (forwardWorkspaceBytes).
+  void launchKVCacheSplits(uint64_t q, uint64_t kCache, uint64_t vCache,
+                           uint64_t out, uint64_t lse, uint64_t cacheSeqlens,
+                           uint64_t workspace, int64_t batch, int64_t seqQ,
+                           int64_t cacheRows, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_kvcache_splits(
+            kernel, q, kCache, vCache, out, lse, cacheSeqlens, workspace, batch,
+            seqQ, cacheRows, reinterpret_cast<void *>(stream), &error) != 0)
+      raise(error, "fa3_launch_attention_kvcache_splits failed");
+  }
+
+  /// Split-KV paged fa3.attention_kvcache forwards.
+  void launchPagedKVCacheSplits(uint64_t q, uint64_t kCache, uint64_t vCache,
+                                uint64_t out, uint64_t lse,
+                                uint64_t cacheSeqlens, uint64_t pageTable,
+                                uint64_t workspace, int64_t batch, int64_t seqQ,
+                                int64_t numPages, int64_t pageSize,
+                                int64_t tableWidth, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_paged_kvcache_splits(
+            kernel, q, kCache, vCache, out, lse, cacheSeqlens, pageTable,
+            workspace, batch, seqQ, numPages, pageSize, tableWidth,
+            reinterpret_cast<void *>(stream), &error) != 0)
+      raise(error, "fa3_launch_attention_paged_kvcache_splits failed");
+  }
+
   /// FP8 forwards: e4m3 q/k/v, f32 descales [B, Hkv], V' workspace.
   void launchFP8(uint64_t q, uint64_t k, uint64_t v, uint64_t out,
                  uint64_t lse, uint64_t qDescale, uint64_t kDescale,
@@ -401,6 +430,17 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("lse"), py::arg("cache_seqlens"), py::arg("page_table"),
            py::arg("batch"), py::arg("seq_q"), py::arg("num_pages"),
            py::arg("page_size"), py::arg("table_width"), py::arg("stream"))
+      .def("launch_kvcache_splits", &CudaKernel::launchKVCacheSplits,
+           py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("out"),
+           py::arg("lse"), py::arg("cache_seqlens"), py::arg("workspace"),
+           py::arg("batch"), py::arg("seq_q"), py::arg("cache_rows"),
+           py::arg("stream"))
+      .def("launch_paged_kvcache_splits", &CudaKernel::launchPagedKVCacheSplits,
+           py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("out"),
+           py::arg("lse"), py::arg("cache_seqlens"), py::arg("page_table"),
+           py::arg("workspace"), py::arg("batch"), py::arg("seq_q"),
+           py::arg("num_pages"), py::arg("page_size"), py::arg("table_width"),
+           py::arg("stream"))
       .def("launch_fp8", &CudaKernel::launchFP8, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("q_descale"),
            py::arg("k_descale"), py::arg("v_descale"), py::arg("workspace"),

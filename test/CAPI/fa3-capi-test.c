@@ -298,24 +298,31 @@ static char *bf16Source(int heads, int kvHeads, int d, int causal) {
   return buffer;
 }
 
-/* `@kv(q, k_cache, v_cache, cache_seqlens[, page_table])`: one
- * fa3.attention_kvcache, paged when `paged`. */
-static char *kvcacheSource(int heads, int kvHeads, int d, int paged) {
+/* `@kv(q, k_cache, v_cache, cache_seqlens[, page_table])`: one causal
+ * fa3.attention_kvcache, paged when `paged`, in `splits` key splits
+ * (split-KV when > 1). */
+static char *kvcacheSource(int heads, int kvHeads, int d, int paged,
+                           int splits) {
   char *buffer = malloc(2048);
-  char q[64], kv[64], l[64];
+  char q[64], kv[64], l[64], attrs[64];
   snprintf(q, sizeof(q), "tensor<?x?x%dx%dxbf16>", heads, d);
   snprintf(kv, sizeof(kv), "tensor<?x?x%dx%dxbf16>", kvHeads, d);
   snprintf(l, sizeof(l), "tensor<?x%dx?xf32>", heads);
   const char *table = paged ? ", %pages: tensor<?x?xi32>" : "";
   const char *operand = paged ? ", %pages" : "";
   const char *type = paged ? ", tensor<?x?xi32>" : "";
+  if (splits > 1)
+    snprintf(attrs, sizeof(attrs), "{causal, num_splits = %d : i64}", splits);
+  else
+    snprintf(attrs, sizeof(attrs), "{causal}");
   snprintf(buffer, 2048,
            "func.func @kv(%%q: %s, %%kc: %s, %%vc: %s, %%lens: tensor<?xi32>%s)"
            " -> (%s, %s) {\n"
            "  %%o, %%lse = fa3.attention_kvcache %%q, %%kc, %%vc, %%lens%s "
-           "{causal} : (%s, %s, %s, tensor<?xi32>%s) -> (%s, %s)\n"
+           "%s : (%s, %s, %s, tensor<?xi32>%s) -> (%s, %s)\n"
            "  return %%o, %%lse : %s, %s\n}\n",
-           q, kv, kv, table, q, l, operand, q, kv, kv, type, q, l, q, l);
+           q, kv, kv, table, q, l, operand, attrs, q, kv, kv, type, q, l, q,
+           l);
   return buffer;
 }
 
@@ -365,6 +372,37 @@ static void testPtx(void) {
             errorContains(error, "fa3_launch_attention_paged_kvcache: kernel "
                                  "is NULL"),
         "the paged KV-cache launch refuses a NULL kernel");
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(kernel, 0, 0, 0, 0, 0, 0, 0, 1, 1,
+                                            1, NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_kvcache_splits: the "
+                                 "kernel was compiled to PTX only"),
+        "the split-KV launch names itself and refuses a PTX-only kernel");
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(NULL, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1,
+                                            NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_kvcache_splits: "
+                                 "kernel is NULL"),
+        "the split-KV launch refuses a NULL kernel");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(kernel, 0, 0, 0, 0, 0, 0, 0,
+                                                  0, 1, 1, 1, 16, 1, NULL,
+                                                  &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_paged_kvcache_splits: "
+                                 "the kernel was compiled to PTX only"),
+        "the paged split-KV launch names itself and refuses a PTX-only "
+        "kernel");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(NULL, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                  1, 1, 1, 16, 1, NULL,
+                                                  &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_paged_kvcache_splits: "
+                                 "kernel is NULL"),
+        "the paged split-KV launch refuses a NULL kernel");
+  check(fa3_attention_workspace_size(kernel, 2, 3, 4) == 0 &&
+            fa3_attention_workspace_size(kernel, -1, 3, 4) == -1 &&
+            fa3_attention_workspace_size(NULL, 2, 3, 4) == -1,
+        "a 16-bit forward of one split needs no workspace");
   error = NULL;
   check(fa3_launch_attention_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
                                   1, 1, NULL, &error) != 0 &&
@@ -443,6 +481,208 @@ typedef int (*CuMemFree)(uint64_t);
 typedef int (*CuMemcpyHtoD)(uint64_t, const void *, size_t);
 typedef int (*CuMemcpyDtoH)(void *, uint64_t, size_t);
 typedef int (*CuCtxSynchronize)(void);
+
+/* `--gpu`, split-KV: a contiguous and a paged fa3.attention_kvcache of 4
+ * splits. Each entry point refuses them but its own; the split entries
+ * check the workspace, lengths and page table before any launch; and the
+ * contiguous one, on the caches [B, Sk, Hkv, D] at full length (so the
+ * bottom-right causal mask is the dense one), matches the float64
+ * reference. The one-split kernels are refused by the split entries. */
+static int testGpuSplitKV(int b, int sq, int sk, int hq, int hkv, int d,
+                          uint64_t dq, uint64_t dk, uint64_t dv, uint64_t dout,
+                          uint64_t dlse, const float *qf, const float *kf,
+                          const float *vf, CuMemAlloc cuMemAlloc,
+                          CuMemFree cuMemFree, CuMemcpyHtoD cuMemcpyHtoD,
+                          CuMemcpyDtoH cuMemcpyDtoH,
+                          CuCtxSynchronize cuCtxSynchronize) {
+  const int splits = 4;
+  char *error = NULL;
+  char *plain = kvcacheSource(hq, hkv, d, 0, 1);
+  fa3_kernel *kernel = fa3_compile_attention(plain, "kv", 0, 0, NULL, &error);
+  check(kernel != NULL, "gpu kvcache compile");
+  free(plain);
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(kernel, dq, dk, dv, dout, dlse, dq,
+                                            dq, b, sq, sk, NULL, &error) != 0 &&
+            errorContains(error, "attends in one split (num_splits = 1); "
+                                 "launch it with "
+                                 "fa3_launch_attention_kvcache"),
+        "gpu: a kernel of one split is not launched as split-KV");
+  check(fa3_attention_workspace_size(kernel, b, sq, sk) == 0,
+        "gpu: a kernel of one split needs no workspace");
+  fa3_destroy_kernel(kernel);
+
+  char *split = kvcacheSource(hq, hkv, d, 0, splits);
+  error = NULL;
+  kernel = fa3_compile_attention(split, "kv", 0, 0, NULL, &error);
+  check(kernel != NULL, "gpu split-KV compile");
+  free(split);
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  /* f32 partial O [N*B, Sq, Hq, D], then at a 256-byte boundary the f32
+   * partial LSE [N*B, Hq, Sq]. */
+  int64_t partialO = (int64_t)splits * b * sq * hq * d * 4;
+  int64_t want = (partialO + 255) / 256 * 256 + (int64_t)splits * b * hq * sq * 4;
+  int64_t bytes = fa3_attention_workspace_size(kernel, b, sq, sk);
+  printf("gpu split-KV workspace: %lld bytes\n", (long long)bytes);
+  check(bytes == want, "gpu: the split-KV workspace holds the partials");
+  error = NULL;
+  check(fa3_launch_attention_kvcache(kernel, dq, dk, dv, dout, dlse, dq, b, sq,
+                                     sk, NULL, &error) != 0 &&
+            errorContains(error, "splits the keys (num_splits = 4); launch it "
+                                 "with fa3_launch_attention_kvcache_splits"),
+        "gpu: a split-KV kernel is not launched as one split");
+  error = NULL;
+  check(fa3_launch_attention(kernel, dq, dk, dv, dout, dlse, b, sq, sk, NULL,
+                             &error) != 0 &&
+            errorContains(error, "launch it with "
+                                 "fa3_launch_attention_kvcache_splits"),
+        "gpu: a split-KV kernel is not launched as a dense forward");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(kernel, dq, dk, dv, dout,
+                                                  dlse, dq, dq, dq, b, sq, 4,
+                                                  16, 4, NULL, &error) != 0 &&
+            errorContains(error, "does not read a paged KV cache; launch it "
+                                 "with fa3_launch_attention_kvcache_splits"),
+        "gpu: a contiguous split-KV kernel is not launched as paged");
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(kernel, dq, dk, dv, dout, dlse, dq,
+                                            0, b, sq, sk, NULL, &error) != 0 &&
+            errorContains(error, "workspace is NULL"),
+        "gpu: the split-KV launch refuses a NULL workspace");
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(kernel, dq, dk, dv, dout, dlse, 0,
+                                            dq, b, sq, sk, NULL, &error) != 0 &&
+            errorContains(error, "cache_seqlens is NULL"),
+        "gpu: the split-KV launch refuses NULL cache_seqlens");
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(kernel, dq, dk, dv, dout, dlse, dq,
+                                            dq + 16, b, sq, sk, NULL,
+                                            &error) != 0 &&
+            errorContains(error, "256-byte aligned"),
+        "gpu: the split-KV launch refuses an unaligned workspace");
+  /* The run: every batch at its full length sk. */
+  uint64_t workspace = 0, lens = 0;
+  int32_t *hostLens = malloc(sizeof(int32_t) * (size_t)b);
+  for (int i = 0; i < b; ++i)
+    hostLens[i] = sk;
+  size_t nq = (size_t)b * sq * hq * d, nl = (size_t)b * hq * sq;
+  uint16_t *ho16 = malloc(nq * 2);
+  float *lseGot = malloc(nl * 4);
+  double *o = malloc(nq * 8), *lse = malloc(nl * 8);
+  if (cuMemAlloc(&workspace, (size_t)bytes) ||
+      cuMemAlloc(&lens, sizeof(int32_t) * (size_t)b) ||
+      cuMemcpyHtoD(lens, hostLens, sizeof(int32_t) * (size_t)b)) {
+    printf("gpu: split-KV allocation failed: FAIL\n");
+    return 1;
+  }
+  error = NULL;
+  int rc = fa3_launch_attention_kvcache_splits(kernel, dq, dk, dv, dout, dlse,
+                                               lens, workspace, b, sq, sk,
+                                               NULL, &error);
+  check(rc == 0, "gpu split-KV launch");
+  if (rc) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  cuCtxSynchronize();
+  cuMemcpyDtoH(ho16, dout, nq * 2);
+  cuMemcpyDtoH(lseGot, dlse, nl * 4);
+  reference(qf, kf, vf, b, sq, sk, hq, hkv, d, 1, o, lse);
+  double errO = 0, errL = 0;
+  for (size_t i = 0; i < nq; ++i)
+    errO = fmax(errO, fabs(fromBf16(ho16[i]) - o[i]));
+  for (size_t i = 0; i < nl; ++i)
+    errL = fmax(errL, fabs(lseGot[i] - lse[i]));
+  printf("gpu split-KV max |O - ref| = %.2e, max |LSE - ref| = %.2e\n", errO,
+         errL);
+  check(errO < 1.0 / 64 && errL < 1e-3,
+        "gpu split-KV matches the float64 reference");
+  fa3_destroy_kernel(kernel);
+  free(hostLens);
+  free(ho16);
+  free(lseGot);
+  free(o);
+  free(lse);
+  cuMemFree(workspace);
+  cuMemFree(lens);
+
+  /* The paged split-KV kernel: its own entry checks its pointers and page
+   * geometry before any launch (the buffers are never read). */
+  char *paged = kvcacheSource(hq, hkv, d, 1, splits);
+  error = NULL;
+  kernel = fa3_compile_attention(paged, "kv", 0, 0, NULL, &error);
+  check(kernel != NULL, "gpu paged split-KV compile");
+  free(paged);
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return 1;
+  }
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache(kernel, dq, dk, dv, dout, dlse, dq,
+                                           dq, b, sq, 4, 16, 4, NULL,
+                                           &error) != 0 &&
+            errorContains(error, "launch it with "
+                                 "fa3_launch_attention_paged_kvcache_splits"),
+        "gpu: a paged split-KV kernel is not launched as one split");
+  error = NULL;
+  check(fa3_launch_attention_kvcache_splits(kernel, dq, dk, dv, dout, dlse, dq,
+                                            dq, b, sq, sk, NULL, &error) != 0 &&
+            errorContains(error, "reads a paged KV cache; launch it with "
+                                 "fa3_launch_attention_paged_kvcache_splits"),
+        "gpu: a paged split-KV kernel is not launched as contiguous");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(kernel, dq, dk, dv, dout,
+                                                  dlse, dq, 0, dq, b, sq, 4, 16,
+                                                  4, NULL, &error) != 0 &&
+            errorContains(error, "page_table is NULL"),
+        "gpu: the paged split-KV launch refuses a NULL page table");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(kernel, dq, dk, dv, dout,
+                                                  dlse, 0, dq, dq, b, sq, 4, 16,
+                                                  4, NULL, &error) != 0 &&
+            errorContains(error, "cache_seqlens is NULL"),
+        "gpu: the paged split-KV launch refuses NULL cache_seqlens");
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(kernel, dq, dk, dv, dout,
+                                                  dlse, dq, dq, 0, b, sq, 4, 16,
+                                                  4, NULL, &error) != 0 &&
+            errorContains(error, "workspace is NULL"),
+        "gpu: the paged split-KV launch refuses a NULL workspace");
+  {
+    struct {
+      int64_t pages, size, width;
+      const char *message;
+    } bad[] = {{4, 0, 4, "page_size = 0 must be at least 1"},
+               {4, 16, 0, "(max_pages) = 0 must be at least 1"},
+               {0, 16, 4, "num_pages = 0 must be at least 1"},
+               {4, 65536, 65536, "must fit in 32 bits"}};
+    int ok = 1;
+    /* A 256-byte aligned address that is never written: the checks fail
+     * before any launch. */
+    uint64_t aligned = dq & ~(uint64_t)255;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+      error = NULL;
+      ok &= fa3_launch_attention_paged_kvcache_splits(
+                kernel, dq, dk, dv, dout, dlse, dq, dq, aligned, b, sq,
+                bad[i].pages, bad[i].size, bad[i].width, NULL, &error) != 0 &&
+            errorContains(error, bad[i].message);
+    }
+    check(ok, "gpu: the paged split-KV launch checks the page geometry");
+  }
+  fa3_destroy_kernel(kernel);
+  return 0;
+}
 
 static int testGpu(void) {
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
@@ -551,7 +791,7 @@ static int testGpu(void) {
   /* A paged KV-cache kernel: each entry point refuses it but its own, which
    * checks the page table's pointer and geometry before any launch (the
    * buffers are never read). */
-  char *paged = kvcacheSource(hq, hkv, d, 1);
+  char *paged = kvcacheSource(hq, hkv, d, 1, 1);
   error = NULL;
   kernel = fa3_compile_attention(paged, "kv", 0, 0, NULL, &error);
   check(kernel != NULL, "gpu paged compile");
@@ -603,8 +843,20 @@ static int testGpu(void) {
     }
     check(ok, "gpu: the paged launch checks the page geometry");
   }
+  error = NULL;
+  check(fa3_launch_attention_paged_kvcache_splits(kernel, dq, dk, dv, dout,
+                                                  dlse, dq, dq, dq, b, sq, 4,
+                                                  16, 4, NULL, &error) != 0 &&
+            errorContains(error, "attends in one split (num_splits = 1); "
+                                 "launch it with "
+                                 "fa3_launch_attention_paged_kvcache"),
+        "gpu: a paged kernel of one split is not launched as split-KV");
   fa3_destroy_kernel(kernel);
   free(paged);
+  if (testGpuSplitKV(b, sq, sk, hq, hkv, d, dq, dk, dv, dout, dlse, qf, kf, vf,
+                     cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
+                     cuCtxSynchronize))
+    return 1;
   error = NULL;
   check(fa3_compile_attention_grad(source, "attn", 0, 0, NULL, &error) ==
                 NULL &&
@@ -658,6 +910,11 @@ int main(int argc, char **argv) {
 // CHECK: launching a PTX-only kernel is refused: ok
 // CHECK: the paged KV-cache launch names itself and refuses a PTX-only kernel: ok
 // CHECK: the paged KV-cache launch refuses a NULL kernel: ok
+// CHECK: the split-KV launch names itself and refuses a PTX-only kernel: ok
+// CHECK: the split-KV launch refuses a NULL kernel: ok
+// CHECK: the paged split-KV launch names itself and refuses a PTX-only kernel: ok
+// CHECK: the paged split-KV launch refuses a NULL kernel: ok
+// CHECK: a 16-bit forward of one split needs no workspace: ok
 // CHECK: a forward is not launched as a backward: ok
 // CHECK: a forward has no backward workspace: ok
 // CHECK: ptx compile names an unknown function: ok
@@ -677,5 +934,26 @@ int main(int argc, char **argv) {
 // GPU: gpu: the paged launch refuses a NULL page table: ok
 // GPU: gpu: the paged launch refuses NULL cache_seqlens: ok
 // GPU: gpu: the paged launch checks the page geometry: ok
+// GPU: gpu: a paged kernel of one split is not launched as split-KV: ok
+// GPU: gpu kvcache compile: ok
+// GPU: gpu: a kernel of one split is not launched as split-KV: ok
+// GPU: gpu: a kernel of one split needs no workspace: ok
+// GPU: gpu split-KV compile: ok
+// GPU: gpu: the split-KV workspace holds the partials: ok
+// GPU: gpu: a split-KV kernel is not launched as one split: ok
+// GPU: gpu: a split-KV kernel is not launched as a dense forward: ok
+// GPU: gpu: a contiguous split-KV kernel is not launched as paged: ok
+// GPU: gpu: the split-KV launch refuses a NULL workspace: ok
+// GPU: gpu: the split-KV launch refuses NULL cache_seqlens: ok
+// GPU: gpu: the split-KV launch refuses an unaligned workspace: ok
+// GPU: gpu split-KV launch: ok
+// GPU: gpu split-KV matches the float64 reference: ok
+// GPU: gpu paged split-KV compile: ok
+// GPU: gpu: a paged split-KV kernel is not launched as one split: ok
+// GPU: gpu: a paged split-KV kernel is not launched as contiguous: ok
+// GPU: gpu: the paged split-KV launch refuses a NULL page table: ok
+// GPU: gpu: the paged split-KV launch refuses NULL cache_seqlens: ok
+// GPU: gpu: the paged split-KV launch refuses a NULL workspace: ok
+// GPU: gpu: the paged split-KV launch checks the page geometry: ok
 // GPU: gpu: a forward function is not a backward: ok
 // GPU-NOT: FAIL

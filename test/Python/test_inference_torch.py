@@ -139,7 +139,48 @@ def test_cuda_paged_append_indexing_on_cpu_tensors():
         _kvcache_cuda._append_paged(k_cache, v_cache, k, v, lens, bad)
     assert torch.equal(k_cache, want_k), "a refused append wrote into the cache"
     schema = str(torch.ops.fa3.attention_kvcache_cuda.default._schema)
-    assert "Tensor? page_table" in schema, schema
+    assert "Tensor? page_table" in schema and "Int num_splits" in schema, schema
+
+
+def test_cuda_split_choice_on_the_cpu(monkeypatch):
+    """The CUDA path's num_splits=0 (fa3._kvcache_cuda.choose_num_splits)
+    with the SM count of an H100/H200 (132) standing in for the device's:
+    FlashAttention-3's rule over the kernel's tiles and the cache's key
+    blocks, rounded up to a power of two, at most 64."""
+    from fa3 import _fa3, _kvcache_cuda
+    from fa3._spec import AttentionSpec
+
+    monkeypatch.setattr(_kvcache_cuda, "_multiprocessors", lambda index: 132)
+    spec = AttentionSpec("bf16", 32, 8, 128, 128)
+    for batch, pack, seq_q, rows in [(1, True, 1, 32768), (1, False, 1, 32768), (4, True, 1, 8192),
+                                     (32, True, 1, 32768), (2, True, 7, 300), (1, True, 1, 512)]:
+        got = _kvcache_cuda.choose_num_splits(spec, pack, batch, seq_q, rows, 0)
+        fields = _kvcache_cuda._schedule_fields(spec, pack, seq_q, rows)
+        packed = 4 if pack else 1
+        tiles = batch * (32 // packed) * -(-seq_q // (fields["block_m"] // packed))
+        n = _fa3.select_num_splits(tiles, 132, -(-rows // fields["block_n"]), 64)
+        want = 1
+        while want < n:
+            want *= 2
+        assert got == want and got in (1, 2, 4, 8, 16, 32, 64), (batch, pack, seq_q, rows, got, n)
+    # The decode shape of docs/Design.md section 10: 14 splits, rounded to 16.
+    assert _kvcache_cuda.choose_num_splits(spec, True, 1, 1, 32768, 0) == 16
+    assert _kvcache_cuda.choose_num_splits(spec, True, 32, 1, 32768, 0) == 1
+    # A split kernel's schedule is never persistent.
+    assert not _kvcache_cuda._schedule_fields(spec, True, 1, 512, num_splits=4)["persistent"]
+
+
+def test_cuda_kvcache_fake_with_splits():
+    """The op's fake (torch.compile's shape function) takes num_splits and
+    gives the shapes of one split."""
+    from fa3 import _kvcache_cuda  # noqa: F401 (registers the op)
+
+    q = torch.empty(2, 3, 8, 64, device="meta", dtype=torch.bfloat16)
+    kc = torch.empty(2, 100, 2, 64, device="meta", dtype=torch.bfloat16)
+    lens = torch.empty(2, device="meta", dtype=torch.int32)
+    out, lse = torch.ops.fa3.attention_kvcache_cuda(q, kc, kc.clone(), None, None, lens, None, True, 0.125, -1, -1,
+                                                    0.0, None, 4)
+    assert out.shape == (2, 3, 8, 64) and lse.shape == (2, 8, 3) and lse.dtype == torch.float32
 
 
 def test_torch_errors():

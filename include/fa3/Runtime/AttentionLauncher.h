@@ -51,6 +51,12 @@ struct AttentionKernelInfo {
   /// the caches [num_pages, page_size, Hkv, D], read through a page table
   /// whose geometry (page size included) is a launch argument.
   bool paged = false;
+  /// A split-KV fa3.attention_kvcache forward when > 1 (kvCache is set, the
+  /// grid is never persistent): each batch's keys are split into numSplits
+  /// ranges of whole key blocks, the kernel writes one f32 partial O and LSE
+  /// per split into the launch's workspace, and its `_combine` companion
+  /// merges them into O and LSE. 1: one split, no workspace.
+  int64_t numSplits = 1;
   /// A deterministic backward: the workspace also holds the dQ turn
   /// counters (i32 [B, Hq, query blocks]), zeroed by the launch and passed
   /// to the main kernel.
@@ -72,7 +78,8 @@ struct AttentionKernelInfo {
 
 /// Device-resident Q, K, V ([B, S, H, D], contiguous) and outputs. FP8
 /// kernels also take the descales ([B, Hkv] f32) and a workspace of
-/// attentionForwardWorkspaceBytes() bytes (256-byte aligned) for V'. A KV
+/// attentionForwardWorkspaceBytes() bytes (256-byte aligned) for V', and
+/// split-KV kernels one of as many bytes for their partial O and LSE. A KV
 /// cache kernel reads K and V as the caches (seqK = S_cache, their rows)
 /// and the lengths `cacheSeqlens` (i32 [B]). A paged one reads them as
 /// [numPages, pageSize, Hkv, D] through `pageTable` (i32 [B,
@@ -112,10 +119,17 @@ struct AttentionDeviceArgs {
   }
 };
 
-/// Workspace bytes of a forward launch: 0, or for FP8 the transposed V'
-/// [B, Hkv, D, roundup(Sk, block_n)] in e4m3.
+/// Workspace bytes of a forward launch: 0; for FP8 the transposed V'
+/// [B, Hkv, D, roundup(Sk, block_n)] in e4m3; for a split-KV kernel of N
+/// splits the f32 partial O [N·B, Sq, Hq, D], then (at the next 256-byte
+/// boundary) the f32 partial LSE [N·B, Hq, Sq], where split s of batch b is
+/// batch s·B + b.
 int64_t attentionForwardWorkspaceBytes(const AttentionKernelInfo &info,
-                                       int64_t batch, int64_t seqK);
+                                       int64_t batch, int64_t seqQ,
+                                       int64_t seqK);
+
+/// The name of a split-KV kernel's merge kernel, in the same module.
+std::string attentionCombineKernelName(const AttentionKernelInfo &info);
 
 /// FP8: launches the V' layout kernel (`<name>_vt`) and then the attention
 /// kernel on `stream`.
@@ -127,8 +141,19 @@ llvm::Error launchAttentionForwardFP8(const CudaKernel &valueTranspose,
 
 /// Encodes the TMA descriptors and launches `kernel` on `stream`. Checks the
 /// shapes against `info` first; a launch with no rows (B or Sq = 0) does
-/// nothing.
+/// nothing. A split-KV kernel is refused: it needs launchAttentionSplitKV.
 llvm::Error launchAttentionForward(const CudaKernel &kernel,
+                                   const AttentionKernelInfo &info,
+                                   const AttentionDeviceArgs &args,
+                                   CudaStream stream);
+
+/// Split-KV (info.numSplits > 1): launches `kernel`, which writes the
+/// partial attentions into `args.workspace` (attentionForwardWorkspaceBytes,
+/// 256-byte aligned) on a (query tiles, heads, B·N) grid, and then on the
+/// same stream `combine` (attentionCombineKernelName), which merges them
+/// into `args.out` and `args.lse`. A launch with no rows does nothing.
+llvm::Error launchAttentionSplitKV(const CudaKernel &kernel,
+                                   const CudaKernel &combine,
                                    const AttentionKernelInfo &info,
                                    const AttentionDeviceArgs &args,
                                    CudaStream stream);

@@ -10,7 +10,10 @@ bottom-right causal mask explicit). Rows that see no key must be O = 0,
 LSE = -inf. Cache rows past a batch's length hold large finite garbage: a
 kernel that reads them into the softmax fails. Paged tables are shuffled
 (torch.randperm of the pages), their unused slots hold random valid page
-ids, and the pages no batch uses hold garbage too."""
+ids, and the pages no batch uses hold garbage too. The reference tests of
+one split pass num_splits=1; the split-KV tests (num_splits N > 1, and 0:
+fa3's choice) hold the same bound, and more splits than key blocks (empty
+splits) change nothing."""
 
 import math
 
@@ -76,7 +79,7 @@ def test_kvcache_matches_reference(case):
         vc[i, n:] = -3000.0
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     out, lse = fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, causal=causal, window_size=window,
-                                          return_lse=True, pack_gqa=pack)
+                                          return_lse=True, pack_gqa=pack, num_splits=1)
     assert out.shape == q.shape and out.dtype == dtype and lse.shape == (b, hq, sq)
     scale = 1 / math.sqrt(d)
     ref_o, ref_lse, sdpa = _reference_and_sdpa(q, kc, vc, lens, causal, window, scale)
@@ -139,8 +142,8 @@ def test_cuda_argument_errors():
     q = torch.randn(2, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
     kc = torch.zeros(2, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
     lens = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="num_splits = 2: split-KV has no Hopper kernel yet"):
-        fa3.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, num_splits=2)
+    with pytest.raises(ValueError, match=r"num_splits must be an int >= 0 \(0: fa3 chooses\), got -1"):
+        fa3.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, num_splits=-1)
     with pytest.raises(TypeError, match="cache_seqlens must be an int32 tensor"):
         fa3.attention_with_kvcache(q, kc, kc, cache_seqlens=lens.long())
     with pytest.raises(ValueError, match="runs head dims"):
@@ -264,7 +267,7 @@ def test_paged_kvcache_matches_reference(case):
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     table_before = table.clone()
     out, lse = fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table, causal=causal,
-                                          window_size=window, return_lse=True, pack_gqa=pack)
+                                          window_size=window, return_lse=True, pack_gqa=pack, num_splits=1)
     _assert_matches_reference(q, out, lse, kc, vc, lens, causal, window, table)
     assert torch.equal(table, table_before), "the page table was modified"
 
@@ -378,8 +381,8 @@ def test_paged_argument_errors():
         call(k_cache=kc[:, :0], v_cache=kc[:, :0].clone())
     with pytest.raises(ValueError, match="k_cache must be contiguous"):
         call(k_cache=kc.transpose(0, 1).contiguous().transpose(0, 1))
-    with pytest.raises(ValueError, match="num_splits = 2: split-KV has no Hopper kernel yet"):
-        call(num_splits=2)
+    with pytest.raises(ValueError, match=r"num_splits must be an int >= 0"):
+        call(num_splits=1.5)
     k = torch.ones(2, 3, 2, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"cache_seqlens \+ 3 new rows must lie in \[0, 64\] \(the cache's "
                                          r"capacity = max_pages \* page_size = 4 \* 16\)"):
@@ -426,3 +429,198 @@ def test_fa3_run_runs_a_paged_attention_kvcache_function(fa3_run, tmp_path):
     out = torch.from_numpy(np.load(tmp_path / "o.npy")).to("cuda").to(torch.bfloat16)
     lse = torch.from_numpy(np.load(tmp_path / "lse.npy")).to("cuda")
     _assert_matches_reference(q, out, lse, kc, vc, lens, True, (-1, -1), table)
+
+
+# --- split-KV -------------------------------------------------------------------
+
+# Ragged lengths of 32 batches in a 4096-row cache: full, empty, one key,
+# a block and one past, the rest spread.
+_RAGGED32 = [4096, 0, 1, 128, 129] + [(37 * i * i + 11 * i) % 4097 for i in range(5, 32)]
+
+SPLIT_CASES = [  # b, sq, cache_rows, hq, hkv, d, dtype, causal, window, lens, pack_gqa, num_splits
+    (4, 1, 4096, 32, 8, 128, torch.bfloat16, False, (-1, -1), [4096, 1, 0, 1777], None, 2),
+    (4, 1, 4096, 32, 8, 128, torch.bfloat16, True, (-1, -1), [4096, 1, 0, 1777], False, 3),
+    (3, 7, 1000, 16, 2, 64, torch.bfloat16, True, (-1, -1), [1000, 9, 517], True, 4),
+    (3, 7, 1000, 16, 2, 64, torch.bfloat16, False, (-1, -1), [1000, 0, 1], False, 7),
+    (2, 1, 2048, 8, 8, 256, torch.float16, True, (-1, -1), [2048, 133], None, 16),
+    (2, 7, 2048, 8, 2, 256, torch.bfloat16, False, (-1, -1), [1, 2047], True, 4),
+    (2, 5, 300, 8, 8, 256, torch.float16, True, (32, 0), [300, 133], None, 2),
+    # 64 splits of a 300-key cache: 3 blocks of 128 keys, 61+ empty splits.
+    (2, 1, 300, 32, 8, 128, torch.bfloat16, True, (-1, -1), [300, 1], None, 64),
+    (2, 7, 300, 16, 2, 64, torch.bfloat16, False, (-1, -1), [300, 0], False, 64),
+    (2, 1, 300, 8, 8, 128, torch.float16, False, (-1, -1), [0, 0], None, 4),  # every batch empty
+    # fa3 chooses: B = 1 splits, B = 32 (256 packed tiles) does not.
+    (1, 1, 32768, 32, 8, 128, torch.bfloat16, False, (-1, -1), [32768], None, 0),
+    (1, 7, 8192, 32, 8, 64, torch.bfloat16, True, (-1, -1), [5000], None, 0),
+    (32, 1, 4096, 32, 8, 128, torch.bfloat16, True, (-1, -1), _RAGGED32, None, 0),
+]
+
+
+def _split_id(c):
+    return (f"b{c[0]}-sq{c[1]}-cache{c[2]}-h{c[3]}x{c[4]}-d{c[5]}-{str(c[6])[6:]}-{'causal' if c[7] else 'full'}-"
+            f"win{c[8][0]}-pack{c[10]}-splits{c[11]}")
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=_split_id)
+def test_split_kvcache_matches_reference(case):
+    b, sq, rows, hq, hkv, d, dtype, causal, window, lens, pack, splits = case
+    torch.manual_seed(sum(lens) + sq + splits)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    kc = torch.randn(b, rows, hkv, d, device="cuda", dtype=dtype)
+    vc = torch.randn(b, rows, hkv, d, device="cuda", dtype=dtype)
+    for i, n in enumerate(lens):  # garbage past each length
+        kc[i, n:] = 300.0
+        vc[i, n:] = -3000.0
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out, lse = fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, causal=causal, window_size=window,
+                                          return_lse=True, pack_gqa=pack, num_splits=splits)
+    _assert_matches_reference(q, out, lse, kc, vc, lens, causal, window)
+
+
+def test_fa3_chooses_splits_by_batch():
+    """num_splits=0 on the bench's decode shape (GQA 32:8, d128, Sq = 1,
+    32k keys): B = 1 splits (a power of two, at most 64), B = 32 fills the
+    GPU with its tiles and does not."""
+    from fa3 import _kvcache_cuda
+    from fa3._spec import AttentionSpec
+
+    spec = AttentionSpec("bf16", 32, 8, 128, 128)
+    index = torch.cuda.current_device()
+    one = _kvcache_cuda.choose_num_splits(spec, True, 1, 1, 32768, index)
+    many = _kvcache_cuda.choose_num_splits(spec, True, 32, 1, 32768, index)
+    print(f"fa3 chooses {one} splits at B=1 and {many} at B=32")
+    assert 1 < one <= 64 and one & (one - 1) == 0
+    assert many == 1
+
+
+PAGED_SPLIT_CASES = [  # b, sq, page_size, max_pages, hq, hkv, d, dtype, causal, window, lens, pack, num_splits
+    (4, 1, 16, 64, 32, 8, 128, torch.bfloat16, False, (-1, -1), [1024, 1, 0, 700], None, 4),
+    (3, 7, 16, 40, 16, 2, 64, torch.bfloat16, True, (-1, -1), [640, 0, 333], True, 3),
+    (3, 7, 16, 40, 16, 2, 64, torch.bfloat16, False, (-1, -1), [640, 1, 333], False, 7),
+    (4, 1, 64, 20, 32, 8, 128, torch.bfloat16, True, (-1, -1), [1280, 1, 0, 700], False, 8),
+    (2, 7, 64, 8, 8, 8, 256, torch.float16, True, (-1, -1), [512, 65], None, 2),
+    # More splits than key blocks: 5 pages of 64 = 320 keys, 3 blocks.
+    (2, 1, 64, 5, 32, 8, 128, torch.bfloat16, True, (-1, -1), [320, 65], None, 64),
+    (2, 7, 16, 20, 8, 2, 256, torch.bfloat16, False, (-1, -1), [0, 300], True, 16),
+    # fa3 chooses.
+    (1, 1, 64, 512, 32, 8, 128, torch.bfloat16, False, (-1, -1), [32768], None, 0),
+    (1, 7, 16, 256, 32, 8, 64, torch.float16, True, (-1, -1), [4000], None, 0),
+    (32, 1, 16, 256, 32, 8, 128, torch.bfloat16, True, (-1, -1), _RAGGED32, None, 0),
+]
+
+
+@pytest.mark.parametrize("case", PAGED_SPLIT_CASES,
+                         ids=lambda c: f"b{c[0]}-sq{c[1]}-page{c[2]}x{c[3]}-h{c[4]}x{c[5]}-d{c[6]}-{str(c[7])[6:]}-"
+                         f"{'causal' if c[8] else 'full'}-pack{c[11]}-splits{c[12]}")
+def test_paged_split_kvcache_matches_reference(case):
+    b, sq, page_size, max_pages, hq, hkv, d, dtype, causal, window, lens, pack, splits = case
+    torch.manual_seed(sum(lens) + sq + page_size + splits)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    kc, vc, table = _paged_cache(lens, page_size, max_pages, hkv, d, dtype)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    table_before = table.clone()
+    out, lse = fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table, causal=causal,
+                                          window_size=window, return_lse=True, pack_gqa=pack, num_splits=splits)
+    _assert_matches_reference(q, out, lse, kc, vc, lens, causal, window, table)
+    assert torch.equal(table, table_before), "the page table was modified"
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("splits", [4, 0])
+def test_split_append_writes_the_cache_and_attends_to_it(paged, splits):
+    """An append followed by the split-KV kernel: the new rows land where
+    the lengths say, and the split attention sees them."""
+    torch.manual_seed(23 + splits)
+    b, n, hq, hkv, d, page_size, max_pages = 3, 3, 32, 8, 128, 64, 16
+    lens = [0, 100, 1020]
+    if paged:
+        kc, vc, table = _paged_cache([p + n for p in lens], page_size, max_pages, hkv, d, torch.bfloat16,
+                                     garbage=False)
+    else:
+        kc = torch.randn(b, page_size * max_pages, hkv, d, device="cuda", dtype=torch.bfloat16)
+        vc, table = torch.randn_like(kc), None
+    q = torch.randn(b, n, hq, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, n, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out, lse = fa3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, page_table=table, causal=True,
+                                          return_lse=True, num_splits=splits)
+    for i, p in enumerate(lens):
+        got_k = _keys(kc, i, p + n, table)[0, p:]
+        got_v = _keys(vc, i, p + n, table)[0, p:]
+        assert torch.equal(got_k, k[i]) and torch.equal(got_v, v[i]), f"batch {i}'s new rows"
+    assert torch.equal(seqlens.cpu(), torch.tensor(lens, dtype=torch.int32)), "cache_seqlens was modified"
+    _assert_matches_reference(q, out, lse, kc, vc, [p + n for p in lens], True, (-1, -1), table)
+
+
+@pytest.mark.parametrize("splits", [4, 0])
+def test_split_decode_step_under_torch_compile(splits):
+    """A split-KV decode step (append, then partial attentions and their
+    merge) under torch.compile(fullgraph=True): no graph break, the same
+    output and caches as eager."""
+    def step(q, kc, vc, k, v, lens):
+        return fa3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, num_splits=splits)
+
+    torch.manual_seed(29)
+    kc = torch.zeros(1, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
+    kc[:, :3000] = torch.randn(1, 3000, 8, 128, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    q = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 1, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.tensor([3000], dtype=torch.int32, device="cuda")
+    explain = torch._dynamo.explain(step)(q, kc.clone(), vc.clone(), k, v, lens)
+    assert explain.graph_break_count == 0, explain.break_reasons
+    kc2, vc2 = kc.clone(), vc.clone()
+    got = torch.compile(step, fullgraph=True)(q, kc2, vc2, k, v, lens)
+    want = step(q, kc, vc, k, v, lens)
+    assert torch.equal(got, want) and torch.equal(kc2, kc) and torch.equal(vc2, vc)
+    _assert_matches_reference(q, *fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=lens + 1, num_splits=splits,
+                                                              return_lse=True),
+                              kc, vc, [3001], False, (-1, -1))
+
+
+def test_split_kvcache_close_to_one_split():
+    """The split-KV kernel against the kernel of one split on one decode
+    batch: the same attention up to rounding of the merge."""
+    torch.manual_seed(31)
+    b, rows, hq, hkv, d = 2, 8192, 32, 8, 128
+    q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+    kc, vc = (torch.randn(b, rows, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.tensor([8192, 5000], dtype=torch.int32, device="cuda")
+    one, lse_one = fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, return_lse=True, num_splits=1)
+    for splits in (2, 8, 32):
+        out, lse = fa3.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, return_lse=True, num_splits=splits)
+        assert (out.float() - one.float()).abs().max().item() <= 2 ** -7, f"{splits} splits"
+        assert (lse - lse_one).abs().max().item() <= 1e-3, f"{splits} splits"
+
+
+def test_fa3_run_runs_a_split_attention_kvcache_function(fa3_run, tmp_path):
+    """HopperProgram gives a split-KV fa3.attention_kvcache its workspace
+    and runs the merge kernel after it."""
+    import subprocess
+
+    torch.manual_seed(37)
+    b, sq, rows, hq, hkv, d = 3, 2, 700, 8, 2, 64
+    e = "bf16"
+    qt, ct = f"tensor<?x?x{hq}x{d}x{e}>", f"tensor<?x?x{hkv}x{d}x{e}>"
+    lt, it = f"tensor<?x{hq}x?xf32>", "tensor<?xi32>"
+    (tmp_path / "kv.mlir").write_text(
+        f"func.func @kv(%q: {qt}, %kc: {ct}, %vc: {ct}, %lens: {it}) -> ({qt}, {lt}) {{\n"
+        f"  %o, %lse = fa3.attention_kvcache %q, %kc, %vc, %lens {{causal, num_splits = 4 : i64}} : "
+        f"({qt}, {ct}, {ct}, {it}) -> ({qt}, {lt})\n"
+        f"  return %o, %lse : {qt}, {lt}\n}}\n")
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+    kc, vc = (torch.randn(b, rows, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = [700, 0, 333]
+    for name, x in (("q", q), ("kc", kc), ("vc", vc)):
+        np.save(tmp_path / f"{name}.npy", x.float().cpu().numpy())
+    np.save(tmp_path / "lens.npy", np.array(lens, np.int32))
+    for name in ("o", "lse"):
+        np.save(tmp_path / f"{name}.npy", np.full((1,), np.nan, np.float32))
+    cmd = [fa3_run, str(tmp_path / "kv.mlir"), "--function=kv", "--device=cuda"]
+    cmd += [f"--input=@{tmp_path / n}.npy" for n in ("q", "kc", "vc", "lens")]
+    cmd += [f"--output=@{tmp_path / 'o'}.npy", f"--output=@{tmp_path / 'lse'}.npy"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = torch.from_numpy(np.load(tmp_path / "o.npy")).to("cuda").to(torch.bfloat16)
+    lse = torch.from_numpy(np.load(tmp_path / "lse.npy")).to("cuda")
+    _assert_matches_reference(q, out, lse, kc, vc, lens, True, (-1, -1))
