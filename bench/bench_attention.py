@@ -166,7 +166,8 @@ def bench_decode_small(sk, b, sq=1, hq=32, hkv=8, d=128, dev="cuda"):
         row[name + "_tbps"] = kv_bytes / ms / 1e9
 
     ref = _decode_peers(q, k, v, row, record)
-    spec = AttentionSpec("bf16", hq, hkv, d, d)
+    # SDPA's default softmax scale, so the KV-cache kernels compute what the peers do.
+    spec = AttentionSpec("bf16", hq, hkv, d, d, scale=d ** -0.5)
     pack = _jit.should_pack_gqa(spec, sq, sk) and 64 % (hq // hkv) == 0
     lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
     stream = torch.cuda.current_stream().cuda_stream
@@ -223,7 +224,8 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
         row[name + "_tbps"] = kv_bytes / ms / 1e9
 
     ref = _decode_peers(q, k, v, row, record)
-    spec = AttentionSpec("bf16", hq, hkv, d, d)
+    # SDPA's default softmax scale, so the KV-cache kernels compute what the peers do.
+    spec = AttentionSpec("bf16", hq, hkv, d, d, scale=d ** -0.5)
     pack = _jit.should_pack_gqa(spec, sq, sk) and 64 % (hq // hkv) == 0
     for name, packed in (("fa3", pack), ("fa3_nopack", False)):
         if name == "fa3_nopack" and not pack:
