@@ -21,9 +21,10 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <optional>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 
 using namespace fa3;
 
@@ -406,6 +407,34 @@ static bool entryLaunches(const fa3_kernel *kernel, const char *entry,
   return true;
 }
 
+/// The device pointers a KV-cache entry takes besides the tensors: the
+/// lengths always, the page table when paged (`pageTable` set), the
+/// partials' workspace when split (`workspace` set; a launch without rows
+/// needs none). False with `*error` naming the entry and the NULL one.
+static bool kvCachePointersSet(const fa3_kernel *kernel, const char *entry,
+                               uint64_t cacheSeqlens,
+                               std::optional<uint64_t> pageTable,
+                               std::optional<uint64_t> workspace, int64_t batch,
+                               int64_t seqQ, char **error) {
+  if (!kernel || !kernel->function)
+    return true; // launchForward names the missing kernel.
+  if (!cacheSeqlens) {
+    setError(error, std::string(entry) + ": cache_seqlens is NULL");
+    return false;
+  }
+  if (pageTable && !*pageTable) {
+    setError(error, std::string(entry) + ": page_table is NULL");
+    return false;
+  }
+  if (workspace && !*workspace && batch > 0 && seqQ > 0) {
+    setError(error, std::string(entry) +
+                        ": workspace is NULL (the partial attentions need "
+                        "fa3_attention_workspace_size bytes)");
+    return false;
+  }
+  return true;
+}
+
 extern "C" int fa3_launch_attention_kvcache(
     const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
     uint64_t out, uint64_t lse, uint64_t cache_seqlens, int64_t batch,
@@ -425,10 +454,9 @@ extern "C" int fa3_launch_attention_kvcache(
   if (!entryLaunches(kernel, "fa3_launch_attention_kvcache", /*paged=*/false,
                      /*splits=*/false, error))
     return 1;
-  if (kernel && kernel->function && !cache_seqlens) {
-    setError(error, "fa3_launch_attention_kvcache: cache_seqlens is NULL");
+  if (!kvCachePointersSet(kernel, "fa3_launch_attention_kvcache", cache_seqlens,
+                          std::nullopt, std::nullopt, batch, seq_q, error))
     return 1;
-  }
   auto args = runtime::AttentionDeviceArgs::forward(
       q, k_cache, v_cache, out, lse, batch, seq_q, cache_rows);
   args.cacheSeqlens = cache_seqlens;
@@ -451,15 +479,10 @@ extern "C" int fa3_launch_attention_paged_kvcache(
   if (!entryLaunches(kernel, "fa3_launch_attention_paged_kvcache",
                      /*paged=*/true, /*splits=*/false, error))
     return 1;
-  if (kernel && kernel->function && !cache_seqlens) {
-    setError(error,
-             "fa3_launch_attention_paged_kvcache: cache_seqlens is NULL");
+  if (!kvCachePointersSet(kernel, "fa3_launch_attention_paged_kvcache",
+                          cache_seqlens, page_table, std::nullopt, batch, seq_q,
+                          error))
     return 1;
-  }
-  if (kernel && kernel->function && !page_table) {
-    setError(error, "fa3_launch_attention_paged_kvcache: page_table is NULL");
-    return 1;
-  }
   // The key count is the page table's (page_size * table_width): the launch
   // derives and checks it.
   auto args = runtime::AttentionDeviceArgs::forward(
@@ -481,16 +504,9 @@ extern "C" int fa3_launch_attention_kvcache_splits(
   const char *entry = "fa3_launch_attention_kvcache_splits";
   if (!entryLaunches(kernel, entry, /*paged=*/false, /*splits=*/true, error))
     return 1;
-  if (kernel && kernel->function && !cache_seqlens) {
-    setError(error, std::string(entry) + ": cache_seqlens is NULL");
+  if (!kvCachePointersSet(kernel, entry, cache_seqlens, std::nullopt, workspace,
+                          batch, seq_q, error))
     return 1;
-  }
-  if (kernel && kernel->function && !workspace && batch > 0 && seq_q > 0) {
-    setError(error, std::string(entry) +
-                        ": workspace is NULL (the partial attentions need "
-                        "fa3_attention_workspace_size bytes)");
-    return 1;
-  }
   auto args = runtime::AttentionDeviceArgs::forward(
       q, k_cache, v_cache, out, lse, batch, seq_q, cache_rows);
   args.cacheSeqlens = cache_seqlens;
@@ -506,20 +522,9 @@ extern "C" int fa3_launch_attention_paged_kvcache_splits(
   const char *entry = "fa3_launch_attention_paged_kvcache_splits";
   if (!entryLaunches(kernel, entry, /*paged=*/true, /*splits=*/true, error))
     return 1;
-  if (kernel && kernel->function && !cache_seqlens) {
-    setError(error, std::string(entry) + ": cache_seqlens is NULL");
+  if (!kvCachePointersSet(kernel, entry, cache_seqlens, page_table, workspace,
+                          batch, seq_q, error))
     return 1;
-  }
-  if (kernel && kernel->function && !page_table) {
-    setError(error, std::string(entry) + ": page_table is NULL");
-    return 1;
-  }
-  if (kernel && kernel->function && !workspace && batch > 0 && seq_q > 0) {
-    setError(error, std::string(entry) +
-                        ": workspace is NULL (the partial attentions need "
-                        "fa3_attention_workspace_size bytes)");
-    return 1;
-  }
   auto args = runtime::AttentionDeviceArgs::forward(
       q, k_cache, v_cache, out, lse, batch, seq_q, /*seqK=*/0);
   args.cacheSeqlens = cache_seqlens;

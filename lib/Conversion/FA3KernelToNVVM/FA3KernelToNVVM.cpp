@@ -246,28 +246,42 @@ static SmallVector<Value> tmaCoordinates(OpBuilder &b, Location loc,
   return {constI32(b, loc, column), row, head, batch};
 }
 
+/// The one `mbarrier.arrive.expect_tx` of a TMA tile load: `bytes` are
+/// expected on `barrier` from this thread's copies.
+static void expectTileBytes(OpBuilder &b, Location loc, Value barrier,
+                            int64_t bytes) {
+  NVVM::MBarrierArriveExpectTxOp::create(
+      b, loc, Type(), barrier, constI32(b, loc, bytes), NVVM::MemScopeKind::CTA,
+      /*relaxed=*/false, Value());
+}
+
+/// One TMA copy of a box at `coords` of `map` into shared `dst`, completing
+/// on `barrier`.
+static void loadBox(OpBuilder &b, Location loc, Value dst, Value map,
+                    ValueRange coords, Value barrier) {
+  NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+      b, loc, dst, map, coords, barrier, ValueRange(), Value(), Value(),
+      NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
+      Value());
+}
+
 struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(TmaLoadTileOp op,
                                 PatternRewriter &rewriter) const override {
     rewriter.setInsertionPoint(op);
     Location loc = op.getLoc();
-    NVVM::MBarrierArriveExpectTxOp::create(
-        rewriter, loc, Type(), op.getBarrier(),
-        constI32(rewriter, loc, op.getBytes()), NVVM::MemScopeKind::CTA,
-        /*relaxed=*/false, Value());
+    expectTileBytes(rewriter, loc, op.getBarrier(), op.getBytes());
     int64_t atomBytes = static_cast<int64_t>(op.getRows()) * 128;
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     for (int64_t atom = 0; atom < atoms; ++atom) {
       Value dst = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(), atom,
                               atomBytes);
-      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-          rewriter, loc, dst, op.getTensorMap(),
-          tmaCoordinates(rewriter, loc, atom * op.getAtomCols(), op.getRow(),
-                         op.getHead(), op.getBatch(), op.getPackedHeads()),
-          op.getBarrier(), ValueRange(), Value(), Value(),
-          NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
-          Value());
+      loadBox(rewriter, loc, dst, op.getTensorMap(),
+              tmaCoordinates(rewriter, loc, atom * op.getAtomCols(),
+                             op.getRow(), op.getHead(), op.getBatch(),
+                             op.getPackedHeads()),
+              op.getBarrier());
     }
     rewriter.eraseOp(op);
     return success();
@@ -284,10 +298,7 @@ struct TmaLoadPagedTileLowering : OpRewritePattern<TmaLoadPagedTileOp> {
                                 PatternRewriter &rewriter) const override {
     rewriter.setInsertionPoint(op);
     Location loc = op.getLoc();
-    NVVM::MBarrierArriveExpectTxOp::create(
-        rewriter, loc, Type(), op.getBarrier(),
-        constI32(rewriter, loc, op.getBytes()), NVVM::MemScopeKind::CTA,
-        /*relaxed=*/false, Value());
+    expectTileBytes(rewriter, loc, op.getBarrier(), op.getBytes());
     int64_t rows = static_cast<int64_t>(op.getRows());
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     Type i32 = rewriter.getI32Type(), i64 = rewriter.getI64Type();
@@ -329,13 +340,11 @@ struct TmaLoadPagedTileLowering : OpRewritePattern<TmaLoadPagedTileOp> {
     for (int64_t atom = 0; atom < atoms; ++atom) {
       Value dst = atomAddress(rewriter, loc, op.getSmem(), chunkOffset, atom,
                               rows * 128);
-      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-          rewriter, loc, dst, op.getTensorMap(),
-          tmaCoordinates(rewriter, loc, atom * op.getAtomCols(), inPage,
-                         op.getHead(), page, /*packedHeads=*/std::nullopt),
-          op.getBarrier(), ValueRange(), Value(), Value(),
-          NVVM::TMALoadMode::TILE, /*isCTAOnly=*/true, NVVM::CTAGroupKindAttr(),
-          Value());
+      loadBox(rewriter, loc, dst, op.getTensorMap(),
+              tmaCoordinates(rewriter, loc, atom * op.getAtomCols(), inPage,
+                             op.getHead(), page,
+                             /*packedHeads=*/std::nullopt),
+              op.getBarrier());
     }
     rewriter.eraseOp(op);
     return success();
