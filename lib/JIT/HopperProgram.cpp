@@ -205,6 +205,16 @@ HopperProgram::run(const CudaDevice &device,
   std::vector<std::function<llvm::Error()>> launches;
   std::vector<DeviceBuffer> workspaces;
   workspaces.reserve(steps.size());
+  // A step's workspace of `bytes` (at least 256, so every step has one to
+  // point at), kept alive until the program ends; its device address.
+  auto newWorkspace = [&](int64_t bytes) -> llvm::Expected<DevicePtr> {
+    auto workspace =
+        DeviceBuffer::allocate(device, std::max<int64_t>(bytes, 256));
+    if (!workspace)
+      return workspace.takeError();
+    workspaces.push_back(std::move(*workspace));
+    return workspaces.back().ptr();
+  };
   modules.reserve(steps.size());
   for (const Step &step : steps) {
     const AttentionKernelInfo &info = step.kernel.info;
@@ -274,18 +284,18 @@ HopperProgram::run(const CudaDevice &device,
         return descale.takeError();
       setResult(0, std::move(*out));
       setResult(1, std::move(*descale));
-      auto workspace = DeviceBuffer::allocate(
-          device, std::max<int64_t>(quantizeWorkspaceBytes(info, batch), 256));
+      auto workspace = newWorkspace(quantizeWorkspaceBytes(info, batch));
       if (!workspace)
         return workspace.takeError();
-      workspaces.push_back(std::move(*workspace));
       auto kernels = getQuantizeKernels(modules.back(), info);
       if (!kernels)
         return kernels.takeError();
       QuantizeDeviceArgs args{src,
                               values[step.results[0]]->buffer.ptr(),
                               values[step.results[1]]->buffer.ptr(),
-                              workspaces.back().ptr(), batch, seq};
+                              *workspace,
+                              batch,
+                              seq};
       launches.push_back([kernels = *kernels, &info, args]() {
         return launchQuantize(kernels, info, args, nullptr);
       });
@@ -315,13 +325,10 @@ HopperProgram::run(const CudaDevice &device,
         return lse.takeError();
       setResult(0, std::move(*out));
       setResult(1, std::move(*lse));
-      auto workspace = DeviceBuffer::allocate(
-          device,
-          std::max<int64_t>(
-              attentionForwardWorkspaceBytes(info, batch, seqQ, seqK), 256));
+      auto workspace =
+          newWorkspace(attentionForwardWorkspaceBytes(info, batch, seqQ, seqK));
       if (!workspace)
         return workspace.takeError();
-      workspaces.push_back(std::move(*workspace));
       auto transpose = modules.back().getFunction(info.name + "_vt");
       if (!transpose)
         return transpose.takeError();
@@ -335,7 +342,7 @@ HopperProgram::run(const CudaDevice &device,
       args.qDescale = operand(3).buffer.ptr();
       args.kDescale = operand(4).buffer.ptr();
       args.vDescale = operand(5).buffer.ptr();
-      args.workspace = workspaces.back().ptr();
+      args.workspace = *workspace;
       launches.push_back(
           [transpose = *transpose, kernel = *function, &info, args]() {
             return launchAttentionForwardFP8(transpose, kernel, info, args,
@@ -411,14 +418,11 @@ HopperProgram::run(const CudaDevice &device,
       if (info.numSplits > 1) {
         // Split-KV: the partial attentions go to a workspace, and the
         // `_combine` kernel merges them into O and LSE.
-        auto workspace = DeviceBuffer::allocate(
-            device,
-            std::max<int64_t>(
-                attentionForwardWorkspaceBytes(info, batch, seqQ, seqK), 256));
+        auto workspace = newWorkspace(
+            attentionForwardWorkspaceBytes(info, batch, seqQ, seqK));
         if (!workspace)
           return workspace.takeError();
-        workspaces.push_back(std::move(*workspace));
-        args.workspace = workspaces.back().ptr();
+        args.workspace = *workspace;
         auto combine =
             modules.back().getFunction(attentionCombineKernelName(info));
         if (!combine)
@@ -461,12 +465,10 @@ HopperProgram::run(const CudaDevice &device,
     values.resize(std::max<size_t>(values.size(), step.results[2] + 1));
     for (unsigned i = 0; i < 3; ++i)
       values[step.results[i]] = std::move(*grads[i]);
-    auto workspace = DeviceBuffer::allocate(
-        device, std::max<int64_t>(
-                    attentionGradWorkspaceBytes(info, batch, seqQ, seqK), 256));
+    auto workspace =
+        newWorkspace(attentionGradWorkspaceBytes(info, batch, seqQ, seqK));
     if (!workspace)
       return workspace.takeError();
-    workspaces.push_back(std::move(*workspace));
     auto kernels = getAttentionGradKernels(modules.back(), info);
     if (!kernels)
       return kernels.takeError();
@@ -482,7 +484,7 @@ HopperProgram::run(const CudaDevice &device,
     args.gradQ = values[step.results[0]]->buffer.ptr();
     args.gradK = values[step.results[1]]->buffer.ptr();
     args.gradV = values[step.results[2]]->buffer.ptr();
-    args.workspace = workspaces.back().ptr();
+    args.workspace = *workspace;
     args.batch = batch;
     args.seqQ = seqQ;
     args.seqK = seqK;
