@@ -435,6 +435,23 @@ static bool kvCachePointersSet(const fa3_kernel *kernel, const char *entry,
   return true;
 }
 
+/// The device arguments of a paged KV-cache launch. The key count is the
+/// page table's (page_size * table_width): the launch derives and checks it.
+static runtime::AttentionDeviceArgs
+pagedKVCacheArgs(uint64_t q, uint64_t kCache, uint64_t vCache, uint64_t out,
+                 uint64_t lse, uint64_t cacheSeqlens, uint64_t pageTable,
+                 int64_t batch, int64_t seqQ, int64_t numPages,
+                 int64_t pageSize, int64_t tableWidth) {
+  auto args = runtime::AttentionDeviceArgs::forward(q, kCache, vCache, out, lse,
+                                                    batch, seqQ, /*seqK=*/0);
+  args.cacheSeqlens = cacheSeqlens;
+  args.pageTable = pageTable;
+  args.numPages = numPages;
+  args.pageSize = pageSize;
+  args.pageTableWidth = tableWidth;
+  return args;
+}
+
 extern "C" int fa3_launch_attention_kvcache(
     const fa3_kernel *kernel, uint64_t q, uint64_t k_cache, uint64_t v_cache,
     uint64_t out, uint64_t lse, uint64_t cache_seqlens, int64_t batch,
@@ -483,15 +500,9 @@ extern "C" int fa3_launch_attention_paged_kvcache(
                           cache_seqlens, page_table, std::nullopt, batch, seq_q,
                           error))
     return 1;
-  // The key count is the page table's (page_size * table_width): the launch
-  // derives and checks it.
-  auto args = runtime::AttentionDeviceArgs::forward(
-      q, k_cache, v_cache, out, lse, batch, seq_q, /*seqK=*/0);
-  args.cacheSeqlens = cache_seqlens;
-  args.pageTable = page_table;
-  args.numPages = num_pages;
-  args.pageSize = page_size;
-  args.pageTableWidth = table_width;
+  auto args =
+      pagedKVCacheArgs(q, k_cache, v_cache, out, lse, cache_seqlens, page_table,
+                       batch, seq_q, num_pages, page_size, table_width);
   return launchForward(kernel, "fa3_launch_attention_paged_kvcache", args,
                        stream, error);
 }
@@ -525,13 +536,9 @@ extern "C" int fa3_launch_attention_paged_kvcache_splits(
   if (!kvCachePointersSet(kernel, entry, cache_seqlens, page_table, workspace,
                           batch, seq_q, error))
     return 1;
-  auto args = runtime::AttentionDeviceArgs::forward(
-      q, k_cache, v_cache, out, lse, batch, seq_q, /*seqK=*/0);
-  args.cacheSeqlens = cache_seqlens;
-  args.pageTable = page_table;
-  args.numPages = num_pages;
-  args.pageSize = page_size;
-  args.pageTableWidth = table_width;
+  auto args =
+      pagedKVCacheArgs(q, k_cache, v_cache, out, lse, cache_seqlens, page_table,
+                       batch, seq_q, num_pages, page_size, table_width);
   args.workspace = workspace;
   return launchForward(kernel, entry, args, stream, error);
 }
