@@ -33,8 +33,8 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   unsigned count = 0;
   func.walk([&](mlir::Operation *op) {
     if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
-                  mlir::fa3::AttentionGradOp, mlir::fa3::HadamardOp,
-                  mlir::fa3::QuantizeOp>(op)) {
+                  mlir::fa3::AttentionVarlenOp, mlir::fa3::AttentionGradOp,
+                  mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
       attention = op;
       ++count;
     }
@@ -44,9 +44,10 @@ findLaunchableAttention(mlir::func::FuncOp func) {
                  "' cannot be compiled as one kernel: it must be one "
                  "fa3.attention on its 3 arguments returning (O, LSE), one "
                  "fa3.attention_kvcache on its 4 arguments (5 with a page "
-                 "table) returning (O, LSE), one fa3.attention_grad on its "
-                 "6 arguments returning (dQ, dK, dV), or one fa3.hadamard or "
-                 "fa3.quantize on its argument");
+                 "table) returning (O, LSE), one fa3.attention_varlen on its "
+                 "5 arguments (6 with seqused_k) returning (O, LSE), one "
+                 "fa3.attention_grad on its 6 arguments returning (dQ, dK, "
+                 "dV), or one fa3.hadamard or fa3.quantize on its argument");
   };
   if (count != 1 || func.getNumArguments() != attention->getNumOperands())
     return shapeError();
@@ -176,9 +177,11 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     kernel.info.backward = backward;
     kernel.info.fp8 = llvm::isa<mlir::Float8E4M3FNType>(q.getElementType());
     kernel.info.bf16 = q.getElementType().isBF16() || kernel.info.fp8;
-    kernel.info.headDim = q.getDimSize(3);
-    kernel.info.numQHeads = q.getDimSize(2);
-    kernel.info.numKVHeads = k.getDimSize(2);
+    // [B, S, H, D], or packed [T, H, D] for fa3.attention_varlen.
+    int64_t rank = q.getRank();
+    kernel.info.headDim = q.getDimSize(rank - 1);
+    kernel.info.numQHeads = q.getDimSize(rank - 2);
+    kernel.info.numKVHeads = k.getDimSize(rank - 2);
     kernel.info.blockN = getInt("block_n");
     kernel.info.sharedMemory = getInt("shared_memory");
     kernel.info.persistent = getInt("persistent") != 0;
@@ -200,6 +203,20 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
                      " in its fa3.launch; split-KV needs N >= 1 on a "
                      "non-persistent fa3.attention_kvcache kernel");
     }
+    // A packed batch: the launch passes the sequence offsets
+    // (launchAttentionVarlen), and seqused_k when the op has it.
+    kernel.info.varlen = getInt("varlen") != 0;
+    kernel.info.sequsedK = getInt("seqused") != 0;
+    if (kernel.info.varlen &&
+        (kernel.info.kvCache || kernel.info.persistent ||
+         kernel.info.numSplits != 1 || kernel.info.packedHeads != 1))
+      return error("internal error: " + kernel.info.name +
+                   " is marked varlen in its fa3.launch with a persistent "
+                   "grid, split-KV, packed query heads or a KV cache, which "
+                   "no varlen launch has");
+    if (kernel.info.sequsedK && !kernel.info.varlen)
+      return error("internal error: " + kernel.info.name +
+                   " is marked seqused but not varlen in its fa3.launch");
     kernel.info.deterministic = getInt("deterministic") != 0;
   }
 

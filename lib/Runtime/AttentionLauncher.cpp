@@ -50,7 +50,30 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"kvcache", kvCache ? "1" : "0"},
           {"paged", paged ? "1" : "0"},
           {"num_splits", std::to_string(numSplits)},
+          {"varlen", varlen ? "1" : "0"},
+          {"seqused", sequsedK ? "1" : "0"},
           {"deterministic", deterministic ? "1" : "0"}};
+}
+
+/// Why a varlen forward like `info` cannot be launched, or None: its launch
+/// (launchAttentionVarlen) has no persistent tile loop, no split-KV merge
+/// and no packed query heads, and its operands are not a KV cache.
+static std::optional<std::string>
+unlaunchableVarlen(const AttentionKernelInfo &info) {
+  if (!info.varlen)
+    return info.sequsedK ? std::optional<std::string>(
+                               "seqused = 1 needs varlen = 1 (only a "
+                               "varlen kernel takes seqused_k)")
+                         : std::nullopt;
+  if (info.kvCache)
+    return std::string("varlen = 1 and kvcache = 1 exclude each other");
+  if (info.persistent || info.numSplits != 1 || info.packedHeads != 1)
+    return "a varlen kernel is never persistent, split or packed-GQA, got "
+           "persistent = " +
+           std::to_string(info.persistent) +
+           ", num_splits = " + std::to_string(info.numSplits) +
+           ", packed_heads = " + std::to_string(info.packedHeads);
+  return std::nullopt;
 }
 
 llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
@@ -155,6 +178,14 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
       return error(
           "kernel manifest: packed_heads = " + llvm::Twine(info.packedHeads) +
           " must divide q_heads and block_m");
+    // Absent in the manifests of kernels from before varlen: dense.
+    for (auto [key, field] :
+         {std::pair<const char *, bool *>{"varlen", &info.varlen},
+          {"seqused", &info.sequsedK}})
+      if (manifest.count(key))
+        *field = manifest.at(key) == "1";
+    if (auto why = unlaunchableVarlen(info))
+      return error("kernel manifest: " + *why);
   }
   return info;
 }
@@ -292,6 +323,20 @@ static llvm::Error checkForwardOperands(const AttentionKernelInfo &info,
   if (!info.paged && args.pageTable)
     return error("kernel " + info.name +
                  " is not a paged KV cache kernel: it takes no page table");
+  if (!info.varlen && (args.cuSeqlensQ || args.cuSeqlensK || args.sequsedK))
+    return error("kernel " + info.name +
+                 " is not a varlen kernel: it takes no sequence offsets "
+                 "(cu_seqlens_q/k, seqused_k)");
+  if (info.varlen && (!args.cuSeqlensQ || !args.cuSeqlensK))
+    return error("kernel " + info.name +
+                 " attends to packed sequences: the launch needs "
+                 "cu_seqlens_q and cu_seqlens_k");
+  if (info.sequsedK && !args.sequsedK)
+    return error("kernel " + info.name +
+                 " was compiled with seqused_k: the launch needs it");
+  if (info.varlen && !info.sequsedK && args.sequsedK)
+    return error("kernel " + info.name +
+                 " was compiled without seqused_k: it takes none");
   return llvm::Error::success();
 }
 
@@ -431,6 +476,10 @@ llvm::Error fa3::runtime::launchAttentionForward(
         "kernel " + info.name +
         " is a split-KV kernel (num_splits = " + llvm::Twine(info.numSplits) +
         "): launch it with launchAttentionSplitKV");
+  if (info.varlen)
+    return error("kernel " + info.name +
+                 " is an fa3.attention_varlen forward: launch it with "
+                 "launchAttentionVarlen");
   if (llvm::Error err = checkForwardOperands(info, args))
     return err;
   return launchForwardTiles(kernel, info, args, stream, /*partials=*/nullptr);
@@ -491,6 +540,104 @@ llvm::Error fa3::runtime::launchAttentionSplitKV(
   int64_t rows = args.seqQ * info.numQHeads;
   Dim3 grid{unsigned((rows + 3) / 4), unsigned(args.batch), 1};
   return combine.launch(grid, Dim3{128, 1, 1}, 0, stream, params);
+}
+
+llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
+                                                const AttentionKernelInfo &info,
+                                                const AttentionDeviceArgs &args,
+                                                CudaStream stream) {
+  if (info.kind != AttentionKernelInfo::Kind::Attention || info.backward ||
+      info.fp8 || !info.varlen) {
+    const char *launcher = info.kind != AttentionKernelInfo::Kind::Attention
+                               ? nullptr
+                           : info.backward      ? "launchAttentionBackward"
+                           : info.fp8           ? "launchAttentionForwardFP8"
+                           : info.numSplits > 1 ? "launchAttentionSplitKV"
+                                                : "launchAttentionForward";
+    return error("kernel " + info.name +
+                 " is not an fa3.attention_varlen forward" +
+                 (launcher ? std::string(": launch it with ") + launcher
+                           : std::string()));
+  }
+  if (auto why = unlaunchableVarlen(info))
+    return error("kernel " + info.name + ": " + *why);
+  if (llvm::Error err = checkForwardOperands(info, args))
+    return err;
+  if (args.batch < 0 || args.seqQ < 0 || args.seqK < 0 || args.maxSeqlenQ < 0)
+    return error("kernel " + info.name +
+                 ": negative batch, token count or max_seqlen_q");
+  if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
+    return error(
+        "kernel " + info.name + ": total_q = " + llvm::Twine(args.seqQ) +
+        " and total_k = " + llvm::Twine(args.seqK) + " must fit in 32 bits");
+  if (args.batch > kMaxGridYZ || info.numQHeads > kMaxGridYZ)
+    return error("kernel " + info.name +
+                 ": batch = " + llvm::Twine(args.batch) + " sequences and " +
+                 llvm::Twine(info.numQHeads) +
+                 " query heads must each be at most the grid's " +
+                 llvm::Twine(kMaxGridYZ));
+  if (args.seqQ == 0)
+    return llvm::Error::success();
+  // No sequence is longer than the packed rows (the offsets end within
+  // them), so a larger max_seqlen_q only adds CTAs that exit at once.
+  int64_t maxSeqlenQ = std::min(args.maxSeqlenQ, args.seqQ);
+  int64_t queryTiles = (maxSeqlenQ + info.blockM - 1) / info.blockM;
+  bool launch = args.batch > 0 && queryTiles > 0;
+  // K and V of no rows are never read; their descriptors point at Q (as in
+  // launchForwardTiles).
+  bool noKeys = args.seqK == 0;
+  DevicePtr k = noKeys ? args.q : args.k, v = noKeys ? args.q : args.v;
+  int64_t kvSeq = noKeys ? args.seqQ : args.seqK;
+  int64_t kvHeads = noKeys ? info.numQHeads : info.numKVHeads;
+  // The packed tensors are the dense forward's [B, S, H, D] with B = 1:
+  // one sequence of T rows, whose boxes the kernel places at its offsets.
+  std::optional<TensorMap> mapQ, mapK, mapV, mapO;
+  if (launch) {
+    for (auto [map, base, seq, heads, rows, what] :
+         {std::tuple<std::optional<TensorMap> *, DevicePtr, int64_t, int64_t,
+                     int64_t, const char *>{&mapQ, args.q, args.seqQ,
+                                            info.numQHeads, info.blockM, "Q"},
+          {&mapK, k, kvSeq, kvHeads, info.blockN, "K"},
+          {&mapV, v, kvSeq, kvHeads, info.blockN, "V"},
+          {&mapO, args.out, args.seqQ, info.numQHeads, kOutputStoreRows,
+           "O"}}) {
+      auto encoded = bshdTensorMap(base, info.bf16, /*batch=*/1, seq, heads,
+                                   info.headDim, rows, what);
+      if (!encoded)
+        return encoded.takeError();
+      *map = *encoded;
+    }
+  }
+  // The kernel writes the rows inside a sequence; the rows past
+  // cu_seqlens_q[B] are defined as O = 0, LSE = -inf. Filling the whole
+  // tensors in stream order is one pass over O, cheaper than finding the
+  // tail (its offset is on the device). O's Tq·Hq·D 16-bit elements are whole
+  // 32-bit words: Hopper head dims are multiples of 64.
+  int64_t outWords = args.seqQ * info.numQHeads * info.headDim / 2;
+  if (llvm::Error err = memsetAsync32(args.out, 0, size_t(outWords), stream))
+    return err;
+  constexpr uint32_t kNegativeInfinity = 0xFF800000u; // f32 -inf
+  if (llvm::Error err =
+          memsetAsync32(args.lse, kNegativeInfinity,
+                        size_t(info.numQHeads * args.seqQ), stream))
+    return err;
+  if (!launch)
+    return llvm::Error::success();
+  if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
+    return err;
+  DevicePtr lse = args.lse, tileCounter = 0, cuSeqlensQ = args.cuSeqlensQ,
+            cuSeqlensK = args.cuSeqlensK, sequsedK = args.sequsedK;
+  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK),
+          batch32 = int32_t(args.batch);
+  void *params[] = {&*mapQ,       &*mapK,      &*mapV,      &*mapO,
+                    &lse,         &seqQ32,     &seqK32,     &batch32,
+                    &tileCounter, &cuSeqlensQ, &cuSeqlensK, &sequsedK};
+  Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),
+            unsigned(args.batch)};
+  // seqused_k is the last parameter of a kernel compiled with it only.
+  return kernel.launch(
+      grid, Dim3{unsigned(info.threads), 1, 1}, unsigned(info.sharedMemory),
+      stream, llvm::ArrayRef<void *>(params).drop_back(info.sequsedK ? 0 : 1));
 }
 
 /// Keys of V' padded to whole key blocks.

@@ -57,6 +57,13 @@ struct AttentionKernelInfo {
   /// per split into the launch's workspace, and its `_combine` companion
   /// merges them into O and LSE. 1: one split, no workspace.
   int64_t numSplits = 1;
+  /// An fa3.attention_varlen forward: Q, K, V and O are packed [T, H, D]
+  /// (described to TMA as [1, T, H, D]), LSE is [Hq, Tq], and the launch
+  /// passes the sequence offsets (AttentionDeviceArgs::cuSeqlensQ/K). Never
+  /// persistent, split or packed-GQA; launched by launchAttentionVarlen.
+  bool varlen = false;
+  /// A varlen forward compiled with seqused_k: the launch passes it too.
+  bool sequsedK = false;
   /// A deterministic backward: the workspace also holds the dQ turn
   /// counters (i32 [B, Hq, query blocks]), zeroed by the launch and passed
   /// to the main kernel.
@@ -86,12 +93,20 @@ struct AttentionKernelInfo {
 /// pageTableWidth], row-major): key j of batch b is row j % pageSize of page
 /// pageTable[b, j / pageSize]. Its key count is pageTableWidth * pageSize,
 /// the most keys a table row addresses; `seqK` is not read.
+///
+/// A varlen kernel (launchAttentionVarlen) reads packed Q, O [Tq, Hq, D],
+/// K, V [Tk, Hkv, D] and LSE [Hq, Tq] with seqQ = Tq, seqK = Tk and `batch`
+/// the number of sequences B; `cuSeqlensQ`, `cuSeqlensK` (i32 [B + 1]) and,
+/// for a kernel compiled with it, `sequsedK` (i32 [B]) are on the device,
+/// and `maxSeqlenQ` bounds every sequence's query count.
 struct AttentionDeviceArgs {
   DevicePtr q = 0, k = 0, v = 0, out = 0, lse = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
   DevicePtr cacheSeqlens = 0;
   DevicePtr pageTable = 0;
   int64_t numPages = 0, pageSize = 0, pageTableWidth = 0;
+  DevicePtr cuSeqlensQ = 0, cuSeqlensK = 0, sequsedK = 0;
+  int64_t maxSeqlenQ = 0;
   DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
   /// The device's multiprocessor count: how many CTAs a persistent kernel
   /// launches at most (one per SM: its shared memory and registers admit
@@ -141,7 +156,8 @@ llvm::Error launchAttentionForwardFP8(const CudaKernel &valueTranspose,
 
 /// Encodes the TMA descriptors and launches `kernel` on `stream`. Checks the
 /// shapes against `info` first; a launch with no rows (B or Sq = 0) does
-/// nothing. A split-KV kernel is refused: it needs launchAttentionSplitKV.
+/// nothing. A split-KV kernel is refused: it needs launchAttentionSplitKV;
+/// so is a varlen one: it needs launchAttentionVarlen.
 llvm::Error launchAttentionForward(const CudaKernel &kernel,
                                    const AttentionKernelInfo &info,
                                    const AttentionDeviceArgs &args,
@@ -157,6 +173,18 @@ llvm::Error launchAttentionSplitKV(const CudaKernel &kernel,
                                    const AttentionKernelInfo &info,
                                    const AttentionDeviceArgs &args,
                                    CudaStream stream);
+
+/// A packed variable-length forward (info.varlen): on `stream`, fills O with
+/// zeros and LSE with -inf, then launches `kernel` on a (ceildiv(maxSeqlenQ,
+/// blockM), Hq, B) grid, which writes the rows of every sequence. Rows past
+/// cu_seqlens_q[B] thus read O = 0, LSE = -inf. `maxSeqlenQ` must be at
+/// least every sequence's query count: the CTAs past it are never launched
+/// and their rows keep the fill (the caller checks it; the offsets are on
+/// the device). With Tq = 0 nothing is launched; with B = 0 only the fills.
+llvm::Error launchAttentionVarlen(const CudaKernel &kernel,
+                                  const AttentionKernelInfo &info,
+                                  const AttentionDeviceArgs &args,
+                                  CudaStream stream);
 
 /// Device-resident operands of a backward launch ([B, S, H, D] contiguous
 /// tensors, LSE [B, Hq, Sq] f32) and a workspace of
