@@ -136,6 +136,38 @@ int fa3_launch_attention_paged_kvcache_splits(
     uint64_t workspace, int64_t batch, int64_t seq_q, int64_t num_pages,
     int64_t page_size, int64_t table_width, void *stream, char **error);
 
+/** Launches an fa3.attention_varlen kernel (FlashAttention's
+ *  flash_attn_varlen_func: `batch` sequences packed without padding):
+ *  q, out [total_q, Hq, D] and k, v [total_k, Hkv, D], contiguous, of the
+ *  kernel's element type; lse [Hq, total_q] f32; cu_seqlens_q and
+ *  cu_seqlens_k i32 [batch + 1] on the device. Sequence b owns query rows
+ *  [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and key rows [cu_seqlens_k[b],
+ *  cu_seqlens_k[b + 1]), of which only the first seqused_k[b] take part when
+ *  the kernel was compiled with seqused_k (i32 [batch] on the device; pass 0
+ *  for a kernel without it: each mismatch is an error). Causal masks align
+ *  at each sequence's own bottom-right corner.
+ *
+ *  First, on `stream`, out is filled with 0 and lse with -inf, so that the
+ *  rows past cu_seqlens_q[batch] read O = 0, LSE = -inf; the kernel then
+ *  writes each sequence's rows. `max_seqlen_q` sizes the grid: it must be
+ *  at least every sequence's query count, or the rows past it keep the
+ *  fill (no error is reported; a larger value is only slower). The offsets
+ *  are read on the device and not checked here: they must be non-decreasing
+ *  from 0, cu_seqlens_q[batch] <= total_q, cu_seqlens_k[batch] <= total_k,
+ *  and 0 <= seqused_k[b] <= the sequence's keys. Keys are read in whole
+ *  tiles, so rows of k and v past a sequence's (used) keys are read and
+ *  masked: they must hold finite values. total_q = 0 launches nothing;
+ *  batch = 0 only fills. total_q and total_k must fit in 32 bits, batch and
+ *  Hq in the grid's 65535. A kernel of another forward is refused, naming
+ *  its entry point, and fa3_launch_attention refuses a varlen kernel. */
+int fa3_launch_attention_varlen(const fa3_kernel *kernel, uint64_t q,
+                                uint64_t k, uint64_t v, uint64_t out,
+                                uint64_t lse, uint64_t cu_seqlens_q,
+                                uint64_t cu_seqlens_k, uint64_t seqused_k,
+                                int64_t batch, int64_t total_q, int64_t total_k,
+                                int64_t max_seqlen_q, void *stream,
+                                char **error);
+
 /** Bytes of device workspace a forward launch of these sizes needs: for FP8
  *  forwards (e4m3 q, k, v) the transposed V'; for split-KV kernels of N
  *  splits the partial attentions, f32 O [N*B, Sq, Hq, D] and LSE [N*B, Hq,

@@ -357,6 +357,10 @@ static int launchForward(const fa3_kernel *kernel, const char *entry,
 
 /// The entry point that launches a forward kernel like `info`'s.
 static const char *forwardEntryFor(const runtime::AttentionKernelInfo &info) {
+  if (info.varlen)
+    return "fa3_launch_attention_varlen";
+  if (info.fp8)
+    return "fa3_launch_attention_fp8";
   bool splits = info.numSplits > 1;
   if (info.paged)
     return splits ? "fa3_launch_attention_paged_kvcache_splits"
@@ -377,8 +381,10 @@ static bool entryLaunches(const fa3_kernel *kernel, const char *entry,
   const runtime::AttentionKernelInfo &info = kernel->kernel.info;
   std::string name = entry;
   if (!info.kvCache) {
-    setError(error, name + ": the kernel is not an fa3.attention_kvcache "
-                           "forward; launch it with fa3_launch_attention");
+    setError(error, name +
+                        ": the kernel is not an fa3.attention_kvcache "
+                        "forward; launch it with " +
+                        forwardEntryFor(info));
     return false;
   }
   if (info.paged != paged) {
@@ -457,9 +463,10 @@ extern "C" int fa3_launch_attention_kvcache(
     uint64_t out, uint64_t lse, uint64_t cache_seqlens, int64_t batch,
     int64_t seq_q, int64_t cache_rows, void *stream, char **error) {
   if (kernel && kernel->function && !kernel->kernel.info.kvCache) {
-    setError(error, "fa3_launch_attention_kvcache: the kernel is not an "
-                    "fa3.attention_kvcache forward; launch it with "
-                    "fa3_launch_attention");
+    setError(error, std::string("fa3_launch_attention_kvcache: the kernel is "
+                                "not an fa3.attention_kvcache forward; launch "
+                                "it with ") +
+                        forwardEntryFor(kernel->kernel.info));
     return 1;
   }
   if (kernel && kernel->function && kernel->kernel.info.paged) {
@@ -553,10 +560,71 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                         forwardEntryFor(kernel->kernel.info));
     return 1;
   }
+  if (kernel && kernel->kernel.info.varlen) {
+    setError(error, "fa3_launch_attention: the kernel attends to packed "
+                    "variable-length sequences (fa3.attention_varlen); launch "
+                    "it with fa3_launch_attention_varlen");
+    return 1;
+  }
   return launchForward(kernel, "fa3_launch_attention",
                        runtime::AttentionDeviceArgs::forward(q, k, v, out, lse,
                                                              batch, seqQ, seqK),
                        stream, error);
+}
+
+extern "C" int fa3_launch_attention_varlen(
+    const fa3_kernel *kernel, uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+    uint64_t lse, uint64_t cu_seqlens_q, uint64_t cu_seqlens_k,
+    uint64_t seqused_k, int64_t batch, int64_t total_q, int64_t total_k,
+    int64_t max_seqlen_q, void *stream, char **error) {
+  std::string name = "fa3_launch_attention_varlen";
+  auto fail = [&](const std::string &message) {
+    setError(error, name + ": " + message);
+    return 1;
+  };
+  if (!kernel)
+    return fail("kernel is NULL");
+  // What the kernel is decides before whether it was loaded, so that a
+  // PTX-only compile (no GPU) already reports a wrong entry or seqused_k.
+  const runtime::AttentionKernelInfo &info = kernel->kernel.info;
+  using Kind = runtime::AttentionKernelInfo::Kind;
+  if (info.kind != Kind::Attention)
+    return fail("the kernel is not an attention (fa3.attention_varlen) "
+                "forward");
+  if (info.backward)
+    return fail("the kernel is a backward; launch it with "
+                "fa3_launch_attention_grad");
+  if (!info.varlen)
+    return fail(std::string("the kernel is not an fa3.attention_varlen "
+                            "forward; launch it with ") +
+                forwardEntryFor(info));
+  if (info.sequsedK && !seqused_k)
+    return fail("seqused_k is NULL, but the kernel was compiled with it");
+  if (!info.sequsedK && seqused_k)
+    return fail("the kernel was compiled without seqused_k; pass 0 for it "
+                "(or compile an fa3.attention_varlen that takes it)");
+  if (!cu_seqlens_q || !cu_seqlens_k)
+    return fail(std::string(!cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") +
+                " is NULL");
+  if (batch < 0 || total_q < 0 || total_k < 0 || max_seqlen_q < 0)
+    return fail("negative batch, total_q, total_k or max_seqlen_q");
+  if (total_q > 0 && (!q || !out || !lse))
+    return fail(std::string(!q ? "q" : !out ? "out" : "lse") + " is NULL");
+  if (total_k > 0 && (!k || !v))
+    return fail(std::string(!k ? "k" : "v") + " is NULL");
+  if (!kernel->function)
+    return fail("the kernel was compiled to PTX only (fa3_compile_ptx)");
+  auto args = runtime::AttentionDeviceArgs::forward(q, k, v, out, lse, batch,
+                                                    total_q, total_k);
+  args.cuSeqlensQ = cu_seqlens_q;
+  args.cuSeqlensK = cu_seqlens_k;
+  args.sequsedK = seqused_k;
+  args.maxSeqlenQ = max_seqlen_q;
+  return launchOnDevice(*kernel, error, [&] {
+    return runtime::launchAttentionVarlen(
+        *kernel->function, info, args,
+        static_cast<runtime::CudaStream>(stream));
+  });
 }
 
 static int launchForward(const fa3_kernel *kernel, const char *entry,

@@ -326,6 +326,29 @@ static char *kvcacheSource(int heads, int kvHeads, int d, int paged,
   return buffer;
 }
 
+/* `@varlen(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])`: one causal
+ * bf16 fa3.attention_varlen on packed [T, H, D] tensors. */
+static char *varlenSource(int heads, int kvHeads, int d, int seqused) {
+  char *buffer = malloc(2048);
+  char q[64], kv[64], l[64];
+  snprintf(q, sizeof(q), "tensor<?x%dx%dxbf16>", heads, d);
+  snprintf(kv, sizeof(kv), "tensor<?x%dx%dxbf16>", kvHeads, d);
+  snprintf(l, sizeof(l), "tensor<%dx?xf32>", heads);
+  const char *usedArg = seqused ? ", %used: tensor<?xi32>" : "";
+  const char *usedOperand = seqused ? ", %used" : "";
+  const char *usedType = seqused ? ", tensor<?xi32>" : "";
+  snprintf(buffer, 2048,
+           "func.func @varlen(%%q: %s, %%k: %s, %%v: %s, %%cq: tensor<?xi32>, "
+           "%%ck: tensor<?xi32>%s) -> (%s, %s) {\n"
+           "  %%o, %%lse = fa3.attention_varlen %%q, %%k, %%v, %%cq, %%ck%s "
+           "{causal} : (%s, %s, %s, tensor<?xi32>, tensor<?xi32>%s) -> (%s, "
+           "%s)\n"
+           "  return %%o, %%lse : %s, %s\n}\n",
+           q, kv, kv, usedArg, q, l, usedOperand, q, kv, kv, usedType, q, l, q,
+           l);
+  return buffer;
+}
+
 static void testPtx(void) {
   char *source = bf16Source(8, 2, 128, 1), *error = NULL;
   int hit = -1;
@@ -399,6 +422,18 @@ static void testPtx(void) {
             errorContains(error, "fa3_launch_attention_paged_kvcache_splits: "
                                  "kernel is NULL"),
         "the paged split-KV launch refuses a NULL kernel");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_varlen: the kernel is "
+                                 "not an fa3.attention_varlen forward; launch "
+                                 "it with fa3_launch_attention"),
+        "the varlen launch names the entry of a dense forward");
+  error = NULL;
+  check(fa3_launch_attention_varlen(NULL, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_varlen: kernel is NULL"),
+        "the varlen launch refuses a NULL kernel");
   check(fa3_attention_workspace_size(kernel, 2, 3, 4) == 0 &&
             fa3_attention_workspace_size(kernel, -1, 3, 4) == -1 &&
             fa3_attention_workspace_size(NULL, 2, 3, 4) == -1,
@@ -423,6 +458,85 @@ static void testPtx(void) {
             errorContains(error, "head dim"),
         "ptx compile rejects head dim 96");
   free(d96);
+}
+
+/* A PTX-only fa3.attention_varlen kernel: what a kernel is decides its
+ * entry point before whether it was loaded, so without a GPU the entries
+ * already refuse it but its own, and its own checks seqused_k and the
+ * offsets' pointers before reporting the missing load. */
+static void testPtxVarlen(void) {
+  char *error = NULL;
+  char *plain = varlenSource(8, 2, 128, 0);
+  fa3_kernel *kernel = fa3_compile_ptx(plain, "varlen", 0, 0, NULL, &error);
+  free(plain);
+  check(kernel != NULL, "varlen ptx compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  check(strstr(fa3_kernel_ptx(kernel), ".target sm_90a") != NULL &&
+            strncmp(fa3_kernel_name(kernel), "fa3_fwd", 7) == 0,
+        "varlen ptx targets sm_90a");
+  /* Device addresses that are never dereferenced: every call fails first. */
+  const uint64_t p = 256;
+  error = NULL;
+  check(fa3_launch_attention(kernel, p, p, p, p, p, 1, 1, 1, NULL, &error) !=
+                0 &&
+            errorContains(error, "launch it with fa3_launch_attention_varlen"),
+        "a varlen kernel is not launched as a dense forward");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, p, p, p, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "compiled without seqused_k; pass 0"),
+        "the varlen launch refuses seqused_k the kernel does not take");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, 0, p, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "cu_seqlens_q is NULL"),
+        "the varlen launch refuses NULL cu_seqlens_q");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, p, 0, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "cu_seqlens_k is NULL"),
+        "the varlen launch refuses NULL cu_seqlens_k");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, 0, p, p, p, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "out is NULL"),
+        "the varlen launch refuses a NULL output");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, p, p, 0, 1, 1, 1, -1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "negative"),
+        "the varlen launch refuses a negative max_seqlen_q");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, p, p, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_varlen: the kernel was "
+                                 "compiled to PTX only"),
+        "the varlen launch refuses a PTX-only kernel last");
+  check(fa3_attention_workspace_size(kernel, 2, 3, 4) == 0,
+        "a varlen forward needs no workspace");
+  fa3_destroy_kernel(kernel);
+
+  char *used = varlenSource(8, 2, 128, 1);
+  error = NULL;
+  kernel = fa3_compile_ptx(used, "varlen", 0, 0, NULL, &error);
+  free(used);
+  check(kernel != NULL, "varlen ptx compile with seqused_k");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, p, p, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "seqused_k is NULL, but the kernel was "
+                                 "compiled with it"),
+        "the varlen launch needs the seqused_k its kernel takes");
+  fa3_destroy_kernel(kernel);
 }
 
 static void testCostModel(void) {
@@ -684,6 +798,164 @@ static int testGpuSplitKV(int b, int sq, int sk, int hq, int hkv, int d,
   return 0;
 }
 
+/* `--gpu`, varlen: a causal bf16 fa3.attention_varlen (GQA 8:2, d64) on 3
+ * packed sequences of 1, 129 and 17 queries over 300, 1 and 17 keys, with
+ * 3 query rows past cu_seqlens_q[3] and 2 key rows past cu_seqlens_k[3],
+ * and max_seqlen_q = 1000 (the CTAs past a sequence exit). Each sequence
+ * against the float64 reference on its own rows (the bound of the dense
+ * case), the tail rows O = 0 and LSE = -inf over poisoned outputs; then
+ * the kernel compiled with seqused_k, on 250, 1 and 0 used keys (the last
+ * sequence sees no key: O = 0, LSE = -inf). The other entries refuse the
+ * kernel. */
+static int testGpuVarlen(CuMemAlloc cuMemAlloc, CuMemFree cuMemFree,
+                         CuMemcpyHtoD cuMemcpyHtoD, CuMemcpyDtoH cuMemcpyDtoH,
+                         CuCtxSynchronize cuCtxSynchronize) {
+  enum { kSeqs = 3, kHq = 8, kHkv = 2, kD = 64, kTq = 150, kTk = 320 };
+  int32_t cuQ[kSeqs + 1] = {0, 1, 130, 147}, cuK[kSeqs + 1] = {0, 300, 301, 318};
+  int32_t used[kSeqs] = {250, 1, 0};
+  size_t nq = (size_t)kTq * kHq * kD, nk = (size_t)kTk * kHkv * kD,
+         nl = (size_t)kHq * kTq;
+  uint16_t *q16 = malloc(nq * 2), *k16 = malloc(nk * 2), *v16 = malloc(nk * 2),
+           *o16 = malloc(nq * 2);
+  float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4),
+        *lseGot = malloc(nl * 4);
+  for (size_t i = 0; i < nq; ++i)
+    qf[i] = fromBf16(q16[i] = toBf16(2 * nextUniform()));
+  for (size_t i = 0; i < nk; ++i) {
+    kf[i] = fromBf16(k16[i] = toBf16(2 * nextUniform()));
+    vf[i] = fromBf16(v16[i] = toBf16(nextUniform()));
+  }
+  /* All-ones bytes: NaN in bf16 and f32, so a row the launch leaves alone
+   * fails the comparison. */
+  unsigned char *poison = malloc(nq * 2 > nl * 4 ? nq * 2 : nl * 4);
+  memset(poison, 0xFF, nq * 2 > nl * 4 ? nq * 2 : nl * 4);
+  uint64_t dq = 0, dk = 0, dv = 0, dout = 0, dlse = 0, dcq = 0, dck = 0,
+           dused = 0;
+  if (cuMemAlloc(&dq, nq * 2) || cuMemAlloc(&dk, nk * 2) ||
+      cuMemAlloc(&dv, nk * 2) || cuMemAlloc(&dout, nq * 2) ||
+      cuMemAlloc(&dlse, nl * 4) || cuMemAlloc(&dcq, sizeof(cuQ)) ||
+      cuMemAlloc(&dck, sizeof(cuK)) || cuMemAlloc(&dused, sizeof(used)) ||
+      cuMemcpyHtoD(dq, q16, nq * 2) || cuMemcpyHtoD(dk, k16, nk * 2) ||
+      cuMemcpyHtoD(dv, v16, nk * 2) || cuMemcpyHtoD(dcq, cuQ, sizeof(cuQ)) ||
+      cuMemcpyHtoD(dck, cuK, sizeof(cuK)) ||
+      cuMemcpyHtoD(dused, used, sizeof(used))) {
+    printf("gpu: varlen allocation or copy failed: FAIL\n");
+    return 1;
+  }
+  for (int withUsed = 0; withUsed <= 1; ++withUsed) {
+    char *source = varlenSource(kHq, kHkv, kD, withUsed), *error = NULL;
+    fa3_kernel *kernel =
+        fa3_compile_attention(source, "varlen", 0, 0, NULL, &error);
+    free(source);
+    check(kernel != NULL, withUsed ? "gpu varlen compile with seqused_k"
+                                   : "gpu varlen compile");
+    if (!kernel) {
+      fprintf(stderr, "%s\n", error);
+      fa3_free_string(error);
+      return 1;
+    }
+    if (!withUsed) {
+      error = NULL;
+      check(fa3_launch_attention(kernel, dq, dk, dv, dout, dlse, 1, kTq, kTk,
+                                 NULL, &error) != 0 &&
+                errorContains(error, "launch it with "
+                                     "fa3_launch_attention_varlen"),
+            "gpu: a varlen kernel is not launched as a dense forward");
+      error = NULL;
+      check(fa3_launch_attention_kvcache(kernel, dq, dk, dv, dout, dlse, dcq,
+                                         1, kTq, kTk, NULL, &error) != 0 &&
+                errorContains(error, "launch it with "
+                                     "fa3_launch_attention_varlen"),
+            "gpu: a varlen kernel is not launched as a KV cache");
+      error = NULL;
+      check(fa3_launch_attention_varlen(kernel, dq, dk, dv, dout, dlse, dcq,
+                                        dck, dused, kSeqs, kTq, kTk, 1000,
+                                        NULL, &error) != 0 &&
+                errorContains(error, "compiled without seqused_k"),
+            "gpu: the varlen launch refuses an unexpected seqused_k");
+    } else {
+      error = NULL;
+      check(fa3_launch_attention_varlen(kernel, dq, dk, dv, dout, dlse, dcq,
+                                        dck, 0, kSeqs, kTq, kTk, 1000, NULL,
+                                        &error) != 0 &&
+                errorContains(error, "seqused_k is NULL"),
+            "gpu: the varlen launch needs its seqused_k");
+    }
+    cuMemcpyHtoD(dout, poison, nq * 2);
+    cuMemcpyHtoD(dlse, poison, nl * 4);
+    error = NULL;
+    int rc = fa3_launch_attention_varlen(kernel, dq, dk, dv, dout, dlse, dcq,
+                                         dck, withUsed ? dused : 0, kSeqs, kTq,
+                                         kTk, 1000, NULL, &error);
+    check(rc == 0, withUsed ? "gpu varlen launch with seqused_k"
+                            : "gpu varlen launch");
+    if (rc) {
+      fprintf(stderr, "%s\n", error);
+      fa3_free_string(error);
+      return 1;
+    }
+    cuCtxSynchronize();
+    cuMemcpyDtoH(o16, dout, nq * 2);
+    cuMemcpyDtoH(lseGot, dlse, nl * 4);
+    double errO = 0, errL = 0;
+    int lseInfOk = 1;
+    for (int b = 0; b < kSeqs; ++b) {
+      int sq = cuQ[b + 1] - cuQ[b];
+      int sk = withUsed ? used[b] : cuK[b + 1] - cuK[b];
+      double *o = malloc(sizeof(double) * (size_t)(sq ? sq : 1) * kHq * kD);
+      double *lse = malloc(sizeof(double) * (size_t)(sq ? sq : 1) * kHq);
+      reference(qf + (size_t)cuQ[b] * kHq * kD, kf + (size_t)cuK[b] * kHkv * kD,
+                vf + (size_t)cuK[b] * kHkv * kD, 1, sq, sk, kHq, kHkv, kD, 1, o,
+                lse);
+      for (int i = 0; i < sq * kHq * kD; ++i) {
+        double got = fromBf16(o16[(size_t)cuQ[b] * kHq * kD + i]);
+        errO = isnan(got) ? INFINITY : fmax(errO, fabs(got - o[i]));
+      }
+      for (int h = 0; h < kHq; ++h)
+        for (int i = 0; i < sq; ++i) {
+          double want = lse[(size_t)h * sq + i];
+          float got = lseGot[(size_t)h * kTq + cuQ[b] + i];
+          if (isinf(want))
+            lseInfOk &= isinf(got) && got < 0;
+          else
+            errL = isnan(got) ? INFINITY : fmax(errL, fabs(got - want));
+        }
+      free(o);
+      free(lse);
+    }
+    /* The rows past cu_seqlens_q[3]: the launch's fill. */
+    int tailOk = 1;
+    for (size_t i = (size_t)cuQ[kSeqs] * kHq * kD; i < nq; ++i)
+      tailOk &= o16[i] == 0;
+    for (int h = 0; h < kHq; ++h)
+      for (int i = cuQ[kSeqs]; i < kTq; ++i)
+        tailOk &= isinf(lseGot[(size_t)h * kTq + i]) &&
+                  lseGot[(size_t)h * kTq + i] < 0;
+    printf("gpu varlen%s max |O - ref| = %.2e, max |LSE - ref| = %.2e\n",
+           withUsed ? " (seqused_k)" : "", errO, errL);
+    /* The dense case's bound (testGpu): bf16 rounding of O and of P. */
+    check(errO < 1.0 / 64 && errL < 1e-3 && lseInfOk,
+          withUsed ? "gpu varlen with seqused_k matches the float64 reference"
+                   : "gpu varlen matches the float64 reference");
+    check(tailOk, withUsed ? "gpu varlen with seqused_k fills the tail rows"
+                           : "gpu varlen fills the tail rows");
+    fa3_destroy_kernel(kernel);
+  }
+  free(q16);
+  free(k16);
+  free(v16);
+  free(o16);
+  free(qf);
+  free(kf);
+  free(vf);
+  free(lseGot);
+  free(poison);
+  uint64_t buffers[] = {dq, dk, dv, dout, dlse, dcq, dck, dused};
+  for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); ++i)
+    cuMemFree(buffers[i]);
+  return 0;
+}
+
 static int testGpu(void) {
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
   if (!cuda) {
@@ -857,6 +1129,9 @@ static int testGpu(void) {
                      cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
                      cuCtxSynchronize))
     return 1;
+  if (testGpuVarlen(cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
+                    cuCtxSynchronize))
+    return 1;
   error = NULL;
   check(fa3_compile_attention_grad(source, "attn", 0, 0, NULL, &error) ==
                 NULL &&
@@ -914,6 +1189,8 @@ int main(int argc, char **argv) {
 // CHECK: the split-KV launch refuses a NULL kernel: ok
 // CHECK: the paged split-KV launch names itself and refuses a PTX-only kernel: ok
 // CHECK: the paged split-KV launch refuses a NULL kernel: ok
+// CHECK: the varlen launch names the entry of a dense forward: ok
+// CHECK: the varlen launch refuses a NULL kernel: ok
 // CHECK: a 16-bit forward of one split needs no workspace: ok
 // CHECK: a forward is not launched as a backward: ok
 // CHECK: a forward has no backward workspace: ok
@@ -955,5 +1232,17 @@ int main(int argc, char **argv) {
 // GPU: gpu: the paged split-KV launch refuses NULL cache_seqlens: ok
 // GPU: gpu: the paged split-KV launch refuses a NULL workspace: ok
 // GPU: gpu: the paged split-KV launch checks the page geometry: ok
+// GPU: gpu varlen compile: ok
+// GPU: gpu: a varlen kernel is not launched as a dense forward: ok
+// GPU: gpu: a varlen kernel is not launched as a KV cache: ok
+// GPU: gpu: the varlen launch refuses an unexpected seqused_k: ok
+// GPU: gpu varlen launch: ok
+// GPU: gpu varlen matches the float64 reference: ok
+// GPU: gpu varlen fills the tail rows: ok
+// GPU: gpu varlen compile with seqused_k: ok
+// GPU: gpu: the varlen launch needs its seqused_k: ok
+// GPU: gpu varlen launch with seqused_k: ok
+// GPU: gpu varlen with seqused_k matches the float64 reference: ok
+// GPU: gpu varlen with seqused_k fills the tail rows: ok
 // GPU: gpu: a forward function is not a backward: ok
 // GPU-NOT: FAIL
