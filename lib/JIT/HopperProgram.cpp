@@ -20,6 +20,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <optional>
 
@@ -117,17 +118,17 @@ HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
       continue;
     }
     if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
-                   mlir::fa3::AttentionGradOp, mlir::fa3::HadamardOp,
-                   mlir::fa3::QuantizeOp>(op)) {
+                   mlir::fa3::AttentionVarlenOp, mlir::fa3::AttentionGradOp,
+                   mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
       std::string s;
       llvm::raw_string_ostream os(s);
       op.getLoc().print(os);
       return error("'" + function + "' cannot run on CUDA: '" +
                    op.getName().getStringRef() + "' at " + s +
                    " is not fa3.attention, fa3.attention_kvcache, "
-                   "fa3.attention_grad, fa3.hadamard or fa3.quantize (the "
-                   "CUDA runtime runs sequences of those; the CPU runs "
-                   "anything)");
+                   "fa3.attention_varlen, fa3.attention_grad, fa3.hadamard or "
+                   "fa3.quantize (the CUDA runtime runs sequences of those; "
+                   "the CPU runs anything)");
     }
     Step step;
     for (mlir::Value v : op.getOperands())
@@ -176,6 +177,127 @@ static llvm::Expected<DeviceValue> allocate(const CudaDevice &device,
   if (llvm::Error err = value.buffer.memset(0xFF))
     return std::move(err);
   return value;
+}
+
+/// The i32 vector operand `i` of `step`, named `name`, of `length` entries
+/// when given, from the host copy of the function argument it must be.
+static llvm::Expected<std::vector<int32_t>>
+hostIndexVector(const AttentionKernelInfo &info,
+                const HopperProgram::Step &step, unsigned i, const char *name,
+                std::optional<int64_t> length,
+                const std::vector<HostTensor> &inputs) {
+  unsigned id = step.operands[i];
+  // The offsets are checked and the grid sized on the host: they must come
+  // from the inputs, not from an earlier step.
+  if (id >= inputs.size())
+    return error(llvm::Twine(name) + " of " + info.name +
+                 " must be an argument of the function (fa3-run checks the "
+                 "sequence offsets on the host)");
+  const HostTensor &t = inputs[id];
+  if (t.elementType != ElementType::I32 || t.shape.size() != 1 ||
+      (length && t.shape[0] != *length))
+    return error(llvm::Twine(name) + " of " + info.name + " must be [" +
+                 (length ? llvm::Twine(*length) : llvm::Twine("B + 1")) +
+                 "] i32, got " + t.describe());
+  std::vector<int32_t> values(size_t(t.shape[0]));
+  if (!values.empty())
+    std::memcpy(values.data(), t.data.data(), values.size() * 4);
+  return values;
+}
+
+/// Sequence offsets `cu` of `rows` packed rows: from 0, non-decreasing,
+/// ending within them (as the Python API checks them).
+static llvm::Error checkOffsets(const AttentionKernelInfo &info,
+                                const char *name,
+                                const std::vector<int32_t> &cu, int64_t rows) {
+  if (cu.empty() || cu[0] != 0)
+    return error(llvm::Twine(name) + " of " + info.name +
+                 " must start at 0 (batch + 1 >= 1 entries)");
+  for (size_t b = 1; b < cu.size(); ++b)
+    if (cu[b] < cu[b - 1])
+      return error(llvm::Twine(name) + " of " + info.name +
+                   " must be non-decreasing, but entry " + llvm::Twine(b) +
+                   " = " + llvm::Twine(cu[b]) + " < " + llvm::Twine(cu[b - 1]));
+  if (cu.back() > rows)
+    return error(llvm::Twine(name) + "[-1] = " + llvm::Twine(cu.back()) +
+                 " of " + info.name + " exceeds the " + llvm::Twine(rows) +
+                 " packed rows");
+  return llvm::Error::success();
+}
+
+/// An fa3.attention_varlen step: checks its packed operands and, on the
+/// host, its offsets (which give the grid's max_seqlen_q), allocates O and
+/// LSE as its results, and returns its launch's arguments.
+static llvm::Expected<AttentionDeviceArgs>
+planVarlen(const AttentionKernelInfo &info, const HopperProgram::Step &step,
+           const std::vector<HostTensor> &inputs,
+           std::vector<std::optional<DeviceValue>> &values,
+           const CudaDevice &device) {
+  auto operand = [&](unsigned i) -> const DeviceValue & {
+    return *values[step.operands[i]];
+  };
+  ElementType elt = info.bf16 ? ElementType::BF16 : ElementType::F16;
+  for (auto [i, name, heads] :
+       {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},
+        {1, "k", info.numKVHeads},
+        {2, "v", info.numKVHeads}}) {
+    const DeviceValue &v = operand(i);
+    if (v.type != elt || v.shape.size() != 3 || v.shape[1] != heads ||
+        v.shape[2] != info.headDim)
+      return error(llvm::Twine(name) + " of " + info.name + " must be [T, " +
+                   llvm::Twine(heads) + ", " + llvm::Twine(info.headDim) +
+                   "] " + elementTypeName(elt));
+  }
+  std::vector<int64_t> q = operand(0).shape;
+  int64_t totalQ = q[0], totalK = operand(1).shape[0];
+  if (operand(2).shape[0] != totalK)
+    return error("k and v of " + info.name + " must have one token count");
+  auto cuQ =
+      hostIndexVector(info, step, 3, "cu_seqlens_q", std::nullopt, inputs);
+  if (!cuQ)
+    return cuQ.takeError();
+  auto cuK = hostIndexVector(info, step, 4, "cu_seqlens_k",
+                             int64_t(cuQ->size()), inputs);
+  if (!cuK)
+    return cuK.takeError();
+  if (llvm::Error err = checkOffsets(info, "cu_seqlens_q", *cuQ, totalQ))
+    return std::move(err);
+  if (llvm::Error err = checkOffsets(info, "cu_seqlens_k", *cuK, totalK))
+    return std::move(err);
+  int64_t batch = int64_t(cuQ->size()) - 1, maxSeqlenQ = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    maxSeqlenQ = std::max<int64_t>(maxSeqlenQ, (*cuQ)[b + 1] - (*cuQ)[b]);
+  DevicePtr sequsedK = 0;
+  if (info.sequsedK) {
+    auto used = hostIndexVector(info, step, 5, "seqused_k", batch, inputs);
+    if (!used)
+      return used.takeError();
+    for (int64_t b = 0; b < batch; ++b)
+      if ((*used)[b] < 0 || (*used)[b] > (*cuK)[b + 1] - (*cuK)[b])
+        return error("seqused_k[" + llvm::Twine(b) +
+                     "] = " + llvm::Twine((*used)[b]) + " of " + info.name +
+                     " must lie in [0, " +
+                     llvm::Twine((*cuK)[b + 1] - (*cuK)[b]) + "] (sequence " +
+                     llvm::Twine(b) + "'s keys)");
+    sequsedK = operand(5).buffer.ptr();
+  }
+  auto out = allocate(device, elt, q);
+  if (!out)
+    return out.takeError();
+  auto lse = allocate(device, ElementType::F32, {info.numQHeads, totalQ});
+  if (!lse)
+    return lse.takeError();
+  auto args = AttentionDeviceArgs::forward(
+      operand(0).buffer.ptr(), operand(1).buffer.ptr(), operand(2).buffer.ptr(),
+      out->buffer.ptr(), lse->buffer.ptr(), batch, totalQ, totalK);
+  args.cuSeqlensQ = operand(3).buffer.ptr();
+  args.cuSeqlensK = operand(4).buffer.ptr();
+  args.sequsedK = sequsedK;
+  args.maxSeqlenQ = maxSeqlenQ;
+  values.resize(std::max<size_t>(values.size(), step.results[1] + 1));
+  values[step.results[0]] = std::move(*out);
+  values[step.results[1]] = std::move(*lse);
+  return args;
 }
 
 llvm::Expected<std::vector<HostTensor>>
@@ -348,6 +470,18 @@ HopperProgram::run(const CudaDevice &device,
             return launchAttentionForwardFP8(transpose, kernel, info, args,
                                              nullptr);
           });
+      continue;
+    }
+    if (info.varlen) {
+      auto launch = planVarlen(info, step, inputs, values, device);
+      if (!launch)
+        return launch.takeError();
+      auto function = modules.back().getFunction(info.name);
+      if (!function)
+        return function.takeError();
+      launches.push_back([kernel = *function, &info, args = *launch]() {
+        return launchAttentionVarlen(kernel, info, args, nullptr);
+      });
       continue;
     }
     if (!info.backward) {
