@@ -9,8 +9,8 @@
 variable-length batches) and `fa3.attention_with_kvcache` (contiguous or
 paged KV caches with appends) follow `flash_attn_varlen_func` and
 `flash_attn_with_kvcache` (numpy arrays or torch CPU tensors: the CPU
-pipeline; `fa3.attention_with_kvcache` also runs its Hopper kernel on torch
-CUDA tensors). `fa3.compile` returns the compiled kernel
+pipeline; on torch CUDA tensors `fa3.attention_with_kvcache` runs its
+Hopper kernels and `fa3.attention_varlen` its forward kernel). `fa3.compile` returns the compiled kernel
 for inspection (MLIR, PTX) and explicit launches. Compiled kernels are
 cached in memory per process and, for CUDA, on disk (`FA3_CACHE_DIR`).
 Compile and CUDA failures raise RuntimeError (`fa3.Error`); bad arguments

@@ -10,8 +10,8 @@ fa3._inference_torch (autograd for the packed attention, torch.compile). The seq
 data: one compiled function serves every batch, and the checks here, on
 their values, are what keeps a call from reading another sequence's rows.
 CUDA tensors: attention_with_kvcache on a contiguous or paged cache runs
-its Hopper kernel (fa3._kvcache_cuda); the varlen ops and split-KV have none
-yet and are a ValueError.
+its Hopper kernels (fa3._kvcache_cuda), attention_varlen its forward kernel
+(fa3._varlen_cuda; its backward has none yet).
 """
 
 import sys
@@ -125,10 +125,19 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
     hkv, dv = _check_heads(hq, k.shape, v.shape, d)
     cu_q = _int32_vector("cu_seqlens_q", cu_seqlens_q)
     cu_k = _int32_vector("cu_seqlens_k", cu_seqlens_k, length=cu_q.shape[0])
+    seq_q, seq_k = _check_offsets(cu_q, cu_k, q.shape[0], k.shape[0])
+    return dtype, hq, hkv, d, dv, cu_q, cu_k, seq_q, seq_k
+
+
+def _check_offsets(cu_q, cu_k, total_q, total_k):
+    """Checks the values of the int32 offsets (numpy vectors of one length,
+    batch + 1 >= 1) against the `total_q` / `total_k` packed rows; returns
+    the (query, key) lengths of the sequences. Shared by the CPU path and
+    the CUDA one (which copies the offsets to the host for it)."""
     if cu_q.shape[0] == 0:
         raise ValueError("cu_seqlens_q must have batch + 1 >= 1 entries, got 0")
     lengths = []
-    for name, cu, total in (("cu_seqlens_q", cu_q, q.shape[0]), ("cu_seqlens_k", cu_k, k.shape[0])):
+    for name, cu, total in (("cu_seqlens_q", cu_q, total_q), ("cu_seqlens_k", cu_k, total_k)):
         if cu[0] != 0:
             raise ValueError(f"{name} must start at 0, got {cu[0]}")
         steps = np.diff(cu)
@@ -140,7 +149,18 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
             raise ValueError(f"{name}[-1] = {cu[-1]} exceeds the {total} packed rows of "
                              f"{'q' if name.endswith('q') else 'k and v'}")
         lengths.append(steps)
-    return dtype, hq, hkv, d, dv, cu_q, cu_k, lengths[0], lengths[1]
+    return lengths[0], lengths[1]
+
+
+def _check_max_seqlens(max_seqlen_q, max_seqlen_k, seq_q, seq_k):
+    """`max_seqlen_q` / `max_seqlen_k` are ints at least the longest query /
+    key length (`seq_q`, `seq_k`: numpy vectors; seq_k counts the used keys
+    with seqused_k)."""
+    for name, given, longest in (("max_seqlen_q", max_seqlen_q, seq_q), ("max_seqlen_k", max_seqlen_k, seq_k)):
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(given).__name__}")
+        if longest.size and given < longest.max():
+            raise ValueError(f"{name} = {given} is less than the longest sequence ({longest.max()})")
 
 
 def _check_seqused_k(seqused_k, seq_k):
@@ -178,12 +198,18 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     torch CPU tensors (float32/float16/bfloat16, int32 offsets) work too, with
     autograd through the output and the LSE and under torch.compile (the op
-    is `torch.ops.fa3.attention_varlen_fwd`); CUDA tensors are a ValueError
-    until the Hopper kernel exists.
+    is `torch.ops.fa3.attention_varlen_fwd`). torch CUDA tensors (bf16/f16,
+    head dims 64, 128, 192 or 256 with k's and v's equal to q's, int32
+    offsets and seqused_k on q's device) run the Hopper kernel of
+    fa3.attention_varlen (`torch.ops.fa3.attention_varlen_cuda`, traceable
+    by torch.compile), in one split and unpacked (`num_splits` 0 or 1,
+    `pack_gqa` None or False). Each call copies the offsets to the host
+    once (a device sync) to check them; the grid is sized by the longest
+    sequence. Rows of k and v past a sequence's used keys are read and
+    masked: they must be finite. Forward only: with grad enabled and q, k
+    or v requiring grad it raises NotImplementedError.
     """
     if _torch_inputs(q, k, v):
-        from . import _inference_torch
-
         for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
             if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, got {type(x).__name__}")
@@ -191,6 +217,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         if not isinstance(return_lse, bool):
             raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, q.shape[-1])
+        torch = sys.modules["torch"]
+        if isinstance(q, torch.Tensor) and q.device.type == "cuda":
+            from . import _varlen_cuda
+
+            out, lse = _varlen_cuda.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                                     int(max_seqlen_k), causal, scale, window, softcap,
+                                                     int(num_splits), pack_gqa, seqused_k=seqused_k)
+            return (out, lse) if return_lse else out
+        from . import _inference_torch
+
         out, lse = _inference_torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                      max_seqlen_k, causal, scale, window, softcap,
                                                      max(int(num_splits), 1), pack_gqa, seqused_k=seqused_k)
@@ -199,11 +235,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if seqused_k is not None:
         used = _check_seqused_k(seqused_k, seq_k)
         seq_k = used
-    for name, given, longest in (("max_seqlen_q", max_seqlen_q, seq_q), ("max_seqlen_k", max_seqlen_k, seq_k)):
-        if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(given).__name__}")
-        if longest.size and given < longest.max():
-            raise ValueError(f"{name} = {given} is less than the longest sequence ({longest.max()})")
+    _check_max_seqlens(max_seqlen_q, max_seqlen_k, seq_q, seq_k)
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     _check_num_splits(num_splits)

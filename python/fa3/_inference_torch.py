@@ -1,4 +1,5 @@
-"""fa3.attention_varlen and fa3.attention_with_kvcache on torch CPU tensors:
+"""fa3.attention_varlen and fa3.attention_with_kvcache on torch CPU tensors
+(CUDA tensors: fa3._varlen_cuda and fa3._kvcache_cuda):
 `torch.library` custom ops (`fa3::attention_varlen_fwd/bwd`,
 `fa3::attention_with_kvcache`) over the numpy entry points of
 fa3._inference, with fake implementations so that torch.compile traces
@@ -45,9 +46,8 @@ def check_cpu_tensors(**tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor like the others, got {type(t).__name__}")
         if t.device.type != "cpu":
-            raise ValueError(f"{name} is on {t.device}; fa3's varlen attention runs on the CPU for now (no Hopper "
-                             "kernel yet), and attention_with_kvcache takes q and the caches on one device "
-                             "(CUDA: a contiguous cache)")
+            raise ValueError(f"{name} is on {t.device}; fa3's varlen attention and attention_with_kvcache take "
+                             "all their tensors on q's device, the CPU or a CUDA GPU")
         if name.startswith("cu_") or "seqlens" in name or name in ("seqused_k", "page_table"):
             if t.dtype != torch.int32:
                 raise TypeError(f"{name} must be an int32 tensor, got {t.dtype}")

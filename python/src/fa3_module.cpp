@@ -255,6 +255,20 @@ public:
       raise(error, "fa3_launch_attention_paged_kvcache_splits failed");
   }
 
+  /// fa3.attention_varlen forwards: packed [T, H, D] tensors, i32 offsets
+  /// [B + 1] and, for a kernel compiled with it, seqused_k [B] (else 0).
+  void launchVarlen(uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+                    uint64_t lse, uint64_t cuSeqlensQ, uint64_t cuSeqlensK,
+                    uint64_t sequsedK, int64_t batch, int64_t totalQ,
+                    int64_t totalK, int64_t maxSeqlenQ, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_varlen(
+            kernel, q, k, v, out, lse, cuSeqlensQ, cuSeqlensK, sequsedK, batch,
+            totalQ, totalK, maxSeqlenQ, reinterpret_cast<void *>(stream),
+            &error) != 0)
+      raise(error, "fa3_launch_attention_varlen failed");
+  }
+
   /// FP8 forwards: e4m3 q/k/v, f32 descales [B, Hkv], V' workspace.
   void launchFP8(uint64_t q, uint64_t k, uint64_t v, uint64_t out,
                  uint64_t lse, uint64_t qDescale, uint64_t kDescale,
@@ -441,6 +455,14 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("workspace"), py::arg("batch"), py::arg("seq_q"),
            py::arg("num_pages"), py::arg("page_size"), py::arg("table_width"),
            py::arg("stream"))
+      .def("launch_varlen", &CudaKernel::launchVarlen, py::arg("q"),
+           py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"),
+           py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
+           py::arg("seqused_k"), py::arg("batch"), py::arg("total_q"),
+           py::arg("total_k"), py::arg("max_seqlen_q"), py::arg("stream"),
+           "Fills out with 0 and lse with -inf, then launches an "
+           "fa3.attention_varlen kernel (fa3_launch_attention_varlen; "
+           "seqused_k: 0 for a kernel without it)")
       .def("launch_fp8", &CudaKernel::launchFP8, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("q_descale"),
            py::arg("k_descale"), py::arg("v_descale"), py::arg("workspace"),

@@ -2,7 +2,9 @@
 (the custom ops of fa3._inference_torch): autograd through the output and
 the LSE against float64 gradients, torch.compile(fullgraph=True) equal to
 eager, the KV cache written in place, and the errors for what is not
-supported (CUDA tensors, mixed kinds, wrong index dtypes).
+supported (devices other than the CPU and CUDA, mixed kinds, wrong index
+dtypes), and the host-side pieces of the CUDA varlen path that run without
+a GPU.
 
 Bounds as in test_inference_numpy.py: float32 gradients within 1e-4 of
 their scale; bf16 outputs within 8·u·(1 + max|V|)."""
@@ -194,7 +196,48 @@ def test_torch_errors():
         fa3.attention_varlen(q, q.half(), q, cu, cu, 4, 4)
     with pytest.raises(ValueError, match="max_seqlen_q = 3 is less than the longest sequence"):
         fa3.attention_varlen(q, q, q, cu, cu, 3, 4)
-    # Any non-CPU device (a meta tensor stands in for CUDA here) is refused.
+    # A device that is neither the CPU nor CUDA is refused.
     m = q.to("meta")
-    with pytest.raises(ValueError, match="q is on meta; fa3's varlen attention runs on the CPU for now"):
+    with pytest.raises(ValueError, match="q is on meta; fa3's varlen attention and attention_with_kvcache take "
+                                         "all their tensors on q's device"):
         fa3.attention_varlen(m, m, m, cu, cu, 4, 4)
+
+
+def test_cuda_varlen_fake_and_schema():
+    """The CUDA varlen op's fake (torch.compile's shape function): O like q,
+    LSE (num_heads, total_q) float32; seqused_k optional."""
+    from fa3 import _varlen_cuda  # noqa: F401 (registers the op)
+
+    q = torch.empty(11, 8, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(20, 2, 64, device="meta", dtype=torch.bfloat16)
+    cu = torch.empty(3, device="meta", dtype=torch.int32)
+    for used in (None, torch.empty(2, device="meta", dtype=torch.int32)):
+        out, lse = torch.ops.fa3.attention_varlen_cuda(q, k, k, cu, cu, used, 7, 9, True, 0.125, -1, -1, 0.0)
+        assert out.shape == (11, 8, 64) and out.dtype == torch.bfloat16
+        assert lse.shape == (8, 11) and lse.dtype == torch.float32
+    schema = str(torch.ops.fa3.attention_varlen_cuda.default._schema)
+    assert "Tensor? seqused_k" in schema and "max_seqlen_q" in schema
+
+
+def test_cuda_varlen_offset_checks_on_cpu_tensors():
+    """The CUDA path's value checks (fa3._varlen_cuda.check_offsets: one
+    host copy of the offsets and seqused_k, the CPU path's checks) on CPU
+    int32 tensors: the longest query count, which sizes the grid, or the
+    CPU path's ValueErrors."""
+    from fa3 import _varlen_cuda
+
+    cu_q, cu_k = _offsets([3, 0, 17]), _offsets([5, 2, 1])
+    used = torch.tensor([4, 0, 1], dtype=torch.int32)
+    assert _varlen_cuda.check_offsets(cu_q, cu_k, None, 25, 8, 17, 5) == 17
+    assert _varlen_cuda.check_offsets(cu_q, cu_k, used, 20, 8, 100, 4) == 17
+    assert _varlen_cuda.check_offsets(_offsets([]), _offsets([]), None, 4, 0, 0, 0) == 0
+    with pytest.raises(ValueError, match=r"max_seqlen_q = 16 is less than the longest sequence \(17\)"):
+        _varlen_cuda.check_offsets(cu_q, cu_k, None, 20, 8, 16, 5)
+    with pytest.raises(ValueError, match=r"max_seqlen_k = 3 is less than the longest sequence \(4\)"):
+        _varlen_cuda.check_offsets(cu_q, cu_k, used, 20, 8, 17, 3)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\] = 20 exceeds the 19 packed rows of q"):
+        _varlen_cuda.check_offsets(cu_q, cu_k, None, 19, 8, 17, 5)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k must be non-decreasing, but cu_seqlens_k\[2\] = 4 < "):
+        _varlen_cuda.check_offsets(cu_q, torch.tensor([0, 5, 4, 8], dtype=torch.int32), None, 20, 8, 17, 5)
+    with pytest.raises(ValueError, match=r"seqused_k\[0\] = 6 must lie in \[0, 5\]"):
+        _varlen_cuda.check_offsets(cu_q, cu_k, torch.tensor([6, 0, 1], dtype=torch.int32), 20, 8, 17, 9)

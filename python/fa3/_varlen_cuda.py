@@ -1,0 +1,181 @@
+"""`attention_varlen` on torch CUDA tensors: the Hopper kernel of
+fa3.attention_varlen (FlashAttention's `flash_attn_varlen_func` forward).
+
+The packed q, k, v ([T, H, D]) are described to TMA as one [1, T, H, D]
+sequence; the kernel's CTA (query tile, head, sequence) reads the
+sequence's offsets on the device and loads its tiles at them
+(docs/Design.md, section 10). Before the kernel the launch fills O with 0
+and the LSE with -inf on the same stream, so that the rows past
+cu_seqlens_q[-1] are defined.
+
+The offsets are data on the device, and a wrong one would make the kernel
+read another sequence's rows or drop some of its own (the grid is sized by
+the longest sequence), so each call copies cu_seqlens_q, cu_seqlens_k and
+seqused_k to the host in one transfer and checks them as the CPU path does
+(`fa3._inference._check_offsets`): one device sync per call. The grid is
+then sized by the longest sequence found there; `max_seqlen_q` and
+`max_seqlen_k` are only checked against it.
+
+One kernel per (dtype, heads, head dim, causal, window, softcap, scale,
+seqused_k or not), unpacked (no PackGQA), one split. Forward only: the
+backward has no Hopper kernel yet, so a call that autograd would
+differentiate is refused. The op is `torch.ops.fa3.attention_varlen_cuda`,
+with a fake implementation for torch.compile.
+"""
+
+from typing import Optional
+
+import torch
+
+from . import _inference, _jit
+from ._spec import AttentionSpec
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+# Head dims of the Hopper forward (whole 128-byte swizzle atoms), with k's
+# and v's equal to q's.
+VARLEN_CUDA_HEAD_DIMS = (64, 128, 192, 256)
+# The kernel takes the token counts as i32 and the sequences and heads as
+# grid dims y and z.
+_INT32_MAX = 2**31 - 1
+_MAX_GRID_YZ = 65535
+
+# The raw current-stream handle of a device.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+if _raw_stream is None:  # pragma: no cover - older torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def _kernel(spec, seqused_k, device_index):
+    """The compiled varlen kernel of `spec` (with the seqused_k argument or
+    not) on device `device_index`. No schedule is written: the compiler
+    picks one for unknown lengths (the lengths are per sequence)."""
+    return _jit.get_mlir(spec.varlen_mlir(seqused_k), "attention_varlen", f"cuda:{device_index}", "fwd")
+
+
+def _check_index_vector(name, t, q, length=None):
+    """An int32 1-D tensor on q's device, of `length` entries when given."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 tensor on {q.device}, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be an int32 tensor, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all of them on one device")
+    if t.dim() != 1 or (length is not None and t.shape[0] != length):
+        want = f"({length},)" if length is not None else "1-D"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
+
+
+def check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k):
+    """The CUDA path's checks of types, devices and shapes (nothing read on
+    the device); the values of the offsets are checked in the op
+    (check_offsets)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor like q, got {getattr(t, 'device', type(t).__name__)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all of them on one device")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+    for name, t, layout in (("q", q, "(total_q, num_heads, head_dim)"),
+                            ("k", k, "(total_k, num_kv_heads, head_dim)"),
+                            ("v", v, "(total_k, num_kv_heads, head_dim)")):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have 3 dims {layout}, got shape {tuple(t.shape)}")
+        if t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {t.stride()}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape (total_k, num_kv_heads, head_dim) on CUDA, got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    total_q, hq, d = q.shape
+    total_k, hkv, dk = k.shape
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q's {hq} heads must be a positive multiple of k/v's {hkv} heads (GQA)")
+    if d not in VARLEN_CUDA_HEAD_DIMS or dk != d:
+        raise ValueError(f"attention_varlen on CUDA runs head dims {VARLEN_CUDA_HEAD_DIMS} with k's and v's equal "
+                         f"to q's, got head_dim {d} (k and v: {dk})")
+    if total_q > _INT32_MAX or total_k > _INT32_MAX:
+        raise ValueError(f"total_q = {total_q} and total_k = {total_k} must fit in 32 bits")
+    if hq > _MAX_GRID_YZ:
+        raise ValueError(f"q's {hq} heads exceed the {_MAX_GRID_YZ} the kernel's grid holds")
+    _check_index_vector("cu_seqlens_q", cu_seqlens_q, q)
+    _check_index_vector("cu_seqlens_k", cu_seqlens_k, q, length=cu_seqlens_q.shape[0])
+    if cu_seqlens_q.shape[0] == 0:
+        raise ValueError("cu_seqlens_q must have batch + 1 >= 1 entries, got 0")
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch > _MAX_GRID_YZ:
+        raise ValueError(f"{batch} sequences exceed the {_MAX_GRID_YZ} the kernel's grid holds (one CTA row per "
+                         "sequence)")
+    if seqused_k is not None:
+        _check_index_vector("seqused_k", seqused_k, q, length=batch)
+
+
+def check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q, max_seqlen_k):
+    """Copies the offsets (and seqused_k) to the host in one transfer (a
+    device sync) and checks their values as the CPU path does; returns the
+    longest sequence's query count (the grid's)."""
+    parts = [cu_seqlens_q, cu_seqlens_k] + ([seqused_k] if seqused_k is not None else [])
+    host = torch.cat(parts).cpu().numpy()
+    n = cu_seqlens_q.shape[0]
+    seq_q, seq_k = _inference._check_offsets(host[:n], host[n:2 * n], total_q, total_k)
+    if seqused_k is not None:
+        seq_k = _inference._check_seqused_k(host[2 * n:], seq_k)
+    _inference._check_max_seqlens(max_seqlen_q, max_seqlen_k, seq_q, seq_k)
+    return int(seq_q.max()) if seq_q.size else 0
+
+
+@torch.library.custom_op("fa3::attention_varlen_cuda", mutates_args=())
+def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                          cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], max_seqlen_q: int,
+                          max_seqlen_k: int, causal: bool, scale: float, window_left: int, window_right: int,
+                          softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    total_q, hq, d = q.shape
+    total_k, hkv = k.shape[:2]
+    batch = cu_seqlens_q.shape[0] - 1
+    # In the op, so that a torch.compile'd caller checks every call too.
+    longest_q = check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q, max_seqlen_k)
+    # The launch fills both before the kernel writes the sequences' rows.
+    out = q.new_empty((total_q, hq, d))
+    lse = q.new_empty((hq, total_q), dtype=torch.float32)
+    if total_q == 0:
+        return out, lse
+    spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
+                         causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
+    kernel = _kernel(spec, seqused_k is not None, q.device.index)
+    # Copies of strided inputs, freed into torch's stream-ordered allocator
+    # after the launch.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    used = seqused_k.contiguous() if seqused_k is not None else None
+    kernel.launch_varlen(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), cu_q.data_ptr(),
+                         cu_k.data_ptr(), used.data_ptr() if used is not None else 0, batch, total_q, total_k,
+                         longest_q, _raw_stream(q.device.index))
+    return out, lse
+
+
+@attention_varlen_cuda.register_fake
+def _attention_varlen_cuda_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, causal,
+                                scale, window_left, window_right, softcap):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window,
+                     softcap, num_splits, pack_gqa, seqused_k=None):
+    """(out, lse) on CUDA tensors; the arguments as
+    fa3.attention_varlen's, with the options resolved (check_options)."""
+    check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k)
+    if num_splits not in (0, 1):
+        raise ValueError(f"attention_varlen on CUDA runs in one split (num_splits 0 or 1), got num_splits = "
+                         f"{num_splits}: the varlen Hopper kernel has no split-KV")
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
+    if pack_gqa and q.shape[1] != k.shape[1]:
+        raise ValueError("pack_gqa=True: the varlen Hopper kernel does not pack query heads (pass None or False; "
+                         "the result is the same)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError("the backward of attention_varlen has no Hopper kernel yet; run it on the CPU "
+                                  "or under torch.no_grad()")
+    return torch.ops.fa3.attention_varlen_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                                               max_seqlen_k, causal, scale, window[0], window[1], softcap)
