@@ -33,8 +33,8 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   unsigned count = 0;
   func.walk([&](mlir::Operation *op) {
     if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
-                  mlir::fa3::AttentionGradOp, mlir::fa3::HadamardOp,
-                  mlir::fa3::QuantizeOp>(op)) {
+                  mlir::fa3::AttentionVarlenOp, mlir::fa3::AttentionGradOp,
+                  mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
       attention = op;
       ++count;
     }
@@ -44,7 +44,9 @@ findLaunchableAttention(mlir::func::FuncOp func) {
                  "' cannot be compiled as one kernel: it must be one "
                  "fa3.attention on its 3 arguments returning (O, LSE), one "
                  "fa3.attention_kvcache on its 4 arguments (5 with a page "
-                 "table) returning (O, LSE), one fa3.attention_grad on its "
+                 "table) returning (O, LSE), one fa3.attention_varlen on "
+                 "its 5 arguments (6 with seqused_k) returning (O, LSE), "
+                 "one fa3.attention_grad on its "
                  "6 arguments returning (dQ, dK, dV), or one fa3.hadamard or "
                  "fa3.quantize on its argument");
   };
