@@ -44,10 +44,11 @@ findLaunchableAttention(mlir::func::FuncOp func) {
                  "' cannot be compiled as one kernel: it must be one "
                  "fa3.attention on its 3 arguments returning (O, LSE), one "
                  "fa3.attention_kvcache on its 4 arguments (5 with a page "
-                 "table) returning (O, LSE), one fa3.attention_varlen on its "
-                 "5 arguments (6 with seqused_k) returning (O, LSE), one "
-                 "fa3.attention_grad on its 6 arguments returning (dQ, dK, "
-                 "dV), or one fa3.hadamard or fa3.quantize on its argument");
+                 "table) returning (O, LSE), one fa3.attention_varlen on "
+                 "its 5 arguments (6 with seqused_k) returning (O, LSE), "
+                 "one fa3.attention_grad on its "
+                 "6 arguments returning (dQ, dK, dV), or one fa3.hadamard or "
+                 "fa3.quantize on its argument");
   };
   if (count != 1 || func.getNumArguments() != attention->getNumOperands())
     return shapeError();

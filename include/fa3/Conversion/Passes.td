@@ -122,7 +122,12 @@ def FA3OutlineHopperKernels
     f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache`: its
     function takes `cache_seqlens` after the caches and, paged, the page
     table after that; with `num_splits = N > 1` the launch says
-    `num_splits = N`), checks the schedule as `convert-fa3-to-hopper`
+    `num_splits = N`; and each `fa3.attention_varlen`: its function takes
+    the packed `[T, H, D]` tensors, `cu_seqlens_q`, `cu_seqlens_k` and
+    `seqused_k` when present, on dynamic token and sequence counts, and its
+    launch says `varlen = 1`, and `seqused = 1` with `seqused_k`; pack_gqa,
+    split-KV and a persistent schedule are rejected for it), checks the
+    schedule as `convert-fa3-to-hopper`
     does (the same diagnostics), creates in `gpu.module @fa3_kernels` a
     function named after the kernel's spec that holds the attention on
     dynamic batch and sequence lengths, with the schedule as its
@@ -185,6 +190,22 @@ def ConvertFA3TileToHopper
     is a plain pointer to the f32 partial O (stored from the fragment), and
     `<name>_combine`, one warp per (query, head) row, which weighs the N
     partial rows by exp(lse_s - max) into O and the LSE.
+    A packed variable-length batch's function (`fa3.attention_varlen`: Q,
+    K, V `[T, H, D]` viewed as `[1, T, H, D]`, i32 `cu_seqlens_q`,
+    `cu_seqlens_k` and optionally `seqused_k`) adds the offsets' pointers,
+    O as a plain pointer and the `seqused_k` pointer as parameters;
+    `tensor.dim` of the packed tensors' dim 0 reads T_q or T_k, of the
+    offsets' B + 1. Its forall's outputs must be the fills O = 0 and LSE =
+    -inf, which the launch does (the kernel writes the rows inside the
+    sequences only), and its query load and both stores must share the
+    sequence's row and end (`limit`): the query tile reads whole tiles
+    (rows of the next sequence past the end, which no store keeps), a CTA
+    whose tile starts at or past its sequence's end exits at once (the
+    runtime may launch x up to the longest sequence's query blocks only),
+    a consumer warpgroup whose 64 rows end inside the sequence stores them
+    with TMA, and the one that crosses the end copies its rows inside from
+    the staged O tile with 16-byte stores through the O pointer; the LSE
+    rows past the end are not stored.
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of

@@ -28,22 +28,27 @@ using namespace mlir::fa3;
 
 /// Reads what the forward and backward specs share (head dims and counts,
 /// masking, scale, softcap, the schedule's tile sizes) from `op`, an
-/// fa3.attention or fa3.attention_grad; `backend` names the kernel in
-/// diagnostics.
+/// fa3.attention, fa3.attention_varlen, fa3.attention_kvcache or
+/// fa3.attention_grad: its Q, K and V are [..., H, D] (BSHD, or packed
+/// [T, H, D]); `backend` names the kernel in diagnostics.
 template <typename Spec, typename Op>
 static LogicalResult readSharedSpec(Op op, Value key, Value value, Spec &spec,
                                     StringRef backend) {
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(key.getType());
   auto v = cast<RankedTensorType>(value.getType());
-  spec.headDim = q.getDimSize(3);
-  if (v.getDimSize(3) != spec.headDim)
+  auto headDimOf = [](RankedTensorType t) { return t.getShape().back(); };
+  auto headsOf = [](RankedTensorType t) {
+    return t.getDimSize(t.getRank() - 2);
+  };
+  spec.headDim = headDimOf(q);
+  if (headDimOf(v) != spec.headDim)
     return op.emitOpError() << "the Hopper " << backend
                             << " needs the value head dim to equal the query "
                                "head dim, got "
-                            << v.getDimSize(3) << " vs " << spec.headDim;
-  spec.numQHeads = q.getDimSize(2);
-  spec.numKVHeads = k.getDimSize(2);
+                            << headDimOf(v) << " vs " << spec.headDim;
+  spec.numQHeads = headsOf(q);
+  spec.numKVHeads = headsOf(k);
   spec.causal = op.getCausal();
   std::tie(spec.windowLeft, spec.windowRight) = op.getWindowBounds();
   spec.scale = op.getEffectiveScale();
@@ -214,6 +219,31 @@ HopperAttentionSpec::fromOp(AttentionKVCacheOp op) {
   return spec;
 }
 
+FailureOr<HopperAttentionSpec>
+HopperAttentionSpec::fromOp(AttentionVarlenOp op) {
+  FailureOr<HopperAttentionSpec> spec =
+      forwardSpec(op, op.getKey(), op.getValue(), /*fp8=*/false);
+  if (failed(spec))
+    return failure();
+  // The sequences' tiles start at their own rows: the persistent
+  // scheduler's fixed grid, the split-KV partials and the packed heads'
+  // TMA view are written for whole batches.
+  if (spec->persistent)
+    return op.emitOpError()
+           << "persistent = true: the Hopper varlen forward runs one CTA per "
+              "(query block, head, sequence)";
+  if (spec->packedHeads > 1)
+    return op.emitOpError()
+           << "pack_gqa is not implemented by the Hopper varlen forward";
+  if (op.getNumSplits().value_or(1) > 1)
+    return op.emitOpError() << "num_splits = " << *op.getNumSplits()
+                            << ": the Hopper varlen forward has no split-KV "
+                               "form; use num_splits = 1";
+  spec->varlen = true;
+  spec->sequsedK = static_cast<bool>(op.getSequsedK());
+  return spec;
+}
+
 FailureOr<HopperAttentionGradSpec>
 HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
   HopperAttentionGradSpec spec;
@@ -321,6 +351,24 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
   op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 
+void mlir::fa3::annotateHopperForwardLaunch(Operation *op,
+                                            gpu::GPUModuleOp kernels,
+                                            StringRef name,
+                                            const HopperAttentionSpec &spec) {
+  annotateHopperLaunch(op, kernels, name, spec.numThreads(),
+                       spec.sharedMemoryBytes(), spec.blockM, spec.blockN,
+                       spec.persistent, spec.packedHeads, spec.kvCache,
+                       spec.paged, spec.numSplits);
+  if (!spec.varlen)
+    return;
+  Builder builder(op->getContext());
+  NamedAttrList launch(op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
+  launch.set("varlen", builder.getI64IntegerAttr(1));
+  if (spec.sequsedK)
+    launch.set("seqused", builder.getI64IntegerAttr(1));
+  op->setAttr(kLaunchAttrName, launch.getDictionary(op->getContext()));
+}
+
 namespace {
 struct ConvertFA3ToHopperPass
     : public fa3::impl::ConvertFA3ToHopperBase<ConvertFA3ToHopperPass> {
@@ -379,8 +427,15 @@ struct ConvertFA3ToHopperPass
                  "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
                  "fa3-hopper-pipeline does)";
         failedAny = true;
-      } else if (isa<AttentionVarlenOp, AttentionVarlenGradOp, KVCacheAppendOp>(
-                     op)) {
+      } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
+        if (succeeded(HopperAttentionSpec::fromOp(varlen)))
+          op->emitOpError()
+              << "is built from the tile level: run "
+                 "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "
+                 "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
+                 "fa3-hopper-pipeline does)";
+        failedAny = true;
+      } else if (isa<AttentionVarlenGradOp, KVCacheAppendOp>(op)) {
         op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
                              "(fa3-cpu-pipeline) runs it";
         failedAny = true;

@@ -101,6 +101,8 @@ std::string HopperAttentionSpec::kernelName() const {
     name += paged ? "_kvc_paged" : "_kvc";
   if (numSplits > 1)
     name += "_split" + std::to_string(numSplits);
+  if (varlen)
+    name += sequsedK ? "_varlen_used" : "_varlen";
   if (causal)
     name += "_causal";
   // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".

@@ -27,21 +27,26 @@ namespace mlir::fa3 {
 using namespace mlir;
 using namespace mlir::fa3;
 
-/// `type` with its batch and sequence dims (0 and 1 of BSHD, 0 and 2 of the
-/// LSE's BHS) dynamic: one kernel serves every batch and length.
-static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
+/// `type` with its dims `dims` dynamic.
+static RankedTensorType withDynamicDims(Type type, ArrayRef<unsigned> dims) {
   auto tensor = cast<RankedTensorType>(type);
   SmallVector<int64_t> shape(tensor.getShape());
-  shape[0] = ShapedType::kDynamic;
-  shape[seqDim] = ShapedType::kDynamic;
+  for (unsigned d : dims)
+    shape[d] = ShapedType::kDynamic;
   return RankedTensorType::get(shape, tensor.getElementType());
 }
 
+/// `type` with its batch and sequence dims (0 and 1 of BSHD, 0 and 2 of the
+/// LSE's BHS) dynamic: one kernel serves every batch and length.
+static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
+  return withDynamicDims(type, {0, seqDim});
+}
+
 /// Creates `@name(q, k, v) -> (o, lse)` in `kernels` (a KV cache's:
-/// `@name(q, k_cache, v_cache, cache_seqlens[, page_table])`): `attention`
-/// on dynamic
-/// batch and lengths, with the schedule also kept on the function (the tile
-/// level's ops do not carry it).
+/// `@name(q, k_cache, v_cache, cache_seqlens[, page_table])`, a packed
+/// batch's `@name(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])`):
+/// `attention` on dynamic batch and lengths, with the schedule also kept on
+/// the function (the tile level's ops do not carry it).
 static void outlineKernel(Operation *attention, ScheduleAttr schedule,
                           gpu::GPUModuleOp kernels, StringRef name) {
   OpBuilder builder(attention->getContext());
@@ -50,14 +55,22 @@ static void outlineKernel(Operation *attention, ScheduleAttr schedule,
   // Q, K and V (or the caches) are [B, S, H, D] (a paged cache's [pages,
   // page_size, H, D]: one kernel serves every page size); cache_seqlens [B]
   // and the page table [B, max_pages] are dynamic already.
-  SmallVector<Type> inputs;
-  for (Type type : attention->getOperandTypes())
-    inputs.push_back(cast<RankedTensorType>(type).getRank() == 4
-                         ? dynamicBatchAndLength(type, 1)
-                         : type);
-  SmallVector<Type> results = {
-      dynamicBatchAndLength(attention->getResult(0).getType(), 1),
-      dynamicBatchAndLength(attention->getResult(1).getType(), 2)};
+  SmallVector<Type> inputs, results;
+  if (isa<AttentionVarlenOp>(attention)) {
+    // A packed batch: Q, K, V and O [T, H, D], the LSE [H, T] and the i32
+    // offsets and lengths, with their token and sequence counts dynamic.
+    for (Type type : attention->getOperandTypes())
+      inputs.push_back(withDynamicDims(type, {0}));
+    results = {withDynamicDims(attention->getResult(0).getType(), {0}),
+               withDynamicDims(attention->getResult(1).getType(), {1})};
+  } else {
+    for (Type type : attention->getOperandTypes())
+      inputs.push_back(cast<RankedTensorType>(type).getRank() == 4
+                           ? dynamicBatchAndLength(type, 1)
+                           : type);
+    results = {dynamicBatchAndLength(attention->getResult(0).getType(), 1),
+               dynamicBatchAndLength(attention->getResult(1).getType(), 2)};
+  }
   auto func = func::FuncOp::create(builder, loc, name,
                                    builder.getFunctionType(inputs, results));
   func->setAttr(kScheduleAttrName, schedule);
@@ -92,10 +105,7 @@ struct FA3OutlineHopperKernelsPass
       std::string name = spec->kernelName();
       if (!kernels.lookupSymbol(name))
         outlineKernel(attention, schedule, kernels, name);
-      annotateHopperLaunch(attention, kernels, name, spec->numThreads(),
-                           spec->sharedMemoryBytes(), spec->blockM,
-                           spec->blockN, spec->persistent, spec->packedHeads,
-                           spec->kvCache, spec->paged, spec->numSplits);
+      annotateHopperForwardLaunch(attention, kernels, name, *spec);
     };
     module.walk([&](Operation *op) {
       // Already annotated ops keep their kernel.
@@ -111,6 +121,9 @@ struct FA3OutlineHopperKernelsPass
       else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))
         outline(cache, cache.getScheduleAttr(),
                 HopperAttentionSpec::fromOp(cache));
+      else if (auto varlen = dyn_cast<AttentionVarlenOp>(op))
+        outline(varlen, varlen.getScheduleAttr(),
+                HopperAttentionSpec::fromOp(varlen));
     });
     if (failedAny)
       signalPassFailure();

@@ -61,6 +61,9 @@ struct KeyLoop {
 struct TileKernel {
   func::FuncOp func;
   ScheduleAttr schedule;
+  /// The Q, K and V tensors the tile ops read: the function's first three
+  /// arguments, or a packed batch's [1, T, H, D] views of them.
+  Value query, key, value;
   scf::ForallOp grid;
   LoadTileOp queryLoad;
   KeyLoop keys;
@@ -76,6 +79,16 @@ struct TileKernel {
   /// Its cache is paged: the fifth argument is the page table, which the
   /// key and value loads (fa3.load_paged_tile) read through.
   bool paged = false;
+  /// An fa3.attention_varlen kernel: Q, K and V are packed [T, H, D]
+  /// (viewed as [1, T, H, D]), the fourth and fifth arguments are
+  /// cu_seqlens_q and cu_seqlens_k, read with tensor.extract, and the
+  /// forall's outputs start filled (O with 0, the LSE with -inf: the
+  /// launch's fills) and are returned collapsed back to [T, H, D] and
+  /// [H, T]. The query load and both stores carry the sequence's end as
+  /// their limit.
+  bool varlen = false;
+  /// A varlen kernel reading seqused_k, its sixth argument.
+  bool sequsedK = false;
   /// Split-KV: the forall stores f32 partials, which this op (after the
   /// forall, on their [N, B, ...] views) merges into what the function
   /// returns; null otherwise.
@@ -96,8 +109,8 @@ FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel);
 bool isScalarOp(Operation *op);
 /// tensor.dim of a kernel argument at a constant dim.
 bool isArgumentDim(Operation *op, func::FuncOp func);
-/// tensor.extract of an i32 vector argument (a KV cache's lengths): a load
-/// from the kernel's pointer parameter.
+/// tensor.extract of an i32 vector argument (a KV cache's lengths, a packed
+/// batch's offsets): a load from the kernel's pointer parameter.
 bool isLengthRead(Operation *op, func::FuncOp func);
 /// Any of the three: what the kernel emits as i32 scalar code.
 bool isKernelScalar(Operation *op, func::FuncOp func);

@@ -18,6 +18,7 @@
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Matchers.h"
@@ -111,12 +112,12 @@ template <typename FailFn>
 static LogicalResult checkKeyValueLoad(KeyValueTileLoad load,
                                        TileKernel &kernel, FailFn fail) {
   func::FuncOp func = kernel.func;
-  if (load.source != func.getArgument(1) && load.source != func.getArgument(2))
+  if (load.source != kernel.key && load.source != kernel.value)
     return fail(load.op, "it must load key or value tiles");
   if (auto plain = dyn_cast<LoadTileOp>(load.op)) {
-    if (plain.getLimit() && !kernel.kvCache)
-      return fail(load.op, "row limits (variable-length sequences) have no "
-                           "Hopper lowering yet");
+    if (plain.getLimit() && !kernel.kvCache && !kernel.varlen)
+      return fail(load.op, "a key row limit is a KV cache's length or a "
+                           "packed sequence's end");
     if (plain.getPackedHeads())
       return fail(load.op, "it must load whole key or value tiles of one "
                            "head");
@@ -143,7 +144,7 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
     return fail(loop, "it must carry the accumulator, the max and the sum");
   Block &body = *loop.getBody();
   func::FuncOp func = kernel.func;
-  Value k = func.getArgument(1);
+  Value k = kernel.key;
   for (Operation *opInBody : opsThroughTurns(body)) {
     Operation &op = *opInBody;
     if (isKernelScalar(&op, func))
@@ -240,7 +241,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
   KeyLoop keys;
   keys.guard = guard;
   func::FuncOp func = kernel.func;
-  Value q = kernel.queryLoad.getResult(), k = func.getArgument(1);
+  Value q = kernel.queryLoad.getResult(), k = kernel.key;
   // lo < hi, or hi > lo as canonicalize writes it.
   auto cond = guard.getCondition().getDefiningOp<arith::CmpIOp>();
   bool less = cond && cond.getPredicate() == arith::CmpIPredicate::slt;
@@ -403,21 +404,63 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
     return type && type.getRank() == rank &&
            type.getElementType().isInteger(32);
   };
+  unsigned numArgs = func.getNumArguments();
+  // A packed batch's kernel takes Q, K, V as [T, H, D], then cu_seqlens_q,
+  // cu_seqlens_k and optionally seqused_k.
+  kernel.varlen =
+      numArgs >= 5 && numArgs <= 6 &&
+      cast<RankedTensorType>(func.getArgument(0).getType()).getRank() == 3 &&
+      i32Argument(3, 1) && i32Argument(4, 1) &&
+      (numArgs == 5 || i32Argument(5, 1));
+  kernel.sequsedK = kernel.varlen && numArgs == 6;
   kernel.kvCache =
-      (func.getNumArguments() == 4 || func.getNumArguments() == 5) &&
-      i32Argument(3, 1);
-  kernel.paged = func.getNumArguments() == 5 && i32Argument(4, 2);
-  if ((func.getNumArguments() != 3 && !kernel.kvCache) ||
-      (func.getNumArguments() == 5 && !kernel.paged) ||
+      !kernel.varlen && (numArgs == 4 || numArgs == 5) && i32Argument(3, 1);
+  kernel.paged = kernel.kvCache && numArgs == 5 && i32Argument(4, 2);
+  if ((numArgs != 3 && !kernel.kvCache && !kernel.varlen) ||
+      (kernel.kvCache && numArgs == 5 && !kernel.paged) ||
       func.getNumResults() != 2)
     return fail(func, "it must take Q, K, V (or Q, the K and V caches, i32 "
-                      "cache lengths and optionally an i32 page table) and "
-                      "return O and the LSE");
+                      "cache lengths and optionally an i32 page table; or "
+                      "packed Q, K, V, i32 cu_seqlens_q, cu_seqlens_k and "
+                      "optionally seqused_k) and return O and the LSE");
+  kernel.query = func.getArgument(0);
+  kernel.key = func.getArgument(1);
+  kernel.value = func.getArgument(2);
   Block &entry = func.getBody().front();
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  // A packed batch: the [1, T, H, D] views of Q, K and V, the filled
+  // outputs (O = 0, the LSE = -inf outside every sequence: the launch's
+  // fills) and the forall's results collapsed back (checked below).
+  SmallVector<linalg::FillOp, 2> fills;
+  for (Operation &op : entry.without_terminator()) {
+    if (!kernel.varlen)
+      break;
+    if (auto view = dyn_cast<tensor::ExpandShapeOp>(op)) {
+      auto arg = dyn_cast<BlockArgument>(view.getSrc());
+      if (!arg || arg.getOwner() != &entry || arg.getArgNumber() > 2)
+        continue;
+      Value &slot = arg.getArgNumber() == 0   ? kernel.query
+                    : arg.getArgNumber() == 1 ? kernel.key
+                                              : kernel.value;
+      if (slot != arg)
+        return fail(view, "a packed batch's Q, K and V are viewed once each");
+      slot = view.getResult();
+    } else if (auto fill = dyn_cast<linalg::FillOp>(op)) {
+      fills.push_back(fill);
+    }
+  }
   for (Operation &op : entry.without_terminator()) {
     if (isKernelScalar(&op, func) || isa<tensor::EmptyOp>(op) ||
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      continue;
+    if (kernel.varlen &&
+        (llvm::is_contained(fills, dyn_cast<linalg::FillOp>(op)) ||
+         isa<tensor::CollapseShapeOp>(op) ||
+         (isa<tensor::ExpandShapeOp>(op) &&
+          llvm::is_contained({kernel.query, kernel.key, kernel.value},
+                             op.getResult(0))) ||
+         (isa<arith::ConstantOp>(op) &&
+          isa<FloatType>(op.getResult(0).getType()))))
       continue;
     // Split-KV: the partials' [N, B, ...] views and their merge, after the
     // forall (checked below).
@@ -454,6 +497,28 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
       return fail(combine, "a KV cache's split-KV kernel must merge the "
                            "forall's partials (viewed as [N, B, ...]) and "
                            "return the merge");
+  } else if (kernel.varlen) {
+    // The forall's results collapsed back to [T, H, D] and [H, T], and its
+    // outputs the fills of O = 0 and LSE = -inf, which the launch does.
+    auto collapsed = [&](Value v, unsigned i) {
+      auto collapse = v.getDefiningOp<tensor::CollapseShapeOp>();
+      return collapse && collapse.getSrc() == grid.getResult(i);
+    };
+    if (!collapsed(ret.getOperand(0), 0) || !collapsed(ret.getOperand(1), 1))
+      return fail(ret, "a packed batch's kernel must return the forall's O "
+                       "and LSE collapsed to [T, H, D] and [H, T]");
+    const double filledWith[2] = {0.0,
+                                  -std::numeric_limits<double>::infinity()};
+    for (unsigned i = 0; i < 2; ++i) {
+      auto fill = grid.getOutputs()[i].getDefiningOp<linalg::FillOp>();
+      FloatAttr value;
+      if (!fill || !fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() ||
+          !matchPattern(fill.getInputs()[0], m_Constant(&value)) ||
+          value.getValueAsDouble() != filledWith[i])
+        return fail(grid, "a packed batch's forall must start from O filled "
+                          "with 0 and the LSE with -inf (the launch fills "
+                          "them)");
+    }
   } else if (ret.getOperand(0) != grid.getResult(0) ||
              ret.getOperand(1) != grid.getResult(1)) {
     return fail(ret, "it must return the forall's O and LSE");
@@ -487,10 +552,9 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
         (op.getNumResults() == 1 && splatValue(op.getResult(0))))
       continue;
     if (auto load = dyn_cast<LoadTileOp>(op)) {
-      if (load.getLimit())
-        return fail(load, "row limits (variable-length sequences) have no "
-                          "Hopper lowering yet");
-      if (kernel.queryLoad || load.getSource() != func.getArgument(0))
+      if (load.getLimit() && !kernel.varlen)
+        return fail(load, "a query row limit is a packed sequence's end");
+      if (kernel.queryLoad || load.getSource() != kernel.query)
         return fail(load, "the forall body loads one query tile");
       kernel.queryLoad = load;
     } else if (isa<scf::ForOp, scf::IfOp>(op)) {
@@ -540,6 +604,24 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   }
   if (!kernel.storeOutput || !kernel.storeLse)
     return fail(grid, "the forall must store O and the LSE");
+  // A packed sequence's rows: the query tile and both stores start at its
+  // row and end at its end, so the whole tile's rows past the end (the
+  // next sequence's, which TMA loads in their place) are never stored.
+  Value limit = kernel.queryLoad.getLimit();
+  for (Operation *store :
+       {kernel.storeOutput.getOperation(), kernel.storeLse.getOperation()}) {
+    auto [row, storeLimit] =
+        isa<ParallelStoreTileOp>(store)
+            ? std::pair(kernel.storeOutput.getRow(),
+                        kernel.storeOutput.getLimit())
+            : std::pair(kernel.storeLse.getRow(), kernel.storeLse.getLimit());
+    if (storeLimit != limit || (limit && row != kernel.queryLoad.getRow()))
+      return fail(store, "a store's row and limit must be the query tile's "
+                         "(a packed sequence's rows)");
+  }
+  if (kernel.varlen && !limit)
+    return fail(kernel.queryLoad, "a packed batch's query tile must end at "
+                                  "its sequence's end (a row limit)");
   // PackGQA: the query tile's rows are (query, head) pairs, and every op
   // that maps rows to queries or heads must read them alike.
   std::optional<uint64_t> packed = kernel.queryLoad.getPackedHeads();
@@ -592,10 +674,10 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.persistent = isPersistentGrid(kernel.grid);
   spec.kvCache = kernel.kvCache;
   spec.paged = kernel.paged;
-  spec.numQHeads = cast<RankedTensorType>(kernel.func.getArgument(0).getType())
-                       .getDimSize(2);
-  spec.numKVHeads = cast<RankedTensorType>(kernel.func.getArgument(1).getType())
-                        .getDimSize(2);
+  spec.numQHeads = cast<RankedTensorType>(kernel.query.getType()).getDimSize(2);
+  spec.numKVHeads = cast<RankedTensorType>(kernel.key.getType()).getDimSize(2);
+  spec.varlen = kernel.varlen;
+  spec.sequsedK = kernel.sequsedK;
   if (CombineSplitsOp combine = kernel.combine) {
     auto partial = cast<RankedTensorType>(combine.getPartialOutput().getType());
     auto oTile = cast<RankedTensorType>(kernel.storeOutput.getTile().getType());

@@ -128,6 +128,9 @@ private:
   /// The same for a split's f32 partial O: direct global stores.
   void storePartialOutput(ArrayRef<Value> results, Value inv[2],
                           Value rowInTile, Value colInBlock);
+  /// A packed batch's O rows [wgRow, end) of consumer warpgroup `wg`, from
+  /// the O tile at `oTile` (staged for the TMA store) to global memory.
+  void copyOutputRows(Value oTile, Value wg, Value wgRow, Value end);
   /// fa3.parallel_store_stats of the rows' LSE.
   void emitLseStore(Value lse[2], Value rowInTile);
   /// The same for the IR coordinates `rowIR`, `headIR`, `batchIR` of a key
@@ -142,8 +145,14 @@ private:
   Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
   /// A split-KV kernel's f32 partial O (in the O tensor map's place).
   Value partialOutPtr;
-  /// A KV cache's kernel: the cache_seqlens pointer (global i32 [B]).
-  Value lengthsPtr;
+  /// The i32 vectors the IR reads with tensor.extract, by argument: a KV
+  /// cache's cache_seqlens (argument 3), a packed batch's cu_seqlens_q,
+  /// cu_seqlens_k and seqused_k (3, 4, 5); global pointers.
+  DenseMap<unsigned, Value> i32Vectors;
+  /// A packed batch's kernel: O as a plain pointer, for the rows of a
+  /// warpgroup that ends past its sequence (the TMA store writes whole
+  /// 64-row boxes).
+  Value outPtr;
   /// A paged cache's kernel: the page table (global i32 [B, tableWidth]),
   /// the page size and the rows of each TMA box (gcd(page size, blockN)).
   Value pageTablePtr, tableWidth, pageSize, chunkRows;
@@ -232,17 +241,37 @@ Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
   if (isa<arith::IndexCastOp>(op))
     return operands[0];
   if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
-    // cache_seqlens[b]: one i32 load from the kernel's pointer parameter.
-    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i32, lengthsPtr,
+    // cache_seqlens[b], cu_seqlens_q[b], ...: one i32 load from the kernel's
+    // pointer parameter.
+    auto arg = cast<BlockArgument>(extract.getTensor());
+    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i32,
+                                    i32Vectors.lookup(arg.getArgNumber()),
                                     ValueRange{operands[0]});
     return LLVM::LoadOp::create(b, loc, i32, ptr, /*alignment=*/4);
   }
   if (auto dim = dyn_cast<tensor::DimOp>(op)) {
     // Dim 1 of Q is Sq, of K and V Sk (of a paged cache its page size, of
     // the page table its width); dim 0 is the batch (the tile level reads
-    // no page count).
+    // no page count). A packed batch's dim 0 of Q is Tq, of K and V Tk, of
+    // cu_seqlens B + 1 and of seqused_k B.
     auto arg = cast<BlockArgument>(dim.getSource());
     int64_t index = *dim.getConstantIndex();
+    if (s.varlen) {
+      if (index != 0)
+        return ci(cast<RankedTensorType>(arg.getType()).getDimSize(index));
+      switch (arg.getArgNumber()) {
+      case 0:
+        return seqQ;
+      case 1:
+      case 2:
+        return seqK;
+      case 3:
+      case 4:
+        return add(batch, ci(1));
+      default:
+        return batch;
+      }
+    }
     if (index == 0)
       return batch;
     if (index == 1) {
@@ -288,8 +317,8 @@ Value TileKernelEmitter::replay(Value v, Value iv,
 
 void TileKernelEmitter::issueTile(KeyValueTileLoad load, Value use, Value iv) {
   DenseMap<Value, Value> local;
-  issueTileAt(load.source == k.func.getArgument(2), use, load.row, load.head,
-              load.batch, iv, local);
+  issueTileAt(load.source == k.value, use, load.row, load.head, load.batch, iv,
+              local);
 }
 
 void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
@@ -428,9 +457,7 @@ void TileKernelEmitter::emitOutputEpilogue(ArrayRef<Value> results,
   namedBarrierSync(add(wg, ci(kEpilogueBarrier)), 128);
   // The warpgroup's first query (64 rows: 64 / G queries packed).
   Value wgRow = add(scalar(storeO.getRow()), mul(wg, ci(64 / s.packedHeads)));
-  Value storer = andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
-                      cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
-  scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
+  auto tmaStore = [&] {
     // This warpgroup's 64 rows of each atom of the O tile.
     TmaStoreTileOp::create(
         b, loc, tmaO, wgRow, tmaHead(scalar(storeO.getHead())),
@@ -444,13 +471,86 @@ void TileKernelEmitter::emitOutputEpilogue(ArrayRef<Value> results,
     // waited for before its next write (above) and at the end.
     if (!ownTile)
       NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
-    scf::YieldOp::create(b, loc);
-  });
+  };
+  if (!s.varlen) {
+    Value storer =
+        andi(cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0)),
+             cmp(arith::CmpIPredicate::slt, wgRow, seqQ));
+    scf::IfOp::create(b, loc, storer, [&](OpBuilder &, Location) {
+      tmaStore();
+      scf::YieldOp::create(b, loc);
+    });
+  } else {
+    // A packed sequence's rows end at the store's limit, which a 64-row TMA
+    // box cannot stop at: a warpgroup whose rows all lie inside the
+    // sequence stores them with TMA, the one that crosses its end copies
+    // the rows inside from the O tile (16 bytes a thread per step).
+    Value end = minsi(scalar(storeO.getLimit()), seqQ);
+    scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::sle, add(wgRow, ci(64)), end),
+        [&](OpBuilder &, Location) {
+          Value leader =
+              cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
+          scf::IfOp::create(b, loc, leader, [&](OpBuilder &, Location) {
+            tmaStore();
+            scf::YieldOp::create(b, loc);
+          });
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          copyOutputRows(oTile, wg, wgRow, end);
+          scf::YieldOp::create(b, loc);
+        });
+  }
   // Persistent with O staged in the Q tile: this warpgroup is done with
   // the Q tile (its QKᵀs completed, its O rows read by the TMA store), so
   // the producer may load the next tile's Q into it.
   if (s.persistent && !ownTile)
     ringArrive(kQueryEmpty, qUse);
+}
+
+void TileKernelEmitter::copyOutputRows(Value oTile, Value wg, Value wgRow,
+                                       Value end) {
+  // Chunk c of the warpgroup's 64 rows (D / 8 chunks of 16 bytes a row,
+  // 128 threads a step) is row c / (D / 8), column chunk c % (D / 8): in the
+  // O tile at its atom's row, with the 128-byte swizzle the stores above
+  // wrote (16-byte chunk j of row r at j ^ (r % 8)).
+  ParallelStoreTileOp storeO = k.storeOutput;
+  int64_t heads =
+      cast<RankedTensorType>(storeO.getDest().getType()).getDimSize(2);
+  int64_t chunksPerRow = s.headDim / 8, chunksPerAtom = kAtomBytes / 16;
+  Value thread = remu(tid, ci(128));
+  Value batchOf = scalar(storeO.getBatch()), head = scalar(storeO.getHead());
+  auto v4i32 = VectorType::get({4}, i32);
+  for (int64_t step = 0; step < 64 * chunksPerRow / 128; ++step) {
+    Value chunk = add(thread, ci(128 * step));
+    Value r = divu(chunk, ci(chunksPerRow));
+    Value col = remu(chunk, ci(chunksPerRow));
+    Value query = add(wgRow, r);
+    scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::slt, query, end),
+        [&](OpBuilder &, Location) {
+          Value atom = divu(col, ci(chunksPerAtom));
+          Value inAtom = remu(col, ci(chunksPerAtom));
+          Value byte = add(add(add(oTile, mul(atom, ci(s.blockM * kAtomBytes))),
+                               mul(add(mul(wg, ci(64)), r), ci(kAtomBytes))),
+                           mul(xori(inAtom, remu(r, ci(8))), ci(16)));
+          Value data = LLVM::LoadOp::create(b, loc, v4i32, smemAt(byte),
+                                            /*alignment=*/16);
+          // O[batch, query, head, 8 · col] of [B, Sq, H, D], in bytes.
+          Value rowIndex =
+              add(mul(add(mul(sext64(batchOf), sext64(seqQ)), sext64(query)),
+                      cl(heads)),
+                  sext64(head));
+          Value offset =
+              mul(add(mul(rowIndex, cl(s.headDim)), zext64(mul(col, ci(8)))),
+                  cl(2));
+          Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, b.getI8Type(),
+                                          outPtr, ValueRange{offset});
+          LLVM::StoreOp::create(b, loc, data, ptr, /*alignment=*/16);
+          scf::YieldOp::create(b, loc);
+        });
+  }
 }
 
 void TileKernelEmitter::emitLseStore(Value lse[2], Value rowInTile) {
@@ -460,6 +560,8 @@ void TileKernelEmitter::emitLseStore(Value lse[2], Value rowInTile) {
   int64_t lHeads = lType.getDimSize(1);
   Value lBatch = scalar(storeL.getBatch());
   Value lHeadBase = scalar(storeL.getHead());
+  // A packed sequence's entries end at its end.
+  Value end = storeL.getLimit() ? minsi(scalar(storeL.getLimit()), seqQ) : seqQ;
   for (int64_t row = 0; row < 2; ++row) {
     Value inTile = add(rowInTile, ci(8 * row));
     Value lRow = add(scalar(storeL.getRow()), queryOfRow(inTile));
@@ -468,7 +570,7 @@ void TileKernelEmitter::emitLseStore(Value lse[2], Value rowInTile) {
     // LSE[b, h, row] at (b * Hq + h) * Sq + row, from one lane per row.
     Value lane0 = cmp(arith::CmpIPredicate::eq, remu(lane, ci(4)), ci(0));
     scf::IfOp::create(
-        b, loc, andi(lane0, cmp(arith::CmpIPredicate::slt, lRow, seqQ)),
+        b, loc, andi(lane0, cmp(arith::CmpIPredicate::slt, lRow, end)),
         [&](OpBuilder &, Location) {
           Value idx =
               add(mul(add(mul(sext64(lBatch), cl(lHeads)), sext64(lHead)),
@@ -523,7 +625,7 @@ void TileKernelEmitter::emitProducerBlock(Block &block,
       // Ring use u = ringBase + use goes into slot u % stages once
       // the consumers have released that slot's previous use
       // (u - stages).
-      bool value = fillOp.getSource() == k.func.getArgument(2);
+      bool value = fillOp.getSource() == k.value;
       Value use = add(ringBase, replay(fillOp.getUse(), Value(), scope));
       ringWait(value ? kValueEmpty : kKeyEmpty, use, /*previous=*/true);
       issueTileAt(value, use, fillOp.getRow(), fillOp.getHead(),
@@ -573,6 +675,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // A paged cache: the page table, its width, the page size, the chunk rows.
   if (s.paged)
     params.append({globalPtr, i32, i32, i32});
+  // A packed batch: cu_seqlens_q, cu_seqlens_k, O as a plain pointer and
+  // seqused_k.
+  if (s.varlen)
+    params.append({globalPtr, globalPtr, globalPtr});
+  if (s.sequsedK)
+    params.push_back(globalPtr);
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
@@ -596,8 +704,22 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   batch = entry->getArgument(7);
   tileCounter = entry->getArgument(8);
   if (s.kvCache) {
-    lengthsPtr = entry->getArgument(9);
+    i32Vectors[3] = entry->getArgument(9);
     fn.setArgAttr(9, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
+  }
+  if (s.varlen) {
+    // O's pointer aliases the O tensor map's memory: no noalias on it.
+    for (unsigned i : {9u, 10u})
+      fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(),
+                    b.getUnitAttr());
+    i32Vectors[3] = entry->getArgument(9);
+    i32Vectors[4] = entry->getArgument(10);
+    outPtr = entry->getArgument(11);
+    if (s.sequsedK) {
+      fn.setArgAttr(12, LLVM::LLVMDialect::getNoAliasAttrName(),
+                    b.getUnitAttr());
+      i32Vectors[5] = entry->getArgument(12);
+    }
   }
   if (s.paged) {
     pageTablePtr = entry->getArgument(10);
@@ -648,6 +770,19 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     enterBlock({NVVM::BlockIdXOp::create(b, loc, i32),
                 NVVM::BlockIdYOp::create(b, loc, i32),
                 NVVM::BlockIdZOp::create(b, loc, i32)});
+  // A packed batch: the grid's query blocks cover the longest sequence, and
+  // a block at or past its own sequence's end stores nothing (its stores'
+  // limit). Its CTA exits at once, every thread alike.
+  scf::IfOp active;
+  if (s.varlen) {
+    DenseMap<Value, Value> local;
+    Value row = replay(k.queryLoad.getRow(), Value(), local);
+    Value end = replay(k.queryLoad.getLimit(), Value(), local);
+    active = scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::slt, row, end),
+        [&](OpBuilder &, Location) { scf::YieldOp::create(b, loc); });
+    b.setInsertionPoint(active.thenBlock()->getTerminator());
+  }
   qUse = ci(0);
   ringBase = ci(0);
   // Persistent: the tiles are dealt out dynamically, in the linear order
@@ -960,8 +1095,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     auto commit = [&](Value result, Value tile, Value it) {
       auto load = KeyValueTileLoad::of(tile);
       producedBy[result] = groups.size();
-      groups.push_back({load.source == k.func.getArgument(2),
-                        ringUse.lookup(tile), it, load});
+      groups.push_back(
+          {load.source == k.value, ringUse.lookup(tile), it, load});
     };
     auto completeUpTo = [&](int64_t group) {
       if (group < completed)
@@ -1051,7 +1186,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         return;
       if (isa<LoadTileOp, LoadPagedTileOp>(op)) {
         auto load = KeyValueTileLoad::of(op.getResult(0));
-        bool value = load.source == k.func.getArgument(2);
+        bool value = load.source == k.value;
         ringUse[load.result] = nextUse[value];
         nextUse[value] = add(nextUse[value], ci(1));
       } else if (auto qk = dyn_cast<QKOp>(op)) {
@@ -1283,6 +1418,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           scf::YieldOp::create(b, loc);
         });
   }
+  if (active)
+    b.setInsertionPointAfter(active);
   LLVM::ReturnOp::create(b, loc, ValueRange());
   return fn;
 }

@@ -1,15 +1,45 @@
 // RUN: fa3-opt %s --fa3-select-schedule=target=sm_90a --convert-fa3-to-hopper -split-input-file -verify-diagnostics
 // RUN: not fa3-opt %s --fa3-hopper-pipeline -split-input-file 2>&1 | FileCheck %s
 
-// The inference ops without Hopper kernels: the backend says so instead of
-// leaving them in the IR (the CPU pipeline runs them).
+// The inference ops and forms without Hopper kernels: the backend says so
+// instead of leaving them in the IR (the CPU pipeline runs them).
 
-// CHECK: error: 'fa3.attention_varlen' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it
-func.func @varlen(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
-  // expected-error @+1 {{'fa3.attention_varlen' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it}}
-  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal}
+// CHECK: error: 'fa3.attention_varlen' op pack_gqa is not implemented by the Hopper varlen forward
+func.func @varlen_pack_gqa(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_varlen' op pack_gqa is not implemented by the Hopper varlen forward}}
+  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal, pack_gqa}
       : (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>)
   return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
+}
+
+// -----
+
+// CHECK: error: 'fa3.attention_varlen' op num_splits = 2: the Hopper varlen forward has no split-KV form; use num_splits = 1
+func.func @varlen_splits(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_varlen' op num_splits = 2: the Hopper varlen forward has no split-KV form; use num_splits = 1}}
+  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {num_splits = 2 : i64}
+      : (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>)
+  return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
+}
+
+// -----
+
+// CHECK: error: 'fa3.attention_varlen' op persistent = true: the Hopper varlen forward runs one CTA per (query block, head, sequence)
+func.func @varlen_persistent(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_varlen' op persistent = true: the Hopper varlen forward runs one CTA per (query block, head, sequence)}}
+  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = true, cluster = 1>}
+      : (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>)
+  return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
+}
+
+// -----
+
+// CHECK: error: 'fa3.attention_varlen_grad' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it
+func.func @varlen_grad(%do: tensor<?x4x64xbf16>, %q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %o: tensor<?x4x64xbf16>, %lse: tensor<4x?xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>) {
+  // expected-error @+1 {{'fa3.attention_varlen_grad' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it}}
+  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk
+      : (tensor<?x4x64xbf16>, tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?x4x64xbf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>)
+  return %dq, %dk, %dv : tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>
 }
 
 // -----

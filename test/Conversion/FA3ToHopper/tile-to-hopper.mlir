@@ -1229,3 +1229,168 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     return %3#0, %3#1 : tensor<?x?x4x64xbf16>, tensor<?x4x?xf32>
   }
 }
+
+// -----
+
+// A packed batch's LSE stored without its sequence's end: the query tile
+// reads whole tiles (rows of the next sequence past the end), so every
+// store must drop the rows past it.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @varlen_lse_past_end(%arg0: tensor<?x2x64xbf16>, %arg1: tensor<?x2x64xbf16>, %arg2: tensor<?x2x64xbf16>, %arg3: tensor<?xi32>, %arg4: tensor<?xi32>) -> (tensor<?x2x64xbf16>, tensor<2x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<64xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<64xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<64x64xf32>
+    %c128 = arith.constant 128 : index
+    %c64 = arith.constant 64 : index
+    %cst_2 = arith.constant 0xFF800000 : f32
+    %cst_3 = arith.constant 0.000000e+00 : bf16
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x2x64xbf16>
+    %expanded = tensor.expand_shape %arg0 [[0, 1], [2], [3]] output_shape [1, %dim, 2, 64] : tensor<?x2x64xbf16> into tensor<1x?x2x64xbf16>
+    %dim_4 = tensor.dim %arg1, %c0 : tensor<?x2x64xbf16>
+    %expanded_5 = tensor.expand_shape %arg1 [[0, 1], [2], [3]] output_shape [1, %dim_4, 2, 64] : tensor<?x2x64xbf16> into tensor<1x?x2x64xbf16>
+    %dim_6 = tensor.dim %arg2, %c0 : tensor<?x2x64xbf16>
+    %expanded_7 = tensor.expand_shape %arg2 [[0, 1], [2], [3]] output_shape [1, %dim_6, 2, 64] : tensor<?x2x64xbf16> into tensor<1x?x2x64xbf16>
+    %0 = tensor.empty(%dim) : tensor<1x?x2x64xbf16>
+    %1 = linalg.fill ins(%cst_3 : bf16) outs(%0 : tensor<1x?x2x64xbf16>) -> tensor<1x?x2x64xbf16>
+    %2 = tensor.empty(%dim) : tensor<1x2x?xf32>
+    %3 = linalg.fill ins(%cst_2 : f32) outs(%2 : tensor<1x2x?xf32>) -> tensor<1x2x?xf32>
+    %dim_8 = tensor.dim %arg3, %c0 : tensor<?xi32>
+    %4 = arith.subi %dim_8, %c1 : index
+    %5 = arith.ceildivui %dim, %c64 : index
+    %6:2 = scf.forall (%arg5, %arg6, %arg7) in (%5, 2, %4) shared_outs(%arg8 = %1, %arg9 = %3) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>) {
+      %7 = arith.muli %arg5, %c64 : index
+      %extracted = tensor.extract %arg3[%arg7] : tensor<?xi32>
+      %8 = arith.index_cast %extracted : i32 to index
+      %9 = arith.maxsi %8, %c0 : index
+      %10 = arith.addi %arg7, %c1 : index
+      %extracted_10 = tensor.extract %arg3[%10] : tensor<?xi32>
+      %11 = arith.index_cast %extracted_10 : i32 to index
+      %12 = arith.maxsi %11, %c0 : index
+      %13 = arith.maxsi %12, %9 : index
+      %14 = arith.subi %13, %9 : index
+      %extracted_11 = tensor.extract %arg4[%arg7] : tensor<?xi32>
+      %15 = arith.index_cast %extracted_11 : i32 to index
+      %16 = arith.maxsi %15, %c0 : index
+      %extracted_12 = tensor.extract %arg4[%10] : tensor<?xi32>
+      %17 = arith.index_cast %extracted_12 : i32 to index
+      %18 = arith.maxsi %17, %c0 : index
+      %19 = arith.maxsi %18, %16 : index
+      %20 = arith.subi %19, %16 : index
+      %21 = arith.addi %9, %7 : index
+      %22 = fa3.load_tile %expanded[%c0, %21, %arg6] limit %13 : tensor<1x?x2x64xbf16> -> tensor<64x64xbf16>
+      %23 = arith.ceildivsi %20, %c128 : index
+      %24:3 = scf.for %arg10 = %c0 to %23 step %c1 iter_args(%arg11 = %cst_1, %arg12 = %cst_0, %arg13 = %cst) -> (tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>) {
+        %25 = arith.muli %arg10, %c128 : index
+        %26 = arith.addi %16, %25 : index
+        %27 = fa3.load_tile %expanded_5[%c0, %26, %arg6] limit %19 : tensor<1x?x2x64xbf16> -> tensor<128x64xbf16>
+        %28 = fa3.load_tile %expanded_7[%c0, %26, %arg6] limit %19 : tensor<1x?x2x64xbf16> -> tensor<128x64xbf16>
+        %29 = fa3.qk %22, %27 : tensor<64x64xbf16>, tensor<128x64xbf16> -> tensor<64x128xf32>
+        %30 = arith.addi %25, %c128 : index
+        %31 = arith.cmpi sgt, %30, %20 : index
+        %32 = scf.if %31 -> (tensor<64x128xf32>) {
+          %35 = fa3.mask %29, %7, %25, %14, %20 : tensor<64x128xf32>
+          scf.yield %35 : tensor<64x128xf32>
+        } else {
+          scf.yield %29 : tensor<64x128xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %32, %arg12, %arg13 {exp2_scale = 0.180336878 : f32} : tensor<64x128xf32>, tensor<64xf32>
+        %33 = fa3.rescale %arg11, %correction : tensor<64x64xf32>, tensor<64xf32>
+        %34 = fa3.pv %probs, %28, %33 : tensor<64x128xf32>, tensor<128x64xbf16>, tensor<64x64xf32>
+        scf.yield %34, %new_max, %new_sum : tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>
+      } {fa3.schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>}
+      %output, %lse = fa3.finalize %24#0, %24#1, %24#2 {scale = 1.250000e-01 : f32} : tensor<64x64xf32>, tensor<64xf32> -> tensor<64x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg8[%c0, %21, %arg6] limit %13 : tensor<64x64xbf16> into tensor<1x?x2x64xbf16>
+        // expected-error @+1 {{is not a tile-level forward kernel convert-fa3-tile-to-hopper implements: a store's row and limit must be the query tile's (a packed sequence's rows)}}
+        fa3.parallel_store_stats %lse into %arg9[%c0, %arg6, %21] : tensor<64xf32> into tensor<1x2x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    %collapsed = tensor.collapse_shape %6#0 [[0, 1], [2], [3]] : tensor<1x?x2x64xbf16> into tensor<?x2x64xbf16>
+    %collapsed_9 = tensor.collapse_shape %6#1 [[0, 1], [2]] : tensor<1x2x?xf32> into tensor<2x?xf32>
+    return %collapsed, %collapsed_9 : tensor<?x2x64xbf16>, tensor<2x?xf32>
+  }
+}
+
+// -----
+
+// A packed batch's O starting from anything but 0: the launch fills O with
+// 0 and the LSE with -inf, nothing else.
+gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86">] {
+  func.func @varlen_filled_with_one(%arg0: tensor<?x2x64xbf16>, %arg1: tensor<?x2x64xbf16>, %arg2: tensor<?x2x64xbf16>, %arg3: tensor<?xi32>, %arg4: tensor<?xi32>) -> (tensor<?x2x64xbf16>, tensor<2x?xf32>) attributes {fa3.schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} {
+    %cst = arith.constant dense<0.000000e+00> : tensor<64xf32>
+    %cst_0 = arith.constant dense<0xFF800000> : tensor<64xf32>
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<64x64xf32>
+    %c128 = arith.constant 128 : index
+    %c64 = arith.constant 64 : index
+    %cst_2 = arith.constant 0xFF800000 : f32
+    %cst_3 = arith.constant 1.000000e+00 : bf16
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %dim = tensor.dim %arg0, %c0 : tensor<?x2x64xbf16>
+    %expanded = tensor.expand_shape %arg0 [[0, 1], [2], [3]] output_shape [1, %dim, 2, 64] : tensor<?x2x64xbf16> into tensor<1x?x2x64xbf16>
+    %dim_4 = tensor.dim %arg1, %c0 : tensor<?x2x64xbf16>
+    %expanded_5 = tensor.expand_shape %arg1 [[0, 1], [2], [3]] output_shape [1, %dim_4, 2, 64] : tensor<?x2x64xbf16> into tensor<1x?x2x64xbf16>
+    %dim_6 = tensor.dim %arg2, %c0 : tensor<?x2x64xbf16>
+    %expanded_7 = tensor.expand_shape %arg2 [[0, 1], [2], [3]] output_shape [1, %dim_6, 2, 64] : tensor<?x2x64xbf16> into tensor<1x?x2x64xbf16>
+    %0 = tensor.empty(%dim) : tensor<1x?x2x64xbf16>
+    %1 = linalg.fill ins(%cst_3 : bf16) outs(%0 : tensor<1x?x2x64xbf16>) -> tensor<1x?x2x64xbf16>
+    %2 = tensor.empty(%dim) : tensor<1x2x?xf32>
+    %3 = linalg.fill ins(%cst_2 : f32) outs(%2 : tensor<1x2x?xf32>) -> tensor<1x2x?xf32>
+    %dim_8 = tensor.dim %arg3, %c0 : tensor<?xi32>
+    %4 = arith.subi %dim_8, %c1 : index
+    %5 = arith.ceildivui %dim, %c64 : index
+    // expected-error @+1 {{is not a tile-level forward kernel convert-fa3-tile-to-hopper implements: a packed batch's forall must start from O filled with 0 and the LSE with -inf (the launch fills them)}}
+    %6:2 = scf.forall (%arg5, %arg6, %arg7) in (%5, 2, %4) shared_outs(%arg8 = %1, %arg9 = %3) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>) {
+      %7 = arith.muli %arg5, %c64 : index
+      %extracted = tensor.extract %arg3[%arg7] : tensor<?xi32>
+      %8 = arith.index_cast %extracted : i32 to index
+      %9 = arith.maxsi %8, %c0 : index
+      %10 = arith.addi %arg7, %c1 : index
+      %extracted_10 = tensor.extract %arg3[%10] : tensor<?xi32>
+      %11 = arith.index_cast %extracted_10 : i32 to index
+      %12 = arith.maxsi %11, %c0 : index
+      %13 = arith.maxsi %12, %9 : index
+      %14 = arith.subi %13, %9 : index
+      %extracted_11 = tensor.extract %arg4[%arg7] : tensor<?xi32>
+      %15 = arith.index_cast %extracted_11 : i32 to index
+      %16 = arith.maxsi %15, %c0 : index
+      %extracted_12 = tensor.extract %arg4[%10] : tensor<?xi32>
+      %17 = arith.index_cast %extracted_12 : i32 to index
+      %18 = arith.maxsi %17, %c0 : index
+      %19 = arith.maxsi %18, %16 : index
+      %20 = arith.subi %19, %16 : index
+      %21 = arith.addi %9, %7 : index
+      %22 = fa3.load_tile %expanded[%c0, %21, %arg6] limit %13 : tensor<1x?x2x64xbf16> -> tensor<64x64xbf16>
+      %23 = arith.ceildivsi %20, %c128 : index
+      %24:3 = scf.for %arg10 = %c0 to %23 step %c1 iter_args(%arg11 = %cst_1, %arg12 = %cst_0, %arg13 = %cst) -> (tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>) {
+        %25 = arith.muli %arg10, %c128 : index
+        %26 = arith.addi %16, %25 : index
+        %27 = fa3.load_tile %expanded_5[%c0, %26, %arg6] limit %19 : tensor<1x?x2x64xbf16> -> tensor<128x64xbf16>
+        %28 = fa3.load_tile %expanded_7[%c0, %26, %arg6] limit %19 : tensor<1x?x2x64xbf16> -> tensor<128x64xbf16>
+        %29 = fa3.qk %22, %27 : tensor<64x64xbf16>, tensor<128x64xbf16> -> tensor<64x128xf32>
+        %30 = arith.addi %25, %c128 : index
+        %31 = arith.cmpi sgt, %30, %20 : index
+        %32 = scf.if %31 -> (tensor<64x128xf32>) {
+          %35 = fa3.mask %29, %7, %25, %14, %20 : tensor<64x128xf32>
+          scf.yield %35 : tensor<64x128xf32>
+        } else {
+          scf.yield %29 : tensor<64x128xf32>
+        }
+        %probs, %new_max, %new_sum, %correction = fa3.online_softmax %32, %arg12, %arg13 {exp2_scale = 0.180336878 : f32} : tensor<64x128xf32>, tensor<64xf32>
+        %33 = fa3.rescale %arg11, %correction : tensor<64x64xf32>, tensor<64xf32>
+        %34 = fa3.pv %probs, %28, %33 : tensor<64x128xf32>, tensor<128x64xbf16>, tensor<64x64xf32>
+        scf.yield %34, %new_max, %new_sum : tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>
+      } {fa3.schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>}
+      %output, %lse = fa3.finalize %24#0, %24#1, %24#2 {scale = 1.250000e-01 : f32} : tensor<64x64xf32>, tensor<64xf32> -> tensor<64x64xbf16>
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %output into %arg8[%c0, %21, %arg6] limit %13 : tensor<64x64xbf16> into tensor<1x?x2x64xbf16>
+        fa3.parallel_store_stats %lse into %arg9[%c0, %arg6, %21] limit %13 : tensor<64xf32> into tensor<1x2x?xf32>
+      }
+    } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+    %collapsed = tensor.collapse_shape %6#0 [[0, 1], [2], [3]] : tensor<1x?x2x64xbf16> into tensor<?x2x64xbf16>
+    %collapsed_9 = tensor.collapse_shape %6#1 [[0, 1], [2]] : tensor<1x2x?xf32> into tensor<2x?xf32>
+    return %collapsed, %collapsed_9 : tensor<?x2x64xbf16>, tensor<2x?xf32>
+  }
+}

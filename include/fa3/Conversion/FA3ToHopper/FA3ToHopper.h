@@ -24,6 +24,7 @@ namespace fa3 {
 class AttentionOp;
 class AttentionGradOp;
 class AttentionKVCacheOp;
+class AttentionVarlenOp;
 class HadamardOp;
 class QuantizeOp;
 
@@ -116,12 +117,24 @@ struct HopperAttentionSpec {
   /// O tensor map's place, LSE [N·B, Hq, Sq]); a second kernel,
   /// combineKernelName(), merges them into O and the LSE. 1 = off.
   int64_t numSplits = 1;
+  /// A packed variable-length batch (fa3.attention_varlen): Q, K, V and O
+  /// are [T, H, D], described to TMA as [1, T, H, D], the LSE [Hq, Tq];
+  /// the kernel takes the cu_seqlens_q and cu_seqlens_k pointers (i32
+  /// [B + 1]) after the tile counter, and the seqused_k pointer (i32 [B])
+  /// after those when `sequsedK`. Grid z runs over the sequences and x
+  /// over query blocks; a block past its sequence's end exits at once, and
+  /// O rows are stored up to the sequence's end only (TMA for a warpgroup's
+  /// 64 rows inside it, else a copy of the rows inside). Never persistent,
+  /// split or packed.
+  bool varlen = false;
+  bool sequsedK = false;
 
-  /// Reads the spec of a scheduled fa3.attention (or fa3.attention_kvcache);
-  /// emits a diagnostic naming what the Hopper backend does not support and
-  /// fails otherwise.
+  /// Reads the spec of a scheduled fa3.attention (or fa3.attention_kvcache,
+  /// fa3.attention_varlen); emits a diagnostic naming what the Hopper
+  /// backend does not support and fails otherwise.
   static FailureOr<HopperAttentionSpec> fromOp(AttentionOp op);
   static FailureOr<HopperAttentionSpec> fromOp(AttentionKVCacheOp op);
+  static FailureOr<HopperAttentionSpec> fromOp(AttentionVarlenOp op);
 
   /// A kernel name unique to the spec, e.g.
   /// fa3_fwd_bf16_d128_h8x2_m128n128_causal.
@@ -167,6 +180,15 @@ struct HopperAttentionSpec {
 
 /// The dynamic shared memory a Hopper CTA can have (227 KiB).
 inline constexpr int64_t kMaxSharedMemory = 232448;
+
+/// annotateHopperLaunch for the 16-bit forward kernel of `spec` named
+/// `name`: its threads, shared memory, tiles and the launch flags of its
+/// kind (persistent, packed_heads, kvcache, paged, num_splits, and for a
+/// packed variable-length batch `varlen = 1`, with `seqused = 1` when it
+/// reads seqused_k).
+void annotateHopperForwardLaunch(Operation *op, gpu::GPUModuleOp kernels,
+                                 StringRef name,
+                                 const HopperAttentionSpec &spec);
 
 /// Emits the forward kernel for `spec` into `module` as an `llvm.func` with
 /// `nvvm.kernel`. Its parameters, in order: the CUtensorMaps of Q, K and V

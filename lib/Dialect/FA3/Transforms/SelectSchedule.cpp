@@ -259,13 +259,21 @@ struct FA3SelectSchedulePass
     };
     // Varlen and KV-cache attentions: their per-sequence lengths are data,
     // so they take the schedule of dynamic lengths.
+    // An overridden block_m on Hopper gets the kernel structure of its own
+    // consumer count, as fa3.attention's does below.
     auto scheduleForDynamicLengths = [&](auto op) {
       if (op.getSchedule())
         return;
       auto q = cast<RankedTensorType>(op.getQuery().getType());
-      op.setScheduleAttr(applyOverrides(*selectSchedule(
+      ScheduleAttr chosen = *selectSchedule(
           op->getContext(), target, q.getShape().back(), q.getElementType(),
-          op.getCausal(), ShapedType::kDynamic, ShapedType::kDynamic)));
+          op.getCausal(), ShapedType::kDynamic, ShapedType::kDynamic);
+      if (target == "sm_90a" && (blockM > 0 || blockN > 0))
+        chosen = hopperForwardSchedule(
+            op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
+            blockN > 0 ? blockN : chosen.getBlockN(), q.getShape().back(),
+            /*fp8=*/false, chosen.getPersistent());
+      op.setScheduleAttr(applyOverrides(chosen));
     };
     getOperation()->walk([&](Operation *op) {
       if (auto attention = dyn_cast<AttentionOp>(op)) {

@@ -233,11 +233,11 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
   rewriter.setInsertionPoint(inParallel);
   ValueRange ivs = forall.getInductionVars();
   Value qBlock = ivs[0], head = ivs[1], bIdx = ivs[2], kvHead;
-  // The partials' batch: z itself (split s, batch b at s·B + b).
-  Value storeBatch = bIdx, split;
+  // Split-KV: z = s·B + b.
+  Value gridZ = bIdx, storeBatch, split;
   if (t.numSplits > 1) {
-    split = arith::DivUIOp::create(rewriter, loc, storeBatch, t.numBatches);
-    bIdx = arith::RemUIOp::create(rewriter, loc, storeBatch, t.numBatches);
+    split = arith::DivUIOp::create(rewriter, loc, bIdx, t.numBatches);
+    bIdx = arith::RemUIOp::create(rewriter, loc, bIdx, t.numBatches);
   }
   IntegerAttr packedAttr;
   if (packed > 1) {
@@ -254,22 +254,39 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
       rewriter, loc, qBlock, indexConstant(rewriter, loc, queriesPerTile));
   SequenceBounds seq = t.bounds(rewriter, loc, bIdx);
   Value splitBegin, splitEnd;
-  if (split)
+  if (split) {
     std::tie(splitBegin, splitEnd) =
         splitRange(rewriter, loc, t, seq.keyLen, split);
-  Value qTile = LoadTileOp::create(rewriter, loc, qTileType, t.query, bIdx,
-                                   qStart, head, /*limit=*/Value(), packedAttr);
+    // Split s of entry b: batch s·B + b of the partials, z itself; of a
+    // packed batch (tensor batch 0 of 1), batch s.
+    IndexMath m{rewriter, loc};
+    storeBatch = seq.tensorBatch == bIdx
+                     ? gridZ
+                     : m.add(m.mul(split, t.tensorBatches), seq.tensorBatch);
+  } else {
+    storeBatch = seq.tensorBatch;
+  }
+  // A packed batch's tile starts at its sequence's first row and ends at
+  // its last: the query block past a sequence's end (the grid covers the
+  // longest) loads rows of the next one and stores nothing.
+  Value row =
+      seq.qBegin
+          ? arith::AddIOp::create(rewriter, loc, seq.qBegin, qStart).getResult()
+          : qStart;
+  Value qTile =
+      LoadTileOp::create(rewriter, loc, qTileType, t.query, seq.tensorBatch,
+                         row, head, seq.qEnd, packedAttr);
   auto block = AttentionBlockOp::create(
-      rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value, bIdx,
-      kvHead, qStart, seq.qLen, /*key_start=*/Value(), seq.keyLen, t.pageTable,
-      splitBegin, splitEnd, t.causal, t.scale, t.window, t.softcap, t.schedule,
-      t.probsScale, packedAttr);
+      rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value,
+      seq.tensorBatch, kvHead, qStart, seq.qLen, seq.keyStart, seq.keyLen,
+      t.pageTable, splitBegin, splitEnd, t.causal, t.scale, t.window, t.softcap,
+      t.schedule, t.probsScale, packedAttr);
   rewriter.setInsertionPointToStart(inParallel.getBody());
   ValueRange shared = forall.getRegionIterArgs();
   ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
-                              storeBatch, qStart, head, packedAttr);
+                              storeBatch, row, head, seq.qEnd, packedAttr);
   ParallelStoreStatsOp::create(rewriter, loc, block.getLse(), shared[1],
-                               storeBatch, head, qStart, packedAttr);
+                               storeBatch, head, row, seq.qEnd, packedAttr);
   return forall.getResults();
 }
 
@@ -423,9 +440,12 @@ static CombineSplitsOp combineSplits(RewriterBase &rewriter, Location loc,
 
 /// fa3.attention_varlen: the packed [T, H, D] tensors are viewed as
 /// [1, T, H, D]; sequence b's tiles use batch 0, rows offset by
-/// cu_seqlens_q[b] and bounded by cu_seqlens_q[b + 1].
+/// cu_seqlens_q[b] and bounded by cu_seqlens_q[b + 1]. With `grid`, one
+/// CTA per (query block, head, sequence), the query blocks running to
+/// ceildiv(T, block_m): as many as the longest sequence can have.
 static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
-                                         RewriterBase &rewriter) {
+                                         RewriterBase &rewriter,
+                                         bool grid = false) {
   if (!op.getScheduleAttr())
     return op.emitOpError()
            << "has no #fa3.schedule; run fa3-select-schedule first";
@@ -494,7 +514,16 @@ static LogicalResult tileAttentionVarlen(AttentionVarlenOp op,
     seq.keyLen = used ? indexAt(b, loc, used, entry) : keys.length;
     return seq;
   };
-  SmallVector<Value> results = llvm::to_vector(buildTileLoops(rewriter, loc, t));
+  SmallVector<Value> results;
+  if (grid) {
+    Value totalQ = tensor::DimOp::create(rewriter, loc, op.getQuery(), 0);
+    Value numQBlocks = arith::CeilDivUIOp::create(
+        rewriter, loc, totalQ,
+        indexConstant(rewriter, loc, blockM / t.packedHeads));
+    results = llvm::to_vector(buildGrid(rewriter, loc, t, numQBlocks));
+  } else {
+    results = llvm::to_vector(buildTileLoops(rewriter, loc, t));
+  }
   if (t.numSplits > 1) {
     auto f32 = rewriter.getF32Type();
     auto combined = combineSplits(
@@ -779,17 +808,17 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
         cacheOps.push_back(op);
     });
     for (Operation *op : cacheOps) {
-      if (grid && !isa<AttentionKVCacheOp>(op)) {
+      if (grid && !isa<AttentionKVCacheOp, AttentionVarlenOp>(op)) {
         op->emitOpError()
             << "has no grid (GPU) tiling yet: fa3-tile{grid=true} "
-               "tiles fa3.attention and fa3.attention_kvcache; "
-               "the CPU pipeline runs it";
+               "tiles fa3.attention, fa3.attention_varlen and "
+               "fa3.attention_kvcache; the CPU pipeline runs it";
         failedAny = true;
         continue;
       }
       LogicalResult tiled = success();
       if (auto varlen = dyn_cast<AttentionVarlenOp>(op))
-        tiled = tileAttentionVarlen(varlen, rewriter);
+        tiled = tileAttentionVarlen(varlen, rewriter, grid);
       else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op))
         tiled = tileAttentionVarlenGrad(varlenGrad, rewriter);
       else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))

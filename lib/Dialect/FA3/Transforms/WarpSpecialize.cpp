@@ -73,12 +73,29 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
                       "the key and value tiles in the key loop (fa3.load_tile "
                       "or fa3.load_paged_tile)");
   // The query fill keeps packed heads (PackGQA); key and value tiles are
-  // one head's rows. A key/value tile's row limit (a KV cache's length) is
-  // no bound of the fill: the producer loads whole tiles and the
-  // consumers' fa3.mask hides the keys past it.
-  if (queryLoad.getLimit())
-    return fail(queryLoad, "the producer loads whole tiles; a query row "
-                           "limit has no ring fill");
+  // one head's rows. A key/value tile's row limit (a KV cache's length, a
+  // packed sequence's end) is no bound of the fill: the producer loads
+  // whole tiles and the consumers' fa3.mask hides the keys past it. Nor is
+  // a query tile's (a packed sequence's end) where the forall's stores drop
+  // the rows past it: those rows' results, computed from the rows the whole
+  // tile reads in its place, are never stored.
+  if (Value limit = queryLoad.getLimit()) {
+    bool storesDropRows = true;
+    for (Operation &op : grid.getTerminator().getYieldingOps()) {
+      if (auto store = dyn_cast<ParallelStoreTileOp>(op))
+        storesDropRows &=
+            store.getLimit() == limit && store.getRow() == queryLoad.getRow();
+      else if (auto store = dyn_cast<ParallelStoreStatsOp>(op))
+        storesDropRows &=
+            store.getLimit() == limit && store.getRow() == queryLoad.getRow();
+      else
+        storesDropRows = false;
+    }
+    if (!storesDropRows)
+      return fail(queryLoad, "the producer loads whole tiles; a query row "
+                             "limit needs the forall's stores to drop the "
+                             "rows past it (the same row and limit)");
+  }
   for (KeyValueTileLoad load : {keyLoad, valueLoad})
     if (auto plain = dyn_cast<LoadTileOp>(load.op);
         plain && plain.getPackedHeads())

@@ -195,24 +195,26 @@ def FA3_ParallelStoreTileOp : FA3_Op<"parallel_store_tile", [
   let description = [{
     The form of `fa3.store_tile` inside `scf.forall.in_parallel`: the
     iteration's tile goes into rows `[row, row + R)` of `dest`, a shared
-    output of the enclosing `scf.forall` (rows past the end are dropped). The
-    iterations write disjoint rows, so the forall's result is the union of
-    their tiles. `fa3-tile{grid=true}` emits it. With `packed_heads = G`
-    (PackGQA), tile row `r` goes to `dest[batch, row + r / G, head + r % G,
-    :]`, as with `fa3.store_tile`.
+    output of the enclosing `scf.forall` (rows past `dim(dest, 1)`, and past
+    `limit` when given, are dropped: the end of one sequence of a packed
+    variable-length batch). The iterations write disjoint rows, so the
+    forall's result is the union of their tiles. `fa3-tile{grid=true}` emits
+    it. With `packed_heads = G` (PackGQA), tile row `r` goes to
+    `dest[batch, row + r / G, head + r % G, :]`, as with `fa3.store_tile`.
 
     ```mlir
     scf.forall.in_parallel {
       fa3.parallel_store_tile %ot into %o[%b, %q0, %h] : tensor<128x64xbf16> into tensor<?x?x8x64xbf16>
+      fa3.parallel_store_tile %ut into %u[%c0, %r, %h] limit %end : tensor<128x64xbf16> into tensor<1x?x8x64xbf16>
     }
     ```
   }];
   let arguments = (ins FA3_Tile2D:$tile, FA3_BSHDTensor:$dest, Index:$batch,
-                       Index:$row, Index:$head,
+                       Index:$row, Index:$head, Optional<Index>:$limit,
                        OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
-    $tile `into` $dest `[` $batch `,` $row `,` $head `]` attr-dict `:`
-    type($tile) `into` type($dest)
+    $tile `into` $dest `[` $batch `,` $row `,` $head `]` (`limit` $limit^)?
+    attr-dict `:` type($tile) `into` type($dest)
   }];
   let hasVerifier = 1;
 }
@@ -222,21 +224,21 @@ def FA3_ParallelStoreStatsOp : FA3_Op<"parallel_store_stats", [
   let summary = "store_stats as one parallel iteration's contribution";
   let description = [{
     The form of `fa3.store_stats` inside `scf.forall.in_parallel`:
-    `dest[batch, head, row + i] = tile[i]` for the rows inside the sequence,
-    `dest` a shared output of the enclosing `scf.forall`. With
-    `packed_heads = G`, entry `r` goes to `dest[batch, head + r % G, row +
-    r / G]`.
+    `dest[batch, head, row + i] = tile[i]` for the rows inside the sequence
+    (`row + i < dim(dest, 2)`, and `< limit` with a `limit`), `dest` a
+    shared output of the enclosing `scf.forall`. With `packed_heads = G`,
+    entry `r` goes to `dest[batch, head + r % G, row + r / G]`.
 
     ```mlir
     fa3.parallel_store_stats %lt into %l[%b, %h, %q0] : tensor<128xf32> into tensor<?x8x?xf32>
     ```
   }];
   let arguments = (ins FA3_Tile1D:$tile, FA3_BHSTensor:$dest, Index:$batch,
-                       Index:$head, Index:$row,
+                       Index:$head, Index:$row, Optional<Index>:$limit,
                        OptionalAttr<I64Attr>:$packed_heads);
   let assemblyFormat = [{
-    $tile `into` $dest `[` $batch `,` $head `,` $row `]` attr-dict `:`
-    type($tile) `into` type($dest)
+    $tile `into` $dest `[` $batch `,` $head `,` $row `]` (`limit` $limit^)?
+    attr-dict `:` type($tile) `into` type($dest)
   }];
   let hasVerifier = 1;
 }

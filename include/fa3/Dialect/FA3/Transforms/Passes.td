@@ -322,8 +322,15 @@ def FA3Tile : Pass<"fa3-tile"> {
     (`tensor.extract` of `cache_seqlens`) into the block's `key_len`; with
     `num_splits = N > 1` the grid's z runs over N·B (split s of batch b at
     z = s·B + b, f32 partials stored at batch z) and `fa3.combine_splits`
-    merges the partials after the forall. The other inference ops have no
-    `grid=true` form yet (an error says so).
+    merges the partials after the forall. `fa3.attention_varlen` takes it
+    too: z runs over the sequences, x over `ceildiv(T_q, block_m)` query
+    blocks (as many as the longest sequence can have; a runtime may launch
+    fewer, down to the longest sequence's, since a block past its
+    sequence's end stores nothing), and each iteration's query load and
+    both parallel stores start at row `cu_seqlens_q[b] + x · block_m` with
+    `limit cu_seqlens_q[b + 1]`; the forall's outputs are the filled
+    inits. The other inference ops have no `grid=true` form yet (an error
+    says so).
   }];
   let options = [
     Option<"grid", "grid", "bool", /*default=*/"false",
@@ -410,9 +417,14 @@ def FA3WarpSpecialize : Pass<"fa3-warp-specialize"> {
     It runs in `fa3-hopper-pipeline` after `fa3-fuse-softmax` and before
     `fa3-intra-wg-overlap`, which then rotates the consumers' loop. A key
     or value tile of a paged cache (`fa3.load_paged_tile`) is filled through
-    its page table (`fa3.ring_fill ... pages %table`). Loads the producer
-    cannot issue as whole tiles (a query row limit, packed key/value heads)
-    are an error.
+    its page table (`fa3.ring_fill ... pages %table`). Key and value tiles
+    are filled whole whatever their row limit (fa3.mask hides the keys past
+    it). A query tile with a row limit (a packed variable-length sequence's
+    end) is filled whole only where the forall's stores drop the rows past
+    that limit (the same row and limit), so the rows the whole tile reads
+    in their place affect nothing stored. Other loads the producer cannot
+    issue as whole tiles (a query row limit the stores do not share, packed
+    key/value heads) are an error.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::fa3::FA3Dialect",
