@@ -139,13 +139,14 @@ int fa3_launch_attention_paged_kvcache_splits(
 /** Launches an fa3.attention_varlen kernel (FlashAttention's
  *  flash_attn_varlen_func: `batch` sequences packed without padding):
  *  q, out [total_q, Hq, D] and k, v [total_k, Hkv, D], contiguous, of the
- *  kernel's element type; lse [Hq, total_q] f32; cu_seqlens_q and
- *  cu_seqlens_k i32 [batch + 1] on the device. Sequence b owns query rows
- *  [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and key rows [cu_seqlens_k[b],
- *  cu_seqlens_k[b + 1]), of which only the first seqused_k[b] take part when
- *  the kernel was compiled with seqused_k (i32 [batch] on the device; pass 0
- *  for a kernel without it: each mismatch is an error). Causal masks align
- *  at each sequence's own bottom-right corner.
+ *  kernel's element type, 16-byte aligned; lse [Hq, total_q] f32;
+ *  cu_seqlens_q and cu_seqlens_k i32 [batch + 1] on the device. Sequence b
+ *  owns query rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and key rows
+ *  [cu_seqlens_k[b], cu_seqlens_k[b + 1]), of which only the first
+ *  seqused_k[b] take part when the kernel was compiled with seqused_k (i32
+ *  [batch] on the device; pass 0 for a kernel without it: each mismatch is
+ *  an error). Causal masks align at each sequence's own bottom-right
+ *  corner.
  *
  *  First, on `stream`, out is filled with 0 and lse with -inf, so that the
  *  rows past cu_seqlens_q[batch] read O = 0, LSE = -inf; the kernel then

@@ -625,13 +625,18 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
     return llvm::Error::success();
   if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
     return err;
+  // After the dense forward's nine: the offsets, O as a plain pointer (the
+  // warpgroup whose rows cross its sequence's end copies the rows inside
+  // with 16-byte stores, where a TMA box would write the next sequence's),
+  // then seqused_k.
   DevicePtr lse = args.lse, tileCounter = 0, cuSeqlensQ = args.cuSeqlensQ,
-            cuSeqlensK = args.cuSeqlensK, sequsedK = args.sequsedK;
+            cuSeqlensK = args.cuSeqlensK, out = args.out,
+            sequsedK = args.sequsedK;
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK),
           batch32 = int32_t(args.batch);
-  void *params[] = {&*mapQ,       &*mapK,      &*mapV,      &*mapO,
-                    &lse,         &seqQ32,     &seqK32,     &batch32,
-                    &tileCounter, &cuSeqlensQ, &cuSeqlensK, &sequsedK};
+  void *params[] = {&*mapQ,      &*mapK,  &*mapV,   &*mapO,       &lse,
+                    &seqQ32,     &seqK32, &batch32, &tileCounter, &cuSeqlensQ,
+                    &cuSeqlensK, &out,    &sequsedK};
   Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),
             unsigned(args.batch)};
   // seqused_k is the last parameter of a kernel compiled with it only.

@@ -46,11 +46,12 @@ if _raw_stream is None:  # pragma: no cover - older torch
         return torch.cuda.current_stream(index).cuda_stream
 
 
-def _kernel(spec, seqused_k, device_index):
+def _kernel(spec, seqused_k, device):
     """The compiled varlen kernel of `spec` (with the seqused_k argument or
-    not) on device `device_index`. No schedule is written: the compiler
-    picks one for unknown lengths (the lengths are per sequence)."""
-    return _jit.get_mlir(spec.varlen_mlir(seqused_k), "attention_varlen", f"cuda:{device_index}", "fwd")
+    not) for `device` ("cuda:N", or "ptx": PTX only, no GPU needed). No
+    schedule is written: the compiler picks one for unknown lengths (the
+    lengths are per sequence)."""
+    return _jit.get_mlir(spec.varlen_mlir(seqused_k), "attention_varlen", device, "fwd")
 
 
 def _check_index_vector(name, t, q, length=None):
@@ -143,7 +144,7 @@ def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
         return out, lse
     spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
                          causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
-    kernel = _kernel(spec, seqused_k is not None, q.device.index)
+    kernel = _kernel(spec, seqused_k is not None, f"cuda:{q.device.index}")
     # Copies of strided inputs, freed into torch's stream-ordered allocator
     # after the launch.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()

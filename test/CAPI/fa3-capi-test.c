@@ -1153,6 +1153,7 @@ int main(int argc, char **argv) {
   testCpu();
   testCpuVarlen();
   testPtx();
+  testPtxVarlen();
   return failures != 0;
 }
 
@@ -1196,6 +1197,18 @@ int main(int argc, char **argv) {
 // CHECK: a forward has no backward workspace: ok
 // CHECK: ptx compile names an unknown function: ok
 // CHECK: ptx compile rejects head dim 96: ok
+// CHECK: varlen ptx compile: ok
+// CHECK: varlen ptx targets sm_90a: ok
+// CHECK: a varlen kernel is not launched as a dense forward: ok
+// CHECK: the varlen launch refuses seqused_k the kernel does not take: ok
+// CHECK: the varlen launch refuses NULL cu_seqlens_q: ok
+// CHECK: the varlen launch refuses NULL cu_seqlens_k: ok
+// CHECK: the varlen launch refuses a NULL output: ok
+// CHECK: the varlen launch refuses a negative max_seqlen_q: ok
+// CHECK: the varlen launch refuses a PTX-only kernel last: ok
+// CHECK: a varlen forward needs no workspace: ok
+// CHECK: varlen ptx compile with seqused_k: ok
+// CHECK: the varlen launch needs the seqused_k its kernel takes: ok
 // CHECK-NOT: FAIL
 
 // GPU: gpu compile: ok

@@ -176,7 +176,9 @@ llvm::Error launchAttentionSplitKV(const CudaKernel &kernel,
 
 /// A packed variable-length forward (info.varlen): on `stream`, fills O with
 /// zeros and LSE with -inf, then launches `kernel` on a (ceildiv(maxSeqlenQ,
-/// blockM), Hq, B) grid, which writes the rows of every sequence. Rows past
+/// blockM), Hq, B) grid, which writes the rows of every sequence. O (like
+/// Q, K and V for TMA) must be 16-byte aligned: the kernel also stores
+/// through it with 16-byte stores. Rows past
 /// cu_seqlens_q[B] thus read O = 0, LSE = -inf. `maxSeqlenQ` must be at
 /// least every sequence's query count: the CTAs past it are never launched
 /// and their rows keep the fill (the caller checks it; the offsets are on

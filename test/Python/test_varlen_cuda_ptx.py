@@ -1,0 +1,63 @@
+"""The CUDA varlen path's kernel without a GPU: fa3._varlen_cuda._kernel
+compiled to sm_90a PTX only (the compile a CUDA call makes, through the C
+API's kernel cache), at every head dim the path takes, with and without
+seqused_k. The kernel's entry must take the parameters
+launchAttentionVarlen passes (12; 13 with seqused_k), and ptxas, where
+present, must assemble it without spills."""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fa3 import _varlen_cuda  # noqa: E402
+from fa3._spec import AttentionSpec  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+CASES = [  # dtype, hq, hkv, d, causal, window, softcap, seqused_k
+    ("bf16", 32, 8, 128, True, (-1, -1), 0.0, False),
+    ("f16", 4, 1, 64, False, (-1, -1), 0.0, True),
+    ("bf16", 8, 2, 192, True, (-1, -1), 0.0, False),
+    ("f16", 8, 8, 256, False, (32, 8), 30.0, True),
+]
+
+
+def _ptxas():
+    """ptxas from FA3_PTXAS, the build's CMake cache, or PATH (None if none)."""
+    candidates = [os.environ.get("FA3_PTXAS")]
+    cache = pathlib.Path(os.environ.get("FA3_BUILD_DIR", REPO / "build")) / "CMakeCache.txt"
+    if cache.is_file():
+        m = re.search(r"^FA3_PTXAS:FILEPATH=(.+)$", cache.read_text(), re.M)
+        candidates.append(m and m.group(1))
+    candidates.append(shutil.which("ptxas"))
+    return next((c for c in candidates if c and os.path.isfile(c)), None)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}-used{int(c[7])}")
+def test_varlen_kernel_compiles_with_the_launch_parameters(case, tmp_path):
+    dtype, hq, hkv, d, causal, window, softcap, used = case
+    assert d in _varlen_cuda.VARLEN_CUDA_HEAD_DIMS
+    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d, causal=causal,
+                         scale=0.125, window=window, softcap=softcap)
+    kernel = _varlen_cuda._kernel(spec, used, "ptx")
+    ptx = kernel.ptx.rstrip("\0")
+    entry = re.search(r"\.entry (\S+)\(([^)]*)\)", ptx)
+    assert entry and entry.group(1) == kernel.name and "_varlen" in kernel.name
+    params = re.findall(r"\.param ", entry.group(2))
+    # Q, K, V, O maps, LSE, Tq, Tk, B, tile counter, cu_seqlens_q,
+    # cu_seqlens_k, O's address[, seqused_k].
+    assert len(params) == (13 if used else 12), entry.group(0)
+    ptxas = _ptxas()
+    if ptxas is None:
+        pytest.skip("no ptxas (FA3_PTXAS, the CMake cache or PATH) to assemble the PTX")
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr + proc.stdout
