@@ -241,3 +241,64 @@ def test_cuda_varlen_offset_checks_on_cpu_tensors():
         _varlen_cuda.check_offsets(cu_q, torch.tensor([0, 5, 4, 8], dtype=torch.int32), None, 20, 8, 17, 5)
     with pytest.raises(ValueError, match=r"seqused_k\[0\] = 6 must lie in \[0, 5\]"):
         _varlen_cuda.check_offsets(cu_q, cu_k, torch.tensor([6, 0, 1], dtype=torch.int32), 20, 8, 17, 9)
+
+
+def test_cuda_varlen_checks_on_fake_cuda_tensors():
+    """fa3.attention_varlen's CUDA path up to its op, on fake CUDA tensors
+    (FakeTensorMode needs no GPU; the op runs its fake): the dispatch by
+    q's device, every check of types, shapes and devices, the refusal of
+    autograd, and the outputs' shapes. The offsets' values are checked in
+    the op's real implementation (test above and the GPU tests)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(10, 8, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.empty(12, 2, 64, device="cuda", dtype=torch.bfloat16)
+        cu_q = torch.empty(3, device="cuda", dtype=torch.int32)
+        cu_k = torch.empty(3, device="cuda", dtype=torch.int32)
+
+        def call(**changes):
+            args = dict(q=q, k=k, v=k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=6, max_seqlen_k=6,
+                        return_lse=True)
+            args.update(changes)
+            return fa3.attention_varlen(**args)
+
+        out, lse = call()
+        assert out.shape == (10, 8, 64) and out.device == q.device and out.dtype == torch.bfloat16
+        assert lse.shape == (8, 10) and lse.dtype == torch.float32
+        out, _ = call(seqused_k=torch.empty(2, device="cuda", dtype=torch.int32), num_splits=0, pack_gqa=False)
+        assert out.shape == (10, 8, 64)
+        for d in (128, 192, 256):
+            assert call(q=q.new_empty(10, 8, d), k=k.new_empty(12, 2, d), v=k.new_empty(12, 2, d))[0].shape[-1] == d
+        errors = [
+            (TypeError, "cu_seqlens_q must be an int32 tensor, got torch.int64", dict(cu_seqlens_q=cu_q.long())),
+            (ValueError, "cu_seqlens_k is on cpu but q is on cuda:0",
+             dict(cu_seqlens_k=torch.empty(3, dtype=torch.int32))),
+            (ValueError, r"cu_seqlens_k must have shape \(3,\)", dict(cu_seqlens_k=cu_k[:2])),
+            (ValueError, r"cu_seqlens_q must have batch \+ 1 >= 1 entries", dict(cu_seqlens_q=cu_q[:0],
+                                                                               cu_seqlens_k=cu_k[:0])),
+            (ValueError, r"seqused_k must have shape \(2,\)",
+             dict(seqused_k=torch.empty(3, device="cuda", dtype=torch.int32))),
+            (TypeError, "seqused_k must be an int32 tensor", dict(seqused_k=torch.empty(2, device="cuda"))),
+            (TypeError, "k has dtype torch.float16 but q has torch.bfloat16", dict(k=k.half(), v=k.half())),
+            (TypeError, "fa3 on CUDA takes torch.bfloat16 or torch.float16",
+             dict(q=q.float(), k=k.float(), v=k.float())),
+            (ValueError, "v must be a CUDA tensor like q", dict(v=torch.empty(12, 2, 64, dtype=torch.bfloat16))),
+            (ValueError, r"runs head dims \(64, 128, 192, 256\) .* got head_dim 96",
+             dict(q=q.new_empty(10, 8, 96), k=k.new_empty(12, 2, 96), v=k.new_empty(12, 2, 96))),
+            (ValueError, "k and v must have one shape", dict(v=k.new_empty(11, 2, 64))),
+            (ValueError, "q's 8 heads must be a positive multiple of k/v's 3 heads",
+             dict(k=k.new_empty(12, 3, 64), v=k.new_empty(12, 3, 64))),
+            (ValueError, r"q must have 3 dims \(total_q, num_heads, head_dim\)", dict(q=q[None])),
+            (ValueError, "q's last dim must be contiguous", dict(q=q.new_empty(10, 8, 128)[..., ::2])),
+            (ValueError, r"num_splits 0 or 1\), got num_splits = 2", dict(num_splits=2)),
+            (ValueError, "pack_gqa=True: the varlen Hopper kernel does not pack query heads", dict(pack_gqa=True)),
+            (TypeError, "max_seqlen_q must be an int", dict(max_seqlen_q=6.0)),
+        ]
+        for error, message, changes in errors:
+            with pytest.raises(error, match=message):
+                call(**changes)
+        with pytest.raises(NotImplementedError, match="the backward of attention_varlen has no Hopper kernel yet"):
+            call(k=k.clone().requires_grad_())
+        with torch.no_grad():
+            call(q=q.clone().requires_grad_())
