@@ -25,7 +25,11 @@ batches B = 1 and 4, where split-KV matters: the fa3.attention_kvcache
 kernel in one split and in fa3's choice of splits (num_splits=0's rule, the
 chosen N printed and in the table) beside cuDNN and FLASH.
 
-Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles | --decode]
+Packed batches (--varlen): fa3.attention_varlen on 10 sequences of mixed
+lengths (256 ... 4096, 16256 tokens, H = 16, d128) beside SDPA cuDNN and
+FLASH on the same tokens padded to the longest, useful TFLOP/s.
+
+Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles | --decode | --varlen]
        [--dims 64,128] [--seqlens 2048,8192] [--variants ws_overlap,...] [--no-vit]
 Writes DIR/bench.json (rows with direction "fwd", "bwd", "decode", ...), DIR/bench.md
 (one table per direction) and DIR/bench.png.
@@ -33,6 +37,7 @@ Writes DIR/bench.json (rows with direction "fwd", "bwd", "decode", ...), DIR/ben
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import pathlib
 import re
@@ -296,6 +301,65 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
     return row
 
 
+# A packed training batch of mixed lengths (16256 tokens), the inference
+# issue's "varlen training forward on a packed batch of mixed lengths".
+VARLEN_LENGTHS = (4096, 2048, 3072, 1024, 512, 2560, 1536, 768, 256, 384)
+
+
+def bench_varlen(d=128, h=16, causal=True, lengths=VARLEN_LENGTHS, dev="cuda"):
+    """One packed-batch forward row: the sequences of `lengths` packed into
+    [T, H, D] (bf16), fa3.attention_varlen end to end (its host checks of the
+    offsets included: one device-to-host copy per call) beside SDPA cuDNN and
+    FLASH on the same tokens padded to the longest sequence ([B, max, H, D],
+    right-padded; causal, so each real query sees only its own sequence's
+    real keys and the padded rows are wasted work). TFLOP/s count the useful
+    work only, sum_b 4·H·S_b²·D (halved when causal), for every column; the
+    max abs difference compares fa3 with cuDNN's output on the real tokens."""
+    torch.manual_seed(0)
+    lengths = list(lengths)
+    b, longest, total = len(lengths), max(lengths), sum(lengths)
+    cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=dev)
+    q, k, v = (torch.randn(total, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    useful = sum(4.0 * h * s * s * d / (2 if causal else 1) for s in lengths)
+    row = {"direction": "varlen", "d": d, "heads": h, "causal": causal, "batch": b, "tokens": total,
+           "max_seqlen": longest, "lengths": lengths}
+
+    def padded(x):
+        out = torch.zeros(b, longest, h, d, device=dev, dtype=x.dtype)
+        for i, s in enumerate(lengths):
+            out[i, :s] = x[cu[i]:cu[i] + s]
+        return out.transpose(1, 2)  # [B, H, S, D] for SDPA
+    qp, kp, vp = padded(q), padded(k), padded(v)
+    ref = None
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                out = F.scaled_dot_product_attention(qp, kp, vp, is_causal=causal)
+                ms = do_bench(lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=causal),
+                              warmup=25, rep=100, return_mode="median")
+            row[name] = useful / ms / 1e9
+            row[name + "_ms"] = ms
+            if ref is None:
+                ref = out.transpose(1, 2)
+        except RuntimeError as e:
+            row[name + "_error"] = str(e)[:300]
+    try:
+        fn = lambda: fa3.attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal)  # noqa: E731
+        o = fn()
+        o = o[0] if isinstance(o, tuple) else o
+        ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+        row["fa3"] = useful / ms / 1e9
+        row["fa3_ms"] = ms
+        if ref is not None:
+            row["max_abs_diff_vs_sdpa"] = max(
+                (o[cu[i]:cu[i] + s].float() - ref[i, :s].float()).abs().max().item() for i, s in enumerate(lengths))
+    except (fa3.Error, ValueError, TypeError, NotImplementedError) as e:
+        row["fa3_error"] = str(e)[:300]
+    if row.get("fa3") and row.get("cudnn"):
+        row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
+    return row
+
+
 def mlir_grad_for(h, d, causal, deterministic=False):
     t = f"tensor<?x?x{h}x{d}xbf16>"
     lt = f"tensor<?x{h}x?xf32>"
@@ -510,6 +574,9 @@ def main():
     only.add_argument("--decode", action="store_true",
                       help="decode shapes only: B=32, then B=1 and B=4 (split-KV), Sq=1, GQA 32:8, d128, "
                       "Sk = --seqlens (default 4k ... 32k)")
+    only.add_argument("--varlen", action="store_true",
+                      help="the packed-batch forward only (mixed lengths, 16k tokens, d128, H16) beside padded "
+                      "cuDNN and FLASH, causal and not")
     only.add_argument("--tiles", action="store_true",
                       help="d64 forward by query tile (block_m 64/128/192, 128 also persistent) on the FA3 and ViT shapes only")
     ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
@@ -557,6 +624,14 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
+        directions = []
+        dims = []
+    if args.varlen:
+        for causal in (True, False):
+            row = bench_varlen(causal=causal)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            torch.cuda.empty_cache()
         directions = []
         dims = []
     if args.fp8:
@@ -697,6 +772,24 @@ def main():
                          f"{us_small(r, 'fa3_kvcache')} | {us_small(r, 'fa3_splits')} | {r.get('fa3_splits_n', '-')} | "
                          f"{us_small(r, 'cudnn')} ({r.get('cudnn_kv', '-')}) | "
                          f"{us_small(r, 'flash')} ({r.get('flash_kv', '-')}) | {ratio} | {diff} |")
+    varlen_rows = [r for r in rows if r["direction"] == "varlen"]
+    if varlen_rows:
+        if lines:
+            lines.append("")
+        lines += [f"packed-batch forward (bf16; useful TFLOP/s: sum_b 4·H·S_b²·D, halved when causal) — "
+                  f"{meta['gpu']}, {meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
+                  "fa3: fa3.attention_varlen on the packed tokens end to end; cuDNN, FLASH: SDPA on the same "
+                  "tokens padded to the longest sequence", "",
+                  "| d | H | causal | sequences (tokens, longest) | fa3 | cuDNN padded | FLASH padded | "
+                  "fa3/cuDNN | max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in varlen_rows:
+            ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
+            diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else \
+                r.get("fa3_error", "n/a")[:60]
+            lines.append(f"| {r['d']} | {r['heads']} | {r['causal']} | {r['batch']} ({r['tokens']}, "
+                         f"{r['max_seqlen']}) | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
+                         f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
     fp8_rows = [r for r in rows if r["direction"] == "fwd-fp8"]
     if fp8_rows:
         gemm = next((r["tflops"] for r in rows if r["direction"] == "fp8-gemm"), None)

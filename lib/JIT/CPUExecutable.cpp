@@ -224,6 +224,7 @@ compileObject(mlir::ModuleOp module, llvm::StringRef function,
   mlir::fa3::CPUPipelineOptions pipelineOptions;
   pipelineOptions.blockM = options.blockM;
   pipelineOptions.blockN = options.blockN;
+  pipelineOptions.grid = options.grid;
   mlir::fa3::buildFA3CPUPipeline(pm, pipelineOptions);
   if (mlir::failed(pm.run(module)))
     return error("fa3-cpu-pipeline failed on '" + function + "':\n" +
@@ -364,6 +365,7 @@ CPUExecutable::compile(mlir::OwningOpRef<mlir::ModuleOp> module,
        features, text, function.str(),
        "block-m=" + std::to_string(options.blockM),
        "block-n=" + std::to_string(options.blockN),
+       std::string("grid=") + (options.grid ? "1" : "0"),
        "opt=" + std::to_string(options.optLevel)});
   KernelCache &cache = KernelCache::getGlobal();
   std::string object;

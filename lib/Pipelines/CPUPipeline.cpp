@@ -30,7 +30,11 @@ void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
   schedule.blockM = options.blockM;
   schedule.blockN = options.blockN;
   pm.addPass(createFA3SelectSchedule(schedule));
-  pm.addPass(createFA3Tile());
+  FA3TileOptions tile;
+  tile.grid = options.grid;
+  pm.addPass(createFA3Tile(tile));
+  if (options.grid)
+    pm.addPass(createFA3SerializeGrid());
   pm.addPass(createFA3FuseSoftmax());
   // A schedule with intra_wg_overlap rotates the key loop here as on Hopper
   // (the same arithmetic, so the CPU checks the rotated loop's numbers).

@@ -55,6 +55,10 @@ static cl::list<std::string>
 static cl::opt<unsigned> benchmark(
     "benchmark", cl::init(0),
     cl::desc("Run N more times after a warm-up run and print the median"));
+static cl::opt<bool>
+    cpuGrid("grid", cl::init(false),
+            cl::desc("CPU: tile as the Hopper pipeline does and run its grid "
+                     "serially (fa3-cpu-pipeline{grid=true})"));
 static cl::opt<int64_t> blockM("block-m", cl::init(0),
                                cl::desc("Override the query tile rows"));
 static cl::opt<int64_t> blockN("block-n", cl::init(0),
@@ -221,6 +225,7 @@ int main(int argc, char **argv) {
   CPUCompileOptions options;
   options.blockM = blockM;
   options.blockN = blockN;
+  options.grid = cpuGrid;
   auto start = std::chrono::steady_clock::now();
   auto exe = CPUExecutable::compile(std::move(module), functionName, options);
   if (!exe)

@@ -48,6 +48,9 @@ struct DimEquality {
 struct CPUCompileOptions {
   /// Query/key tile overrides (0: the cost model's choice).
   int64_t blockM = 0, blockN = 0;
+  /// Tile as the Hopper pipeline does and run its grid serially
+  /// (fa3-cpu-pipeline{grid=true}).
+  bool grid = false;
   /// LLVM optimization level for the JIT.
   unsigned optLevel = 3;
   /// Look the object code up in (and store it into) the kernel cache

@@ -23,6 +23,12 @@ struct CPUPipelineOptions : public PassPipelineOptions<CPUPipelineOptions> {
       *this, "block-n",
       llvm::cl::desc("Key rows per tile (0: the cost model's choice)"),
       llvm::cl::init(0)};
+  PassOptions::Option<bool> grid{
+      *this, "grid",
+      llvm::cl::desc("Tile the forwards as the Hopper pipeline does "
+                     "(fa3-tile{grid=true}) and run the grid as serial loops "
+                     "(fa3-serialize-grid): the CPU checks the GPU's tiling"),
+      llvm::cl::init(false)};
 };
 
 /// fa3.attention on tensors -> LLVM dialect for the host CPU: schedule,

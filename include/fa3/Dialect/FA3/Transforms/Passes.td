@@ -549,6 +549,48 @@ def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def FA3SerializeGrid : Pass<"fa3-serialize-grid"> {
+  let summary = "Run a tile-level grid as serial loops, so the CPU checks the GPU's tiling";
+  let description = [{
+    Rewrites each grid `scf.forall` whose `scf.forall.in_parallel` holds
+    only `fa3.parallel_store_tile` / `fa3.parallel_store_stats` (what
+    `fa3-tile{grid=true}` makes, mapped to `#gpu.block` or
+    `#fa3.persistent_block`) into a nest of `scf.for` loops over the same
+    bounds that carries the shared outputs: each parallel store becomes the
+    `fa3.store_tile` / `fa3.store_stats` of the same tile at the same
+    coordinates and limit into the carried tensor. The iterations write
+    disjoint rows, so the order changes nothing; the result is the forall's.
+
+    `fa3-cpu-pipeline{grid=true}` runs `fa3-tile{grid=true}` and then this
+    pass, so the CPU executes the tiling the Hopper kernels are built from
+    (the grid's bounds, each CTA's sequence rows, row limits, split ranges
+    and the merge) and its numbers are checked against float64 without a
+    GPU.
+
+    ```mlir
+    %r:2 = scf.forall (%x, %h, %b) in (%n, 8, %B) shared_outs(%o = %o0, %l = %l0) {
+      ...
+      scf.forall.in_parallel {
+        fa3.parallel_store_tile %ot into %o[%b, %q0, %h] : ...
+        fa3.parallel_store_stats %lt into %l[%b, %h, %q0] : ...
+      }
+    }
+    // becomes
+    %r:2 = scf.for %x = %c0 to %n step %c1 iter_args(%o = %o0, %l = %l0) {
+      %s:2 = scf.for %h = ... {
+        %t:2 = scf.for %b = ... {
+          ...
+          %o1 = fa3.store_tile %ot into %o[%b, %q0, %h] : ...
+          %l1 = fa3.store_stats %lt into %l[%b, %h, %q0] : ...
+          scf.yield %o1, %l1 : ...
+        } ...
+      } ...
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::scf::SCFDialect"];
+}
+
 def FA3PersistentGrid : Pass<"fa3-persistent-grid", "::mlir::func::FuncOp"> {
   let summary = "Walk a kernel's tiles with one persistent CTA per SM";
   let description = [{
