@@ -199,15 +199,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     torch CPU tensors (float32/float16/bfloat16, int32 offsets) work too, with
     autograd through the output and the LSE and under torch.compile (the op
     is `torch.ops.fa3.attention_varlen_fwd`). torch CUDA tensors (bf16/f16,
-    head dims 64, 128, 192 or 256 with k's and v's equal to q's, int32
+    head dims multiples of 8 up to 256, with kernels for 64, 128, 192 and
+    256 and the others zero-padded to the next, k's and v's equal to q's, int32
     offsets and seqused_k on q's device) run the Hopper kernel of
     fa3.attention_varlen (`torch.ops.fa3.attention_varlen_cuda`, traceable
     by torch.compile), in one split and unpacked (`num_splits` 0 or 1,
     `pack_gqa` None or False). Each call copies the offsets to the host
     once (a device sync) to check them; the grid is sized by the longest
     sequence. Rows of k and v past a sequence's used keys are read and
-    masked: they must be finite. Forward only: with grad enabled and q, k
-    or v requiring grad it raises NotImplementedError.
+    masked: they must be finite. Autograd runs the dense Hopper backward
+    once per sequence (no varlen backward kernel yet).
     """
     if _torch_inputs(q, k, v):
         for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):

@@ -17,18 +17,28 @@ then sized by the longest sequence found there; `max_seqlen_q` and
 `max_seqlen_k` are only checked against it.
 
 One kernel per (dtype, heads, head dim, causal, window, softcap, scale,
-seqused_k or not), unpacked (no PackGQA), one split. Forward only: the
-backward has no Hopper kernel yet, so a call that autograd would
-differentiate is refused. The op is `torch.ops.fa3.attention_varlen_cuda`,
-with a fake implementation for torch.compile.
+seqused_k or not), unpacked (no PackGQA), one split. The op is
+`torch.ops.fa3.attention_varlen_cuda`, with a fake implementation for
+torch.compile.
+
+The backward (`torch.ops.fa3.attention_varlen_cuda_bwd`) has no varlen
+Hopper kernel yet: it runs the dense Hopper backward once per sequence, on
+views of the packed rows as [1, S_b, H, D] batches (the same masks: each
+sequence's causal diagonal is its own bottom-right corner), which is exact
+but costs B launches of the dense backward's three kernels. Head dims the
+dense backward is not compiled for (192) run zero-padded to the next one, as
+fa3.attention does. Keys past seqused_k[b] and the rows outside every
+sequence get zero gradients.
 """
 
 from typing import Optional
 
 import torch
 
-from . import _inference, _jit
-from ._spec import AttentionSpec
+import torch.nn.functional as F
+
+from . import _inference, _jit, _torch
+from ._spec import AttentionSpec, rounded_cuda_head_dim
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # Head dims of the Hopper forward (whole 128-byte swizzle atoms), with k's
@@ -94,9 +104,10 @@ def check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k):
     total_k, hkv, dk = k.shape
     if hkv == 0 or hq % hkv:
         raise ValueError(f"q's {hq} heads must be a positive multiple of k/v's {hkv} heads (GQA)")
-    if d not in VARLEN_CUDA_HEAD_DIMS or dk != d:
-        raise ValueError(f"attention_varlen on CUDA runs head dims {VARLEN_CUDA_HEAD_DIMS} with k's and v's equal "
-                         f"to q's, got head_dim {d} (k and v: {dk})")
+    if d % 8 or not 8 <= d <= 256 or dk != d:
+        raise ValueError(f"attention_varlen on CUDA takes head dims that are multiples of 8 up to 256 (kernels for "
+                         f"{VARLEN_CUDA_HEAD_DIMS}, the others zero-padded to the next), with k's and v's equal to "
+                         f"q's, got head_dim {d} (k and v: {dk})")
     if total_q > _INT32_MAX or total_k > _INT32_MAX:
         raise ValueError(f"total_q = {total_q} and total_k = {total_k} must fit in 32 bits")
     if hq > _MAX_GRID_YZ:
@@ -162,6 +173,78 @@ def _attention_varlen_cuda_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
+def _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k):
+    """The offsets and seqused_k on the host, in one transfer."""
+    parts = [cu_seqlens_q, cu_seqlens_k] + ([seqused_k] if seqused_k is not None else [])
+    host = torch.cat(parts).cpu().tolist()
+    n = cu_seqlens_q.shape[0]
+    return host[:n], host[n:2 * n], (host[2 * n:] if seqused_k is not None else None)
+
+
+def _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale, window, softcap):
+    """dq, dk, dv of the packed attention, one dense Hopper backward per
+    sequence (see the module docstring); the offsets are host lists."""
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    d = q.shape[2]
+    size = rounded_cuda_head_dim(d, d)
+    pad = (lambda t: F.pad(t, (0, size - d))) if size != d else (lambda t: t)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0 = cu_q[b], cu_q[b + 1], cu_k[b]
+        k1 = k0 + used[b] if used is not None else cu_k[b + 1]
+        if q1 <= q0 or k1 <= k0:
+            continue  # no query: no gradient to dK, dV; no key: O = 0, dQ = 0
+        qb, ob, dob = (pad(t[q0:q1].unsqueeze(0)) for t in (q, out, grad_out))
+        kb, vb = (pad(t[k0:k1].unsqueeze(0)) for t in (k, v))
+        lseb = lse[:, q0:q1].unsqueeze(0).contiguous()
+        dlseb = grad_lse[:, q0:q1].unsqueeze(0).contiguous() if grad_lse is not None else None
+        plan = _torch._plan(qb, kb, vb, causal, scale, window, softcap, pack_gqa=False)
+        qb, kb, vb, ob = (t.contiguous() for t in (qb, kb, vb, ob))
+        dqb, dkb, dvb = _torch._backward(plan, dob, qb, kb, vb, ob, lseb, dlseb)
+        dq[q0:q1] = dqb[0, ..., :d]
+        dk[k0:k1] = dkb[0, ..., :d]
+        dv[k0:k1] = dvb[0, ..., :d]
+    return dq, dk, dv
+
+
+@torch.library.custom_op("fa3::attention_varlen_cuda_bwd", mutates_args=())
+def attention_varlen_cuda_bwd(grad_out: torch.Tensor, grad_lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                              v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                              cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], causal: bool,
+                              scale: float, window_left: int, window_right: int,
+                              softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    cu_q, cu_k, used = _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k)
+    return _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale,
+                              (window_left, window_right), softcap)
+
+
+@attention_varlen_cuda_bwd.register_fake
+def _attention_varlen_cuda_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                    causal, scale, window_left, window_right, softcap):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, _max_q, _max_k, causal, scale, window_left, window_right,
+     softcap) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
+    ctx.options = (causal, scale, window_left, window_right, softcap)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_q, cu_k, used = ctx.saved_tensors
+    # Both outputs' gradients (an unused one as zeros: a zero dLSE leaves
+    # the backward's Δ as it is).
+    grad_out = torch.zeros_like(out) if grad_out is None else grad_out
+    grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
+    dq, dk, dv = torch.ops.fa3.attention_varlen_cuda_bwd(grad_out.contiguous(), grad_lse.contiguous(), q, k, v, out,
+                                                         lse, cu_q, cu_k, used, *ctx.options)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+attention_varlen_cuda.register_autograd(_backward, setup_context=_setup_context)
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window,
                      softcap, num_splits, pack_gqa, seqused_k=None):
     """(out, lse) on CUDA tensors; the arguments as
@@ -175,8 +258,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if pack_gqa and q.shape[1] != k.shape[1]:
         raise ValueError("pack_gqa=True: the varlen Hopper kernel does not pack query heads (pass None or False; "
                          "the result is the same)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError("the backward of attention_varlen has no Hopper kernel yet; run it on the CPU "
-                                  "or under torch.no_grad()")
-    return torch.ops.fa3.attention_varlen_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                                               max_seqlen_k, causal, scale, window[0], window[1], softcap)
+    # Head dims without a kernel run at the next compiled one, q, k and v
+    # zero-padded (F.pad: differentiable, traced by torch.compile): zero
+    # columns leave q·kᵀ unchanged and give v's padding zero output columns,
+    # sliced away. `scale` is the original head dim's (already resolved).
+    d = q.shape[2]
+    size = next(size for size in VARLEN_CUDA_HEAD_DIMS if size >= d)
+    if size != d:
+        q, k, v = (F.pad(t, (0, size - d)) for t in (q, k, v))
+    out, lse = torch.ops.fa3.attention_varlen_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                                                   max_seqlen_k, causal, scale, window[0], window[1], softcap)
+    return (out[..., :d] if size != d else out), lse

@@ -246,8 +246,8 @@ def test_cuda_varlen_offset_checks_on_cpu_tensors():
 def test_cuda_varlen_checks_on_fake_cuda_tensors():
     """fa3.attention_varlen's CUDA path up to its op, on fake CUDA tensors
     (FakeTensorMode needs no GPU; the op runs its fake): the dispatch by
-    q's device, every check of types, shapes and devices, the refusal of
-    autograd, and the outputs' shapes. The offsets' values are checked in
+    q's device, every check of types, shapes and devices, autograd up to
+    the backward op, and the outputs' shapes. The offsets' values are checked in
     the op's real implementation (test above and the GPU tests)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -268,7 +268,8 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
         assert lse.shape == (8, 10) and lse.dtype == torch.float32
         out, _ = call(seqused_k=torch.empty(2, device="cuda", dtype=torch.int32), num_splits=0, pack_gqa=False)
         assert out.shape == (10, 8, 64)
-        for d in (128, 192, 256):
+        # 40 and 96 run zero-padded to the 64 and 128 kernels, sliced back.
+        for d in (40, 96, 128, 192, 256):
             assert call(q=q.new_empty(10, 8, d), k=k.new_empty(12, 2, d), v=k.new_empty(12, 2, d))[0].shape[-1] == d
         errors = [
             (TypeError, "cu_seqlens_q must be an int32 tensor, got torch.int64", dict(cu_seqlens_q=cu_q.long())),
@@ -284,8 +285,10 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
             (TypeError, "fa3 on CUDA takes torch.bfloat16 or torch.float16",
              dict(q=q.float(), k=k.float(), v=k.float())),
             (ValueError, "v must be a CUDA tensor like q", dict(v=torch.empty(12, 2, 64, dtype=torch.bfloat16))),
-            (ValueError, r"runs head dims \(64, 128, 192, 256\) .* got head_dim 96",
-             dict(q=q.new_empty(10, 8, 96), k=k.new_empty(12, 2, 96), v=k.new_empty(12, 2, 96))),
+            (ValueError, r"multiples of 8 up to 256 .* got head_dim 100",
+             dict(q=q.new_empty(10, 8, 100), k=k.new_empty(12, 2, 100), v=k.new_empty(12, 2, 100))),
+            (ValueError, r"with k's and v's equal to q's, got head_dim 64 \(k and v: 128\)",
+             dict(k=k.new_empty(12, 2, 128), v=k.new_empty(12, 2, 128))),
             (ValueError, "k and v must have one shape", dict(v=k.new_empty(11, 2, 64))),
             (ValueError, "q's 8 heads must be a positive multiple of k/v's 3 heads",
              dict(k=k.new_empty(12, 3, 64), v=k.new_empty(12, 3, 64))),
@@ -298,7 +301,17 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
         for error, message, changes in errors:
             with pytest.raises(error, match=message):
                 call(**changes)
-        with pytest.raises(NotImplementedError, match="the backward of attention_varlen has no Hopper kernel yet"):
-            call(k=k.clone().requires_grad_())
+        # Autograd records the op (its backward needs a GPU to run: the
+        # engine does not run on fake CUDA tensors); the backward op's fake
+        # gives gradients shaped like q, k and v.
+        for d in (64, 96):
+            qg, kg, vg = (t.clone().requires_grad_() for t in (q.new_empty(10, 8, d), k.new_empty(12, 2, d),
+                                                                 k.new_empty(12, 2, d)))
+            out, lse = call(q=qg, k=kg, v=vg)
+            assert out.requires_grad and lse.requires_grad and out.grad_fn is not None
+        dq, dk, dv = torch.ops.fa3.attention_varlen_cuda_bwd(q, lse.new_empty(8, 10), q, k, k, q,
+                                                             lse.new_empty(8, 10), cu_q, cu_k, None, True, 0.125,
+                                                             -1, -1, 0.0)
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
         with torch.no_grad():
-            call(q=q.clone().requires_grad_())
+            assert not call(q=q.clone().requires_grad_())[0].requires_grad
