@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from . import _jit
+from ._torch import _raw_stream  # the current stream's raw handle
 from ._spec import CUDA_HEAD_DIMS, AttentionSpec, check_options, resolve_pack_gqa
 from .schedules import schedule as _schedule
 
@@ -35,12 +36,6 @@ _INT32_MAX = 2**31 - 1
 # The most splits fa3 chooses (FlashAttention-3's cap); an explicit
 # num_splits may be larger.
 MAX_SPLITS = 64
-
-# The raw current-stream handle of a device.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-if _raw_stream is None:  # pragma: no cover - older torch
-    def _raw_stream(index):
-        return torch.cuda.current_stream(index).cuda_stream
 
 
 def _schedule_fields(spec, pack_gqa, seq_q, cache_rows, num_splits=1):

@@ -34,10 +34,10 @@ sequence get zero gradients.
 from typing import Optional
 
 import torch
-
 import torch.nn.functional as F
 
 from . import _inference, _jit, _torch
+from ._torch import _raw_stream  # the current stream's raw handle
 from ._spec import AttentionSpec, rounded_cuda_head_dim
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -48,12 +48,6 @@ VARLEN_CUDA_HEAD_DIMS = (64, 128, 192, 256)
 # grid dims y and z.
 _INT32_MAX = 2**31 - 1
 _MAX_GRID_YZ = 65535
-
-# The raw current-stream handle of a device.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-if _raw_stream is None:  # pragma: no cover - older torch
-    def _raw_stream(index):
-        return torch.cuda.current_stream(index).cuda_stream
 
 
 def _kernel(spec, seqused_k, device):

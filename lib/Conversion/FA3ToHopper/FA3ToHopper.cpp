@@ -417,18 +417,14 @@ struct ConvertFA3ToHopperPass
         // Grid: ceildiv(Sq, block_m) x Hq x B.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
-      } else if (auto cache = dyn_cast<AttentionKVCacheOp>(op)) {
+      } else if (isa<AttentionKVCacheOp, AttentionVarlenOp>(op)) {
         // What has no Hopper kernel says so; the rest is built from the
         // tile level.
-        if (succeeded(HopperAttentionSpec::fromOp(cache)))
-          op->emitOpError()
-              << "is built from the tile level: run "
-                 "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "
-                 "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
-                 "fa3-hopper-pipeline does)";
-        failedAny = true;
-      } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
-        if (succeeded(HopperAttentionSpec::fromOp(varlen)))
+        FailureOr<HopperAttentionSpec> spec =
+            isa<AttentionKVCacheOp>(op)
+                ? HopperAttentionSpec::fromOp(cast<AttentionKVCacheOp>(op))
+                : HopperAttentionSpec::fromOp(cast<AttentionVarlenOp>(op));
+        if (succeeded(spec))
           op->emitOpError()
               << "is built from the tile level: run "
                  "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "

@@ -9,29 +9,17 @@ blocks are the same, bit for bit against the serial tiling (both run the
 same tile ops on the same tiles, in another order). Small tiles
 (--block-m/--block-n 16) put many tile edges inside sequences."""
 
-import subprocess
-
 import numpy as np
 import pytest
+from npy_run import run
 
 from fa3 import reference
 
 
 def _run(fa3_run, tmp_path, source, function, inputs, outputs, extra=()):
-    src = tmp_path / "f.mlir"
-    src.write_text(source)
-    cmd = [fa3_run, str(src), f"--function={function}", "--device=cpu", *extra]
-    for i, x in enumerate(inputs):
-        path = tmp_path / f"in{i}.npy"
-        np.save(path, x)
-        cmd.append(f"--input=@{path}")
-    out_paths = [tmp_path / f"out{i}.npy" for i in range(outputs)]
-    for path in out_paths:
-        np.save(path, np.full((1,), np.nan, np.float32))  # poisoned
-        cmd.append(f"--output=@{path}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc, arrays = run(fa3_run, tmp_path, source, function, inputs, outputs, extra)
     assert proc.returncode == 0, proc.stderr
-    return [np.load(p) for p in out_paths]
+    return arrays
 
 
 def _check(o, lse, ref_o, ref_lse, v):

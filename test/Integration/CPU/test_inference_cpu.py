@@ -6,9 +6,8 @@ the float64 reference under the f32 bound of the CPU suite
 (|O - ref| <= 1e-5 (1 + max|V|): f32 arithmetic over at most a few hundred
 keys). A wrong element type of an index input is the driver's error."""
 
-import subprocess
-
 import numpy as np
+from npy_run import run
 
 from fa3 import reference
 
@@ -38,22 +37,6 @@ func.func @decode(%q: tensor<?x1x8x32xf32>, %kc: tensor<?x16x2x32xf32>, %vc: ten
 """
 
 
-def _run(fa3_run, tmp_path, source, function, inputs, outputs):
-    src = tmp_path / "f.mlir"
-    src.write_text(source)
-    cmd = [fa3_run, str(src), f"--function={function}", "--device=cpu"]
-    for i, x in enumerate(inputs):
-        path = tmp_path / f"in{i}.npy"
-        np.save(path, x)
-        cmd.append(f"--input=@{path}")
-    out_paths = [tmp_path / f"out{i}.npy" for i in range(outputs)]
-    for path in out_paths:
-        np.save(path, np.full((1,), np.nan, np.float32))  # poisoned
-        cmd.append(f"--output=@{path}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    return proc, [np.load(p) for p in out_paths]
-
-
 def test_fa3_run_varlen(fa3_run, tmp_path):
     rng = np.random.default_rng(7)
     cu_q = np.array([0, 5, 5, 75, 76], np.int32)
@@ -61,7 +44,7 @@ def test_fa3_run_varlen(fa3_run, tmp_path):
     q = rng.standard_normal((76, 4, 32)).astype(np.float32)
     k = rng.standard_normal((212, 2, 32)).astype(np.float32)
     v = rng.standard_normal((212, 2, 32)).astype(np.float32)
-    proc, (o, lse) = _run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, v, cu_q, cu_k], 2)
+    proc, (o, lse) = run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, v, cu_q, cu_k], 2)
     assert proc.returncode == 0, proc.stderr
     ref_o, ref_lse = reference.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
     assert o.shape == ref_o.shape and lse.shape == ref_lse.shape
@@ -81,7 +64,7 @@ def test_fa3_run_paged_decode_step(fa3_run, tmp_path):
     q = rng.standard_normal((batch, 1, 8, 32)).astype(np.float32)
     k = rng.standard_normal((batch, 1, 2, 32)).astype(np.float32)
     v = rng.standard_normal((batch, 1, 2, 32)).astype(np.float32)
-    proc, (o, lse) = _run(fa3_run, tmp_path, PAGED, "decode",
+    proc, (o, lse) = run(fa3_run, tmp_path, PAGED, "decode",
                           [q, kc, vc, k, v, before, before + 1, table], 2)
     assert proc.returncode == 0, proc.stderr
     kc2, vc2 = kc.copy(), vc.copy()
@@ -98,10 +81,10 @@ def test_fa3_run_names_a_wrong_index_type(fa3_run, tmp_path):
     k = np.zeros((4, 2, 32), np.float32)
     offsets = np.array([0, 4], np.int32)
     # float32 offsets: the argument needs int32.
-    proc, _ = _run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.float32), offsets], 2)
+    proc, _ = run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.float32), offsets], 2)
     assert proc.returncode != 0
     assert "input #3" in proc.stderr and "needs an int32 .npy file" in proc.stderr, proc.stderr
     # int64 offsets: not a dtype fa3-run reads; the error names the file.
-    proc, _ = _run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.int64), offsets], 2)
+    proc, _ = run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.int64), offsets], 2)
     assert proc.returncode != 0
     assert "in3.npy" in proc.stderr and "unsupported dtype '<i8'" in proc.stderr, proc.stderr
