@@ -208,13 +208,12 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
     // (launchAttentionVarlen), and seqused_k when the op has it.
     kernel.info.varlen = getInt("varlen") != 0;
     kernel.info.sequsedK = getInt("seqused") != 0;
-    if (kernel.info.varlen &&
-        (kernel.info.kvCache || kernel.info.persistent ||
-         kernel.info.numSplits != 1 || kernel.info.packedHeads != 1))
+    if (kernel.info.varlen && (kernel.info.kvCache || kernel.info.persistent ||
+                               kernel.info.numSplits != 1))
       return error("internal error: " + kernel.info.name +
                    " is marked varlen in its fa3.launch with a persistent "
-                   "grid, split-KV, packed query heads or a KV cache, which "
-                   "no varlen launch has");
+                   "grid, split-KV or a KV cache, which no varlen launch "
+                   "has");
     if (kernel.info.sequsedK && !kernel.info.varlen)
       return error("internal error: " + kernel.info.name +
                    " is marked seqused but not varlen in its fa3.launch");

@@ -56,8 +56,8 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
 }
 
 /// Why a varlen forward like `info` cannot be launched, or None: its launch
-/// (launchAttentionVarlen) has no persistent tile loop, no split-KV merge
-/// and no packed query heads, and its operands are not a KV cache.
+/// (launchAttentionVarlen) has no persistent tile loop and no split-KV
+/// merge, and its operands are not a KV cache.
 static std::optional<std::string>
 unlaunchableVarlen(const AttentionKernelInfo &info) {
   if (!info.varlen)
@@ -67,12 +67,11 @@ unlaunchableVarlen(const AttentionKernelInfo &info) {
                          : std::nullopt;
   if (info.kvCache)
     return std::string("varlen = 1 and kvcache = 1 exclude each other");
-  if (info.persistent || info.numSplits != 1 || info.packedHeads != 1)
-    return "a varlen kernel is never persistent, split or packed-GQA, got "
+  if (info.persistent || info.numSplits != 1)
+    return "a varlen kernel is never persistent or split, got "
            "persistent = " +
            std::to_string(info.persistent) +
-           ", num_splits = " + std::to_string(info.numSplits) +
-           ", packed_heads = " + std::to_string(info.packedHeads);
+           ", num_splits = " + std::to_string(info.numSplits);
   return std::nullopt;
 }
 
@@ -581,7 +580,11 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
   // No sequence is longer than the packed rows (the offsets end within
   // them), so a larger max_seqlen_q only adds CTAs that exit at once.
   int64_t maxSeqlenQ = std::min(args.maxSeqlenQ, args.seqQ);
-  int64_t queryTiles = (maxSeqlenQ + info.blockM - 1) / info.blockM;
+  // PackGQA: a tile holds blockM / G queries of the G query heads of one
+  // key/value head; the grid's y runs over the key/value heads.
+  int64_t group = info.packedHeads;
+  int64_t queriesPerTile = info.blockM / group;
+  int64_t queryTiles = (maxSeqlenQ + queriesPerTile - 1) / queriesPerTile;
   bool launch = args.batch > 0 && queryTiles > 0;
   // K and V of no rows are never read; their descriptors point at Q (as in
   // launchForwardTiles).
@@ -593,16 +596,19 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
   // one sequence of T rows, whose boxes the kernel places at its offsets.
   std::optional<TensorMap> mapQ, mapK, mapV, mapO;
   if (launch) {
-    for (auto [map, base, seq, heads, rows, what] :
+    // Q and O packed as [1, T, Hkv, G, D] with PackGQA.
+    for (auto [map, base, seq, heads, rows, what, viewGroup] :
          {std::tuple<std::optional<TensorMap> *, DevicePtr, int64_t, int64_t,
-                     int64_t, const char *>{&mapQ, args.q, args.seqQ,
-                                            info.numQHeads, info.blockM, "Q"},
-          {&mapK, k, kvSeq, kvHeads, info.blockN, "K"},
-          {&mapV, v, kvSeq, kvHeads, info.blockN, "V"},
-          {&mapO, args.out, args.seqQ, info.numQHeads, kOutputStoreRows,
-           "O"}}) {
-      auto encoded = bshdTensorMap(base, info.bf16, /*batch=*/1, seq, heads,
-                                   info.headDim, rows, what);
+                     int64_t, const char *, int64_t>{&mapQ, args.q, args.seqQ,
+                                                     info.numQHeads,
+                                                     info.blockM, "Q", group},
+          {&mapK, k, kvSeq, kvHeads, info.blockN, "K", 1},
+          {&mapV, v, kvSeq, kvHeads, info.blockN, "V", 1},
+          {&mapO, args.out, args.seqQ, info.numQHeads, kOutputStoreRows, "O",
+           group}}) {
+      auto encoded =
+          bshdTensorMap(base, info.bf16, /*batch=*/1, seq, heads, info.headDim,
+                        rows, what, /*fp8=*/false, viewGroup);
       if (!encoded)
         return encoded.takeError();
       *map = *encoded;
@@ -637,7 +643,7 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
   void *params[] = {&*mapQ,      &*mapK,  &*mapV,   &*mapO,       &lse,
                     &seqQ32,     &seqK32, &batch32, &tileCounter, &cuSeqlensQ,
                     &cuSeqlensK, &out,    &sequsedK};
-  Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads),
+  Dim3 grid{unsigned(queryTiles), unsigned(info.numQHeads / group),
             unsigned(args.batch)};
   // seqused_k is the last parameter of a kernel compiled with it only.
   return kernel.launch(

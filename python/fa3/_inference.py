@@ -203,8 +203,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     256 and the others zero-padded to the next, k's and v's equal to q's, int32
     offsets and seqused_k on q's device) run the Hopper kernel of
     fa3.attention_varlen (`torch.ops.fa3.attention_varlen_cuda`, traceable
-    by torch.compile), in one split and unpacked (`num_splits` 0 or 1,
-    `pack_gqa` None or False). Each call copies the offsets to the host
+    by torch.compile), in one split (`num_splits` 0 or 1), packing the
+    query heads of each key/value head into one tile (PackGQA) unless
+    `pack_gqa=False`. Each call copies the offsets to the host
     once (a device sync) to check them; the grid is sized by the longest
     sequence. Rows of k and v past a sequence's used keys are read and
     masked: they must be finite. Autograd runs the dense Hopper backward

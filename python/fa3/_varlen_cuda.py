@@ -17,7 +17,9 @@ then sized by the longest sequence found there; `max_seqlen_q` and
 `max_seqlen_k` are only checked against it.
 
 One kernel per (dtype, heads, head dim, causal, window, softcap, scale,
-seqused_k or not), unpacked (no PackGQA), one split. The op is
+seqused_k or not, PackGQA or not), one split. With grouped heads the query
+heads of each key/value head share tiles (PackGQA) unless pack_gqa=False,
+as FlashAttention-3 does for packed batches. The op is
 `torch.ops.fa3.attention_varlen_cuda`, with a fake implementation for
 torch.compile.
 
@@ -50,12 +52,12 @@ _INT32_MAX = 2**31 - 1
 _MAX_GRID_YZ = 65535
 
 
-def _kernel(spec, seqused_k, device):
+def _kernel(spec, seqused_k, device, pack_gqa=False):
     """The compiled varlen kernel of `spec` (with the seqused_k argument or
-    not) for `device` ("cuda:N", or "ptx": PTX only, no GPU needed). No
-    schedule is written: the compiler picks one for unknown lengths (the
-    lengths are per sequence)."""
-    return _jit.get_mlir(spec.varlen_mlir(seqused_k), "attention_varlen", device, "fwd")
+    not, PackGQA or not) for `device` ("cuda:N", or "ptx": PTX only, no GPU
+    needed). No schedule is written: the compiler picks one for unknown
+    lengths (the lengths are per sequence)."""
+    return _jit.get_mlir(spec.varlen_mlir(seqused_k, pack_gqa=pack_gqa), "attention_varlen", device, "fwd")
 
 
 def _check_index_vector(name, t, q, length=None):
@@ -136,7 +138,7 @@ def check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_s
 def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                           cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], max_seqlen_q: int,
                           max_seqlen_k: int, causal: bool, scale: float, window_left: int, window_right: int,
-                          softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
+                          softcap: float, pack_gqa: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     total_q, hq, d = q.shape
     total_k, hkv = k.shape[:2]
     batch = cu_seqlens_q.shape[0] - 1
@@ -149,7 +151,7 @@ def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
         return out, lse
     spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
                          causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
-    kernel = _kernel(spec, seqused_k is not None, f"cuda:{q.device.index}")
+    kernel = _kernel(spec, seqused_k is not None, f"cuda:{q.device.index}", pack_gqa=pack_gqa)
     # Copies of strided inputs, freed into torch's stream-ordered allocator
     # after the launch.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -163,7 +165,7 @@ def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
 
 @attention_varlen_cuda.register_fake
 def _attention_varlen_cuda_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, causal,
-                                scale, window_left, window_right, softcap):
+                                scale, window_left, window_right, softcap, pack_gqa=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -219,7 +221,7 @@ def _attention_varlen_cuda_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, cu_se
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, _max_q, _max_k, causal, scale, window_left, window_right,
-     softcap) = inputs
+     softcap, _pack_gqa) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
     ctx.options = (causal, scale, window_left, window_right, softcap)
@@ -233,7 +235,7 @@ def _backward(ctx, grad_out, grad_lse):
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
     dq, dk, dv = torch.ops.fa3.attention_varlen_cuda_bwd(grad_out.contiguous(), grad_lse.contiguous(), q, k, v, out,
                                                          lse, cu_q, cu_k, used, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
 
 
 attention_varlen_cuda.register_autograd(_backward, setup_context=_setup_context)
@@ -249,9 +251,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                          f"{num_splits}: the varlen Hopper kernel has no split-KV")
     if pack_gqa is not None and not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be a bool or None, got {type(pack_gqa).__name__}")
-    if pack_gqa and q.shape[1] != k.shape[1]:
-        raise ValueError("pack_gqa=True: the varlen Hopper kernel does not pack query heads (pass None or False; "
-                         "the result is the same)")
+    # PackGQA (FlashAttention-3 packs packed batches whenever heads are
+    # grouped, as None does here): each consumer warpgroup's 64 rows must
+    # hold whole queries, so G = Hq / Hkv must divide 64.
+    group = q.shape[1] // k.shape[1]
+    if pack_gqa and 64 % group:
+        raise ValueError(f"pack_gqa=True needs the {group} query heads per key/value head to divide 64 on CUDA "
+                         "(pass None or False; the result is the same)")
+    packed = group > 1 and 64 % group == 0 and pack_gqa is not False
     # Head dims without a kernel run at the next compiled one, q, k and v
     # zero-padded (F.pad: differentiable, traced by torch.compile): zero
     # columns leave q·kᵀ unchanged and give v's padding zero output columns,
@@ -261,5 +268,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if size != d:
         q, k, v = (F.pad(t, (0, size - d)) for t in (q, k, v))
     out, lse = torch.ops.fa3.attention_varlen_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                                                   max_seqlen_k, causal, scale, window[0], window[1], softcap)
+                                                   max_seqlen_k, causal, scale, window[0], window[1], softcap,
+                                                   packed)
     return (out[..., :d] if size != d else out), lse

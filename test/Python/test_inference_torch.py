@@ -268,6 +268,9 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
         assert lse.shape == (8, 10) and lse.dtype == torch.float32
         out, _ = call(seqused_k=torch.empty(2, device="cuda", dtype=torch.int32), num_splits=0, pack_gqa=False)
         assert out.shape == (10, 8, 64)
+        # PackGQA explicitly, and G = 3 unpacked by default (3 does not divide 64).
+        assert call(pack_gqa=True)[0].shape == (10, 8, 64)
+        assert call(q=q.new_empty(10, 6, 64))[0].shape == (10, 6, 64)
         # 40 and 96 run zero-padded to the 64 and 128 kernels, sliced back.
         for d in (40, 96, 128, 192, 256):
             assert call(q=q.new_empty(10, 8, d), k=k.new_empty(12, 2, d), v=k.new_empty(12, 2, d))[0].shape[-1] == d
@@ -295,7 +298,8 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
             (ValueError, r"q must have 3 dims \(total_q, num_heads, head_dim\)", dict(q=q[None])),
             (ValueError, "q's last dim must be contiguous", dict(q=q.new_empty(10, 8, 128)[..., ::2])),
             (ValueError, r"num_splits 0 or 1\), got num_splits = 2", dict(num_splits=2)),
-            (ValueError, "pack_gqa=True: the varlen Hopper kernel does not pack query heads", dict(pack_gqa=True)),
+            (ValueError, "pack_gqa=True needs the 3 query heads per key/value head to divide 64",
+             dict(q=q.new_empty(10, 6, 64), pack_gqa=True)),
             (TypeError, "max_seqlen_q must be an int", dict(max_seqlen_q=6.0)),
         ]
         for error, message, changes in errors:

@@ -1,7 +1,7 @@
 """The CUDA varlen path's kernel without a GPU: fa3._varlen_cuda._kernel
 compiled to sm_90a PTX only (the compile a CUDA call makes, through the C
 API's kernel cache), at every head dim the path takes, with and without
-seqused_k. The kernel's entry must take the parameters
+seqused_k and PackGQA. The kernel's entry must take the parameters
 launchAttentionVarlen passes (12; 13 with seqused_k), and ptxas, where
 present, must assemble it without spills."""
 
@@ -20,11 +20,13 @@ from fa3._spec import AttentionSpec  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-CASES = [  # dtype, hq, hkv, d, causal, window, softcap, seqused_k
-    ("bf16", 32, 8, 128, True, (-1, -1), 0.0, False),
-    ("f16", 4, 1, 64, False, (-1, -1), 0.0, True),
-    ("bf16", 8, 2, 192, True, (-1, -1), 0.0, False),
-    ("f16", 8, 8, 256, False, (32, 8), 30.0, True),
+CASES = [  # dtype, hq, hkv, d, causal, window, softcap, seqused_k, pack_gqa
+    ("bf16", 32, 8, 128, True, (-1, -1), 0.0, False, False),
+    ("bf16", 32, 8, 128, True, (-1, -1), 0.0, False, True),
+    ("f16", 4, 1, 64, False, (-1, -1), 0.0, True, False),
+    ("f16", 4, 1, 64, False, (-1, -1), 0.0, True, True),
+    ("bf16", 8, 2, 192, True, (-1, -1), 0.0, False, True),
+    ("f16", 8, 8, 256, False, (32, 8), 30.0, True, False),
 ]
 
 
@@ -39,16 +41,18 @@ def _ptxas():
     return next((c for c in candidates if c and os.path.isfile(c)), None)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}-used{int(c[7])}")
+@pytest.mark.parametrize("case", CASES,
+                         ids=lambda c: f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}-used{int(c[7])}-pack{int(c[8])}")
 def test_varlen_kernel_compiles_with_the_launch_parameters(case, tmp_path):
-    dtype, hq, hkv, d, causal, window, softcap, used = case
+    dtype, hq, hkv, d, causal, window, softcap, used, pack = case
     assert d in _varlen_cuda.VARLEN_CUDA_HEAD_DIMS
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d, causal=causal,
                          scale=0.125, window=window, softcap=softcap)
-    kernel = _varlen_cuda._kernel(spec, used, "ptx")
+    kernel = _varlen_cuda._kernel(spec, used, "ptx", pack_gqa=pack)
     ptx = kernel.ptx.rstrip("\0")
     entry = re.search(r"\.entry (\S+)\(([^)]*)\)", ptx)
     assert entry and entry.group(1) == kernel.name and "_varlen" in kernel.name
+    assert (f"_pg{hq // hkv}_" in kernel.name) == pack, kernel.name
     params = re.findall(r"\.param ", entry.group(2))
     # Q, K, V, O maps, LSE, Tq, Tk, B, tile counter, cu_seqlens_q,
     # cu_seqlens_k, O's address[, seqused_k].

@@ -125,8 +125,8 @@ def FA3OutlineHopperKernels
     `num_splits = N`; and each `fa3.attention_varlen`: its function takes
     the packed `[T, H, D]` tensors, `cu_seqlens_q`, `cu_seqlens_k` and
     `seqused_k` when present, on dynamic token and sequence counts, and its
-    launch says `varlen = 1`, and `seqused = 1` with `seqused_k`; pack_gqa,
-    split-KV and a persistent schedule are rejected for it), checks the
+    launch says `varlen = 1`, and `seqused = 1` with `seqused_k`; split-KV
+    and a persistent schedule are rejected for it), checks the
     schedule as `convert-fa3-to-hopper`
     does (the same diagnostics), creates in `gpu.module @fa3_kernels` a
     function named after the kernel's spec that holds the attention on

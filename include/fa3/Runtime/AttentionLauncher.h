@@ -60,7 +60,9 @@ struct AttentionKernelInfo {
   /// An fa3.attention_varlen forward: Q, K, V and O are packed [T, H, D]
   /// (described to TMA as [1, T, H, D]), LSE is [Hq, Tq], and the launch
   /// passes the sequence offsets (AttentionDeviceArgs::cuSeqlensQ/K). Never
-  /// persistent, split or packed-GQA; launched by launchAttentionVarlen.
+  /// persistent or split; with PackGQA (packedHeads = G > 1) Q and O are
+  /// described as [1, T, Hkv, G, D] and the grid runs over the key/value
+  /// heads. Launched by launchAttentionVarlen.
   bool varlen = false;
   /// A varlen forward compiled with seqused_k: the launch passes it too.
   bool sequsedK = false;
@@ -176,7 +178,8 @@ llvm::Error launchAttentionSplitKV(const CudaKernel &kernel,
 
 /// A packed variable-length forward (info.varlen): on `stream`, fills O with
 /// zeros and LSE with -inf, then launches `kernel` on a (ceildiv(maxSeqlenQ,
-/// blockM), Hq, B) grid, which writes the rows of every sequence. O (like
+/// blockM / G), Hq / G, B) grid (G = packedHeads), which writes the rows of
+/// every sequence. O (like
 /// Q, K and V for TMA) must be 16-byte aligned: the kernel also stores
 /// through it with 16-byte stores. Rows past
 /// cu_seqlens_q[B] thus read O = 0, LSE = -inf. `maxSeqlenQ` must be at

@@ -226,15 +226,12 @@ HopperAttentionSpec::fromOp(AttentionVarlenOp op) {
   if (failed(spec))
     return failure();
   // The sequences' tiles start at their own rows: the persistent
-  // scheduler's fixed grid, the split-KV partials and the packed heads'
-  // TMA view are written for whole batches.
+  // scheduler's fixed grid and the split-KV partials are written for whole
+  // batches.
   if (spec->persistent)
     return op.emitOpError()
            << "persistent = true: the Hopper varlen forward runs one CTA per "
               "(query block, head, sequence)";
-  if (spec->packedHeads > 1)
-    return op.emitOpError()
-           << "pack_gqa is not implemented by the Hopper varlen forward";
   if (op.getNumSplits().value_or(1) > 1)
     return op.emitOpError() << "num_splits = " << *op.getNumSplits()
                             << ": the Hopper varlen forward has no split-KV "

@@ -487,7 +487,8 @@ void TileKernelEmitter::emitOutputEpilogue(ArrayRef<Value> results,
     // the rows inside from the O tile (16 bytes a thread per step).
     Value end = minsi(scalar(storeO.getLimit()), seqQ);
     scf::IfOp::create(
-        b, loc, cmp(arith::CmpIPredicate::sle, add(wgRow, ci(64)), end),
+        b, loc,
+        cmp(arith::CmpIPredicate::sle, add(wgRow, ci(64 / s.packedHeads)), end),
         [&](OpBuilder &, Location) {
           Value leader =
               cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
@@ -514,7 +515,8 @@ void TileKernelEmitter::copyOutputRows(Value oTile, Value wg, Value wgRow,
   // Chunk c of the warpgroup's 64 rows (D / 8 chunks of 16 bytes a row,
   // 128 threads a step) is row c / (D / 8), column chunk c % (D / 8): in the
   // O tile at its atom's row, with the 128-byte swizzle the stores above
-  // wrote (16-byte chunk j of row r at j ^ (r % 8)).
+  // wrote (16-byte chunk j of row r at j ^ (r % 8)). Packed (PackGQA), row
+  // r is query r / G of head r % G from the warpgroup's first.
   ParallelStoreTileOp storeO = k.storeOutput;
   int64_t heads =
       cast<RankedTensorType>(storeO.getDest().getType()).getDimSize(2);
@@ -526,7 +528,8 @@ void TileKernelEmitter::copyOutputRows(Value oTile, Value wg, Value wgRow,
     Value chunk = add(thread, ci(128 * step));
     Value r = divu(chunk, ci(chunksPerRow));
     Value col = remu(chunk, ci(chunksPerRow));
-    Value query = add(wgRow, r);
+    Value query = add(wgRow, queryOfRow(r));
+    Value rowHead = s.packedHeads > 1 ? add(head, headOfRow(r)) : head;
     scf::IfOp::create(
         b, loc, cmp(arith::CmpIPredicate::slt, query, end),
         [&](OpBuilder &, Location) {
@@ -541,7 +544,7 @@ void TileKernelEmitter::copyOutputRows(Value oTile, Value wg, Value wgRow,
           Value rowIndex =
               add(mul(add(mul(sext64(batchOf), sext64(seqQ)), sext64(query)),
                       cl(heads)),
-                  sext64(head));
+                  sext64(rowHead));
           Value offset =
               mul(add(mul(rowIndex, cl(s.headDim)), zext64(mul(col, ci(8)))),
                   cl(2));

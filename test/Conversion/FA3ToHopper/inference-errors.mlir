@@ -4,16 +4,6 @@
 // The inference ops and forms without Hopper kernels: the backend says so
 // instead of leaving them in the IR (the CPU pipeline runs them).
 
-// CHECK: error: 'fa3.attention_varlen' op pack_gqa is not implemented by the Hopper varlen forward
-func.func @varlen_pack_gqa(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
-  // expected-error @+1 {{'fa3.attention_varlen' op pack_gqa is not implemented by the Hopper varlen forward}}
-  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal, pack_gqa}
-      : (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>)
-  return %o, %lse : tensor<?x4x64xbf16>, tensor<4x?xf32>
-}
-
-// -----
-
 // CHECK: error: 'fa3.attention_varlen' op num_splits = 2: the Hopper varlen forward has no split-KV form; use num_splits = 1
 func.func @varlen_splits(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<4x?xf32>) {
   // expected-error @+1 {{'fa3.attention_varlen' op num_splits = 2: the Hopper varlen forward has no split-KV form; use num_splits = 1}}

@@ -136,11 +136,17 @@ def _call(q, k, v, cu_q, cu_k, used=None, max_q=None, max_k=None, **options):
                                 seqused_k=None if used is None else dev(used), **options)
 
 
+@pytest.mark.parametrize("pack_gqa", [None, False], ids=["packed-if-grouped", "unpacked"])
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_varlen_matches_reference(case):
+def test_varlen_matches_reference(case, pack_gqa):
+    """Both kernels: PackGQA (the default with grouped heads: a tile holds
+    the query heads of one key/value head) and one head per tile."""
     seq_q, seq_k, hq, hkv, d, dtype, causal, window, softcap, used = case
+    if pack_gqa is False and hq == hkv:
+        pytest.skip("no grouped heads: None and False are the same kernel")
     q, k, v, cu_q, cu_k = _inputs(seq_q, seq_k, hq, hkv, d, dtype, used, seed=sum(seq_q) + sum(seq_k) + d)
-    out, lse = _call(q, k, v, cu_q, cu_k, used, causal=causal, window_size=window, softcap=softcap)
+    out, lse = _call(q, k, v, cu_q, cu_k, used, causal=causal, window_size=window, softcap=softcap,
+                     pack_gqa=pack_gqa)
     _assert_matches_reference(q, k, v, out, lse, cu_q, cu_k, used, causal, window, softcap)
     assert (out[int(cu_q[-1]):] == 0).all() and torch.isneginf(lse[:, int(cu_q[-1]):]).all(), "tail rows"
 

@@ -8,6 +8,9 @@
 // RUN: fa3-run %t/used.mlir --function=used --emit=ptx --block-m=64 > %t.used.ptx
 // RUN: FileCheck %s --check-prefix=USED-PTX < %t.used.ptx
 // RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.used.ptx -o %t.used.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
+// RUN: fa3-opt %t/packed.mlir --fa3-hopper-kernel-pipeline --mlir-print-ir-after=convert-fa3-tile-to-hopper -o /dev/null 2>&1 | FileCheck %s --check-prefix=PACKED
+// RUN: fa3-run %t/packed.mlir --function=packed --emit=ptx > %t.packed.ptx
+// RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.packed.ptx -o %t.packed.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
 
 //--- varlen.mlir
 
@@ -93,4 +96,23 @@ func.func @used(%q: tensor<?x8x64xf16>, %k: tensor<?x2x64xf16>, %v: tensor<?x2x6
   %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk, %used
       : (tensor<?x8x64xf16>, tensor<?x2x64xf16>, tensor<?x2x64xf16>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x8x64xf16>, tensor<8x?xf32>)
   return %o, %lse : tensor<?x8x64xf16>, tensor<8x?xf32>
+}
+
+//--- packed.mlir
+
+// PackGQA: a tile holds 128 / 4 = 32 queries of the 4 query heads of one
+// key/value head, so the grid's y runs over the 8 key/value heads, the
+// query tile loads packed heads at the sequence's row, and a warpgroup's
+// 64 rows (16 queries) are stored by TMA when its 16 queries lie inside the
+// sequence, else copied row by row (query r / 4, head r % 4).
+// PACKED-LABEL: llvm.func @fa3_fwd_bf16_d128_h32x8_{{.+}}_pg4_varlen_causal
+// PACKED: fa3.tma_load_tile %{{.+}} {cols = 128 : i64, element_bytes = 2 : i64, packed_heads = 4 : i64, rows = 128 : i64}
+// PACKED: arith.addi %{{.+}}, %c16_i32 : i32
+// PACKED: fa3.tma_store_tile {{.+}} packed_heads = 4 : i64
+// PACKED: } else {
+// PACKED: llvm.store %{{.+}}, %{{.+}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+func.func @packed(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %v: tensor<?x8x128xbf16>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x32x128xbf16>, tensor<32x?xf32>) {
+  %o, %lse = fa3.attention_varlen %q, %k, %v, %cuq, %cuk {causal, pack_gqa}
+      : (tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x32x128xbf16>, tensor<32x?xf32>)
+  return %o, %lse : tensor<?x32x128xbf16>, tensor<32x?xf32>
 }

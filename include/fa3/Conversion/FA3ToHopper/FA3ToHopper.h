@@ -124,8 +124,8 @@ struct HopperAttentionSpec {
   /// after those when `sequsedK`. Grid z runs over the sequences and x
   /// over query blocks; a block past its sequence's end exits at once, and
   /// O rows are stored up to the sequence's end only (TMA for a warpgroup's
-  /// 64 rows inside it, else a copy of the rows inside). Never persistent,
-  /// split or packed.
+  /// 64 rows inside it, else a copy of the rows inside). Never persistent
+  /// or split; PackGQA as the dense forward's.
   bool varlen = false;
   bool sequsedK = false;
 
