@@ -126,3 +126,48 @@ def test_model_forward_through_fa3_cpu_matches_sdpa(family, monkeypatch):
         monkeypatch.setattr(fa3, "attention", lambda q, k, v, **o: _cpu_fa3(q, k, v, **{**o, "window_size": (-1, -1)}))
         with torch.no_grad():
             assert (ours(tokens).logits - want).abs().max().item() > 100 * err
+
+
+@pytest.mark.parametrize("how", ["position_ids", "cu_seq_lens"])
+def test_packed_sequences_attend_to_themselves(how, monkeypatch):
+    """A padding-free batch (one row of concatenated sequences, as
+    transformers' DataCollatorWithFlattening makes it) runs
+    fa3.attention_varlen (its CPU pipeline on torch tensors here): each
+    sequence's logits equal the SDPA model's on that sequence alone (float32,
+    bound as above). Dense attention over the row would let later sequences
+    see earlier ones (checked: it moves the logits by O(1))."""
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    sdpa = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="fa3").eval()
+    ours.load_state_dict(sdpa.state_dict())
+    monkeypatch.setattr(fa3, "attention", _cpu_fa3)
+    monkeypatch.setattr(fa3_hf, "_CUDA_DTYPES", (torch.float32,))
+    lengths = [13, 30, 1, 7]
+    sequences = [torch.randint(0, 256, (1, n)) for n in lengths]
+    row = torch.cat(sequences, dim=1)
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    kwargs = {"position_ids": positions}
+    if how == "cu_seq_lens":
+        cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
+        kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
+    with torch.no_grad():
+        want = torch.cat([sdpa(s).logits for s in sequences], dim=1)
+        got = ours(row, **kwargs).logits
+        dense = sdpa(row, position_ids=positions).logits
+    scale = want.abs().max().item()
+    err = (got - want).abs().max().item()
+    print(f"{how}: max |logits fa3 packed - sdpa per sequence| = {err:.2e} (scale {scale:.2f})")
+    assert err <= 1e-4 * scale
+    assert (dense - want).abs().max().item() > 100 * err
+
+
+def test_packed_sequences_with_a_kv_cache_are_an_error():
+    q, k, v = _qkv(dtype=torch.bfloat16, sq=4, sk=8)
+    positions = torch.tensor([[0, 1, 0, 1]])
+    with pytest.raises(ValueError, match="packed sequences .* need one row of queries and keys of the same length"):
+        fa3_hf.attention_forward(_Module(), q, k, v, None, position_ids=positions)
+    # One increasing run is one sequence: the dense path (its error here: CPU tensors).
+    with pytest.raises(ValueError, match="runs torch tensors on CUDA"):
+        fa3_hf.attention_forward(_Module(), q, k, v, None, position_ids=torch.arange(3, 7)[None])

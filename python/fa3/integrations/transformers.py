@@ -19,7 +19,12 @@ model it takes:
   `kv > q - sliding_window`), causal layers only;
 * `softcap` (Gemma 2's `attn_logit_softcapping`) and `scaling`;
 * autocast: float32 activations under `torch.autocast` run in the autocast
-  dtype, as SDPA's do.
+  dtype, as SDPA's do;
+* packed (padding-free) batches: one row of concatenated sequences, given by
+  the `cu_seq_lens_q/k` and `max_length_q/k` kwargs (transformers'
+  `DataCollatorWithFlattening`) or by restarting `position_ids`, as
+  transformers' FlashAttention path detects them, run
+  `fa3.attention_varlen`: each sequence attends to itself only.
 
 What fa3 cannot express is an error naming the cause, never a silently
 different result: a padding (or any other explicit) attention mask, dropout
@@ -79,12 +84,56 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         if not causal:
             raise ValueError("fa3 attention: a sliding window on a non-causal layer is not supported")
         window = (int(sliding_window) - 1, 0)
+    scale = None if scaling is None else float(scaling)
+    softcap = float(softcap) if softcap else 0.0
+    packed = _packed_sequences(query, key, kwargs)
+    if packed is not None:
+        # Padding-free batches (transformers' DataCollatorWithFlattening):
+        # one row of concatenated sequences, each attending to itself only.
+        cu_q, cu_k, max_q, max_k = packed
+        out = fa3.attention_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+                                   cu_q, cu_k, max_q, max_k, causal=causal, softmax_scale=scale,
+                                   window_size=window, softcap=softcap)
+        return out.unsqueeze(0), None
     # fa3 reads (B, S, H, D); transposing the views costs nothing (fa3 copies
     # a non-dense layout once).
     out = fa3.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=causal,
-                        softmax_scale=None if scaling is None else float(scaling), window_size=window,
-                        softcap=float(softcap) if softcap else 0.0)
+                        softmax_scale=scale, window_size=window, softcap=softcap)
     return out, None
+
+
+def _packed_sequences(query, key, kwargs):
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) when the
+    batch is one row of packed sequences, as transformers' FlashAttention
+    path detects it: the four varlen kwargs (`cu_seq_lens_q`,
+    `cu_seq_lens_k`, `max_length_q`, `max_length_k`, from
+    DataCollatorWithFlattening or the model), or position ids of batch 1
+    that restart (not one increasing run), each sequence starting where the
+    position is the smallest. None otherwise. Dense attention over such a
+    row would attend across sequences."""
+    names = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+    given = [kwargs.get(n) for n in names]
+    position_ids = kwargs.get("position_ids")
+    if all(x is not None for x in given):
+        cu_q, cu_k, max_q, max_k = given
+    elif (position_ids is not None and query.shape[0] == 1 and position_ids.shape[-1] > 1
+          and position_ids.numel() == query.shape[2]):
+        positions = position_ids.reshape(-1)
+        start = positions.min()
+        if bool((positions == torch.arange(positions.numel(), device=positions.device) + start).all()):
+            return None  # one increasing run: one sequence
+        starts = (positions == start).nonzero().view(-1).to(torch.int32)
+        cu_q = torch.cat((starts, torch.tensor([positions.numel()], dtype=torch.int32, device=starts.device)))
+        cu_k = cu_q
+        max_q = max_k = int(cu_q.diff().max())
+    else:
+        return None
+    if query.shape[0] != 1 or key.shape[2] != query.shape[2]:
+        raise ValueError(f"fa3 attention: packed sequences (cu_seq_lens or restarting position_ids) need one row "
+                         f"of queries and keys of the same length, got query {tuple(query.shape)} and key "
+                         f"{tuple(key.shape)} (no KV cache)")
+    as_int32 = lambda x: x.to(device=query.device, dtype=torch.int32)  # noqa: E731
+    return as_int32(cu_q), as_int32(cu_k), int(max_q), int(max_k)
 
 
 def register(name=NAME):

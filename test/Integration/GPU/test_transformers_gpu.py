@@ -14,6 +14,9 @@ models with attn_implementation="fa3" (no download).
   the bf16 model against the same model in float32 eager attention (the
   reference); fa3's error must stay within 2x the bf16 eager model's + 1e-3
   of the logits' scale (eager is the only peer with softcap).
+* Packed (padding-free) batches: one row of concatenated sequences with
+  restarting position_ids runs fa3.attention_varlen; logits and gradients
+  against the float32 eager model per sequence, the same bound.
 * Decoding: one cached decode step (Sq = 1 < Sk: bottom-right causal)
   gives SDPA's next-token logits within the same bound.
 * Generation through fa3's KV-cache path on the GPU (attn_implementation
@@ -142,6 +145,52 @@ def test_config_options_match_the_float32_eager_model(family):
             (grads[n] - ref_grads[n]).abs().max().item() / (ref_grads[n].abs().max().item() + 1e-12)
             for n in sorted(ref_grads)]
     print(f"{family}: logits error fa3 {errs['fa3'][0]:.2e} vs bf16 eager {errs['eager'][0]:.2e} (scale {scale:.2f}); "
+          f"worst relative gradient error fa3 {max(errs['fa3'][1:]):.2e} vs eager {max(errs['eager'][1:]):.2e}")
+    assert errs["fa3"][0] <= 2 * errs["eager"][0] + 1e-3 * scale
+    assert max(errs["fa3"][1:]) <= 2 * max(errs["eager"][1:]) + 1e-3
+
+
+def test_packed_batch_matches_the_float32_model_per_sequence():
+    """A padding-free batch (one row of 4 concatenated sequences with
+    restarting position_ids, as DataCollatorWithFlattening makes it) through
+    "fa3" runs fa3.attention_varlen and its backward: logits and attention
+    parameter gradients against the float32 eager model run on each sequence
+    alone, within 2x the bf16 eager model's (also per sequence) + 1e-3 of the
+    logits' scale, as test_config_options_match_the_float32_eager_model."""
+    torch.manual_seed(4)
+    config = _llama_config()
+    lengths = [100, 1, 37, 118]
+    sequences = [torch.randint(0, VOCAB, (1, n), device="cuda") for n in lengths]
+    row = torch.cat(sequences, dim=1)
+    positions = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]
+    models = {}
+    for name, implementation, dtype in (("ref", "eager", torch.float32), ("eager", "eager", torch.bfloat16),
+                                        ("fa3", "fa3", torch.bfloat16)):
+        models[name] = transformers.AutoModelForCausalLM.from_config(
+            copy.deepcopy(config), attn_implementation=implementation).to("cuda", dtype)
+    state = models["ref"].state_dict()
+    for name in ("eager", "fa3"):
+        models[name].load_state_dict(state)
+
+    def logits_and_grads(model, packed):
+        model.zero_grad(set_to_none=True)
+        if packed:
+            logits = model(row, position_ids=positions).logits
+        else:
+            logits = torch.cat([model(s).logits for s in sequences], dim=1)
+        logits.float().square().mean().backward()
+        grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if "self_attn" in n}
+        return logits.detach().float(), grads
+
+    ref_logits, ref_grads = logits_and_grads(models["ref"], packed=False)
+    scale = ref_logits.abs().max().item()
+    errs = {}
+    for name, packed in (("eager", False), ("fa3", True)):
+        logits, grads = logits_and_grads(models[name], packed)
+        errs[name] = [(logits - ref_logits).abs().max().item()] + [
+            (grads[n] - ref_grads[n]).abs().max().item() / (ref_grads[n].abs().max().item() + 1e-12)
+            for n in sorted(ref_grads)]
+    print(f"packed: logits error fa3 {errs['fa3'][0]:.2e} vs bf16 eager {errs['eager'][0]:.2e} (scale {scale:.2f}); "
           f"worst relative gradient error fa3 {max(errs['fa3'][1:]):.2e} vs eager {max(errs['eager'][1:]):.2e}")
     assert errs["fa3"][0] <= 2 * errs["eager"][0] + 1e-3 * scale
     assert max(errs["fa3"][1:]) <= 2 * max(errs["eager"][1:]) + 1e-3
