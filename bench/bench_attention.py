@@ -27,7 +27,8 @@ chosen N printed and in the table) beside cuDNN and FLASH.
 
 Packed batches (--varlen): fa3.attention_varlen on 10 sequences of mixed
 lengths (256 ... 4096, 16256 tokens, H = 16, d128) beside SDPA cuDNN and
-FLASH on the same tokens padded to the longest, useful TFLOP/s.
+FLASH on the same tokens padded to the longest, useful TFLOP/s, forward and
+backward (the backward timed as above).
 
 Usage: python bench/bench_attention.py [--out DIR] [--quick] [--fwd-only | --bwd-only | --fp8 | --tiles | --decode | --varlen]
        [--dims 64,128] [--seqlens 2048,8192] [--variants ws_overlap,...] [--no-vit]
@@ -357,6 +358,34 @@ def bench_varlen(d=128, h=16, causal=True, lengths=VARLEN_LENGTHS, dev="cuda"):
         row["fa3_error"] = str(e)[:300]
     if row.get("fa3") and row.get("cudnn"):
         row["fa3_over_cudnn"] = row["fa3"] / row["cudnn"]
+    # The backward alone (2.5 x the forward's useful FLOPs), as
+    # bench_backward times it: autograd.grad of one retained forward. fa3's
+    # runs the dense backward kernels once per sequence (no varlen backward
+    # kernel yet).
+    grads = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            qg, kg, vg = (t.detach().requires_grad_() for t in (qp, kp, vp))
+            with sdpa_kernel([backend]):
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                dout = torch.randn_like(out)
+                ms = do_bench(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True),
+                              warmup=10, rep=50, return_mode="median")
+            grads[name] = ms
+            row[name + "_bwd"] = 2.5 * useful / ms / 1e9
+        except RuntimeError as e:
+            row[name + "_bwd_error"] = str(e)[:300]
+    try:
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        out = fa3.attention_varlen(qg, kg, vg, cu, cu, longest, longest, causal=causal)
+        dout = torch.randn_like(out)
+        ms = do_bench(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True), warmup=10, rep=50,
+                      return_mode="median")
+        row["fa3_bwd"] = 2.5 * useful / ms / 1e9
+        if row.get("cudnn_bwd"):
+            row["fa3_bwd_over_cudnn"] = row["fa3_bwd"] / row["cudnn_bwd"]
+    except (fa3.Error, ValueError, TypeError, NotImplementedError) as e:
+        row["fa3_bwd_error"] = str(e)[:300]
     return row
 
 
@@ -781,15 +810,18 @@ def main():
                   "fa3: fa3.attention_varlen on the packed tokens end to end; cuDNN, FLASH: SDPA on the same "
                   "tokens padded to the longest sequence", "",
                   "| d | H | causal | sequences (tokens, longest) | fa3 | cuDNN padded | FLASH padded | "
-                  "fa3/cuDNN | max abs diff vs SDPA |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "fa3/cuDNN | bwd: fa3 (dense per sequence) | cuDNN padded | FLASH padded | fa3/cuDNN | "
+                  "max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in varlen_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
+            bwd_ratio = f"{r['fa3_bwd_over_cudnn']:.2f}" if r.get("fa3_bwd_over_cudnn") else "n/a"
             diff = f"{r['max_abs_diff_vs_sdpa']:.2e}" if "max_abs_diff_vs_sdpa" in r else \
                 r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['d']} | {r['heads']} | {r['causal']} | {r['batch']} ({r['tokens']}, "
                          f"{r['max_seqlen']}) | {fmt(r.get('fa3'))} | {fmt(r.get('cudnn'))} | "
-                         f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+                         f"{fmt(r.get('flash'))} | {ratio} | {fmt(r.get('fa3_bwd'))} | {fmt(r.get('cudnn_bwd'))} | "
+                         f"{fmt(r.get('flash_bwd'))} | {bwd_ratio} | {diff} |")
     fp8_rows = [r for r in rows if r["direction"] == "fwd-fp8"]
     if fp8_rows:
         gemm = next((r["tflops"] for r in rows if r["direction"] == "fp8-gemm"), None)
