@@ -175,7 +175,7 @@ def _check_seqused_k(seqused_k, seq_k):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, seqused_k=None,
-                     num_splits=1, pack_gqa=None):
+                     num_splits=1, pack_gqa=None, deterministic=False):
     """Attention over a packed batch of variable-length sequences, in
     FlashAttention's `flash_attn_varlen_func` layout (numpy arrays, CPU).
 
@@ -195,6 +195,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     head into one tile (None: packed whenever heads are grouped, as
     FlashAttention-3 does for packed batches, whose per-sequence lengths it
     does not know when it chooses). `attention_varlen_grad` is its backward.
+    `deterministic=True` makes autograd's gradients bit-identical from run
+    to run on CUDA (the CPU backward always is).
 
     torch CPU tensors (float32/float16/bfloat16, int32 offsets) work too, with
     autograd through the output and the LSE and under torch.compile (the op
@@ -211,6 +213,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     masked: they must be finite. Autograd runs the dense Hopper backward
     once per sequence (no varlen backward kernel yet).
     """
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if _torch_inputs(q, k, v):
         for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
             if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
@@ -225,7 +229,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
             out, lse = _varlen_cuda.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                                      int(max_seqlen_k), causal, scale, window, softcap,
-                                                     int(num_splits), pack_gqa, seqused_k=seqused_k)
+                                                     int(num_splits), pack_gqa, seqused_k=seqused_k,
+                                                     deterministic=deterministic)
             return (out, lse) if return_lse else out
         from . import _inference_torch
 

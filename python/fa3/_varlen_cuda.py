@@ -138,7 +138,8 @@ def check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_s
 def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                           cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], max_seqlen_q: int,
                           max_seqlen_k: int, causal: bool, scale: float, window_left: int, window_right: int,
-                          softcap: float, pack_gqa: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                          softcap: float, pack_gqa: bool = False,
+                          deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     total_q, hq, d = q.shape
     total_k, hkv = k.shape[:2]
     batch = cu_seqlens_q.shape[0] - 1
@@ -165,7 +166,7 @@ def attention_varlen_cuda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
 
 @attention_varlen_cuda.register_fake
 def _attention_varlen_cuda_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, causal,
-                                scale, window_left, window_right, softcap, pack_gqa=False):
+                                scale, window_left, window_right, softcap, pack_gqa=False, deterministic=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -177,7 +178,8 @@ def _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k):
     return host[:n], host[n:2 * n], (host[2 * n:] if seqused_k is not None else None)
 
 
-def _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale, window, softcap):
+def _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale, window, softcap,
+                       deterministic=False):
     """dq, dk, dv of the packed attention, one dense Hopper backward per
     sequence (see the module docstring); the offsets are host lists."""
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -193,7 +195,7 @@ def _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, 
         kb, vb = (pad(t[k0:k1].unsqueeze(0)) for t in (k, v))
         lseb = lse[:, q0:q1].unsqueeze(0).contiguous()
         dlseb = grad_lse[:, q0:q1].unsqueeze(0).contiguous() if grad_lse is not None else None
-        plan = _torch._plan(qb, kb, vb, causal, scale, window, softcap, pack_gqa=False)
+        plan = _torch._plan(qb, kb, vb, causal, scale, window, softcap, pack_gqa=False, deterministic=deterministic)
         qb, kb, vb, ob = (t.contiguous() for t in (qb, kb, vb, ob))
         dqb, dkb, dvb = _torch._backward(plan, dob, qb, kb, vb, ob, lseb, dlseb)
         dq[q0:q1] = dqb[0, ..., :d]
@@ -206,25 +208,25 @@ def _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, 
 def attention_varlen_cuda_bwd(grad_out: torch.Tensor, grad_lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                               v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
                               cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], causal: bool,
-                              scale: float, window_left: int, window_right: int,
-                              softcap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                              scale: float, window_left: int, window_right: int, softcap: float,
+                              deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     cu_q, cu_k, used = _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k)
     return _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale,
-                              (window_left, window_right), softcap)
+                              (window_left, window_right), softcap, deterministic)
 
 
 @attention_varlen_cuda_bwd.register_fake
 def _attention_varlen_cuda_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                    causal, scale, window_left, window_right, softcap):
+                                    causal, scale, window_left, window_right, softcap, deterministic=False):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, _max_q, _max_k, causal, scale, window_left, window_right,
-     softcap, _pack_gqa) = inputs
+     softcap, _pack_gqa, deterministic) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)
-    ctx.options = (causal, scale, window_left, window_right, softcap)
+    ctx.options = (causal, scale, window_left, window_right, softcap, deterministic)
 
 
 def _backward(ctx, grad_out, grad_lse):
@@ -235,14 +237,14 @@ def _backward(ctx, grad_out, grad_lse):
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
     dq, dk, dv = torch.ops.fa3.attention_varlen_cuda_bwd(grad_out.contiguous(), grad_lse.contiguous(), q, k, v, out,
                                                          lse, cu_q, cu_k, used, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
 attention_varlen_cuda.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window,
-                     softcap, num_splits, pack_gqa, seqused_k=None):
+                     softcap, num_splits, pack_gqa, seqused_k=None, deterministic=False):
     """(out, lse) on CUDA tensors; the arguments as
     fa3.attention_varlen's, with the options resolved (check_options)."""
     check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k)
@@ -269,5 +271,5 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         q, k, v = (F.pad(t, (0, size - d)) for t in (q, k, v))
     out, lse = torch.ops.fa3.attention_varlen_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                                    max_seqlen_k, causal, scale, window[0], window[1], softcap,
-                                                   packed)
+                                                   packed, deterministic)
     return (out[..., :d] if size != d else out), lse

@@ -268,6 +268,7 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
         assert lse.shape == (8, 10) and lse.dtype == torch.float32
         out, _ = call(seqused_k=torch.empty(2, device="cuda", dtype=torch.int32), num_splits=0, pack_gqa=False)
         assert out.shape == (10, 8, 64)
+        assert call(deterministic=True)[0].shape == (10, 8, 64)
         # PackGQA explicitly, and G = 3 unpacked by default (3 does not divide 64).
         assert call(pack_gqa=True)[0].shape == (10, 8, 64)
         assert call(q=q.new_empty(10, 6, 64))[0].shape == (10, 6, 64)
@@ -301,6 +302,7 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
             (ValueError, "pack_gqa=True needs the 3 query heads per key/value head to divide 64",
              dict(q=q.new_empty(10, 6, 64), pack_gqa=True)),
             (TypeError, "max_seqlen_q must be an int", dict(max_seqlen_q=6.0)),
+            (TypeError, "deterministic must be a bool, got int", dict(deterministic=1)),
         ]
         for error, message, changes in errors:
             with pytest.raises(error, match=message):
