@@ -115,6 +115,38 @@ def _logits_and_grads(model, tokens):
     return logits.detach().float(), grads
 
 
+def _reference_models(config):
+    """The float32 eager model (the reference), the bf16 eager model (the
+    yardstick) and the bf16 fa3 model, with the reference's weights."""
+    models = {}
+    for name, implementation, dtype in (("ref", "eager", torch.float32), ("eager", "eager", torch.bfloat16),
+                                        ("fa3", "fa3", torch.bfloat16)):
+        models[name] = transformers.AutoModelForCausalLM.from_config(
+            copy.deepcopy(config), attn_implementation=implementation).to("cuda", dtype)
+    state = models["ref"].state_dict()
+    for name in ("eager", "fa3"):
+        models[name].load_state_dict(state)
+    return models
+
+
+def _assert_within_eager_error(what, run):
+    """`run(name)` -> (logits, attention gradients) of model `name`: fa3's
+    logits error within 2x the bf16 eager model's + 1e-3 of the scale, its
+    worst relative gradient error within 2x eager's + 1e-3."""
+    ref_logits, ref_grads = run("ref")
+    scale = ref_logits.abs().max().item()
+    errs = {}
+    for name in ("eager", "fa3"):
+        logits, grads = run(name)
+        errs[name] = [(logits - ref_logits).abs().max().item()] + [
+            (grads[n] - ref_grads[n]).abs().max().item() / (ref_grads[n].abs().max().item() + 1e-12)
+            for n in sorted(ref_grads)]
+    print(f"{what}: logits error fa3 {errs['fa3'][0]:.2e} vs bf16 eager {errs['eager'][0]:.2e} (scale {scale:.2f}); "
+          f"worst relative gradient error fa3 {max(errs['fa3'][1:]):.2e} vs eager {max(errs['eager'][1:]):.2e}")
+    assert errs["fa3"][0] <= 2 * errs["eager"][0] + 1e-3 * scale
+    assert max(errs["fa3"][1:]) <= 2 * max(errs["eager"][1:]) + 1e-3
+
+
 @pytest.mark.parametrize("family", ["mistral", "gemma2"])
 def test_config_options_match_the_float32_eager_model(family):
     torch.manual_seed(2)
@@ -127,27 +159,9 @@ def test_config_options_match_the_float32_eager_model(family):
                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                            head_dim=64, sliding_window=48, attn_logit_softcapping=5.0,
                                            query_pre_attn_scalar=64, max_position_embeddings=512)
-    models = {}
-    for name, implementation, dtype in (("ref", "eager", torch.float32), ("eager", "eager", torch.bfloat16),
-                                        ("fa3", "fa3", torch.bfloat16)):
-        models[name] = transformers.AutoModelForCausalLM.from_config(
-            copy.deepcopy(config), attn_implementation=implementation).to("cuda", dtype)
-    state = models["ref"].state_dict()
-    for name in ("eager", "fa3"):
-        models[name].load_state_dict(state)
+    models = _reference_models(config)
     tokens = torch.randint(0, VOCAB, (2, 200), device="cuda")
-    ref_logits, ref_grads = _logits_and_grads(models["ref"], tokens)
-    scale = ref_logits.abs().max().item()
-    errs = {}
-    for name in ("eager", "fa3"):
-        logits, grads = _logits_and_grads(models[name], tokens)
-        errs[name] = [(logits - ref_logits).abs().max().item()] + [
-            (grads[n] - ref_grads[n]).abs().max().item() / (ref_grads[n].abs().max().item() + 1e-12)
-            for n in sorted(ref_grads)]
-    print(f"{family}: logits error fa3 {errs['fa3'][0]:.2e} vs bf16 eager {errs['eager'][0]:.2e} (scale {scale:.2f}); "
-          f"worst relative gradient error fa3 {max(errs['fa3'][1:]):.2e} vs eager {max(errs['eager'][1:]):.2e}")
-    assert errs["fa3"][0] <= 2 * errs["eager"][0] + 1e-3 * scale
-    assert max(errs["fa3"][1:]) <= 2 * max(errs["eager"][1:]) + 1e-3
+    _assert_within_eager_error(family, lambda name: _logits_and_grads(models[name], tokens))
 
 
 def test_packed_batch_matches_the_float32_model_per_sequence():
@@ -163,18 +177,14 @@ def test_packed_batch_matches_the_float32_model_per_sequence():
     sequences = [torch.randint(0, VOCAB, (1, n), device="cuda") for n in lengths]
     row = torch.cat(sequences, dim=1)
     positions = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]
-    models = {}
-    for name, implementation, dtype in (("ref", "eager", torch.float32), ("eager", "eager", torch.bfloat16),
-                                        ("fa3", "fa3", torch.bfloat16)):
-        models[name] = transformers.AutoModelForCausalLM.from_config(
-            copy.deepcopy(config), attn_implementation=implementation).to("cuda", dtype)
-    state = models["ref"].state_dict()
-    for name in ("eager", "fa3"):
-        models[name].load_state_dict(state)
+    models = _reference_models(config)
 
-    def logits_and_grads(model, packed):
+    def logits_and_grads(name):
+        # fa3 on the packed row; the reference and the yardstick on each
+        # sequence alone.
+        model = models[name]
         model.zero_grad(set_to_none=True)
-        if packed:
+        if name == "fa3":
             logits = model(row, position_ids=positions).logits
         else:
             logits = torch.cat([model(s).logits for s in sequences], dim=1)
@@ -182,18 +192,7 @@ def test_packed_batch_matches_the_float32_model_per_sequence():
         grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if "self_attn" in n}
         return logits.detach().float(), grads
 
-    ref_logits, ref_grads = logits_and_grads(models["ref"], packed=False)
-    scale = ref_logits.abs().max().item()
-    errs = {}
-    for name, packed in (("eager", False), ("fa3", True)):
-        logits, grads = logits_and_grads(models[name], packed)
-        errs[name] = [(logits - ref_logits).abs().max().item()] + [
-            (grads[n] - ref_grads[n]).abs().max().item() / (ref_grads[n].abs().max().item() + 1e-12)
-            for n in sorted(ref_grads)]
-    print(f"packed: logits error fa3 {errs['fa3'][0]:.2e} vs bf16 eager {errs['eager'][0]:.2e} (scale {scale:.2f}); "
-          f"worst relative gradient error fa3 {max(errs['fa3'][1:]):.2e} vs eager {max(errs['eager'][1:]):.2e}")
-    assert errs["fa3"][0] <= 2 * errs["eager"][0] + 1e-3 * scale
-    assert max(errs["fa3"][1:]) <= 2 * max(errs["eager"][1:]) + 1e-3
+    _assert_within_eager_error("packed", logits_and_grads)
 
 
 def test_cached_decode_step_matches_sdpa():
