@@ -215,7 +215,7 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
     fa3.attention picks (PackGQA by its rule, the schedule for Sq·G rows),
     the same attention unpacked (A/B), and the fa3.attention_kvcache kernel
     on K/V as a full cache, contiguous and paged (pages of 64 keys in a
-    shuffled order, the same keys); peers: SDPA cuDNN and FLASH with enable_gqa
+    shuffled order and in order, the same keys); peers: SDPA cuDNN and FLASH with enable_gqa
     (else on K/V expanded to Hq heads, said in the row)."""
     torch.manual_seed(0)
     q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
@@ -267,36 +267,41 @@ def bench_decode(sk, sq=1, b=32, hq=32, hkv=8, d=128, dev="cuda"):
             row["fa3_kvcache_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
     except fa3.Error as e:
         row["fa3_kvcache_error"] = str(e)[:300]
-    # The same keys again in pages of 64, handed out in a shuffled order:
-    # the paged kernel, page table read on the device.
-    try:
-        from fa3 import _kvcache_cuda  # noqa: PLC0415
+    # The same keys again in pages of 64, handed out in a shuffled order
+    # ("fa3_paged"), and in order ("fa3_paged_inorder": the table is the
+    # identity, so the pages hold the contiguous cache's rows): the A/B that
+    # separates the cost of scattered pages (TLB reach, DRAM locality) from
+    # the paged kernel's own cost.
+    for name, shuffled in (("fa3_paged", True), ("fa3_paged_inorder", False)):
+        try:
+            from fa3 import _kvcache_cuda  # noqa: PLC0415
 
-        page_size = 64
-        max_pages = -(-sk // page_size)
-        num_pages = b * max_pages
-        table = torch.randperm(num_pages, device=dev).view(b, max_pages).to(torch.int32).contiguous()
-        kp = torch.zeros(num_pages, page_size, hkv, d, device=dev, dtype=torch.bfloat16)
-        vp = torch.zeros_like(kp)
-        pos = torch.arange(sk, device=dev)
-        for i in range(b):
-            kp[table[i, pos // page_size].long(), pos % page_size] = k[i]
-            vp[table[i, pos // page_size].long(), pos % page_size] = v[i]
-        paged_kernel = _kvcache_cuda._kernel(spec, pack, sq, max_pages * page_size, q.device.index, paged=True)
-        lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
-        o = torch.empty_like(q)
-        lse = torch.empty(b, hq, sq, device=dev, dtype=torch.float32)
-        stream = torch.cuda.current_stream().cuda_stream
-        record("fa3_paged", do_bench(lambda: paged_kernel.launch_paged_kvcache(
-            q.data_ptr(), kp.data_ptr(), vp.data_ptr(), o.data_ptr(), lse.data_ptr(), lens.data_ptr(),
-            table.data_ptr(), b, sq, num_pages, page_size, max_pages, stream), warmup=25, rep=100,
-            return_mode="median"))
-        row["fa3_paged_page_size"] = page_size
-        if ref is not None:
-            row["fa3_paged_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
-        del kp, vp
-    except fa3.Error as e:
-        row["fa3_paged_error"] = str(e)[:300]
+            page_size = 64
+            max_pages = -(-sk // page_size)
+            num_pages = b * max_pages
+            order = torch.randperm(num_pages, device=dev) if shuffled else torch.arange(num_pages, device=dev)
+            table = order.view(b, max_pages).to(torch.int32).contiguous()
+            kp = torch.zeros(num_pages, page_size, hkv, d, device=dev, dtype=torch.bfloat16)
+            vp = torch.zeros_like(kp)
+            pos = torch.arange(sk, device=dev)
+            for i in range(b):
+                kp[table[i, pos // page_size].long(), pos % page_size] = k[i]
+                vp[table[i, pos // page_size].long(), pos % page_size] = v[i]
+            paged_kernel = _kvcache_cuda._kernel(spec, pack, sq, max_pages * page_size, q.device.index, paged=True)
+            lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
+            o = torch.empty_like(q)
+            lse = torch.empty(b, hq, sq, device=dev, dtype=torch.float32)
+            stream = torch.cuda.current_stream().cuda_stream
+            record(name, do_bench(lambda: paged_kernel.launch_paged_kvcache(
+                q.data_ptr(), kp.data_ptr(), vp.data_ptr(), o.data_ptr(), lse.data_ptr(), lens.data_ptr(),
+                table.data_ptr(), b, sq, num_pages, page_size, max_pages, stream), warmup=25, rep=100,
+                return_mode="median"))
+            row[name + "_page_size"] = page_size
+            if ref is not None:
+                row[name + "_max_abs_diff_vs_sdpa"] = (o.float() - ref).abs().max().item()
+            del kp, vp
+        except fa3.Error as e:
+            row[name + "_error"] = str(e)[:300]
     if row.get("cudnn_us") and row.get("fa3_us"):
         row["fa3_over_cudnn"] = row["cudnn_us"] / row["fa3_us"]
     return row
@@ -768,15 +773,16 @@ def main():
         lines += [f"decode (bf16, K/V read once: 2·B·Sk·Hkv·D·2 bytes), µs and TB/s — {meta['gpu']}, {meta['date']}, "
                   f"fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
                   "| B x Sq x Hq:Hkv x D | Sk | fa3 (schedule) | fa3 unpacked | fa3.attention | fa3 KV cache | "
-                  "fa3 paged KV cache (page 64, shuffled) | cuDNN | FLASH | cuDNN / fa3 time | max abs diff vs SDPA |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "fa3 paged KV cache (page 64, shuffled) | fa3 paged (in order) | cuDNN | FLASH | "
+                  "cuDNN / fa3 time | max abs diff vs SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in decode_rows:
             ratio = f"{r['fa3_over_cudnn']:.2f}" if r.get("fa3_over_cudnn") else "n/a"
             diff = f"{r['fa3_max_abs_diff_vs_sdpa']:.2e}" if "fa3_max_abs_diff_vs_sdpa" in r else \
                 r.get("fa3_error", "n/a")[:60]
             lines.append(f"| {r['batch']}x{r['seqlen_q']}x{r['heads']}:{r['kv_heads']}x{r['d']} | {r['seqlen_k']} | "
                          f"{us(r, 'fa3')} ({r.get('fa3_schedule')}) | {us(r, 'fa3_nopack')} | {us(r, 'fa3_attention')} | "
-                         f"{us(r, 'fa3_kvcache')} | {us(r, 'fa3_paged')} | "
+                         f"{us(r, 'fa3_kvcache')} | {us(r, 'fa3_paged')} | {us(r, 'fa3_paged_inorder')} | "
                          f"{us(r, 'cudnn')} ({r.get('cudnn_kv', '-')}) | {us(r, 'flash')} ({r.get('flash_kv', '-')}) | "
                          f"{ratio} | {diff} |")
     if small_rows:
