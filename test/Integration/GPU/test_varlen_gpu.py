@@ -14,7 +14,9 @@ LSE = -inf (outputs come from torch.empty: only the launch's fill defines
 the tail rows). Key rows that no sequence uses (past cu_seqlens_k[-1], and
 past seqused_k[b] in a sequence) hold large finite garbage: a kernel that
 reads them into the softmax fails. Lengths are ragged (0, 1, 17, 1000, not
-multiples of the tiles), Sq != Sk per sequence, GQA 32:8 and 4:1.
+multiples of the tiles), Sq != Sk per sequence, GQA 32:8 and 4:1, head dims
+64/128/192/256 and 40/96 (zero-padded to a kernel's), each case with PackGQA
+(the default with grouped heads) and without.
 """
 
 import math
@@ -39,6 +41,9 @@ CASES = [  # seqlens_q, seqlens_k, hq, hkv, d, dtype, causal, window, softcap, s
     ([17, 1, 1000, 5], [300, 10, 1000, 64], 32, 8, 128, torch.bfloat16, True, (-1, -1), 0.0, [250, 0, 999, 64]),
     ([17, 1, 1000, 5], [300, 10, 1000, 64], 4, 1, 256, torch.bfloat16, False, (-1, -1), 0.0, [1, 10, 17, 0]),
     ([100, 33], [200, 1], 8, 8, 192, torch.bfloat16, True, (-1, -1), 0.0, None),
+    # Head dims without a kernel: zero-padded to 128 and 64.
+    ([17, 200], [40, 200], 8, 2, 96, torch.bfloat16, True, (-1, -1), 0.0, None),
+    ([1, 129], [65, 129], 4, 4, 40, torch.float16, False, (-1, -1), 0.0, None),
 ]
 # Packed rows past the last sequence: query rows the fill must define, and
 # key rows of garbage.
@@ -385,16 +390,16 @@ def test_argument_errors():
         call(q=q.float(), k=k.float(), v=k.float())
     with pytest.raises(ValueError, match="v must be a CUDA tensor like q"):
         call(v=k.cpu())
-    with pytest.raises(ValueError, match=r"runs head dims \(64, 128, 192, 256\) .* got head_dim 96"):
-        call(q=q.new_zeros(10, 8, 96), k=k.new_zeros(12, 2, 96), v=k.new_zeros(12, 2, 96))
+    with pytest.raises(ValueError, match=r"multiples of 8 up to 256 .* got head_dim 100"):
+        call(q=q.new_zeros(10, 8, 100), k=k.new_zeros(12, 2, 100), v=k.new_zeros(12, 2, 100))
     with pytest.raises(ValueError, match="q's 8 heads must be a positive multiple of k/v's 3 heads"):
         call(k=k.new_zeros(12, 3, 64), v=k.new_zeros(12, 3, 64))
     with pytest.raises(ValueError, match="q's last dim must be contiguous"):
         call(q=q.new_zeros(10, 8, 128)[..., ::2])
     with pytest.raises(ValueError, match=r"num_splits 0 or 1\), got num_splits = 2"):
         call(num_splits=2)
-    with pytest.raises(ValueError, match="pack_gqa=True: the varlen Hopper kernel does not pack query heads"):
-        call(pack_gqa=True)
+    with pytest.raises(ValueError, match="pack_gqa=True needs the 3 query heads per key/value head to divide 64"):
+        call(q=q.new_zeros(10, 6, 64), pack_gqa=True)
 
 
 def test_fa3_run_runs_an_attention_varlen_function(fa3_run, tmp_path):
