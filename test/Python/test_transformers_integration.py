@@ -64,8 +64,19 @@ def test_options_reach_fa3(monkeypatch):
     assert seen["q"] == (1, 3, 4, 64) and seen["k"] == (1, 8, 2, 64)  # (B, S, H, D), GQA heads kept
     assert seen["causal"] is True and seen["window_size"] == (3, 0)
     assert seen["softmax_scale"] == pytest.approx(0.2) and seen["softcap"] == 30.0
+    assert seen["deterministic"] is False
     fa3_hf.attention_forward(_Module(), q, k, v, None, is_causal=False)
     assert seen["causal"] is False and seen["window_size"] == (-1, -1) and seen["softcap"] == 0.0
+    # Determinism as transformers' FlashAttention path reads it: the kwarg,
+    # else FLASH_ATTENTION_DETERMINISTIC.
+    fa3_hf.attention_forward(_Module(), q, k, v, None, deterministic=True)
+    assert seen["deterministic"] is True
+    monkeypatch.setenv("FLASH_ATTENTION_DETERMINISTIC", "1")
+    fa3_hf.attention_forward(_Module(), q, k, v, None)
+    assert seen["deterministic"] is True
+    fa3_hf.attention_forward(_Module(), q, k, v, None, deterministic=False)
+    assert seen["deterministic"] is False
+    monkeypatch.delenv("FLASH_ATTENTION_DETERMINISTIC")
     # Under autocast, float32 activations run in the autocast dtype (as SDPA).
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = fa3_hf.attention_forward(_Module(), *_qkv(torch.float32), None)
@@ -87,8 +98,9 @@ def test_inexpressible_inputs_are_errors():
         fa3_hf.attention_forward(_Module(), q, k, v, None, is_causal=False, sliding_window=4)
 
 
-def _cpu_fa3(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
-    """fa3.attention's CPU pipeline on torch CPU tensors (numpy in and out)."""
+def _cpu_fa3(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, deterministic=False):
+    """fa3.attention's CPU pipeline on torch CPU tensors (numpy in and out;
+    the CPU is always deterministic)."""
     out = _fa3_attention(*(np.ascontiguousarray(x.detach().float().numpy()) for x in (q, k, v)), causal=causal,
                         softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
     return torch.from_numpy(out)

@@ -24,7 +24,10 @@ model it takes:
   the `cu_seq_lens_q/k` and `max_length_q/k` kwargs (transformers'
   `DataCollatorWithFlattening`) or by restarting `position_ids`, as
   transformers' FlashAttention path detects them, run
-  `fa3.attention_varlen`: each sequence attends to itself only.
+  `fa3.attention_varlen`: each sequence attends to itself only;
+* determinism: the `deterministic` kwarg or FLASH_ATTENTION_DETERMINISTIC=1
+  (as transformers' FlashAttention path reads them) selects fa3's
+  deterministic backward.
 
 What fa3 cannot express is an error naming the cause, never a silently
 different result: a padding (or any other explicit) attention mask, dropout
@@ -45,6 +48,8 @@ tensors that the Hopper kernel of fa3.attention_kvcache reads.
     model = AutoModelForCausalLM.from_config(config, attn_implementation="fa3_kvcache")
     tokens = fa3_hf.generate_greedy(model, input_ids, max_new_tokens=32)
 """
+
+import os
 
 import numpy as np
 import torch
@@ -86,6 +91,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         window = (int(sliding_window) - 1, 0)
     scale = None if scaling is None else float(scaling)
     softcap = float(softcap) if softcap else 0.0
+    # As transformers' FlashAttention path: the `deterministic` kwarg, else
+    # FLASH_ATTENTION_DETERMINISTIC=1 in the environment.
+    deterministic = kwargs.get("deterministic")
+    if deterministic is None:
+        deterministic = os.environ.get("FLASH_ATTENTION_DETERMINISTIC", "0") == "1"
+    deterministic = bool(deterministic)
     packed = _packed_sequences(query, key, kwargs)
     if packed is not None:
         # Padding-free batches (transformers' DataCollatorWithFlattening):
@@ -93,12 +104,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         cu_q, cu_k, max_q, max_k = packed
         out = fa3.attention_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
                                    cu_q, cu_k, max_q, max_k, causal=causal, softmax_scale=scale,
-                                   window_size=window, softcap=softcap)
+                                   window_size=window, softcap=softcap, deterministic=deterministic)
         return out.unsqueeze(0), None
     # fa3 reads (B, S, H, D); transposing the views costs nothing (fa3 copies
     # a non-dense layout once).
     out = fa3.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=causal,
-                        softmax_scale=scale, window_size=window, softcap=softcap)
+                        softmax_scale=scale, window_size=window, softcap=softcap, deterministic=deterministic)
     return out, None
 
 
