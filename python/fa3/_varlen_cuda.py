@@ -120,10 +120,20 @@ def check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k):
         _check_index_vector("seqused_k", seqused_k, q, length=batch)
 
 
+def _refuse_capture(cu_seqlens_q):
+    """The host copy of the offsets is a device sync, which a CUDA graph
+    capture forbids: say so instead of CUDA's "operation not permitted"."""
+    if cu_seqlens_q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("attention_varlen on CUDA copies cu_seqlens_q/k (and seqused_k) to the host to check "
+                           "them and size its grid, which a CUDA graph capture forbids; call it outside the "
+                           "capture")
+
+
 def check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q, max_seqlen_k):
     """Copies the offsets (and seqused_k) to the host in one transfer (a
     device sync) and checks their values as the CPU path does; returns the
     longest sequence's query count (the grid's)."""
+    _refuse_capture(cu_seqlens_q)
     parts = [cu_seqlens_q, cu_seqlens_k] + ([seqused_k] if seqused_k is not None else [])
     host = torch.cat(parts).cpu().numpy()
     n = cu_seqlens_q.shape[0]
@@ -172,6 +182,7 @@ def _attention_varlen_cuda_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, 
 
 def _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k):
     """The offsets and seqused_k on the host, in one transfer."""
+    _refuse_capture(cu_seqlens_q)
     parts = [cu_seqlens_q, cu_seqlens_k] + ([seqused_k] if seqused_k is not None else [])
     host = torch.cat(parts).cpu().tolist()
     n = cu_seqlens_q.shape[0]

@@ -321,3 +321,19 @@ def test_cuda_varlen_checks_on_fake_cuda_tensors():
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
         with torch.no_grad():
             assert not call(q=q.clone().requires_grad_())[0].requires_grad
+
+
+def test_cuda_varlen_refuses_a_graph_capture(monkeypatch):
+    """Inside a CUDA graph capture the CUDA varlen path cannot copy its
+    offsets to the host: a clear RuntimeError (the capture state stubbed:
+    no GPU here; test_varlen_gpu.py captures for real)."""
+    from fa3 import _varlen_cuda
+
+    class CudaOffsets:  # what the check reads of a CUDA offsets tensor
+        is_cuda = True
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="which a CUDA graph capture forbids; call it outside the capture"):
+        _varlen_cuda._refuse_capture(CudaOffsets())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    _varlen_cuda._refuse_capture(CudaOffsets())

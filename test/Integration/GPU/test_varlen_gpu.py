@@ -207,6 +207,21 @@ def test_matches_dense_attention_per_sequence():
         assert diff <= 2**-7 * v[k0:k1].abs().max().item(), f"sequence {b}: {diff:.3g}"
 
 
+def test_cuda_graph_capture_is_a_clear_error():
+    """The host check of the offsets cannot run inside a CUDA graph capture:
+    the call says so (not CUDA's "operation not permitted"), and the stream
+    is usable after the aborted capture."""
+    q, k, v, cu_q, cu_k = _inputs([5, 7], [5, 7], 4, 1, 64, torch.bfloat16, seed=14)
+    cu_qt, cu_kt = (torch.tensor(c, device="cuda") for c in (cu_q, cu_k))
+    fa3.attention_varlen(q, k, v, cu_qt, cu_kt, 7, 7)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="which a CUDA graph capture forbids"):
+        with torch.cuda.graph(graph):
+            fa3.attention_varlen(q, k, v, cu_qt, cu_kt, 7, 7)
+    torch.cuda.synchronize()
+    assert fa3.attention_varlen(q, k, v, cu_qt, cu_kt, 7, 7).shape == q.shape
+
+
 def test_strided_inputs_and_a_side_stream():
     """q, k, v whose heads are strided views run through copies; the launch
     (fill and kernel) follows the current stream."""
