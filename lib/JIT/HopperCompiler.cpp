@@ -34,7 +34,8 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   func.walk([&](mlir::Operation *op) {
     if (llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
                   mlir::fa3::AttentionVarlenOp, mlir::fa3::AttentionGradOp,
-                  mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
+                  mlir::fa3::AttentionVarlenGradOp, mlir::fa3::HadamardOp,
+                  mlir::fa3::QuantizeOp>(op)) {
       attention = op;
       ++count;
     }
@@ -47,7 +48,9 @@ findLaunchableAttention(mlir::func::FuncOp func) {
                  "table) returning (O, LSE), one fa3.attention_varlen on "
                  "its 5 arguments (6 with seqused_k) returning (O, LSE), "
                  "one fa3.attention_grad on its "
-                 "6 arguments returning (dQ, dK, dV), or one fa3.hadamard or "
+                 "6 arguments returning (dQ, dK, dV), one "
+                 "fa3.attention_varlen_grad on its 8 arguments (9 with "
+                 "seqused_k) returning (dQ, dK, dV), or one fa3.hadamard or "
                  "fa3.quantize on its argument");
   };
   if (count != 1 || func.getNumArguments() != attention->getNumOperands())
@@ -169,7 +172,9 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
                                    .getDimSize(1);
     }
   } else {
-    bool backward = llvm::isa<mlir::fa3::AttentionGradOp>(*attention);
+    bool backward =
+        llvm::isa<mlir::fa3::AttentionGradOp, mlir::fa3::AttentionVarlenGradOp>(
+            *attention);
     // Q and K are operands 0 and 1 of the forward, 1 and 2 of the backward.
     auto q = llvm::cast<mlir::RankedTensorType>(
         (*attention)->getOperand(backward ? 1 : 0).getType());

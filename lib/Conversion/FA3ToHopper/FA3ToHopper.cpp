@@ -241,8 +241,10 @@ HopperAttentionSpec::fromOp(AttentionVarlenOp op) {
   return spec;
 }
 
-FailureOr<HopperAttentionGradSpec>
-HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
+/// The backward spec of `op` (fa3.attention_grad or
+/// fa3.attention_varlen_grad): what both read and check.
+template <typename Op>
+static FailureOr<HopperAttentionGradSpec> gradSpec(Op op) {
   HopperAttentionGradSpec spec;
   Type elt = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
   if (!elt.isBF16() && !elt.isF16())
@@ -293,6 +295,21 @@ HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
     return op.emitOpError()
            << "the backward schedule needs " << spec.sharedMemoryBytes()
            << " bytes of shared memory, more than the 232448 a Hopper CTA has";
+  return spec;
+}
+
+FailureOr<HopperAttentionGradSpec>
+HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
+  return gradSpec(op);
+}
+
+FailureOr<HopperAttentionGradSpec>
+HopperAttentionGradSpec::fromOp(AttentionVarlenGradOp op) {
+  FailureOr<HopperAttentionGradSpec> spec = gradSpec(op);
+  if (failed(spec))
+    return failure();
+  spec->varlen = true;
+  spec->sequsedK = static_cast<bool>(op.getSequsedK());
   return spec;
 }
 
@@ -428,13 +445,16 @@ struct ConvertFA3ToHopperPass
                  "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
                  "fa3-hopper-pipeline does)";
         failedAny = true;
-      } else if (isa<AttentionVarlenGradOp, KVCacheAppendOp>(op)) {
+      } else if (isa<KVCacheAppendOp>(op)) {
         op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
                              "(fa3-cpu-pipeline) runs it";
         failedAny = true;
-      } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+      } else if (isa<AttentionGradOp, AttentionVarlenGradOp>(op)) {
         FailureOr<HopperAttentionGradSpec> spec =
-            HopperAttentionGradSpec::fromOp(grad);
+            isa<AttentionGradOp>(op)
+                ? HopperAttentionGradSpec::fromOp(cast<AttentionGradOp>(op))
+                : HopperAttentionGradSpec::fromOp(
+                      cast<AttentionVarlenGradOp>(op));
         if (failed(spec)) {
           failedAny = true;
           return;
@@ -442,18 +462,22 @@ struct ConvertFA3ToHopperPass
         std::string name = spec->kernelName();
         if (!getKernels().lookupSymbol(name))
           buildHopperAttentionGradKernels(builder, kernels, *spec);
-        // Main grid: ceildiv(Sk, block_n) x Hkv x B; the _pre and _post
-        // kernels are named after it.
+        // Main grid: ceildiv(Sk, block_n) x Hkv x B (varlen: B + 1); the
+        // _pre and _post kernels are named after it.
         annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
                  spec->blockM, spec->blockN);
-        if (spec->deterministic) {
-          // The runtime zeroes the dQ turn counters and passes them.
-          Builder builder(op->getContext());
-          auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
-          NamedAttrList entries(launch);
+        // The runtime zeroes the dQ turn counters and passes them
+        // (deterministic), and passes the sequence offsets (varlen).
+        Builder builder(op->getContext());
+        NamedAttrList entries(
+            op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
+        if (spec->deterministic)
           entries.set("deterministic", builder.getI64IntegerAttr(1));
-          op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
-        }
+        if (spec->varlen)
+          entries.set("varlen", builder.getI64IntegerAttr(1));
+        if (spec->sequsedK)
+          entries.set("seqused", builder.getI64IntegerAttr(1));
+        op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
       } else if (auto hadamard = dyn_cast<HadamardOp>(op)) {
         FailureOr<HopperHadamardSpec> spec = HopperHadamardSpec::fromOp(hadamard);
         if (failed(spec)) {

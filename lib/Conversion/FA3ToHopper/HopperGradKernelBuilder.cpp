@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 using namespace mlir;
@@ -62,6 +63,8 @@ std::string HopperAttentionGradSpec::kernelName() const {
     name += "_causal";
   if (deterministic)
     name += "_det";
+  if (varlen)
+    name += sequsedK ? "_varlen_used" : "_varlen";
   auto bound = [](int64_t b) {
     return b < 0 ? std::string("inf") : std::to_string(b);
   };
@@ -111,6 +114,24 @@ private:
                                ValueRange{index});
   }
 
+  Value loadI32(Value base, Value index) {
+    return LLVM::LoadOp::create(b, loc, i32, elemPtr(base, i32, sext64(index)),
+                                /*alignment=*/4);
+  }
+  /// Varlen: the rows per head of the padded statistics (LSE₂, Δ), P =
+  /// floor((Tq + B·blockM) / blockM)·blockM, and where sequence `seq`
+  /// (starting at token `start`) begins in them, floor((start + seq·blockM)
+  /// / blockM)·blockM: aligned to whole steps, and past the previous
+  /// sequence's rows rounded up to whole steps (FA3's padded offsets).
+  Value paddedStatRows(Value rowsQ, Value numSeqs) {
+    return mul(divu(add(rowsQ, mul(numSeqs, ci(s.blockM))), ci(s.blockM)),
+               ci(s.blockM));
+  }
+  Value paddedStatOffset(Value start, Value seq) {
+    return mul(divu(add(start, mul(seq, ci(s.blockM))), ci(s.blockM)),
+               ci(s.blockM));
+  }
+
   const HopperAttentionGradSpec &s;
 };
 
@@ -145,10 +166,12 @@ std::pair<Value, Value> GradKernelBuilder::loadPair(Value ptr) {
 //===----------------------------------------------------------------------===//
 
 void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
-  // (dO, O, LSE, dLSE or null, dQ accumulator, LSE₂, Δ, Sq).
-  auto fn = createKernel(module, s.preprocessKernelName(),
-                         {globalPtr, globalPtr, globalPtr, globalPtr, globalPtr,
-                          globalPtr, globalPtr, i32},
+  // (dO, O, LSE, dLSE or null, dQ accumulator, LSE₂, Δ, Sq[, cu_seqlens_q]).
+  SmallVector<Type> params = {globalPtr, globalPtr, globalPtr, globalPtr,
+                              globalPtr, globalPtr, globalPtr, i32};
+  if (s.varlen)
+    params.push_back(globalPtr);
+  auto fn = createKernel(module, s.preprocessKernelName(), params,
                          HopperAttentionGradSpec::kPreThreads);
   OpBuilder::InsertionGuard guard(b);
   Block *entry = &fn.getBody().front();
@@ -163,26 +186,74 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
 
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value warp = divu(tid, ci(32)), lane = remu(tid, ci(32));
-  Value row = add(mul(NVVM::BlockIdXOp::create(b, loc, i32),
-                      ci(HopperAttentionGradSpec::kPreThreads / 32)),
-                  warp);
+  const int64_t rowsPerCta = HopperAttentionGradSpec::kPreThreads / 32;
+  Value row =
+      add(mul(NVVM::BlockIdXOp::create(b, loc, i32), ci(rowsPerCta)), warp);
   Value head = NVVM::BlockIdYOp::create(b, loc, i32);
   Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
-  Value seqPad = mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)),
-                     ci(s.blockM));
-  Value inside = cmp(arith::CmpIPredicate::slt, row, seqQ);
+  auto zeroAccRow = [&](Value rowIndex) {
+    Value rowElem = mul(rowIndex, cl(s.headDim));
+    for (int64_t t = 0; t < s.headDim / 32; ++t) {
+      Value idx = add(rowElem, zext64(add(lane, ci(32 * t))));
+      storeF32(elemPtr(accPtr, f32, idx), cf(0));
+    }
+  };
+
+  // Where row `row` of this CTA's sequence lives: its index into the [*, Hq,
+  // D] rows of dO, O and the accumulator, into the LSE and into the padded
+  // statistics; the sequence's length. Dense: batch `batch` of Sq rows.
+  Value rowIndex, lseIdx, statIdx, length = seqQ;
+  if (!s.varlen) {
+    Value seqPad =
+        mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
+    rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(row)),
+                       cl(s.numQHeads)),
+                   sext64(head));
+    lseIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                     sext64(seqQ)),
+                 sext64(row));
+    statIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                      sext64(seqPad)),
+                  sext64(row));
+  } else {
+    // Grid z = B + 1: the last z zeroes the accumulator rows past the last
+    // sequence, which no sequence's rows cover (they get dQ = 0), striding
+    // over them with every CTA of its x.
+    Value cuQ = entry->getArgument(8);
+    Value numSeqs = sub(NVVM::GridDimZOp::create(b, loc, i32), ci(1));
+    auto tail =
+        scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, batch, numSeqs),
+                          /*withElseRegion=*/true);
+    b.setInsertionPointToStart(tail.thenBlock());
+    Value stride = mul(NVVM::GridDimXOp::create(b, loc, i32), ci(rowsPerCta));
+    scf::ForOp::create(
+        b, loc, add(loadI32(cuQ, numSeqs), row), seqQ, stride, ValueRange{},
+        [&](OpBuilder &, Location, Value token, ValueRange) {
+          zeroAccRow(add(mul(sext64(token), cl(s.numQHeads)), sext64(head)));
+          scf::YieldOp::create(b, loc);
+        });
+    b.setInsertionPointToStart(tail.elseBlock());
+    Value start = loadI32(cuQ, batch);
+    length = sub(loadI32(cuQ, add(batch, ci(1))), start);
+    Value token = add(start, row);
+    rowIndex = add(mul(sext64(token), cl(s.numQHeads)), sext64(head));
+    lseIdx = add(mul(sext64(head), sext64(seqQ)), sext64(token));
+    statIdx = add(add(mul(sext64(head), sext64(paddedStatRows(seqQ, numSeqs))),
+                      sext64(paddedStatOffset(start, batch))),
+                  sext64(row));
+  }
+  Value inside = cmp(arith::CmpIPredicate::slt, row, length);
+  Value lenPad =
+      mul(divu(add(length, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
   float inf = std::numeric_limits<float>::infinity();
 
-  // Rows past Sq (up to the padded length) get Δ = 0 and LSE₂ = +inf.
+  // Rows past the length (up to the padded length) get Δ = 0 and LSE₂ =
+  // +inf.
   auto rowValues = scf::IfOp::create(b, loc, TypeRange{f32, f32}, inside,
                                      /*addElseBlock=*/true);
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(rowValues.thenBlock());
-    // Element (b, row, h, 0) of a [B, Sq, Hq, D] tensor.
-    Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(row)),
-                             cl(s.numQHeads)),
-                         sext64(head));
     Value rowElem = mul(rowIndex, cl(s.headDim));
     Value dot = cf(0);
     for (int64_t t = 0; t < s.headDim / 64; ++t) {
@@ -192,14 +263,7 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
       auto [o0, o1] = loadPair(elemPtr(oPtr, elt, idx));
       dot = fadd(dot, fadd(fmul(d0, o0), fmul(d1, o1)));
     }
-    for (int64_t t = 0; t < s.headDim / 32; ++t) {
-      Value idx = add(rowElem, zext64(add(lane, ci(32 * t))));
-      storeF32(elemPtr(accPtr, f32, idx), cf(0));
-    }
-    Value lseIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
-                               sext64(head)),
-                           sext64(seqQ)),
-                       sext64(row));
+    zeroAccRow(rowIndex);
     Value lse = LLVM::LoadOp::create(b, loc, f32, elemPtr(lsePtr, f32, lseIdx),
                                      /*alignment=*/4);
     Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, lse,
@@ -223,16 +287,14 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
     b.setInsertionPointToStart(rowValues.elseBlock());
     scf::YieldOp::create(b, loc, ValueRange{cf(0), cf(inf)});
   }
-  Value inPad = cmp(arith::CmpIPredicate::slt, row, seqPad);
+  Value inPad = cmp(arith::CmpIPredicate::slt, row, lenPad);
   Value lane0 = cmp(arith::CmpIPredicate::eq, lane, ci(0));
   scf::IfOp::create(b, loc, andi(inPad, lane0), [&](OpBuilder &, Location) {
-    Value idx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                        sext64(seqPad)),
-                    sext64(row));
-    storeF32(elemPtr(deltaPtr, f32, idx), rowValues.getResult(0));
-    storeF32(elemPtr(lse2Ptr, f32, idx), rowValues.getResult(1));
+    storeF32(elemPtr(deltaPtr, f32, statIdx), rowValues.getResult(0));
+    storeF32(elemPtr(lse2Ptr, f32, statIdx), rowValues.getResult(1));
     scf::YieldOp::create(b, loc);
   });
+  b.setInsertionPointToEnd(entry);
   LLVM::ReturnOp::create(b, loc, ValueRange());
 }
 
@@ -273,11 +335,13 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
 
 void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   declareDynamicSmem(module);
-  // Deterministic: a last parameter, the dQ turn counters (i32 [B, Hq,
-  // query blocks], zero at launch).
+  // Varlen: cu_seqlens_q, cu_seqlens_k[, seqused_k]. Deterministic: a last
+  // parameter, the dQ turn counters (zero at launch).
   SmallVector<Type> params = {genericPtr, genericPtr, genericPtr, genericPtr,
                               globalPtr,  globalPtr,  globalPtr,  globalPtr,
                               globalPtr,  i32,        i32};
+  if (s.varlen)
+    params.append(s.sequsedK ? 3 : 2, globalPtr);
   if (s.deterministic)
     params.push_back(globalPtr);
   auto fn = createKernel(module, s.kernelName(), params, s.numThreads());
@@ -291,7 +355,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value accPtr = entry->getArgument(6), dkPtr = entry->getArgument(7);
   Value dvPtr = entry->getArgument(8);
   Value seqQ = entry->getArgument(9), seqK = entry->getArgument(10);
-  Value turnsPtr = s.deterministic ? entry->getArgument(11) : Value();
+  Value turnsPtr = s.deterministic ? fn.getArguments().back() : Value();
 
   const int64_t d = s.headDim, bm = s.blockM, bn = s.blockN;
   const int64_t group = s.numQHeads / s.numKVHeads;
@@ -306,6 +370,86 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   // Which 64 key rows this warpgroup owns and which head-dim slice of dK/dV.
   Value slab = s.keySlabs() == 2 ? wg : ci(0);
   Value slice = s.keySlabs() == 2 ? ci(0) : wg;
+  Value kStart = mul(kBlock, ci(bn));
+
+  // This CTA's sequence: Q rows from token qRow0 and K rows from kRow0 (TMA
+  // batch coordinate tmaBatch), seqQ queries and seqK (used) keys, dK and dV
+  // stored for its first storedKeys keys. rowOfQuery and rowOfKey index the
+  // [*, H, D] rows of dQ's accumulator and of dK/dV, statIndex the
+  // statistics (and, divided by bm, the turn counters). Dense: batch `batch`
+  // of Sq and Sk rows.
+  Value qRow0 = ci(0), kRow0 = ci(0), tmaBatch = batch, storedKeys = seqK;
+  Value seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
+  Value statBase = ci(0), statRows = seqPad;
+  std::function<Value(Value, Value)> rowOfQuery = [&](Value query, Value head) {
+    return add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(query)),
+                   cl(s.numQHeads)),
+               sext64(head));
+  };
+  std::function<Value(Value)> rowOfKey = [&](Value key) {
+    return add(mul(add(mul(sext64(batch), sext64(seqK)), sext64(key)),
+                   cl(s.numKVHeads)),
+               sext64(kvHead));
+  };
+  auto statIndex = [&](Value head, Value qStart) {
+    if (!s.varlen)
+      return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                     sext64(seqPad)),
+                 sext64(qStart));
+    return add(add(mul(sext64(head), sext64(statRows)), sext64(statBase)),
+               sext64(qStart));
+  };
+  if (s.varlen) {
+    Value cuQ = entry->getArgument(11), cuK = entry->getArgument(12);
+    Value rowsQ = seqQ, rowsK = seqK;
+    // Grid z = B + 1: the last z zeroes the dK and dV rows past the last
+    // sequence (its CTAs stride over them) and does nothing else.
+    Value numSeqs = sub(NVVM::GridDimZOp::create(b, loc, i32), ci(1));
+    auto tail =
+        scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, batch, numSeqs),
+                          /*withElseRegion=*/true);
+    b.setInsertionPointToStart(tail.thenBlock());
+    Value inRow = cmp(arith::CmpIPredicate::slt, tid, ci(d / 2));
+    scf::IfOp::create(b, loc, inRow, [&](OpBuilder &, Location) {
+      scf::ForOp::create(
+          b, loc, add(loadI32(cuK, numSeqs), kBlock), rowsK,
+          NVVM::GridDimXOp::create(b, loc, i32), ValueRange{},
+          [&](OpBuilder &, Location, Value token, ValueRange) {
+            // Element pair `tid` of row (token, kvHead).
+            Value pair = add(
+                mul(add(mul(sext64(token), cl(s.numKVHeads)), sext64(kvHead)),
+                    cl(d / 2)),
+                zext64(tid));
+            for (Value ptr : {dkPtr, dvPtr})
+              LLVM::StoreOp::create(b, loc, ci(0), elemPtr(ptr, i32, pair),
+                                    /*alignment=*/4);
+            scf::YieldOp::create(b, loc);
+          });
+      scf::YieldOp::create(b, loc);
+    });
+    b.setInsertionPointToStart(tail.elseBlock());
+    qRow0 = loadI32(cuQ, batch);
+    kRow0 = loadI32(cuK, batch);
+    seqQ = sub(loadI32(cuQ, add(batch, ci(1))), qRow0);
+    storedKeys = sub(loadI32(cuK, add(batch, ci(1))), kRow0);
+    seqK = s.sequsedK ? loadI32(entry->getArgument(13), batch) : storedKeys;
+    tmaBatch = ci(0);
+    seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
+    statRows = paddedStatRows(rowsQ, numSeqs);
+    statBase = paddedStatOffset(qRow0, batch);
+    rowOfQuery = [&, qRow0](Value query, Value head) {
+      return add(mul(sext64(add(qRow0, query)), cl(s.numQHeads)), sext64(head));
+    };
+    rowOfKey = [&, kRow0](Value key) {
+      return add(mul(sext64(add(kRow0, key)), cl(s.numKVHeads)),
+                 sext64(kvHead));
+    };
+    // Key blocks past the sequence's keys have nothing to do.
+    auto active = scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::slt, kStart, storedKeys),
+        /*withElseRegion=*/false);
+    b.setInsertionPointToStart(active.thenBlock());
+  }
 
   setAlignedDynamicSmem();
   const int64_t tile = 2 * d; // bytes per row
@@ -336,7 +480,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
   // The query rows that see some key of this block (as in fa3-tile).
   int64_t left = s.windowLeft, right = s.windowRight;
-  Value kStart = mul(kBlock, ci(bn));
   Value offset = sub(seqK, seqQ);
   Value kLast = sub(minsi(add(kStart, ci(bn)), seqK), ci(1));
   Value rowLo = ci(0), rowHi = seqQ;
@@ -349,7 +492,11 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value qbHi = divu(add(rowHi, ci(bm - 1)), ci(bm));
   Value perHead = sub(qbHi, qbLo);
   Value numIters = mul(perHead, ci(group));
-  Value seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
+  // A varlen block of keys past seqused_k (seqK < storedKeys) sees no query:
+  // its dK and dV are 0.
+  if (s.sequsedK)
+    numIters =
+        select(cmp(arith::CmpIPredicate::slt, kStart, seqK), numIters, ci(0));
 
   // Step `it` walks query block qbLo + it % perHead of query head
   // kvHead * group + it / perHead.
@@ -368,14 +515,12 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
       Value tileOff = add(ci(base), mul(stage, ci(bm * tile)));
       for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
         tmaLoad(smemAt(add(tileOff, ci(atom * bm * kAtomBytes))), map,
-                {ci(atom * kAtomCols), qStart, head, batch}, bar);
+                {ci(atom * kAtomCols), add(qRow0, qStart), head, tmaBatch},
+                bar);
     }
     // LSE₂ and Δ of the block: 4·bm bytes each, 16-byte aligned because
     // rows are padded to whole blocks.
-    Value statIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
-                                sext64(head)),
-                            sext64(seqPad)),
-                        sext64(qStart));
+    Value statIdx = statIndex(head, qStart);
     Value statsOff = add(ci(offStats), mul(stage, ci(8 * bm)));
     bulkLoad(smemAt(statsOff), elemPtr(lse2Ptr, f32, statIdx), 4 * bm, bar);
     bulkLoad(smemAt(add(statsOff, ci(4 * bm))),
@@ -388,7 +533,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                              {tmaV, offV}})
       for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
         tmaLoad(smemAt(ci(base + atom * bn * kAtomBytes)), map,
-                {ci(atom * kAtomCols), kStart, kvHead, batch}, barKV());
+                {ci(atom * kAtomCols), add(kRow0, kStart), kvHead, tmaBatch},
+                barKV());
     for (int64_t st = 0; st < s.stages; ++st) {
       Value has = cmp(arith::CmpIPredicate::slt, ci(st), numIters);
       scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
@@ -573,11 +719,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                 maxsi(arith::FloorDivSIOp::create(b, loc, t, ci(bn)), ci(0));
           }
           turn = sub(kBlock, first);
-          Value blocks = divu(seqPad, ci(bm));
-          Value index =
-              add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                      sext64(blocks)),
-                  sext64(qb));
+          // The counter of the statistics' row block.
+          Value index = divu(statIndex(head, qStart), cl(bm));
           turnPtr = elemPtr(turnsPtr, i32, index);
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
             auto spin = scf::WhileOp::create(
@@ -621,11 +764,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               Value query = add(add(qStart, rowInSlab), ci(8 * half));
               Value inside = cmp(arith::CmpIPredicate::slt, query, seqQ);
               scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-                Value rowIndex = add(
-                    mul(add(mul(sext64(batch), sext64(seqQ)), sext64(query)),
-                        cl(s.numQHeads)),
-                    sext64(head));
-                Value rowElem = mul(rowIndex, cl(d));
+                Value rowElem = mul(rowOfQuery(query, head), cl(d));
                 for (int64_t j = 0; j < 8; ++j) {
                   int64_t r = 4 * j + 2 * half;
                   Value col = add(add(col0, ci(8 * j)), colInBlock);
@@ -684,15 +823,14 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         scf::YieldOp::create(b, loc, yields);
       });
 
-  // Epilogue: dK = scale · acc and dV, rows past Sk skipped.
+  // Epilogue: dK = scale · acc and dV, rows past the keys skipped (varlen:
+  // the keys past seqused_k are stored, as zeros).
   SmallVector<Value> res(loop.getResults());
   for (int64_t half = 0; half < 2; ++half) {
     Value key = keyRow[half];
-    Value inside = cmp(arith::CmpIPredicate::slt, key, seqK);
+    Value inside = cmp(arith::CmpIPredicate::slt, key, storedKeys);
     scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-      Value rowIndex = add(mul(add(mul(sext64(batch), sext64(seqK)), sext64(key)),
-                               cl(s.numKVHeads)),
-                           sext64(kvHead));
+      Value rowIndex = rowOfKey(key);
       Value rowElem = add(mul(rowIndex, cl(d)), zext64(mul(slice, ci(sliceW))));
       for (int64_t j = 0; j < sliceW / 8; ++j) {
         int64_t r = 4 * j + 2 * half;
@@ -705,6 +843,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
       scf::YieldOp::create(b, loc);
     });
   }
+  b.setInsertionPointToEnd(entry);
   LLVM::ReturnOp::create(b, loc, ValueRange());
 }
 

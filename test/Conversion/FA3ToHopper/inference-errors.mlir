@@ -24,12 +24,13 @@ func.func @varlen_persistent(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %
 
 // -----
 
-// CHECK: error: 'fa3.attention_varlen_grad' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it
-func.func @varlen_grad(%do: tensor<?x4x64xbf16>, %q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x64xbf16>, %o: tensor<?x4x64xbf16>, %lse: tensor<4x?xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>) {
-  // expected-error @+1 {{'fa3.attention_varlen_grad' op has no Hopper kernel yet; the CPU pipeline (fa3-cpu-pipeline) runs it}}
+// The varlen backward has the dense backward's head dims.
+// CHECK: error: 'fa3.attention_varlen_grad' op the Hopper backward supports head dims 64, 128 and 256 (the CPU pipeline takes any), got 96
+func.func @varlen_grad(%do: tensor<?x4x96xbf16>, %q: tensor<?x4x96xbf16>, %k: tensor<?x2x96xbf16>, %v: tensor<?x2x96xbf16>, %o: tensor<?x4x96xbf16>, %lse: tensor<4x?xf32>, %cuq: tensor<?xi32>, %cuk: tensor<?xi32>) -> (tensor<?x4x96xbf16>, tensor<?x2x96xbf16>, tensor<?x2x96xbf16>) {
+  // expected-error @+1 {{'fa3.attention_varlen_grad' op the Hopper backward supports head dims 64, 128 and 256 (the CPU pipeline takes any), got 96}}
   %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk
-      : (tensor<?x4x64xbf16>, tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>, tensor<?x4x64xbf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>)
-  return %dq, %dk, %dv : tensor<?x4x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16>
+      : (tensor<?x4x96xbf16>, tensor<?x4x96xbf16>, tensor<?x2x96xbf16>, tensor<?x2x96xbf16>, tensor<?x4x96xbf16>, tensor<4x?xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x96xbf16>, tensor<?x2x96xbf16>, tensor<?x2x96xbf16>)
+  return %dq, %dk, %dv : tensor<?x4x96xbf16>, tensor<?x2x96xbf16>, tensor<?x2x96xbf16>
 }
 
 // -----

@@ -25,6 +25,7 @@ class AttentionOp;
 class AttentionGradOp;
 class AttentionKVCacheOp;
 class AttentionVarlenOp;
+class AttentionVarlenGradOp;
 class HadamardOp;
 class QuantizeOp;
 
@@ -232,8 +233,18 @@ struct HopperAttentionGradSpec {
   /// to the same elements, one after the other. dQ is then bit-identical
   /// from run to run; dK and dV always are (registers).
   bool deterministic = false;
+  /// The backward of an fa3.attention_varlen (fa3.attention_varlen_grad):
+  /// dO, Q, O and dQ are packed [Tq, Hq, D] (described to TMA as [1, Tq,
+  /// Hq, D]), K, V, dK, dV [Tk, Hkv, D], the LSE and dLSE [Hq, Tq]; grid z
+  /// runs over the B sequences plus one, whose CTAs zero the rows past the
+  /// last sequence (see buildHopperAttentionGradKernels).
+  bool varlen = false;
+  /// A varlen backward with seqused_k: keys past seqused_k[b] are hidden
+  /// (and get zero gradients).
+  bool sequsedK = false;
 
   static FailureOr<HopperAttentionGradSpec> fromOp(AttentionGradOp op);
+  static FailureOr<HopperAttentionGradSpec> fromOp(AttentionVarlenGradOp op);
 
   std::string kernelName() const;
   std::string preprocessKernelName() const { return kernelName() + "_pre"; }
@@ -251,15 +262,32 @@ struct HopperAttentionGradSpec {
 };
 
 /// Emits the three backward kernels of `spec` into `module`. Parameters:
-///  * pre: dO, O (storage type), LSE (f32 [B, Hq, Sq]), dQ accumulator (f32
-///    [B, Sq, Hq, D]), LSE·log2(e) and Δ (f32 [B, Hq, roundup(Sq, blockM)]),
-///    Sq (i32). Grid (roundup(Sq, blockM) / 4, Hq, B).
+///  * pre: dO, O (storage type), LSE (f32 [B, Hq, Sq]), dLSE (the same, or
+///    null), dQ accumulator (f32 [B, Sq, Hq, D]), LSE·log2(e) and Δ (f32
+///    [B, Hq, roundup(Sq, blockM)]), Sq (i32). Grid (roundup(Sq, blockM) /
+///    4, Hq, B).
 ///  * main: the CUtensorMaps of Q, K, V and dO (by value), LSE·log2(e), Δ,
 ///    the dQ accumulator, dK, dV, Sq, Sk (i32) and, deterministic, the turn
-///    counters. Grid (ceildiv(Sk, blockN), Hkv, B), numThreads(),
-///    sharedMemoryBytes().
+///    counters (i32 [B, Hq, roundup(Sq, blockM) / blockM]). Grid
+///    (ceildiv(Sk, blockN), Hkv, B), numThreads(), sharedMemoryBytes().
 ///  * post: the dQ accumulator, dQ, the number of element pairs (i64). Grid
 ///    ceildiv(pairs, kPostThreads).
+///
+/// Varlen (packed [T, H, D] tensors; Sq, Sk are the row counts Tq, Tk;
+/// LSE and dLSE [Hq, Tq]; B sequences): the statistics LSE·log2(e) and Δ are
+/// [Hq, P] with P = floor((Tq + B·blockM) / blockM)·blockM, sequence b's
+/// rows starting at the blockM-aligned floor((cu_q[b] + b·blockM) /
+/// blockM)·blockM (FA3's padded offsets), so that each step's rows are one
+/// aligned bulk copy; the turn counters are [Hq, P / blockM].
+///  * pre: the dense parameters, then cu_seqlens_q. Grid (max(1,
+///    roundup(max Sq_b, blockM) / 4), Hq, B + 1); z = B zeroes the
+///    accumulator rows past cu_q[B].
+///  * main: the dense parameters up to Sk, then cu_seqlens_q, cu_seqlens_k,
+///    seqused_k (with sequsedK) and the turn counters (deterministic). Q and
+///    dO are described to TMA as [1, Tq, Hq, D], K and V as [1, Tk, Hkv, D].
+///    Grid (max(1, ceildiv(max Sk_b, blockN)), Hkv, B + 1); z = B zeroes
+///    the dK and dV rows past cu_k[B].
+///  * post: as dense, over the Tq rows.
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
                                      const HopperAttentionGradSpec &spec);

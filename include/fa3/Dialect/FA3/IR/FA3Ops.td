@@ -228,6 +228,13 @@ def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad",
     `grad_key`, `grad_value` shaped like `query`, `key` and `value`. Each
     sequence is the backward of its own attention (`fa3.attention_grad`'s,
     GQA sums included). Rows outside every sequence get zero gradients.
+    `deterministic` as for `fa3.attention_grad` (the CPU backward always
+    is; the Hopper kernel adds each (head, query block)'s dQ partials in
+    key-block order).
+
+    `convert-fa3-to-hopper` emits sm_90a kernels for it: `fa3.attention_grad`'s
+    three, reading each sequence's rows at its offsets (grid z runs over the
+    sequences).
 
     ```mlir
     %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk
@@ -244,7 +251,8 @@ def FA3_AttentionVarlenGradOp : FA3_AttentionOpBase<"attention_varlen_grad",
                             AnyTensor:$cu_seqlens_q, AnyTensor:$cu_seqlens_k,
                             Optional<AnyTensor>:$seqused_k,
                             Optional<AnyTensor>:$grad_lse),
-                       FA3_AttentionAttrs);
+                       FA3_AttentionAttrs,
+                       (ins UnitAttr:$deterministic));
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);
   let assemblyFormat = [{
