@@ -57,9 +57,9 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"deterministic", deterministic ? "1" : "0"}};
 }
 
-/// Why a varlen forward like `info` cannot be launched, or None: its launch
-/// (launchAttentionVarlen) has no persistent tile loop and no split-KV
-/// merge, and its operands are not a KV cache.
+/// Why a varlen kernel like `info` cannot be launched, or None: its launch
+/// (launchAttentionVarlen, launchAttentionVarlenBackward) has no persistent
+/// tile loop and no split-KV merge, and its operands are not a KV cache.
 static std::optional<std::string>
 unlaunchableVarlen(const AttentionKernelInfo &info) {
   if (!info.varlen)
@@ -179,7 +179,10 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
       return error(
           "kernel manifest: packed_heads = " + llvm::Twine(info.packedHeads) +
           " must divide q_heads and block_m");
-    // Absent in the manifests of kernels from before varlen: dense.
+  }
+  if (info.kind == Kind::Attention) {
+    // Forward or backward. Absent in the manifests of kernels from before
+    // varlen: dense.
     for (auto [key, field] :
          {std::pair<const char *, bool *>{"varlen", &info.varlen},
           {"seqused", &info.sequsedK}})
@@ -448,12 +451,13 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
                                                 CudaStream stream) {
   if (info.kind != AttentionKernelInfo::Kind::Attention || info.backward ||
       info.fp8 || !info.varlen) {
-    const char *launcher = info.kind != AttentionKernelInfo::Kind::Attention
-                               ? nullptr
-                           : info.backward      ? "launchAttentionBackward"
-                           : info.fp8           ? "launchAttentionForwardFP8"
-                           : info.numSplits > 1 ? "launchAttentionSplitKV"
-                                                : "launchAttentionForward";
+    const char *launcher =
+        info.kind != AttentionKernelInfo::Kind::Attention ? nullptr
+        : info.backward      ? (info.varlen ? "launchAttentionVarlenBackward"
+                                            : "launchAttentionBackward")
+        : info.fp8           ? "launchAttentionForwardFP8"
+        : info.numSplits > 1 ? "launchAttentionSplitKV"
+                             : "launchAttentionForward";
     return error("kernel " + info.name +
                  " is not an fa3.attention_varlen forward" +
                  (launcher ? std::string(": launch it with ") + launcher
