@@ -189,8 +189,11 @@ int fa3_launch_attention_fp8(const fa3_kernel *kernel, uint64_t q, uint64_t k,
 
 /** Compiles `function` of `mlir_source`, a function whose body is one
  *  fa3.attention_grad on its six arguments (dO, Q, K, V, O, LSE) returning
+ *  (dQ, dK, dV), or one fa3.attention_varlen_grad on its eight (dO, Q, K,
+ *  V, O, LSE, cu_seqlens_q, cu_seqlens_k; nine with seqused_k) returning
  *  (dQ, dK, dV), into the backward's kernels; otherwise as
- *  fa3_compile_attention. */
+ *  fa3_compile_attention. The LSE's gradient is a launch argument, so the
+ *  function needs no grad_lse operand. */
 fa3_kernel *fa3_compile_attention_grad(const char *mlir_source,
                                        const char *function, int64_t block_m,
                                        int64_t block_n, int *cache_hit,
@@ -199,7 +202,9 @@ fa3_kernel *fa3_compile_attention_grad(const char *mlir_source,
 /** Bytes of device workspace one backward launch of these sizes needs (the
  *  f32 dQ accumulator and per-row statistics); -1 for a forward kernel or a
  *  negative size. A backward compiled with fa3_compile_ptx answers as well.
- *  The launch initializes the workspace itself. */
+ *  The launch initializes the workspace itself. For an
+ *  fa3.attention_varlen_grad backward `batch` is the number of sequences,
+ *  `seq_q` total_q and `seq_k` total_k. */
 int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
                                           int64_t batch, int64_t seq_q,
                                           int64_t seq_k);
@@ -210,7 +215,8 @@ int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
  *  LSE, [B, Hq, Sq] f32, or 0 when it has none (see fa3.attention_grad);
  *  grad_q/k/v shaped like q/k/v; workspace:
  *  fa3_attention_grad_workspace_size bytes, 256-byte aligned. Returns 0, or
- *  non-zero with `*error` set. Asynchronous. */
+ *  non-zero with `*error` set. Asynchronous. A varlen backward is refused:
+ *  fa3_launch_attention_varlen_grad launches it. */
 int fa3_launch_attention_grad(const fa3_kernel *kernel, uint64_t grad_out,
                               uint64_t q, uint64_t k, uint64_t v, uint64_t out,
                               uint64_t lse, uint64_t grad_lse,
@@ -218,6 +224,46 @@ int fa3_launch_attention_grad(const fa3_kernel *kernel, uint64_t grad_out,
                               uint64_t grad_v, uint64_t workspace,
                               int64_t batch, int64_t seq_q, int64_t seq_k,
                               void *stream, char **error);
+
+/** Launches an fa3.attention_varlen_grad backward (the gradients of
+ *  fa3_launch_attention_varlen's attention) on `stream`: grad_out, q, out
+ *  [total_q, Hq, D] and k, v [total_k, Hkv, D], contiguous, of the kernel's
+ *  element type, 16-byte aligned; lse [Hq, total_q] f32 (the forward's);
+ *  grad_lse, the gradient reaching the LSE, [Hq, total_q] f32, or 0 when it
+ *  has none; cu_seqlens_q, cu_seqlens_k i32 [batch + 1] and, for a kernel
+ *  compiled with it, seqused_k i32 [batch] on the device (pass 0 for a
+ *  kernel without it: each mismatch is an error), as the forward took them;
+ *  grad_q, grad_k, grad_v shaped like q, k, v; workspace:
+ *  fa3_attention_grad_workspace_size(kernel, batch, total_q, total_k)
+ *  bytes, 256-byte aligned (the launch initializes it).
+ *
+ *  Three kernels run (preprocessing, main, postprocessing), each over the
+ *  sequences and one more grid row whose CTAs zero the gradient rows past
+ *  cu_seqlens_q[batch] and cu_seqlens_k[batch]: every row of grad_q,
+ *  grad_k, grad_v is written, with each sequence's gradients of its own
+ *  attention (bottom-right causal per sequence), zeros for the keys past
+ *  seqused_k[b] and for the rows outside every sequence. `max_seqlen_q` and
+ *  `max_seqlen_k` size the grids: they must be at least every sequence's
+ *  cu_seqlens_q[b + 1] - cu_seqlens_q[b] and cu_seqlens_k[b + 1] -
+ *  cu_seqlens_k[b] (seqused_k does not shorten the latter: the CTAs past
+ *  the used keys zero their gradients), or rows past them are left
+ *  unwritten without an error; larger values are only slower. The offsets
+ *  are read on the device and not checked here: they must be
+ *  non-decreasing from 0, cu_seqlens_q[batch] <= total_q,
+ *  cu_seqlens_k[batch] <= total_k, and 0 <= seqused_k[b] <= the sequence's
+ *  keys. Whole tiles are read, so the rows of q, grad_out, k and v must
+ *  hold finite values. total_q = total_k = 0 launches nothing; batch = 0
+ *  only zeroes. total_q and total_k must fit in 32 bits, batch + 1 and Hq
+ *  in the grid's 65535. A forward or a dense backward is refused, naming
+ *  its entry point, and fa3_launch_attention_grad refuses a varlen
+ *  backward. Returns 0, or non-zero with `*error` set. Asynchronous. */
+int fa3_launch_attention_varlen_grad(
+    const fa3_kernel *kernel, uint64_t grad_out, uint64_t q, uint64_t k,
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t grad_lse,
+    uint64_t cu_seqlens_q, uint64_t cu_seqlens_k, uint64_t seqused_k,
+    uint64_t grad_q, uint64_t grad_k, uint64_t grad_v, uint64_t workspace,
+    int64_t batch, int64_t total_q, int64_t total_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, void *stream, char **error);
 
 /** The ordinal of the CUDA device the kernel is loaded on; -1 for a kernel
  *  compiled with fa3_compile_ptx. */
@@ -232,9 +278,10 @@ const char *fa3_kernel_ptx(const fa3_kernel *kernel);
  *  cache hit's load), for reports. */
 double fa3_kernel_compile_ms(const fa3_kernel *kernel);
 
-/** Compiles `function` (one fa3.attention or fa3.attention_grad) to sm_90a
- *  PTX through the kernel cache without needing a GPU or a CUDA driver; the
- *  kernel can be inspected (name, PTX) but not launched. */
+/** Compiles `function` (any function the other compile entries take) to
+ *  sm_90a PTX through the kernel cache without needing a GPU or a CUDA
+ *  driver; the kernel can be inspected (name, PTX, workspace sizes) but not
+ *  launched. */
 fa3_kernel *fa3_compile_ptx(const char *mlir_source, const char *function,
                             int64_t block_m, int64_t block_n, int *cache_hit,
                             char **error);

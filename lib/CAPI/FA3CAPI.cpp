@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 using namespace fa3;
 
@@ -168,8 +169,9 @@ static fa3_kernel *compileKernel(const char *api, Accepts accepts,
                       : info.kind == Kind::Quantize
                           ? "an fa3.quantize function; compile it with "
                             "fa3_compile_quantize"
-                      : info.backward ? "a backward (fa3.attention_grad) "
-                                        "function; compile it with "
+                      : info.backward ? "a backward (fa3.attention_grad or "
+                                        "fa3.attention_varlen_grad) function; "
+                                        "compile it with "
                                         "fa3_compile_attention_grad"
                                       : "a forward (fa3.attention) function; "
                                         "compile it with fa3_compile_attention";
@@ -371,6 +373,12 @@ static const char *forwardEntryFor(const runtime::AttentionKernelInfo &info) {
   return "fa3_launch_attention";
 }
 
+/// The entry point that launches a backward kernel like `info`'s.
+static const char *backwardEntryFor(const runtime::AttentionKernelInfo &info) {
+  return info.varlen ? "fa3_launch_attention_varlen_grad"
+                     : "fa3_launch_attention_grad";
+}
+
 /// Whether `entry` (a KV-cache entry point, split-KV or not as `splits`
 /// says) launches `kernel`; if not, sets `*error` naming the one that does.
 /// NULL and PTX-only kernels pass (launchForward reports them).
@@ -560,7 +568,7 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                         forwardEntryFor(kernel->kernel.info));
     return 1;
   }
-  if (kernel && kernel->kernel.info.varlen) {
+  if (kernel && kernel->kernel.info.varlen && !kernel->kernel.info.backward) {
     setError(error, "fa3_launch_attention: the kernel attends to packed "
                     "variable-length sequences (fa3.attention_varlen); launch "
                     "it with fa3_launch_attention_varlen");
@@ -592,8 +600,8 @@ extern "C" int fa3_launch_attention_varlen(
     return fail("the kernel is not an attention (fa3.attention_varlen) "
                 "forward");
   if (info.backward)
-    return fail("the kernel is a backward; launch it with "
-                "fa3_launch_attention_grad");
+    return fail(std::string("the kernel is a backward; launch it with ") +
+                backwardEntryFor(info));
   if (!info.varlen)
     return fail(std::string("the kernel is not an fa3.attention_varlen "
                             "forward; launch it with ") +
@@ -633,13 +641,13 @@ static int launchForward(const fa3_kernel *kernel, const char *entry,
   std::string name = entry;
   if (!kernel || !kernel->function) {
     setError(error,
-             (name + (kernel ? (kernel->kernel.info.backward
-                                    ? ": the kernel is a backward; launch it "
-                                      "with fa3_launch_attention_grad"
-                                    : ": the kernel was compiled to PTX only "
-                                      "(fa3_compile_ptx)")
-                             : ": kernel is NULL"))
-                 .c_str());
+             name + (kernel ? (kernel->kernel.info.backward
+                                   ? std::string(": the kernel is a backward; "
+                                                 "launch it with ") +
+                                         backwardEntryFor(kernel->kernel.info)
+                                   : std::string(": the kernel was compiled to "
+                                                 "PTX only (fa3_compile_ptx)"))
+                            : std::string(": kernel is NULL")));
     return 1;
   }
   if (args.batch < 0 || args.seqQ < 0 || args.seqK < 0) {
@@ -721,14 +729,25 @@ extern "C" int fa3_launch_attention_grad(
     uint64_t v, uint64_t out, uint64_t lse, uint64_t gradLse, uint64_t gradQ,
     uint64_t gradK, uint64_t gradV, uint64_t workspace, int64_t batch,
     int64_t seqQ, int64_t seqK, void *stream, char **error) {
+  // What the kernel is decides before whether it was loaded, as in
+  // fa3_launch_attention_varlen_grad.
+  if (kernel && kernel->kernel.info.backward && kernel->kernel.info.varlen) {
+    setError(error, "fa3_launch_attention_grad: the kernel is an "
+                    "fa3.attention_varlen_grad backward; launch it with "
+                    "fa3_launch_attention_varlen_grad");
+    return 1;
+  }
   if (!kernel || !kernel->gradKernels) {
-    setError(error, kernel ? (kernel->kernel.info.backward
-                                  ? "fa3_launch_attention_grad: the kernel was "
-                                    "compiled to PTX only (fa3_compile_ptx)"
-                                  : "fa3_launch_attention_grad: the kernel is "
-                                    "a forward; launch it with "
-                                    "fa3_launch_attention")
-                           : "fa3_launch_attention_grad: kernel is NULL");
+    using Kind = runtime::AttentionKernelInfo::Kind;
+    std::string why =
+        !kernel ? "kernel is NULL"
+        : kernel->kernel.info.kind != Kind::Attention
+            ? "the kernel is not an attention backward"
+        : kernel->kernel.info.backward
+            ? "the kernel was compiled to PTX only (fa3_compile_ptx)"
+            : std::string("the kernel is a forward; launch it with ") +
+                  forwardEntryFor(kernel->kernel.info);
+    setError(error, "fa3_launch_attention_grad: " + why);
     return 1;
   }
   if (batch < 0 || seqQ < 0 || seqK < 0) {
@@ -754,6 +773,92 @@ extern "C" int fa3_launch_attention_grad(
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionBackward(
         *kernel->gradKernels, kernel->kernel.info, args,
+        static_cast<runtime::CudaStream>(stream));
+  });
+}
+
+extern "C" int fa3_launch_attention_varlen_grad(
+    const fa3_kernel *kernel, uint64_t grad_out, uint64_t q, uint64_t k,
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t grad_lse,
+    uint64_t cu_seqlens_q, uint64_t cu_seqlens_k, uint64_t seqused_k,
+    uint64_t grad_q, uint64_t grad_k, uint64_t grad_v, uint64_t workspace,
+    int64_t batch, int64_t total_q, int64_t total_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, void *stream, char **error) {
+  std::string name = "fa3_launch_attention_varlen_grad";
+  auto fail = [&](const std::string &message) {
+    setError(error, name + ": " + message);
+    return 1;
+  };
+  if (!kernel)
+    return fail("kernel is NULL");
+  // What the kernel is decides before whether it was loaded, so that a
+  // PTX-only compile (no GPU) already reports a wrong entry or seqused_k.
+  const runtime::AttentionKernelInfo &info = kernel->kernel.info;
+  using Kind = runtime::AttentionKernelInfo::Kind;
+  if (info.kind != Kind::Attention)
+    return fail("the kernel is not an attention (fa3.attention_varlen_grad) "
+                "backward");
+  if (!info.backward)
+    return fail(std::string("the kernel is a forward; launch it with ") +
+                forwardEntryFor(info));
+  if (!info.varlen)
+    return fail("the kernel is a dense backward (fa3.attention_grad); launch "
+                "it with fa3_launch_attention_grad");
+  if (info.sequsedK && !seqused_k)
+    return fail("seqused_k is NULL, but the kernel was compiled with it");
+  if (!info.sequsedK && seqused_k)
+    return fail("the kernel was compiled without seqused_k; pass 0 for it "
+                "(or compile an fa3.attention_varlen_grad that takes it)");
+  if (!cu_seqlens_q || !cu_seqlens_k)
+    return fail(std::string(!cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") +
+                " is NULL");
+  if (batch < 0 || total_q < 0 || total_k < 0 || max_seqlen_q < 0 ||
+      max_seqlen_k < 0)
+    return fail("negative batch, total_q, total_k, max_seqlen_q or "
+                "max_seqlen_k");
+  // The rows each side's kernels touch (with no queries, the main kernel
+  // reads K in Q's place and only zeroes dK and dV).
+  for (auto [rows, pointer, what] :
+       {std::tuple<int64_t, uint64_t, const char *>{total_q, grad_out,
+                                                    "grad_out"},
+        {total_q, q, "q"},
+        {total_q, out, "out"},
+        {total_q, lse, "lse"},
+        {total_q, grad_q, "grad_q"},
+        {total_k, k, "k"},
+        {total_k, v, "v"},
+        {total_k, grad_k, "grad_k"},
+        {total_k, grad_v, "grad_v"}})
+    if (rows > 0 && !pointer)
+      return fail(std::string(what) + " is NULL");
+  if ((total_q > 0 || total_k > 0) && !workspace)
+    return fail("workspace is NULL (the backward needs "
+                "fa3_attention_grad_workspace_size bytes)");
+  if (!kernel->gradKernels)
+    return fail("the kernel was compiled to PTX only (fa3_compile_ptx)");
+  runtime::AttentionGradDeviceArgs args;
+  args.gradOut = grad_out;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.out = out;
+  args.lse = lse;
+  args.gradLse = grad_lse;
+  args.gradQ = grad_q;
+  args.gradK = grad_k;
+  args.gradV = grad_v;
+  args.workspace = workspace;
+  args.batch = batch;
+  args.seqQ = total_q;
+  args.seqK = total_k;
+  args.cuSeqlensQ = cu_seqlens_q;
+  args.cuSeqlensK = cu_seqlens_k;
+  args.sequsedK = seqused_k;
+  args.maxSeqlenQ = max_seqlen_q;
+  args.maxSeqlenK = max_seqlen_k;
+  return launchOnDevice(*kernel, error, [&] {
+    return runtime::launchAttentionVarlenBackward(
+        *kernel->gradKernels, info, args,
         static_cast<runtime::CudaStream>(stream));
   });
 }

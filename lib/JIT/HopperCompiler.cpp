@@ -24,9 +24,9 @@ static llvm::Error error(const llvm::Twine &message) {
                                  message.str().c_str());
 }
 
-/// The function must be `return fa3.attention(arg0, arg1, arg2)` or
-/// `return fa3.attention_grad(arg0, ..., arg5)`: one op on the arguments in
-/// order, returning all its results.
+/// The function must be `return fa3.attention(arg0, arg1, arg2)`,
+/// `return fa3.attention_grad(arg0, ..., arg5)` or one of the other ops
+/// below: one op on the arguments in order, returning all its results.
 static llvm::Expected<mlir::Operation *>
 findLaunchableAttention(mlir::func::FuncOp func) {
   mlir::Operation *attention = nullptr;
@@ -210,15 +210,23 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
                      "non-persistent fa3.attention_kvcache kernel");
     }
     // A packed batch: the launch passes the sequence offsets
-    // (launchAttentionVarlen), and seqused_k when the op has it.
+    // (launchAttentionVarlen, launchAttentionVarlenBackward), and seqused_k
+    // when the op has it.
     kernel.info.varlen = getInt("varlen") != 0;
     kernel.info.sequsedK = getInt("seqused") != 0;
+    bool varlenOp = llvm::isa<mlir::fa3::AttentionVarlenOp,
+                              mlir::fa3::AttentionVarlenGradOp>(*attention);
+    if (kernel.info.varlen != varlenOp)
+      return error("internal error: " + kernel.info.name + " of " +
+                   (*attention)->getName().getStringRef() + " is " +
+                   (kernel.info.varlen ? "" : "not ") +
+                   "marked varlen in its fa3.launch");
     if (kernel.info.varlen && (kernel.info.kvCache || kernel.info.persistent ||
                                kernel.info.numSplits != 1))
       return error("internal error: " + kernel.info.name +
                    " is marked varlen in its fa3.launch with a persistent "
                    "grid, split-KV or a KV cache, which no varlen launch "
-                   "has");
+                   "(forward or backward) has");
     if (kernel.info.sequsedK && !kernel.info.varlen)
       return error("internal error: " + kernel.info.name +
                    " is marked seqused but not varlen in its fa3.launch");

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 using namespace fa3;
 using namespace fa3::runtime;
@@ -119,16 +120,18 @@ HopperProgram::compile(mlir::ModuleOp module, llvm::StringRef function,
     }
     if (!llvm::isa<mlir::fa3::AttentionOp, mlir::fa3::AttentionKVCacheOp,
                    mlir::fa3::AttentionVarlenOp, mlir::fa3::AttentionGradOp,
-                   mlir::fa3::HadamardOp, mlir::fa3::QuantizeOp>(op)) {
+                   mlir::fa3::AttentionVarlenGradOp, mlir::fa3::HadamardOp,
+                   mlir::fa3::QuantizeOp>(op)) {
       std::string s;
       llvm::raw_string_ostream os(s);
       op.getLoc().print(os);
       return error("'" + function + "' cannot run on CUDA: '" +
                    op.getName().getStringRef() + "' at " + s +
                    " is not fa3.attention, fa3.attention_kvcache, "
-                   "fa3.attention_varlen, fa3.attention_grad, fa3.hadamard or "
-                   "fa3.quantize (the CUDA runtime runs sequences of those; "
-                   "the CPU runs anything)");
+                   "fa3.attention_varlen, fa3.attention_grad, "
+                   "fa3.attention_varlen_grad, fa3.hadamard or fa3.quantize "
+                   "(the CUDA runtime runs sequences of those; the CPU runs "
+                   "anything)");
     }
     Step step;
     for (mlir::Value v : op.getOperands())
@@ -225,6 +228,82 @@ static llvm::Error checkOffsets(const AttentionKernelInfo &info,
   return llvm::Error::success();
 }
 
+namespace {
+/// The sequences of a varlen step, from its offsets checked on the host.
+struct VarlenSequences {
+  int64_t batch = 0, maxSeqlenQ = 0, maxSeqlenK = 0;
+  DevicePtr cuSeqlensQ = 0, cuSeqlensK = 0, sequsedK = 0;
+};
+} // namespace
+
+/// The offsets of a varlen step (its operands `first` and `first + 1`, and
+/// seqused_k at `first + 2` when the kernel takes it) from the host copies
+/// of the function arguments they must be, checked against the `totalQ`
+/// and `totalK` packed rows as the Python API checks them. The longest
+/// sequences count every key of cu_seqlens_k, used or not.
+static llvm::Expected<VarlenSequences>
+readVarlenSequences(const AttentionKernelInfo &info,
+                    const HopperProgram::Step &step, unsigned first,
+                    int64_t totalQ, int64_t totalK,
+                    const std::vector<HostTensor> &inputs,
+                    const std::vector<std::optional<DeviceValue>> &values) {
+  auto cuQ =
+      hostIndexVector(info, step, first, "cu_seqlens_q", std::nullopt, inputs);
+  if (!cuQ)
+    return cuQ.takeError();
+  auto cuK = hostIndexVector(info, step, first + 1, "cu_seqlens_k",
+                             int64_t(cuQ->size()), inputs);
+  if (!cuK)
+    return cuK.takeError();
+  if (llvm::Error err = checkOffsets(info, "cu_seqlens_q", *cuQ, totalQ))
+    return std::move(err);
+  if (llvm::Error err = checkOffsets(info, "cu_seqlens_k", *cuK, totalK))
+    return std::move(err);
+  VarlenSequences sequences;
+  sequences.batch = int64_t(cuQ->size()) - 1;
+  for (int64_t b = 0; b < sequences.batch; ++b) {
+    sequences.maxSeqlenQ =
+        std::max<int64_t>(sequences.maxSeqlenQ, (*cuQ)[b + 1] - (*cuQ)[b]);
+    sequences.maxSeqlenK =
+        std::max<int64_t>(sequences.maxSeqlenK, (*cuK)[b + 1] - (*cuK)[b]);
+  }
+  if (info.sequsedK) {
+    auto used = hostIndexVector(info, step, first + 2, "seqused_k",
+                                sequences.batch, inputs);
+    if (!used)
+      return used.takeError();
+    for (int64_t b = 0; b < sequences.batch; ++b)
+      if ((*used)[b] < 0 || (*used)[b] > (*cuK)[b + 1] - (*cuK)[b])
+        return error("seqused_k[" + llvm::Twine(b) +
+                     "] = " + llvm::Twine((*used)[b]) + " of " + info.name +
+                     " must lie in [0, " +
+                     llvm::Twine((*cuK)[b + 1] - (*cuK)[b]) + "] (sequence " +
+                     llvm::Twine(b) + "'s keys)");
+    sequences.sequsedK = values[step.operands[first + 2]]->buffer.ptr();
+  }
+  sequences.cuSeqlensQ = values[step.operands[first]]->buffer.ptr();
+  sequences.cuSeqlensK = values[step.operands[first + 1]]->buffer.ptr();
+  return sequences;
+}
+
+/// The packed operands of a varlen step, each (index, name, heads), are
+/// [T, heads, D] of the kernel's 16-bit type.
+static llvm::Error checkPacked(
+    const AttentionKernelInfo &info, const HopperProgram::Step &step,
+    const std::vector<std::optional<DeviceValue>> &values,
+    llvm::ArrayRef<std::tuple<unsigned, const char *, int64_t>> operands) {
+  ElementType elt = info.bf16 ? ElementType::BF16 : ElementType::F16;
+  for (auto [i, name, heads] : operands) {
+    const DeviceValue &v = *values[step.operands[i]];
+    if (v.type != elt || v.shape.size() != 3 || v.shape[1] != heads ||
+        v.shape[2] != info.headDim)
+      return error(llvm::Twine(name) + " of " + info.name + " must be [T, " +
+                   llvm::Twine(heads) + ", " + llvm::Twine(info.headDim) +
+                   "] " + elementTypeName(elt));
+  }
+  return llvm::Error::success();
+}
+
 /// An fa3.attention_varlen step: checks its packed operands and, on the
 /// host, its offsets (which give the grid's max_seqlen_q), allocates O and
 /// LSE as its results, and returns its launch's arguments.
@@ -236,51 +315,20 @@ planVarlen(const AttentionKernelInfo &info, const HopperProgram::Step &step,
   auto operand = [&](unsigned i) -> const DeviceValue & {
     return *values[step.operands[i]];
   };
-  ElementType elt = info.bf16 ? ElementType::BF16 : ElementType::F16;
-  for (auto [i, name, heads] :
-       {std::tuple<unsigned, const char *, int64_t>{0, "q", info.numQHeads},
-        {1, "k", info.numKVHeads},
-        {2, "v", info.numKVHeads}}) {
-    const DeviceValue &v = operand(i);
-    if (v.type != elt || v.shape.size() != 3 || v.shape[1] != heads ||
-        v.shape[2] != info.headDim)
-      return error(llvm::Twine(name) + " of " + info.name + " must be [T, " +
-                   llvm::Twine(heads) + ", " + llvm::Twine(info.headDim) +
-                   "] " + elementTypeName(elt));
-  }
+  if (llvm::Error err = checkPacked(info, step, values,
+                                    {{0, "q", info.numQHeads},
+                                     {1, "k", info.numKVHeads},
+                                     {2, "v", info.numKVHeads}}))
+    return std::move(err);
   std::vector<int64_t> q = operand(0).shape;
   int64_t totalQ = q[0], totalK = operand(1).shape[0];
   if (operand(2).shape[0] != totalK)
     return error("k and v of " + info.name + " must have one token count");
-  auto cuQ =
-      hostIndexVector(info, step, 3, "cu_seqlens_q", std::nullopt, inputs);
-  if (!cuQ)
-    return cuQ.takeError();
-  auto cuK = hostIndexVector(info, step, 4, "cu_seqlens_k",
-                             int64_t(cuQ->size()), inputs);
-  if (!cuK)
-    return cuK.takeError();
-  if (llvm::Error err = checkOffsets(info, "cu_seqlens_q", *cuQ, totalQ))
-    return std::move(err);
-  if (llvm::Error err = checkOffsets(info, "cu_seqlens_k", *cuK, totalK))
-    return std::move(err);
-  int64_t batch = int64_t(cuQ->size()) - 1, maxSeqlenQ = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    maxSeqlenQ = std::max<int64_t>(maxSeqlenQ, (*cuQ)[b + 1] - (*cuQ)[b]);
-  DevicePtr sequsedK = 0;
-  if (info.sequsedK) {
-    auto used = hostIndexVector(info, step, 5, "seqused_k", batch, inputs);
-    if (!used)
-      return used.takeError();
-    for (int64_t b = 0; b < batch; ++b)
-      if ((*used)[b] < 0 || (*used)[b] > (*cuK)[b + 1] - (*cuK)[b])
-        return error("seqused_k[" + llvm::Twine(b) +
-                     "] = " + llvm::Twine((*used)[b]) + " of " + info.name +
-                     " must lie in [0, " +
-                     llvm::Twine((*cuK)[b + 1] - (*cuK)[b]) + "] (sequence " +
-                     llvm::Twine(b) + "'s keys)");
-    sequsedK = operand(5).buffer.ptr();
-  }
+  auto sequences =
+      readVarlenSequences(info, step, 3, totalQ, totalK, inputs, values);
+  if (!sequences)
+    return sequences.takeError();
+  ElementType elt = info.bf16 ? ElementType::BF16 : ElementType::F16;
   auto out = allocate(device, elt, q);
   if (!out)
     return out.takeError();
@@ -289,14 +337,85 @@ planVarlen(const AttentionKernelInfo &info, const HopperProgram::Step &step,
     return lse.takeError();
   auto args = AttentionDeviceArgs::forward(
       operand(0).buffer.ptr(), operand(1).buffer.ptr(), operand(2).buffer.ptr(),
-      out->buffer.ptr(), lse->buffer.ptr(), batch, totalQ, totalK);
-  args.cuSeqlensQ = operand(3).buffer.ptr();
-  args.cuSeqlensK = operand(4).buffer.ptr();
-  args.sequsedK = sequsedK;
-  args.maxSeqlenQ = maxSeqlenQ;
+      out->buffer.ptr(), lse->buffer.ptr(), sequences->batch, totalQ, totalK);
+  args.cuSeqlensQ = sequences->cuSeqlensQ;
+  args.cuSeqlensK = sequences->cuSeqlensK;
+  args.sequsedK = sequences->sequsedK;
+  args.maxSeqlenQ = sequences->maxSeqlenQ;
   values.resize(std::max<size_t>(values.size(), step.results[1] + 1));
   values[step.results[0]] = std::move(*out);
   values[step.results[1]] = std::move(*lse);
+  return args;
+}
+
+/// An fa3.attention_varlen_grad step: checks its packed operands and, on
+/// the host, its offsets (which give the grids' longest sequences),
+/// allocates dQ, dK and dV as its results (poisoned: the kernels write
+/// every row), and returns its launch's arguments but the workspace.
+static llvm::Expected<AttentionGradDeviceArgs>
+planVarlenGrad(const AttentionKernelInfo &info, const HopperProgram::Step &step,
+               const std::vector<HostTensor> &inputs,
+               std::vector<std::optional<DeviceValue>> &values,
+               const CudaDevice &device) {
+  auto operand = [&](unsigned i) -> const DeviceValue & {
+    return *values[step.operands[i]];
+  };
+  if (llvm::Error err = checkPacked(info, step, values,
+                                    {{0, "grad_output", info.numQHeads},
+                                     {1, "q", info.numQHeads},
+                                     {2, "k", info.numKVHeads},
+                                     {3, "v", info.numKVHeads},
+                                     {4, "out", info.numQHeads}}))
+    return std::move(err);
+  int64_t totalQ = operand(1).shape[0], totalK = operand(2).shape[0];
+  if (operand(3).shape[0] != totalK)
+    return error("k and v of " + info.name + " must have one token count");
+  if (operand(0).shape[0] != totalQ || operand(4).shape[0] != totalQ)
+    return error("grad_output and out of " + info.name +
+                 " must have q's token count");
+  std::vector<int64_t> lseShape = {info.numQHeads, totalQ};
+  if (operand(5).type != ElementType::F32 || operand(5).shape != lseShape)
+    return error("lse of " + info.name + " must be [Hq, Tq] f32");
+  // After the offsets and seqused_k: the optional grad_lse.
+  unsigned gradLseIndex = info.sequsedK ? 9 : 8;
+  if (step.operands.size() > gradLseIndex &&
+      (operand(gradLseIndex).type != ElementType::F32 ||
+       operand(gradLseIndex).shape != lseShape))
+    return error("grad_lse of " + info.name + " must be [Hq, Tq] f32");
+  auto sequences =
+      readVarlenSequences(info, step, 6, totalQ, totalK, inputs, values);
+  if (!sequences)
+    return sequences.takeError();
+  std::vector<std::optional<DeviceValue>> grads;
+  for (unsigned i = 1; i <= 3; ++i) {
+    auto g = allocate(device, operand(i).type, operand(i).shape);
+    if (!g)
+      return g.takeError();
+    grads.push_back(std::move(*g));
+  }
+  AttentionGradDeviceArgs args;
+  args.gradOut = operand(0).buffer.ptr();
+  args.q = operand(1).buffer.ptr();
+  args.k = operand(2).buffer.ptr();
+  args.v = operand(3).buffer.ptr();
+  args.out = operand(4).buffer.ptr();
+  args.lse = operand(5).buffer.ptr();
+  if (step.operands.size() > gradLseIndex)
+    args.gradLse = operand(gradLseIndex).buffer.ptr();
+  args.gradQ = grads[0]->buffer.ptr();
+  args.gradK = grads[1]->buffer.ptr();
+  args.gradV = grads[2]->buffer.ptr();
+  args.batch = sequences->batch;
+  args.seqQ = totalQ;
+  args.seqK = totalK;
+  args.cuSeqlensQ = sequences->cuSeqlensQ;
+  args.cuSeqlensK = sequences->cuSeqlensK;
+  args.sequsedK = sequences->sequsedK;
+  args.maxSeqlenQ = sequences->maxSeqlenQ;
+  args.maxSeqlenK = sequences->maxSeqlenK;
+  values.resize(std::max<size_t>(values.size(), step.results[2] + 1));
+  for (unsigned i = 0; i < 3; ++i)
+    values[step.results[i]] = std::move(*grads[i]);
   return args;
 }
 
@@ -470,6 +589,23 @@ HopperProgram::run(const CudaDevice &device,
             return launchAttentionForwardFP8(transpose, kernel, info, args,
                                              nullptr);
           });
+      continue;
+    }
+    if (info.varlen && info.backward) {
+      auto launch = planVarlenGrad(info, step, inputs, values, device);
+      if (!launch)
+        return launch.takeError();
+      auto workspace = newWorkspace(attentionGradWorkspaceBytes(
+          info, launch->batch, launch->seqQ, launch->seqK));
+      if (!workspace)
+        return workspace.takeError();
+      launch->workspace = *workspace;
+      auto kernels = getAttentionGradKernels(modules.back(), info);
+      if (!kernels)
+        return kernels.takeError();
+      launches.push_back([kernels = *kernels, &info, args = *launch]() {
+        return launchAttentionVarlenBackward(kernels, info, args, nullptr);
+      });
       continue;
     }
     if (info.varlen) {

@@ -6,6 +6,8 @@
 
 #include "fa3/Runtime/AttentionLauncher.h"
 
+#include "TensorMaps.h"
+
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
@@ -55,9 +57,9 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"deterministic", deterministic ? "1" : "0"}};
 }
 
-/// Why a varlen forward like `info` cannot be launched, or None: its launch
-/// (launchAttentionVarlen) has no persistent tile loop and no split-KV
-/// merge, and its operands are not a KV cache.
+/// Why a varlen kernel like `info` cannot be launched, or None: its launch
+/// (launchAttentionVarlen, launchAttentionVarlenBackward) has no persistent
+/// tile loop and no split-KV merge, and its operands are not a KV cache.
 static std::optional<std::string>
 unlaunchableVarlen(const AttentionKernelInfo &info) {
   if (!info.varlen)
@@ -177,7 +179,10 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
       return error(
           "kernel manifest: packed_heads = " + llvm::Twine(info.packedHeads) +
           " must divide q_heads and block_m");
-    // Absent in the manifests of kernels from before varlen: dense.
+  }
+  if (info.kind == Kind::Attention) {
+    // Forward or backward. Absent in the manifests of kernels from before
+    // varlen: dense.
     for (auto [key, field] :
          {std::pair<const char *, bool *>{"varlen", &info.varlen},
           {"seqused", &info.sequsedK}})
@@ -192,104 +197,6 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
 /// The rows of one consumer warpgroup: the box of the forward kernel's TMA
 /// store of O.
 static constexpr int64_t kOutputStoreRows = 64;
-
-/// The TMA descriptor of a contiguous [B, S, H, D] tensor, loading boxes of
-/// one 128-byte swizzle atom of head-dim elements (64 16-bit or 128 e4m3
-/// values) by `rows` sequence rows. e4m3 is described as UINT8: TMA only
-/// moves bytes. With `group` = G > 1 (PackGQA) the tensor is viewed as
-/// [B, S, H / G, G, D] and a box holds the G heads of one group at rows / G
-/// positions: `rows` tile rows of (position, head) pairs.
-static llvm::Expected<TensorMap>
-encodeBshdTensorMap(DevicePtr base, bool bf16, int64_t batch, int64_t seq,
-                    int64_t heads, int64_t dim, int64_t rows,
-                    llvm::StringRef what, bool fp8 = false, int64_t group = 1) {
-  TiledTensorMapDesc desc;
-  desc.dataType = fp8    ? TensorMapDataType::UInt8
-                  : bf16 ? TensorMapDataType::BFloat16
-                         : TensorMapDataType::Float16;
-  uint64_t eb = fp8 ? 1 : 2;
-  desc.globalAddress = base;
-  // Zero-sized dims are not encodable; such tensors are never read (the
-  // kernel loads no key block when Sk = 0).
-  desc.globalDims = {uint64_t(dim), uint64_t(std::max<int64_t>(seq, 1)),
-                     uint64_t(heads), uint64_t(std::max<int64_t>(batch, 1))};
-  desc.globalStrides = {uint64_t(heads * dim) * eb, uint64_t(dim) * eb,
-                        uint64_t(std::max<int64_t>(seq, 1) * heads * dim) * eb};
-  // One swizzle atom of head-dim bytes: 128, or 64 for e4m3 at D = 64 (the
-  // 64-byte swizzle the kernel's descriptors then use).
-  uint64_t atom = std::min<uint64_t>(128, uint64_t(dim) * eb);
-  desc.boxDims = {uint32_t(atom / eb), uint32_t(rows), 1, 1};
-  if (group > 1) {
-    uint64_t s = desc.globalDims[1], b = desc.globalDims[3];
-    desc.globalDims = {uint64_t(dim), uint64_t(group), uint64_t(heads / group),
-                       s, b};
-    desc.globalStrides = {uint64_t(dim) * eb, uint64_t(group * dim) * eb,
-                          uint64_t(heads * dim) * eb,
-                          s * uint64_t(heads * dim) * eb};
-    desc.boxDims = {uint32_t(atom / eb), uint32_t(group), 1,
-                    uint32_t(rows / group), 1};
-  }
-  desc.swizzle =
-      atom == 128 ? TensorMapSwizzle::Bytes128 : TensorMapSwizzle::Bytes64;
-  desc.l2Promotion = TensorMapL2Promotion::Bytes128;
-  desc.oobFill = TensorMapOOBFill::None; // zero fill past the end
-  return encodeTiledTensorMap(desc, what);
-}
-
-namespace {
-/// What a [B, S, H, D] descriptor is a function of (encodeBshdTensorMap).
-struct BshdMapKey {
-  DevicePtr base;
-  int64_t batch, seq, heads, dim, rows, group;
-  uint8_t elementKind; // 0 f16, 1 bf16, 2 e4m3
-  bool operator==(const BshdMapKey &o) const {
-    return base == o.base && batch == o.batch && seq == o.seq &&
-           heads == o.heads && dim == o.dim && rows == o.rows &&
-           group == o.group && elementKind == o.elementKind;
-  }
-};
-} // namespace
-
-/// The descriptor of encodeBshdTensorMap, from a small per-thread cache.
-/// Encoding (cuTensorMapEncodeTiled plus the validation before it) costs
-/// microseconds of host time per tensor on every launch, while a training or
-/// serving loop launches the same shapes on addresses that PyTorch's caching
-/// allocator hands out again and again. A descriptor is a pure function of
-/// its key (no device or context state), so a hit is exact. Per thread: no
-/// lock on the launch path; 32 entries, replaced round-robin, hold the
-/// descriptors of a few interleaved calls (a forward encodes Q, K, V and O,
-/// a backward Q, K, V and dO).
-static llvm::Expected<TensorMap>
-bshdTensorMap(DevicePtr base, bool bf16, int64_t batch, int64_t seq,
-              int64_t heads, int64_t dim, int64_t rows, llvm::StringRef what,
-              bool fp8 = false, int64_t group = 1) {
-  struct Entry {
-    BshdMapKey key;
-    TensorMap map;
-    bool valid = false;
-  };
-  constexpr unsigned kEntries = 32;
-  thread_local Entry entries[kEntries];
-  thread_local unsigned next = 0;
-  BshdMapKey key{base, batch, seq,   heads,
-                 dim,  rows,  group, uint8_t(fp8 ? 2 : bf16 ? 1 : 0)};
-  for (Entry &e : entries)
-    if (e.valid && e.key == key)
-      return e.map;
-  auto map = encodeBshdTensorMap(base, bf16, batch, seq, heads, dim, rows, what,
-                                 fp8, group);
-  if (!map)
-    return map.takeError();
-  Entry &slot = entries[next++ % kEntries];
-  slot.key = key;
-  slot.map = *map;
-  slot.valid = true;
-  return *map;
-}
-
-static int64_t alignUp(int64_t bytes, int64_t alignment) {
-  return (bytes + alignment - 1) / alignment * alignment;
-}
 
 namespace {
 /// Where a split-KV kernel writes its partial attentions: f32 O [N·B, Sq,
@@ -484,9 +391,6 @@ llvm::Error fa3::runtime::launchAttentionForward(
   return launchForwardTiles(kernel, info, args, stream, /*partials=*/nullptr);
 }
 
-/// The largest grid y and z dimensions.
-static constexpr int64_t kMaxGridYZ = 65535;
-
 llvm::Error fa3::runtime::launchAttentionSplitKV(
     const CudaKernel &kernel, const CudaKernel &combine,
     const AttentionKernelInfo &info, const AttentionDeviceArgs &args,
@@ -547,12 +451,13 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
                                                 CudaStream stream) {
   if (info.kind != AttentionKernelInfo::Kind::Attention || info.backward ||
       info.fp8 || !info.varlen) {
-    const char *launcher = info.kind != AttentionKernelInfo::Kind::Attention
-                               ? nullptr
-                           : info.backward      ? "launchAttentionBackward"
-                           : info.fp8           ? "launchAttentionForwardFP8"
-                           : info.numSplits > 1 ? "launchAttentionSplitKV"
-                                                : "launchAttentionForward";
+    const char *launcher =
+        info.kind != AttentionKernelInfo::Kind::Attention ? nullptr
+        : info.backward      ? (info.varlen ? "launchAttentionVarlenBackward"
+                                            : "launchAttentionBackward")
+        : info.fp8           ? "launchAttentionForwardFP8"
+        : info.numSplits > 1 ? "launchAttentionSplitKV"
+                             : "launchAttentionForward";
     return error("kernel " + info.name +
                  " is not an fa3.attention_varlen forward" +
                  (launcher ? std::string(": launch it with ") + launcher
@@ -743,129 +648,4 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
             unsigned(info.numQHeads), unsigned(args.batch)};
   return kernel.launch(grid, Dim3{unsigned(info.threads), 1, 1},
                        unsigned(info.sharedMemory), stream, params);
-}
-
-llvm::Expected<AttentionGradKernels>
-fa3::runtime::getAttentionGradKernels(const CudaModule &module,
-                                      const AttentionKernelInfo &info) {
-  if (!info.backward)
-    return error("kernel " + info.name + " is a forward kernel, not a backward");
-  auto pre = module.getFunction(info.name + "_pre");
-  if (!pre)
-    return pre.takeError();
-  auto main = module.getFunction(info.name);
-  if (!main)
-    return main.takeError();
-  auto post = module.getFunction(info.name + "_post");
-  if (!post)
-    return post.takeError();
-  return AttentionGradKernels{*pre, *main, *post};
-}
-
-/// Query rows padded to whole backward steps, so that the per-step LSE and
-/// Δ rows are 16-byte aligned bulk copies.
-static int64_t paddedSeqQ(const AttentionKernelInfo &info, int64_t seqQ) {
-  return (seqQ + info.blockM - 1) / info.blockM * info.blockM;
-}
-
-/// A deterministic backward's dQ turn counters: one per (batch, query head,
-/// query block), after Δ in the workspace.
-static int64_t gradTurnCounters(const AttentionKernelInfo &info, int64_t batch,
-                                int64_t seqQ) {
-  if (!info.deterministic)
-    return 0;
-  return batch * info.numQHeads * (paddedSeqQ(info, seqQ) / info.blockM);
-}
-
-int64_t fa3::runtime::attentionGradWorkspaceBytes(
-    const AttentionKernelInfo &info, int64_t batch, int64_t seqQ,
-    int64_t seqK) {
-  (void)seqK;
-  int64_t acc = alignUp(batch * seqQ * info.numQHeads * info.headDim * 4, 256);
-  int64_t rows = batch * info.numQHeads * paddedSeqQ(info, seqQ) * 4;
-  return acc + 2 * rows + gradTurnCounters(info, batch, seqQ) * 4;
-}
-
-llvm::Error fa3::runtime::launchAttentionBackward(
-    const AttentionGradKernels &kernels, const AttentionKernelInfo &info,
-    const AttentionGradDeviceArgs &args, CudaStream stream) {
-  if (!info.backward)
-    return error("kernel " + info.name + " is not a backward kernel");
-  if (args.batch == 0)
-    return llvm::Error::success();
-  if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
-    return error("sequence lengths must fit in 32 bits");
-  if (args.workspace % 256 != 0)
-    return error("the backward workspace must be 256-byte aligned");
-  int64_t seqPad = paddedSeqQ(info, args.seqQ);
-  DevicePtr acc = args.workspace;
-  DevicePtr lse2 = acc + alignUp(args.batch * args.seqQ * info.numQHeads *
-                                     info.headDim * 4,
-                                 256);
-  DevicePtr delta = lse2 + args.batch * info.numQHeads * seqPad * 4;
-  DevicePtr turns = delta + args.batch * info.numQHeads * seqPad * 4;
-  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
-  if (int64_t counters = gradTurnCounters(info, args.batch, args.seqQ))
-    if (llvm::Error err = memsetAsync32(turns, 0, size_t(counters), stream))
-      return err;
-
-  if (args.seqQ > 0) {
-    DevicePtr dO = args.gradOut, o = args.out, lse = args.lse,
-              gradLse = args.gradLse;
-    void *params[] = {&dO, &o, &lse, &gradLse, &acc, &lse2, &delta, &seqQ32};
-    Dim3 grid{unsigned(seqPad / 4), unsigned(info.numQHeads),
-              unsigned(args.batch)};
-    if (llvm::Error err =
-            kernels.preprocess.launch(grid, Dim3{128, 1, 1}, 0, stream, params))
-      return err;
-  }
-  if (args.seqK > 0) {
-    // As in the forward, a zero-length Q has nothing to load: its
-    // descriptors point at K and are never read.
-    bool noRows = args.seqQ == 0;
-    int64_t seqQ = noRows ? args.seqK : args.seqQ;
-    int64_t qHeads = noRows ? info.numKVHeads : info.numQHeads;
-    DevicePtr q = noRows ? args.k : args.q, dO = noRows ? args.k : args.gradOut;
-    auto mapQ = bshdTensorMap(q, info.bf16, args.batch, seqQ, qHeads,
-                              info.headDim, info.blockM, "Q");
-    if (!mapQ)
-      return mapQ.takeError();
-    auto mapK = bshdTensorMap(args.k, info.bf16, args.batch, args.seqK,
-                              info.numKVHeads, info.headDim, info.blockN, "K");
-    if (!mapK)
-      return mapK.takeError();
-    auto mapV = bshdTensorMap(args.v, info.bf16, args.batch, args.seqK,
-                              info.numKVHeads, info.headDim, info.blockN, "V");
-    if (!mapV)
-      return mapV.takeError();
-    auto mapDO = bshdTensorMap(dO, info.bf16, args.batch, seqQ, qHeads,
-                               info.headDim, info.blockM, "dO");
-    if (!mapDO)
-      return mapDO.takeError();
-    if (llvm::Error err =
-            kernels.main.setMaxDynamicSharedMemory(info.sharedMemory))
-      return err;
-    DevicePtr dk = args.gradK, dv = args.gradV;
-    void *params[] = {&*mapQ, &*mapK, &*mapV, &*mapDO, &lse2,   &delta,
-                      &acc,   &dk,    &dv,    &seqQ32, &seqK32, &turns};
-    Dim3 grid{unsigned((args.seqK + info.blockN - 1) / info.blockN),
-              unsigned(info.numKVHeads), unsigned(args.batch)};
-    // The turn counters are a deterministic kernel's last parameter only.
-    if (llvm::Error err =
-            kernels.main.launch(grid, Dim3{unsigned(info.threads), 1, 1},
-                                unsigned(info.sharedMemory), stream,
-                                llvm::ArrayRef<void *>(params).drop_back(
-                                    info.deterministic ? 0 : 1)))
-      return err;
-  }
-  if (args.seqQ > 0) {
-    int64_t pairs = args.batch * args.seqQ * info.numQHeads * info.headDim / 2;
-    DevicePtr dq = args.gradQ;
-    void *params[] = {&acc, &dq, &pairs};
-    Dim3 grid{unsigned((pairs + 255) / 256), 1, 1};
-    if (llvm::Error err =
-            kernels.postprocess.launch(grid, Dim3{256, 1, 1}, 0, stream, params))
-      return err;
-  }
-  return llvm::Error::success();
 }

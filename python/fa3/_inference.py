@@ -210,8 +210,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     `pack_gqa=False`. Each call copies the offsets to the host
     once (a device sync) to check them; the grid is sized by the longest
     sequence. Rows of k and v past a sequence's used keys are read and
-    masked: they must be finite. Autograd runs the dense Hopper backward
-    once per sequence (no varlen backward kernel yet).
+    masked: they must be finite. Autograd runs the varlen Hopper backward
+    (fa3.attention_varlen_grad's kernels, one launch for the packed batch).
     """
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")

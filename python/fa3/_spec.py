@@ -142,16 +142,20 @@ class AttentionSpec:
         """`@attention_varlen_grad(do, q, k, v, o, lse, cu_seqlens_q,
         cu_seqlens_k[, seqused_k][, dlse]) -> (dq, dk, dv)`: one
         fa3.attention_varlen_grad (with the used key counts and the LSE's
-        gradient as further arguments when asked)."""
+        gradient as further arguments when asked; `deterministic` when the
+        spec is)."""
         q, k, v, o, lse, idx = self._packed_types()
         used_arg, used_op, used_type = (f", %used: {idx}", " seqused_k %used", f", {idx}") if seqused_k \
             else ("", "", "")
         dlse_arg, dlse_op, dlse_type = (f", %dlse: {lse}", " grad_lse %dlse", f", {lse}") if grad_lse \
             else ("", "", "")
+        attrs = self._attrs()
+        if self.deterministic:
+            attrs = attrs[:-1] + ", deterministic}"
         return (f"func.func @attention_varlen_grad(%do: {o}, %q: {q}, %k: {k}, %v: {v}, %o: {o}, %lse: {lse}, "
                 f"%cuq: {idx}, %cuk: {idx}{used_arg}{dlse_arg}) -> ({q}, {k}, {v}) {{\n"
                 f"  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cuq, %cuk{used_op}{dlse_op}"
-                f"{self._attrs()} : ({o}, {q}, {k}, {v}, {o}, {lse}, {idx}, {idx}{used_type}{dlse_type}) "
+                f"{attrs} : ({o}, {q}, {k}, {v}, {o}, {lse}, {idx}, {idx}{used_type}{dlse_type}) "
                 f"-> ({q}, {k}, {v})\n"
                 f"  return %dq, %dk, %dv : {q}, {k}, {v}\n}}\n")
 

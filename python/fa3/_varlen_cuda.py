@@ -23,14 +23,18 @@ as FlashAttention-3 does for packed batches. The op is
 `torch.ops.fa3.attention_varlen_cuda`, with a fake implementation for
 torch.compile.
 
-The backward (`torch.ops.fa3.attention_varlen_cuda_bwd`) has no varlen
-Hopper kernel yet: it runs the dense Hopper backward once per sequence, on
-views of the packed rows as [1, S_b, H, D] batches (the same masks: each
-sequence's causal diagonal is its own bottom-right corner), which is exact
-but costs B launches of the dense backward's three kernels. Head dims the
-dense backward is not compiled for (192) run zero-padded to the next one, as
-fa3.attention does. Keys past seqused_k[b] and the rows outside every
-sequence get zero gradients.
+The backward (`torch.ops.fa3.attention_varlen_cuda_bwd`) is one launch of
+the Hopper kernels of fa3.attention_varlen_grad (`CudaKernel.
+launch_varlen_grad`: preprocessing, main kernel, postprocessing, each over
+the sequences and one more grid row that zeroes the rows past the last
+sequence), so dq, dk and dv come from torch.empty and every row is written.
+It copies the offsets to the host once more (checked again, and the grid
+sized by the longest sequence: its full cu_seqlens_k length, which
+seqused_k does not shorten, since the CTAs past the used keys zero their
+gradients). Head dims the Hopper backward is not compiled for (192) run
+zero-padded to the next one (256), as fa3.attention does. Keys past
+seqused_k[b] and the rows outside every sequence get zero gradients;
+deterministic=True compiles the deterministic kernel (bit-identical dq).
 """
 
 from typing import Optional
@@ -38,7 +42,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from . import _inference, _jit, _torch
+from . import _inference, _jit
 from ._torch import _raw_stream  # the current stream's raw handle
 from ._spec import AttentionSpec, rounded_cuda_head_dim
 
@@ -129,19 +133,27 @@ def _refuse_capture(cu_seqlens_q):
                            "capture")
 
 
-def check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q, max_seqlen_k):
+def _host_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k):
     """Copies the offsets (and seqused_k) to the host in one transfer (a
     device sync) and checks their values as the CPU path does; returns the
-    longest sequence's query count (the grid's)."""
+    sequences' query counts, key counts and used key counts (the key counts
+    without seqused_k), numpy vectors."""
     _refuse_capture(cu_seqlens_q)
     parts = [cu_seqlens_q, cu_seqlens_k] + ([seqused_k] if seqused_k is not None else [])
     host = torch.cat(parts).cpu().numpy()
     n = cu_seqlens_q.shape[0]
     seq_q, seq_k = _inference._check_offsets(host[:n], host[n:2 * n], total_q, total_k)
-    if seqused_k is not None:
-        seq_k = _inference._check_seqused_k(host[2 * n:], seq_k)
-    _inference._check_max_seqlens(max_seqlen_q, max_seqlen_k, seq_q, seq_k)
-    return int(seq_q.max()) if seq_q.size else 0
+    used = _inference._check_seqused_k(host[2 * n:], seq_k) if seqused_k is not None else seq_k
+    return seq_q, seq_k, used
+
+
+def check_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q, max_seqlen_k):
+    """The offsets checked on the host (_host_lengths) and `max_seqlen_q` /
+    `max_seqlen_k` against them; returns the longest sequence's query count
+    (the grid's)."""
+    seq_q, _, used = _host_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k)
+    _inference._check_max_seqlens(max_seqlen_q, max_seqlen_k, seq_q, used)
+    return int(seq_q.max(initial=0))
 
 
 @torch.library.custom_op("fa3::attention_varlen_cuda", mutates_args=())
@@ -180,39 +192,21 @@ def _attention_varlen_cuda_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
-def _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k):
-    """The offsets and seqused_k on the host, in one transfer."""
-    _refuse_capture(cu_seqlens_q)
-    parts = [cu_seqlens_q, cu_seqlens_k] + ([seqused_k] if seqused_k is not None else [])
-    host = torch.cat(parts).cpu().tolist()
-    n = cu_seqlens_q.shape[0]
-    return host[:n], host[n:2 * n], (host[2 * n:] if seqused_k is not None else None)
+def _backward_kernel(spec, seqused_k, device):
+    """The compiled varlen backward of `spec` (with the seqused_k argument or
+    not; deterministic as the spec says) for `device` ("cuda:N", or "ptx":
+    PTX only). The LSE's gradient is a launch argument (0: none), not part
+    of the compiled function."""
+    return _jit.get_mlir(spec.varlen_backward_mlir(seqused_k=seqused_k), "attention_varlen_grad", device, "bwd")
 
 
-def _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale, window, softcap,
-                       deterministic=False):
-    """dq, dk, dv of the packed attention, one dense Hopper backward per
-    sequence (see the module docstring); the offsets are host lists."""
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    d = q.shape[2]
-    size = rounded_cuda_head_dim(d, d)
-    pad = (lambda t: F.pad(t, (0, size - d))) if size != d else (lambda t: t)
-    for b in range(len(cu_q) - 1):
-        q0, q1, k0 = cu_q[b], cu_q[b + 1], cu_k[b]
-        k1 = k0 + used[b] if used is not None else cu_k[b + 1]
-        if q1 <= q0 or k1 <= k0:
-            continue  # no query: no gradient to dK, dV; no key: O = 0, dQ = 0
-        qb, ob, dob = (pad(t[q0:q1].unsqueeze(0)) for t in (q, out, grad_out))
-        kb, vb = (pad(t[k0:k1].unsqueeze(0)) for t in (k, v))
-        lseb = lse[:, q0:q1].unsqueeze(0).contiguous()
-        dlseb = grad_lse[:, q0:q1].unsqueeze(0).contiguous() if grad_lse is not None else None
-        plan = _torch._plan(qb, kb, vb, causal, scale, window, softcap, pack_gqa=False, deterministic=deterministic)
-        qb, kb, vb, ob = (t.contiguous() for t in (qb, kb, vb, ob))
-        dqb, dkb, dvb = _torch._backward(plan, dob, qb, kb, vb, ob, lseb, dlseb)
-        dq[q0:q1] = dqb[0, ..., :d]
-        dk[k0:k1] = dkb[0, ..., :d]
-        dv[k0:k1] = dvb[0, ..., :d]
-    return dq, dk, dv
+def _backward_grid_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k):
+    """The offsets checked on the host again (the kernels read them on the
+    device); returns the longest sequence's query and key counts, the
+    grid's. The key count is cu_seqlens_k's, not seqused_k's: the grid must
+    also cover the unused keys, whose gradients the kernel zeroes."""
+    seq_q, seq_k, _ = _host_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k)
+    return int(seq_q.max(initial=0)), int(seq_k.max(initial=0))
 
 
 @torch.library.custom_op("fa3::attention_varlen_cuda_bwd", mutates_args=())
@@ -221,9 +215,44 @@ def attention_varlen_cuda_bwd(grad_out: torch.Tensor, grad_lse: torch.Tensor, q:
                               cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor], causal: bool,
                               scale: float, window_left: int, window_right: int, softcap: float,
                               deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    cu_q, cu_k, used = _host_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k)
-    return _sequence_backward(grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, used, causal, scale,
-                              (window_left, window_right), softcap, deterministic)
+    total_q, hq, d = q.shape
+    total_k, hkv = k.shape[:2]
+    batch = cu_seqlens_q.shape[0] - 1
+    longest_q, longest_k = _backward_grid_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k)
+    if total_q == 0 or total_k == 0:
+        # No query or no key: nothing attends, every gradient is 0.
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    if batch + 1 > _MAX_GRID_YZ:
+        raise ValueError(f"{batch} sequences exceed the {_MAX_GRID_YZ - 1} the backward's grid holds (one CTA row "
+                         "per sequence and one for the rows past them)")
+    # Head dims the backward has no kernel for run at the next compiled one:
+    # zero columns of q, k add nothing to q·kᵀ, and those of o, dO nothing
+    # to Δ = rowsum(dO ∘ O); their gradients are sliced away.
+    size = rounded_cuda_head_dim(d, d)
+    pad = (lambda t: F.pad(t, (0, size - d))) if size != d else (lambda t: t)
+    grad_out, q, k, v, out = (pad(t).contiguous() for t in (grad_out, q, k, v, out))
+    lse = lse.contiguous()
+    grad_lse = grad_lse.to(torch.float32).contiguous()
+    spec = AttentionSpec(dtype=_DTYPES[q.dtype], num_heads=hq, num_kv_heads=hkv, head_dim=size, head_dim_v=size,
+                         causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap,
+                         deterministic=deterministic)
+    kernel = _backward_kernel(spec, seqused_k is not None, f"cuda:{q.device.index}")
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    used = seqused_k.contiguous() if seqused_k is not None else None
+    # The kernels write every row (zeros outside the sequences).
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    # Scratch the launch initializes itself (the f32 dQ accumulator, the
+    # statistics, the deterministic turn counters), from torch's caching
+    # allocator (256-byte aligned).
+    workspace = q.new_empty(max(kernel.workspace_bytes(batch, total_q, total_k), 256), dtype=torch.uint8)
+    kernel.launch_varlen_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                              lse.data_ptr(), grad_lse.data_ptr(), cu_q.data_ptr(), cu_k.data_ptr(),
+                              used.data_ptr() if used is not None else 0, dq.data_ptr(), dk.data_ptr(),
+                              dv.data_ptr(), workspace.data_ptr(), batch, total_q, total_k, longest_q, longest_k,
+                              _raw_stream(q.device.index))
+    if size != d:
+        dq, dk, dv = (t[..., :d].contiguous() for t in (dq, dk, dv))
+    return dq, dk, dv
 
 
 @attention_varlen_cuda_bwd.register_fake

@@ -314,6 +314,26 @@ public:
       raise(error, "fa3_launch_attention_grad failed");
   }
 
+  /// fa3.attention_varlen_grad backwards: launchGrad's tensors packed
+  /// ([T, H, D], LSE and dLSE [Hq, Tq]), the i32 offsets [B + 1], seqused_k
+  /// [B] for a kernel compiled with it (else 0), and the longest sequence's
+  /// query and key counts.
+  void launchVarlenGrad(uint64_t gradOut, uint64_t q, uint64_t k, uint64_t v,
+                        uint64_t out, uint64_t lse, uint64_t gradLse,
+                        uint64_t cuSeqlensQ, uint64_t cuSeqlensK,
+                        uint64_t sequsedK, uint64_t gradQ, uint64_t gradK,
+                        uint64_t gradV, uint64_t workspace, int64_t batch,
+                        int64_t totalQ, int64_t totalK, int64_t maxSeqlenQ,
+                        int64_t maxSeqlenK, uint64_t stream) {
+    char *error = nullptr;
+    if (fa3_launch_attention_varlen_grad(
+            kernel, gradOut, q, k, v, out, lse, gradLse, cuSeqlensQ, cuSeqlensK,
+            sequsedK, gradQ, gradK, gradV, workspace, batch, totalQ, totalK,
+            maxSeqlenQ, maxSeqlenK, reinterpret_cast<void *>(stream),
+            &error) != 0)
+      raise(error, "fa3_launch_attention_varlen_grad failed");
+  }
+
   Kind kind;
 };
 
@@ -471,13 +491,26 @@ PYBIND11_MODULE(_fa3, m) {
       .def("forward_workspace_bytes", &CudaKernel::forwardWorkspaceBytes,
            py::arg("batch"), py::arg("seq_q"), py::arg("seq_k"))
       .def("workspace_bytes", &CudaKernel::workspaceBytes, py::arg("batch"),
-           py::arg("seq_q"), py::arg("seq_k"))
+           py::arg("seq_q"), py::arg("seq_k"),
+           "Bytes of workspace a backward launch needs (varlen: batch "
+           "sequences, seq_q = total_q, seq_k = total_k)")
       .def("launch_grad", &CudaKernel::launchGrad, py::arg("grad_out"),
            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
            py::arg("lse"), py::arg("grad_q"), py::arg("grad_k"),
            py::arg("grad_v"), py::arg("workspace"), py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"),
-           py::arg("grad_lse") = 0);
+           py::arg("grad_lse") = 0)
+      .def("launch_varlen_grad", &CudaKernel::launchVarlenGrad,
+           py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("out"), py::arg("lse"), py::arg("grad_lse"),
+           py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
+           py::arg("seqused_k"), py::arg("grad_q"), py::arg("grad_k"),
+           py::arg("grad_v"), py::arg("workspace"), py::arg("batch"),
+           py::arg("total_q"), py::arg("total_k"), py::arg("max_seqlen_q"),
+           py::arg("max_seqlen_k"), py::arg("stream"),
+           "Launches an fa3.attention_varlen_grad backward "
+           "(fa3_launch_attention_varlen_grad; grad_lse and seqused_k: 0 "
+           "for none), which writes every row of grad_q, grad_k and grad_v");
 
   py::class_<QuantizeKernel>(m, "QuantizeKernel",
                              "The sm_90a kernels of an fa3.quantize function")

@@ -17,6 +17,9 @@
 // scripts/gpu/run.sh as well).
 // RUN: %if cuda %{ fa3-capi-test --gpu 2>&1 | FileCheck %s --check-prefix=GPU %}
 
+// `--ptx-varlen-grad` (the varlen backward compiled to PTX) is its own lit
+// test, varlen-grad-ptx.test.
+
 #include "fa3-c/FA3.h"
 
 #include <dlfcn.h>
@@ -349,6 +352,61 @@ static char *varlenSource(int heads, int kvHeads, int d, int seqused) {
   return buffer;
 }
 
+/* `@varlen_grad(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k[,
+ * seqused_k])`: the backward of varlenSource's attention, packed. */
+static char *varlenGradSource(int heads, int kvHeads, int d, int seqused,
+                              int deterministic) {
+  char *buffer = malloc(4096);
+  char q[64], kv[64], l[64];
+  snprintf(q, sizeof(q), "tensor<?x%dx%dxbf16>", heads, d);
+  snprintf(kv, sizeof(kv), "tensor<?x%dx%dxbf16>", kvHeads, d);
+  snprintf(l, sizeof(l), "tensor<%dx?xf32>", heads);
+  const char *usedArg = seqused ? ", %used: tensor<?xi32>" : "";
+  const char *usedOperand = seqused ? " seqused_k %used" : "";
+  const char *usedType = seqused ? ", tensor<?xi32>" : "";
+  snprintf(buffer, 4096,
+           "func.func @varlen_grad(%%do: %s, %%q: %s, %%k: %s, %%v: %s, "
+           "%%o: %s, %%lse: %s, %%cq: tensor<?xi32>, %%ck: tensor<?xi32>%s) "
+           "-> (%s, %s, %s) {\n"
+           "  %%dq, %%dk, %%dv = fa3.attention_varlen_grad %%do, %%q, %%k, "
+           "%%v, %%o, %%lse, %%cq, %%ck%s {causal%s} : (%s, %s, %s, %s, %s, "
+           "%s, tensor<?xi32>, tensor<?xi32>%s) -> (%s, %s, %s)\n"
+           "  return %%dq, %%dk, %%dv : %s, %s, %s\n}\n",
+           q, q, kv, kv, q, l, usedArg, q, kv, kv, usedOperand,
+           deterministic ? ", deterministic" : "", q, q, kv, kv, q, l, usedType,
+           q, kv, kv, q, kv, kv);
+  return buffer;
+}
+
+/* The dense backward of bf16Source's causal attention. */
+static char *gradSource(int heads, int kvHeads, int d) {
+  char *buffer = malloc(4096);
+  char q[64], kv[64], l[64];
+  snprintf(q, sizeof(q), "tensor<?x?x%dx%dxbf16>", heads, d);
+  snprintf(kv, sizeof(kv), "tensor<?x?x%dx%dxbf16>", kvHeads, d);
+  snprintf(l, sizeof(l), "tensor<?x%dx?xf32>", heads);
+  snprintf(buffer, 4096,
+           "func.func @grad(%%do: %s, %%q: %s, %%k: %s, %%v: %s, %%o: %s, "
+           "%%lse: %s) -> (%s, %s, %s) {\n"
+           "  %%dq, %%dk, %%dv = fa3.attention_grad %%do, %%q, %%k, %%v, "
+           "%%o, %%lse {causal} : (%s, %s, %s, %s, %s, %s) -> (%s, %s, %s)\n"
+           "  return %%dq, %%dk, %%dv : %s, %s, %s\n}\n",
+           q, q, kv, kv, q, l, q, kv, kv, q, q, kv, kv, q, l, q, kv, kv, q, kv,
+           kv);
+  return buffer;
+}
+
+/* fa3_attention_grad_workspace_size of a varlen backward (block_m 64):
+ * the f32 dQ accumulator [Tq, Hq, D] at a 256-byte boundary, LSE·log2(e)
+ * and Δ f32 [Hq, P] with P = floor((Tq + B·64) / 64)·64, and, when
+ * deterministic, the i32 turn counters [Hq, P / 64]. */
+static int64_t varlenGradWorkspace(int64_t b, int64_t tq, int64_t hq, int64_t d,
+                                   int deterministic) {
+  int64_t acc = (tq * hq * d * 4 + 255) / 256 * 256;
+  int64_t rows = (tq + b * 64) / 64 * 64;
+  return acc + 2 * hq * rows * 4 + (deterministic ? hq * (rows / 64) * 4 : 0);
+}
+
 static void testPtx(void) {
   char *source = bf16Source(8, 2, 128, 1), *error = NULL;
   int hit = -1;
@@ -445,6 +503,21 @@ static void testPtx(void) {
         "a forward is not launched as a backward");
   check(fa3_attention_grad_workspace_size(kernel, 1, 1, 1) == -1,
         "a forward has no backward workspace");
+  error = NULL;
+  check(fa3_launch_attention_varlen_grad(kernel, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 1, 1, 1, 1, 1, NULL,
+                                         &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_varlen_grad: the "
+                                 "kernel is a forward; launch it with "
+                                 "fa3_launch_attention"),
+        "the varlen backward launch names the entry of a forward");
+  error = NULL;
+  check(fa3_launch_attention_varlen_grad(NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 1, 1, 1, 1, 1, NULL,
+                                         &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_varlen_grad: kernel "
+                                 "is NULL"),
+        "the varlen backward launch refuses a NULL kernel");
   fa3_destroy_kernel(kernel);
 
   error = NULL;
@@ -536,6 +609,184 @@ static void testPtxVarlen(void) {
             errorContains(error, "seqused_k is NULL, but the kernel was "
                                  "compiled with it"),
         "the varlen launch needs the seqused_k its kernel takes");
+  fa3_destroy_kernel(kernel);
+}
+
+/* A PTX-only dense backward: the varlen backward entry refuses it, naming
+ * fa3_launch_attention_grad, which refuses it only for want of a load. */
+static void testPtxGrad(void) {
+  char *source = gradSource(8, 2, 64), *error = NULL;
+  fa3_kernel *kernel = fa3_compile_ptx(source, "grad", 0, 0, NULL, &error);
+  free(source);
+  check(kernel != NULL, "backward ptx compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  const uint64_t p = 256;
+  error = NULL;
+  check(fa3_launch_attention_varlen_grad(kernel, p, p, p, p, p, p, 0, p, p, 0,
+                                         p, p, p, p, 1, 1, 1, 1, 1, NULL,
+                                         &error) != 0 &&
+            errorContains(error, "the kernel is a dense backward "
+                                 "(fa3.attention_grad); launch it with "
+                                 "fa3_launch_attention_grad"),
+        "the varlen backward launch names the entry of a dense backward");
+  error = NULL;
+  check(fa3_launch_attention_grad(kernel, p, p, p, p, p, p, 0, p, p, p, p, 1, 1,
+                                  1, NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_grad: the kernel was "
+                                 "compiled to PTX only"),
+        "the dense backward launch refuses a PTX-only kernel");
+  fa3_destroy_kernel(kernel);
+}
+
+/* `--ptx-varlen-grad`: a PTX-only fa3.attention_varlen_grad backward (its
+ * own lit test, varlen-grad-ptx.test). Its workspace size answers without a
+ * GPU; what the kernel is decides its entry point before whether it was
+ * loaded, so the entries refuse it but its own, which checks seqused_k, the
+ * offsets, sizes and pointers before reporting the missing load. */
+static void testPtxVarlenGrad(void) {
+  enum { kHq = 8, kHkv = 2, kD = 128 };
+  char *error = NULL;
+  char *plain = varlenGradSource(kHq, kHkv, kD, 0, 0);
+  fa3_kernel *kernel =
+      fa3_compile_ptx(plain, "varlen_grad", 0, 0, NULL, &error);
+  free(plain);
+  check(kernel != NULL, "varlen backward ptx compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  /* The main kernel and its two companions, named after it. */
+  char entry[512];
+  const char *ptx = fa3_kernel_ptx(kernel), *name = fa3_kernel_name(kernel);
+  int entries = strstr(ptx, ".target sm_90a") != NULL;
+  snprintf(entry, sizeof(entry), ".entry %s(", name);
+  entries &= strstr(ptx, entry) != NULL;
+  snprintf(entry, sizeof(entry), ".entry %s_pre(", name);
+  entries &= strstr(ptx, entry) != NULL;
+  snprintf(entry, sizeof(entry), ".entry %s_post(", name);
+  entries &= strstr(ptx, entry) != NULL;
+  check(entries, "varlen backward ptx has the main, _pre and _post kernels");
+  int64_t sizes[][3] = {{3, 150, 320}, {1, 64, 64}, {40, 1000, 900},
+                        {0, 150, 320}, {0, 10, 10}, {3, 0, 320},
+                        {3, 150, 0},   {0, 0, 0}};
+  int sizesOk = 1;
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+    int64_t got = fa3_attention_grad_workspace_size(kernel, sizes[i][0],
+                                                    sizes[i][1], sizes[i][2]);
+    int64_t want = varlenGradWorkspace(sizes[i][0], sizes[i][1], kHq, kD, 0);
+    if (got != want) {
+      fprintf(stderr, "workspace of B=%lld Tq=%lld Tk=%lld: %lld, want %lld\n",
+              (long long)sizes[i][0], (long long)sizes[i][1],
+              (long long)sizes[i][2], (long long)got, (long long)want);
+      sizesOk = 0;
+    }
+  }
+  printf("varlen backward workspace B=3 Tq=150: %lld bytes\n",
+         (long long)fa3_attention_grad_workspace_size(kernel, 3, 150, 320));
+  check(sizesOk, "varlen backward workspace: accumulator, then the padded "
+                 "statistics");
+  check(fa3_attention_grad_workspace_size(kernel, -1, 1, 1) == -1 &&
+            fa3_attention_grad_workspace_size(kernel, 1, -1, 1) == -1 &&
+            fa3_attention_workspace_size(kernel, 1, 1, 1) == -1,
+        "varlen backward workspace refuses negative sizes and the forward's "
+        "query");
+
+  /* Device addresses that are never dereferenced: every call fails first. */
+  const uint64_t p = 256;
+  error = NULL;
+  check(fa3_launch_attention_grad(kernel, p, p, p, p, p, p, 0, p, p, p, p, 1, 1,
+                                  1, NULL, &error) != 0 &&
+            errorContains(error, "fa3_launch_attention_grad: the kernel is an "
+                                 "fa3.attention_varlen_grad backward; launch "
+                                 "it with fa3_launch_attention_varlen_grad"),
+        "a varlen backward is not launched as a dense backward");
+  error = NULL;
+  check(fa3_launch_attention_varlen(kernel, p, p, p, p, p, p, p, 0, 1, 1, 1, 1,
+                                    NULL, &error) != 0 &&
+            errorContains(error, "the kernel is a backward; launch it with "
+                                 "fa3_launch_attention_varlen_grad"),
+        "a varlen backward is not launched as a varlen forward");
+  error = NULL;
+  check(fa3_launch_attention(kernel, p, p, p, p, p, 1, 1, 1, NULL, &error) !=
+                0 &&
+            errorContains(error, "launch it with "
+                                 "fa3_launch_attention_varlen_grad"),
+        "a varlen backward is not launched as a dense forward");
+  /* grad_out, q, k, v, out, lse, grad_lse, cu_q, cu_k, seqused_k, grad_q,
+   * grad_k, grad_v, workspace, batch, total_q, total_k, max_q, max_k. */
+  struct {
+    uint64_t cuQ, cuK, used, gradK, workspace;
+    int64_t maxK;
+    const char *message, *what;
+  } bad[] = {
+      {p, p, p, p, p, 1, "compiled without seqused_k; pass 0",
+       "the varlen backward launch refuses seqused_k the kernel does not "
+       "take"},
+      {0, p, 0, p, p, 1, "cu_seqlens_q is NULL",
+       "the varlen backward launch refuses NULL cu_seqlens_q"},
+      {p, 0, 0, p, p, 1, "cu_seqlens_k is NULL",
+       "the varlen backward launch refuses NULL cu_seqlens_k"},
+      {p, p, 0, p, p, -1, "negative",
+       "the varlen backward launch refuses a negative max_seqlen_k"},
+      {p, p, 0, 0, p, 1, "grad_k is NULL",
+       "the varlen backward launch refuses a NULL grad_k"},
+      {p, p, 0, p, 0, 1, "workspace is NULL",
+       "the varlen backward launch refuses a NULL workspace"},
+      {p, p, 0, p, p, 1,
+       "fa3_launch_attention_varlen_grad: the kernel was compiled to PTX "
+       "only",
+       "the varlen backward launch refuses a PTX-only kernel last"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    error = NULL;
+    check(fa3_launch_attention_varlen_grad(
+              kernel, p, p, p, p, p, p, 0, bad[i].cuQ, bad[i].cuK, bad[i].used,
+              p, bad[i].gradK, p, bad[i].workspace, 1, 1, 1, 1, bad[i].maxK,
+              NULL, &error) != 0 &&
+              errorContains(error, bad[i].message),
+          bad[i].what);
+  }
+  fa3_destroy_kernel(kernel);
+
+  char *used = varlenGradSource(kHq, kHkv, kD, 1, 0);
+  error = NULL;
+  kernel = fa3_compile_ptx(used, "varlen_grad", 0, 0, NULL, &error);
+  free(used);
+  check(kernel != NULL, "varlen backward ptx compile with seqused_k");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  error = NULL;
+  check(fa3_launch_attention_varlen_grad(kernel, p, p, p, p, p, p, 0, p, p, 0,
+                                         p, p, p, p, 1, 1, 1, 1, 1, NULL,
+                                         &error) != 0 &&
+            errorContains(error, "seqused_k is NULL, but the kernel was "
+                                 "compiled with it"),
+        "the varlen backward launch needs the seqused_k its kernel takes");
+  fa3_destroy_kernel(kernel);
+
+  char *deterministic = varlenGradSource(kHq, kHkv, kD, 0, 1);
+  error = NULL;
+  kernel = fa3_compile_ptx(deterministic, "varlen_grad", 0, 0, NULL, &error);
+  free(deterministic);
+  check(kernel != NULL, "deterministic varlen backward ptx compile");
+  if (!kernel) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  check(fa3_attention_grad_workspace_size(kernel, 3, 150, 320) ==
+                varlenGradWorkspace(3, 150, kHq, kD, 1) &&
+            fa3_attention_grad_workspace_size(kernel, 40, 1000, 900) ==
+                varlenGradWorkspace(40, 1000, kHq, kD, 1),
+        "deterministic varlen backward workspace adds the turn counters");
   fa3_destroy_kernel(kernel);
 }
 
@@ -956,6 +1207,289 @@ static int testGpuVarlen(CuMemAlloc cuMemAlloc, CuMemFree cuMemFree,
   return 0;
 }
 
+/* The float64 gradients of the packed causal attention of `batch`
+ * sequences (seqused_k: `used`, else NULL), given the forward's LSE per
+ * packed row (`lse` [Hq, Tq], -inf for a row that sees no key) and the O the
+ * backward reads (`o`, the kernel's bf16 copy): per sequence and query head,
+ * P = exp(S - LSE), dP = dO Vᵀ, Δ = rowsum(dO ∘ O) - dLSE, dS = P ∘ (dP -
+ * Δ), dQ = scale dS K, dK = scale dSᵀ Q, dV = Pᵀ dO (dK, dV summed over the
+ * group of query heads). `mag*` receive the same sums over absolute values
+ * (|dS| bounded by P (|dP| + |Δ|)), which bound the bf16 rounding. The
+ * outputs must be zeroed by the caller; rows outside every sequence stay
+ * 0. */
+static void referenceVarlenGrad(const float *q, const float *k, const float *v,
+                                const float *dO, const float *o,
+                                const double *lse, const float *dlse,
+                                const int32_t *cuQ, const int32_t *cuK,
+                                const int32_t *used, int batch, int totalQ,
+                                int hq, int hkv, int d, double *dq, double *dk,
+                                double *dv, double *magQ, double *magK,
+                                double *magV) {
+  double scale = 1.0 / sqrt((double)d);
+  for (int b = 0; b < batch; ++b) {
+    int sq = cuQ[b + 1] - cuQ[b];
+    int sk = used ? used[b] : cuK[b + 1] - cuK[b];
+    for (int h = 0; h < hq; ++h) {
+      int g = h / (hq / hkv);
+      for (int i = 0; i < sq; ++i) {
+        size_t row = (size_t)cuQ[b] + i;
+        double l = lse[(size_t)h * totalQ + row];
+        if (isinf(l))
+          continue; /* sees no key: P = 0 */
+        const float *qi = q + (row * hq + h) * d,
+                    *doi = dO + (row * hq + h) * d;
+        double delta = 0;
+        for (int x = 0; x < d; ++x)
+          delta += (double)doi[x] * o[(row * hq + h) * d + x];
+        if (dlse)
+          delta -= dlse[(size_t)h * totalQ + row];
+        for (int j = 0; j < sk && j <= i + (sk - sq); ++j) {
+          size_t col = (size_t)cuK[b] + j;
+          const float *kj = k + (col * hkv + g) * d,
+                      *vj = v + (col * hkv + g) * d;
+          double s = 0, dp = 0;
+          for (int x = 0; x < d; ++x) {
+            s += (double)qi[x] * kj[x];
+            dp += (double)doi[x] * vj[x];
+          }
+          double p = exp(s * scale - l);
+          double ds = p * (dp - delta), mag = p * (fabs(dp) + fabs(delta));
+          for (int x = 0; x < d; ++x) {
+            dq[(row * hq + h) * d + x] += scale * ds * kj[x];
+            magQ[(row * hq + h) * d + x] += scale * mag * fabs(kj[x]);
+            dk[(col * hkv + g) * d + x] += scale * ds * qi[x];
+            magK[(col * hkv + g) * d + x] += scale * mag * fabs(qi[x]);
+            dv[(col * hkv + g) * d + x] += p * doi[x];
+            magV[(col * hkv + g) * d + x] += p * fabs(doi[x]);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* `--gpu`, the packed backward: the causal bf16 fa3.attention_varlen_grad
+ * (GQA 8:2, d64) of 4 sequences of 1, 0, 17 and 130 queries over 65, 17, 0
+ * and 129 keys, with 3 query rows past cu_seqlens_q[4] and 2 key rows past
+ * cu_seqlens_k[4], launched with max_seqlen_q = 1000 and max_seqlen_k =
+ * 200 (CTAs past a sequence's rows). O and the LSE are the float64
+ * forward's (O rounded to bf16). Every output is poisoned (NaN) first, so a
+ * row the launch leaves alone fails. Bound, per element: the kernel reads
+ * bf16 inputs exactly and accumulates in f32, but rounds P (for dV) and dS
+ * (for dQ, dK) to bf16 before the tensor-core products and its outputs to
+ * bf16: at most 2·2^-8 times the sum of the absolute terms
+ * (referenceVarlenGrad's magnitudes), plus 1e-5 for the f32 arithmetic. Rows
+ * that get no gradient (the tails, the sequence without keys, the one without
+ * queries, the first causal query of the last, keys past seqused_k) must be
+ * exactly 0. Then the kernel compiled with seqused_k, on 60, 5, 0 and 100 used
+ * keys, with a dLSE. */
+static int testGpuVarlenGrad(CuMemAlloc cuMemAlloc, CuMemFree cuMemFree,
+                             CuMemcpyHtoD cuMemcpyHtoD,
+                             CuMemcpyDtoH cuMemcpyDtoH,
+                             CuCtxSynchronize cuCtxSynchronize) {
+  enum { kSeqs = 4, kHq = 8, kHkv = 2, kD = 64, kTq = 151, kTk = 213 };
+  int32_t cuQ[kSeqs + 1] = {0, 1, 1, 18, 148},
+                      cuK[kSeqs + 1] = {0, 65, 82, 82, 211};
+  int32_t used[kSeqs] = {60, 5, 0, 100};
+  size_t nq = (size_t)kTq * kHq * kD, nk = (size_t)kTk * kHkv * kD,
+         nl = (size_t)kHq * kTq;
+  uint16_t *q16 = malloc(nq * 2), *k16 = malloc(nk * 2), *v16 = malloc(nk * 2),
+           *do16 = malloc(nq * 2), *o16 = malloc(nq * 2),
+           *dq16 = malloc(nq * 2), *dk16 = malloc(nk * 2),
+           *dv16 = malloc(nk * 2);
+  float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4),
+        *dof = malloc(nq * 4), *of = malloc(nq * 4), *lsef = malloc(nl * 4),
+        *dlsef = malloc(nl * 4);
+  double *lse = malloc(nl * 8), *ref = malloc((nq + 2 * nk) * 8),
+         *mag = malloc((nq + 2 * nk) * 8);
+  for (size_t i = 0; i < nq; ++i) {
+    qf[i] = fromBf16(q16[i] = toBf16(2 * nextUniform()));
+    dof[i] = fromBf16(do16[i] = toBf16(nextUniform()));
+  }
+  for (size_t i = 0; i < nk; ++i) {
+    kf[i] = fromBf16(k16[i] = toBf16(2 * nextUniform()));
+    vf[i] = fromBf16(v16[i] = toBf16(nextUniform()));
+  }
+  for (size_t i = 0; i < nl; ++i)
+    dlsef[i] = nextUniform();
+  unsigned char *poison = malloc(nk * 2 > nq * 2 ? nk * 2 : nq * 2);
+  memset(poison, 0xFF, nk * 2 > nq * 2 ? nk * 2 : nq * 2);
+  uint64_t dq = 0, dk = 0, dv = 0, ddo = 0, dout = 0, dlse = 0, ddlse = 0,
+           dcq = 0, dck = 0, dused = 0, dgq = 0, dgk = 0, dgv = 0;
+  if (cuMemAlloc(&dq, nq * 2) || cuMemAlloc(&dk, nk * 2) ||
+      cuMemAlloc(&dv, nk * 2) || cuMemAlloc(&ddo, nq * 2) ||
+      cuMemAlloc(&dout, nq * 2) || cuMemAlloc(&dlse, nl * 4) ||
+      cuMemAlloc(&ddlse, nl * 4) || cuMemAlloc(&dcq, sizeof(cuQ)) ||
+      cuMemAlloc(&dck, sizeof(cuK)) || cuMemAlloc(&dused, sizeof(used)) ||
+      cuMemAlloc(&dgq, nq * 2) || cuMemAlloc(&dgk, nk * 2) ||
+      cuMemAlloc(&dgv, nk * 2) || cuMemcpyHtoD(dq, q16, nq * 2) ||
+      cuMemcpyHtoD(dk, k16, nk * 2) || cuMemcpyHtoD(dv, v16, nk * 2) ||
+      cuMemcpyHtoD(ddo, do16, nq * 2) || cuMemcpyHtoD(ddlse, dlsef, nl * 4) ||
+      cuMemcpyHtoD(dcq, cuQ, sizeof(cuQ)) ||
+      cuMemcpyHtoD(dck, cuK, sizeof(cuK)) ||
+      cuMemcpyHtoD(dused, used, sizeof(used))) {
+    printf("gpu: varlen backward allocation or copy failed: FAIL\n");
+    return 1;
+  }
+  for (int withUsed = 0; withUsed <= 1; ++withUsed) {
+    /* The forward's O and LSE in float64 (the rows outside every sequence:
+     * O = 0, LSE = -inf), O rounded to bf16 as the kernel reads it. */
+    for (size_t i = 0; i < nq; ++i)
+      of[i] = 0;
+    for (size_t i = 0; i < nl; ++i)
+      lse[i] = -INFINITY;
+    for (int b = 0; b < kSeqs; ++b) {
+      int sq = cuQ[b + 1] - cuQ[b];
+      int sk = withUsed ? used[b] : cuK[b + 1] - cuK[b];
+      double *ob = malloc(sizeof(double) * (size_t)(sq ? sq : 1) * kHq * kD);
+      double *lb = malloc(sizeof(double) * (size_t)(sq ? sq : 1) * kHq);
+      reference(qf + (size_t)cuQ[b] * kHq * kD, kf + (size_t)cuK[b] * kHkv * kD,
+                vf + (size_t)cuK[b] * kHkv * kD, 1, sq, sk, kHq, kHkv, kD, 1,
+                ob, lb);
+      for (int i = 0; i < sq * kHq * kD; ++i) {
+        size_t at = (size_t)cuQ[b] * kHq * kD + i;
+        of[at] = fromBf16(o16[at] = toBf16((float)ob[i]));
+      }
+      for (int h = 0; h < kHq; ++h)
+        for (int i = 0; i < sq; ++i)
+          lse[(size_t)h * kTq + cuQ[b] + i] = lb[(size_t)h * sq + i];
+      free(ob);
+      free(lb);
+    }
+    for (size_t i = (size_t)cuQ[kSeqs] * kHq * kD; i < nq; ++i)
+      o16[i] = 0;
+    for (size_t i = 0; i < nl; ++i)
+      lsef[i] = (float)lse[i];
+    memset(ref, 0, (nq + 2 * nk) * 8);
+    memset(mag, 0, (nq + 2 * nk) * 8);
+    referenceVarlenGrad(qf, kf, vf, dof, of, lse, withUsed ? dlsef : NULL, cuQ,
+                        cuK, withUsed ? used : NULL, kSeqs, kTq, kHq, kHkv, kD,
+                        ref, ref + nq, ref + nq + nk, mag, mag + nq,
+                        mag + nq + nk);
+    cuMemcpyHtoD(dout, o16, nq * 2);
+    cuMemcpyHtoD(dlse, lsef, nl * 4);
+
+    char *source = varlenGradSource(kHq, kHkv, kD, withUsed, 0), *error = NULL;
+    fa3_kernel *kernel =
+        fa3_compile_attention_grad(source, "varlen_grad", 0, 0, NULL, &error);
+    free(source);
+    check(kernel != NULL, withUsed
+                              ? "gpu varlen backward compile with seqused_k"
+                              : "gpu varlen backward compile");
+    if (!kernel) {
+      fprintf(stderr, "%s\n", error);
+      fa3_free_string(error);
+      return 1;
+    }
+    int64_t bytes = fa3_attention_grad_workspace_size(kernel, kSeqs, kTq, kTk);
+    uint64_t workspace = 0;
+    if (bytes != varlenGradWorkspace(kSeqs, kTq, kHq, kD, 0) ||
+        cuMemAlloc(&workspace, (size_t)bytes)) {
+      printf("gpu: varlen backward workspace of %lld bytes: FAIL\n",
+             (long long)bytes);
+      return 1;
+    }
+    if (!withUsed) {
+      error = NULL;
+      check(fa3_launch_attention_grad(kernel, ddo, dq, dk, dv, dout, dlse, 0,
+                                      dgq, dgk, dgv, workspace, 1, kTq, kTk,
+                                      NULL, &error) != 0 &&
+                errorContains(error, "launch it with "
+                                     "fa3_launch_attention_varlen_grad"),
+            "gpu: a varlen backward is not launched as a dense backward");
+      error = NULL;
+      check(fa3_launch_attention_varlen_grad(kernel, ddo, dq, dk, dv, dout,
+                                             dlse, 0, dcq, dck, dused, dgq, dgk,
+                                             dgv, workspace, kSeqs, kTq, kTk,
+                                             1000, 200, NULL, &error) != 0 &&
+                errorContains(error, "compiled without seqused_k"),
+            "gpu: the varlen backward launch refuses an unexpected seqused_k");
+      error = NULL;
+      check(fa3_launch_attention_varlen_grad(
+                kernel, ddo, dq, dk, dv, dout, dlse, 0, dcq, dck, 0, dgq, dgk,
+                dgv, workspace + 16, kSeqs, kTq, kTk, 1000, 200, NULL,
+                &error) != 0 &&
+                errorContains(error, "256-byte aligned"),
+            "gpu: the varlen backward launch refuses an unaligned workspace");
+      error = NULL;
+      check(fa3_launch_attention_varlen_grad(kernel, ddo, dq, dk, dv, dout,
+                                             dlse, 0, dcq, dck, 0, dgq, dgk,
+                                             dgv, workspace, 65535, kTq, kTk,
+                                             1000, 200, NULL, &error) != 0 &&
+                errorContains(error, "must each be at most the grid's 65535"),
+            "gpu: the varlen backward launch refuses 65535 sequences");
+    }
+    cuMemcpyHtoD(dgq, poison, nq * 2);
+    cuMemcpyHtoD(dgk, poison, nk * 2);
+    cuMemcpyHtoD(dgv, poison, nk * 2);
+    error = NULL;
+    int rc = fa3_launch_attention_varlen_grad(
+        kernel, ddo, dq, dk, dv, dout, dlse, withUsed ? ddlse : 0, dcq, dck,
+        withUsed ? dused : 0, dgq, dgk, dgv, workspace, kSeqs, kTq, kTk, 1000,
+        200, NULL, &error);
+    check(rc == 0, withUsed ? "gpu varlen backward launch with seqused_k"
+                            : "gpu varlen backward launch");
+    if (rc) {
+      fprintf(stderr, "%s\n", error);
+      fa3_free_string(error);
+      return 1;
+    }
+    cuCtxSynchronize();
+    cuMemcpyDtoH(dq16, dgq, nq * 2);
+    cuMemcpyDtoH(dk16, dgk, nk * 2);
+    cuMemcpyDtoH(dv16, dgv, nk * 2);
+    /* Every element within its bound (NaN fails); an element whose
+     * reference has no term at all is exactly 0. */
+    const uint16_t *got[3] = {dq16, dk16, dv16};
+    size_t sizes[3] = {nq, nk, nk}, offsets[3] = {0, nq, nq + nk};
+    double worst[3] = {0, 0, 0};
+    int withinBound = 1, zerosExact = 1;
+    for (int t = 0; t < 3; ++t)
+      for (size_t i = 0; i < sizes[t]; ++i) {
+        double g = fromBf16(got[t][i]), r = ref[offsets[t] + i],
+               m = mag[offsets[t] + i];
+        if (m == 0) {
+          zerosExact &= g == 0;
+          continue;
+        }
+        double err = fabs(g - r), bound = 2.0 / 256 * m + 1e-5;
+        withinBound &= err <= bound;
+        worst[t] = isnan(err) ? INFINITY : fmax(worst[t], err / bound);
+      }
+    printf("gpu varlen backward%s: max error / bound dq %.2f, dk %.2f, "
+           "dv %.2f\n",
+           withUsed ? " (seqused_k, dLSE)" : "", worst[0], worst[1], worst[2]);
+    check(withinBound,
+          withUsed ? "gpu varlen backward with seqused_k matches the float64 "
+                     "reference"
+                   : "gpu varlen backward matches the float64 reference");
+    check(zerosExact, withUsed ? "gpu varlen backward with seqused_k zeroes "
+                                 "the rows without gradient"
+                               : "gpu varlen backward zeroes the rows "
+                                 "without gradient");
+    /* The tails explicitly: the rows past the last sequence. */
+    int tailOk = 1;
+    for (size_t i = (size_t)cuQ[kSeqs] * kHq * kD; i < nq; ++i)
+      tailOk &= dq16[i] == 0;
+    for (size_t i = (size_t)cuK[kSeqs] * kHkv * kD; i < nk; ++i)
+      tailOk &= dk16[i] == 0 && dv16[i] == 0;
+    check(tailOk, withUsed ? "gpu varlen backward with seqused_k zeroes the "
+                             "tail rows"
+                           : "gpu varlen backward zeroes the tail rows");
+    fa3_destroy_kernel(kernel);
+    cuMemFree(workspace);
+  }
+  void *host[] = {q16, k16, v16, do16, o16,   dq16, dk16, dv16, qf,    kf,
+                  vf,  dof, of,  lsef, dlsef, lse,  ref,  mag,  poison};
+  for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); ++i)
+    free(host[i]);
+  uint64_t buffers[] = {dq,  dk,  dv,    ddo, dout, dlse, ddlse,
+                        dcq, dck, dused, dgq, dgk,  dgv};
+  for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); ++i)
+    cuMemFree(buffers[i]);
+  return 0;
+}
+
 static int testGpu(void) {
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
   if (!cuda) {
@@ -1132,6 +1666,9 @@ static int testGpu(void) {
   if (testGpuVarlen(cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
                     cuCtxSynchronize))
     return 1;
+  if (testGpuVarlenGrad(cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
+                        cuCtxSynchronize))
+    return 1;
   error = NULL;
   check(fa3_compile_attention_grad(source, "attn", 0, 0, NULL, &error) ==
                 NULL &&
@@ -1149,14 +1686,21 @@ static int testGpu(void) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--gpu") == 0)
     return testGpu();
+  if (argc > 1 && strcmp(argv[1], "--ptx-varlen-grad") == 0) {
+    testPtxVarlenGrad();
+    return failures != 0;
+  }
   testCostModel();
   testCpu();
   testCpuVarlen();
   testPtx();
   testPtxVarlen();
+  testPtxGrad();
   return failures != 0;
 }
 
+// The expected lines are not C: clang-format must not reflow them.
+// clang-format off
 // CHECK: block_m: d64 S=49 -> 64, d64 S=8192 -> 192, d128 -> 128; persistent d128 S=512 1, S=8192 0, causal S=8192 0
 // CHECK: cost model block_m by length: ok
 // CHECK: cost model persistent grid by length: ok
@@ -1195,6 +1739,8 @@ int main(int argc, char **argv) {
 // CHECK: a 16-bit forward of one split needs no workspace: ok
 // CHECK: a forward is not launched as a backward: ok
 // CHECK: a forward has no backward workspace: ok
+// CHECK: the varlen backward launch names the entry of a forward: ok
+// CHECK: the varlen backward launch refuses a NULL kernel: ok
 // CHECK: ptx compile names an unknown function: ok
 // CHECK: ptx compile rejects head dim 96: ok
 // CHECK: varlen ptx compile: ok
@@ -1209,6 +1755,9 @@ int main(int argc, char **argv) {
 // CHECK: a varlen forward needs no workspace: ok
 // CHECK: varlen ptx compile with seqused_k: ok
 // CHECK: the varlen launch needs the seqused_k its kernel takes: ok
+// CHECK: backward ptx compile: ok
+// CHECK: the varlen backward launch names the entry of a dense backward: ok
+// CHECK: the dense backward launch refuses a PTX-only kernel: ok
 // CHECK-NOT: FAIL
 
 // GPU: gpu compile: ok
@@ -1257,5 +1806,19 @@ int main(int argc, char **argv) {
 // GPU: gpu varlen launch with seqused_k: ok
 // GPU: gpu varlen with seqused_k matches the float64 reference: ok
 // GPU: gpu varlen with seqused_k fills the tail rows: ok
+// GPU: gpu varlen backward compile: ok
+// GPU: gpu: a varlen backward is not launched as a dense backward: ok
+// GPU: gpu: the varlen backward launch refuses an unexpected seqused_k: ok
+// GPU: gpu: the varlen backward launch refuses an unaligned workspace: ok
+// GPU: gpu: the varlen backward launch refuses 65535 sequences: ok
+// GPU: gpu varlen backward launch: ok
+// GPU: gpu varlen backward matches the float64 reference: ok
+// GPU: gpu varlen backward zeroes the rows without gradient: ok
+// GPU: gpu varlen backward zeroes the tail rows: ok
+// GPU: gpu varlen backward compile with seqused_k: ok
+// GPU: gpu varlen backward launch with seqused_k: ok
+// GPU: gpu varlen backward with seqused_k matches the float64 reference: ok
+// GPU: gpu varlen backward with seqused_k zeroes the rows without gradient: ok
+// GPU: gpu varlen backward with seqused_k zeroes the tail rows: ok
 // GPU: gpu: a forward function is not a backward: ok
 // GPU-NOT: FAIL

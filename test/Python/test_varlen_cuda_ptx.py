@@ -1,9 +1,17 @@
-"""The CUDA varlen path's kernel without a GPU: fa3._varlen_cuda._kernel
+"""The CUDA varlen path's kernels without a GPU: fa3._varlen_cuda._kernel
 compiled to sm_90a PTX only (the compile a CUDA call makes, through the C
 API's kernel cache), at every head dim the path takes, with and without
 seqused_k and PackGQA. The kernel's entry must take the parameters
 launchAttentionVarlen passes (12; 13 with seqused_k), and ptxas, where
-present, must assemble it without spills."""
+present, must assemble it without spills.
+
+The backward's (fa3._varlen_cuda._backward_kernel, fa3.attention_varlen_grad)
+likewise, at its head dims (64, 128, 256), with and without seqused_k and
+deterministic: its three entries must take what
+launchAttentionVarlenBackward passes (`_pre` 9, the main kernel 13 plus
+seqused_k plus the turn counters, `_post` 3), and ptxas must assemble them
+(the dense backward spills a few words at d128 and d256, so spills are
+reported, not refused)."""
 
 import os
 import pathlib
@@ -65,3 +73,38 @@ def test_varlen_kernel_compiles_with_the_launch_parameters(case, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr + proc.stdout
+
+
+BACKWARD_CASES = [  # dtype, hq, hkv, d, causal, window, softcap, seqused_k, deterministic
+    ("bf16", 32, 8, 128, True, (-1, -1), 0.0, False, False),
+    ("f16", 4, 1, 64, False, (16, 40), 30.0, True, False),
+    ("bf16", 8, 2, 256, True, (-1, -1), 0.0, False, True),
+    ("bf16", 8, 8, 64, False, (-1, -1), 0.0, True, True),
+]
+
+
+@pytest.mark.parametrize("case", BACKWARD_CASES,
+                         ids=lambda c: f"{c[0]}-h{c[1]}x{c[2]}-d{c[3]}-used{int(c[7])}-det{int(c[8])}")
+def test_varlen_backward_compiles_with_the_launch_parameters(case, tmp_path):
+    dtype, hq, hkv, d, causal, window, softcap, used, deterministic = case
+    spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d, causal=causal,
+                         scale=0.125, window=window, softcap=softcap, deterministic=deterministic)
+    kernel = _varlen_cuda._backward_kernel(spec, used, "ptx")
+    ptx = kernel.ptx.rstrip("\0")
+    params = {name: len(re.findall(r"\.param ", text)) for name, text in re.findall(r"\.entry (\S+)\(([^)]*)\)", ptx)}
+    # dO, O, LSE, dLSE, the dQ accumulator, LSE·log2(e), Δ, Tq,
+    # cu_seqlens_q.
+    assert params.get(kernel.name + "_pre") == 9, params
+    # Q, K, V, dO maps, LSE·log2(e), Δ, the accumulator, dK, dV, Tq, Tk,
+    # cu_seqlens_q, cu_seqlens_k[, seqused_k][, turn counters].
+    assert params.get(kernel.name) == 13 + used + deterministic, params
+    # The accumulator, dQ, the element pairs.
+    assert params.get(kernel.name + "_post") == 3, params
+    ptxas = _ptxas()
+    if ptxas is None:
+        pytest.skip("no ptxas (FA3_PTXAS, the CMake cache or PATH) to assemble the PTX")
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    print("\n".join(line for line in (proc.stderr + proc.stdout).splitlines() if "spill" in line))

@@ -1,9 +1,10 @@
-//===- AttentionLauncher.h - Launch fa3's Hopper attention kernels -*- C++ -*-===//
+//===- AttentionLauncher.h - Launch fa3's Hopper kernels --------*- C++ -*-===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
-// The host side of a compiled forward kernel, with no MLIR: device buffers,
-// the TMA descriptors of Q, K and V, the grid rule and the launch.
+// The host side of the compiled attention kernels (forward and backward),
+// with no MLIR: device buffers, the TMA descriptors of Q, K and V, the grid
+// rules and the launches.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +19,7 @@
 
 namespace fa3::runtime {
 
-/// What the compiler tells the runtime about one forward kernel (the
+/// What the compiler tells the runtime about one kernel (the
 /// `fa3.launch` metadata plus the spec it was built for).
 struct AttentionKernelInfo {
   /// What the kernel computes: an attention (forward or backward), or one
@@ -57,18 +58,21 @@ struct AttentionKernelInfo {
   /// per split into the launch's workspace, and its `_combine` companion
   /// merges them into O and LSE. 1: one split, no workspace.
   int64_t numSplits = 1;
-  /// An fa3.attention_varlen forward: Q, K, V and O are packed [T, H, D]
-  /// (described to TMA as [1, T, H, D]), LSE is [Hq, Tq], and the launch
-  /// passes the sequence offsets (AttentionDeviceArgs::cuSeqlensQ/K). Never
-  /// persistent or split; with PackGQA (packedHeads = G > 1) Q and O are
-  /// described as [1, T, Hkv, G, D] and the grid runs over the key/value
-  /// heads. Launched by launchAttentionVarlen.
+  /// An fa3.attention_varlen forward or fa3.attention_varlen_grad backward:
+  /// Q, K, V and O (and dO, dQ, dK, dV) are packed [T, H, D] (described to
+  /// TMA as [1, T, H, D]), LSE is [Hq, Tq], and the launch passes the
+  /// sequence offsets (cuSeqlensQ/K of AttentionDeviceArgs or
+  /// AttentionGradDeviceArgs). Never persistent, split or a KV cache; a
+  /// forward with PackGQA (packedHeads = G > 1) describes Q and O as [1, T,
+  /// Hkv, G, D] and runs its grid over the key/value heads. Launched by
+  /// launchAttentionVarlen (forward) or launchAttentionVarlenBackward.
   bool varlen = false;
-  /// A varlen forward compiled with seqused_k: the launch passes it too.
+  /// A varlen kernel compiled with seqused_k: the launch passes it too.
   bool sequsedK = false;
   /// A deterministic backward: the workspace also holds the dQ turn
-  /// counters (i32 [B, Hq, query blocks]), zeroed by the launch and passed
-  /// to the main kernel.
+  /// counters (i32 [B, Hq, query blocks]; varlen: [Hq, padded rows /
+  /// blockM], see attentionGradWorkspaceBytes), zeroed by the launch and
+  /// passed to the main kernel.
   bool deterministic = false;
 
   /// Hadamard and Quantize: the element types read and written (Quantize
@@ -195,12 +199,21 @@ llvm::Error launchAttentionVarlen(const CudaKernel &kernel,
 /// tensors, LSE [B, Hq, Sq] f32) and a workspace of
 /// attentionGradWorkspaceBytes() bytes, 256-byte aligned. The launch
 /// initializes the workspace itself.
+///
+/// A varlen backward (launchAttentionVarlenBackward) reads packed dO, Q, O
+/// [Tq, Hq, D], K, V [Tk, Hkv, D], LSE and dLSE [Hq, Tq] and writes dQ, dK,
+/// dV shaped like Q, K, V, with seqQ = Tq, seqK = Tk and `batch` the number
+/// of sequences B; cuSeqlensQ, cuSeqlensK (i32 [B + 1]) and, for a kernel
+/// compiled with it, sequsedK (i32 [B]) are on the device, and maxSeqlenQ /
+/// maxSeqlenK bound every sequence's query and key counts.
 struct AttentionGradDeviceArgs {
   DevicePtr gradOut = 0, q = 0, k = 0, v = 0, out = 0, lse = 0;
   /// dLSE [B, Hq, Sq] f32, or 0 when the LSE has no gradient.
   DevicePtr gradLse = 0;
   DevicePtr gradQ = 0, gradK = 0, gradV = 0, workspace = 0;
   int64_t batch = 0, seqQ = 0, seqK = 0;
+  DevicePtr cuSeqlensQ = 0, cuSeqlensK = 0, sequsedK = 0;
+  int64_t maxSeqlenQ = 0, maxSeqlenK = 0;
 };
 
 /// The three kernels of a compiled backward.
@@ -214,15 +227,48 @@ getAttentionGradKernels(const CudaModule &module,
                         const AttentionKernelInfo &info);
 
 /// Bytes of workspace a backward launch needs: the f32 dQ accumulator
-/// [B, Sq, Hq, D], then LSE·log2(e) and Δ, f32 [B, Hq, roundup(Sq, 64)].
+/// [B, Sq, Hq, D], then LSE·log2(e) and Δ, f32 [B, Hq, roundup(Sq,
+/// blockM)], then (deterministic) the i32 turn counters [B, Hq,
+/// roundup(Sq, blockM) / blockM].
+///
+/// Varlen (batch = B sequences, seqQ = Tq, seqK = Tk): the accumulator
+/// [Tq, Hq, D], then LSE·log2(e) and Δ, f32 [Hq, P] with P = floor((Tq +
+/// B·blockM) / blockM)·blockM (sequence b's rows start at the aligned
+/// floor((cu_q[b] + b·blockM) / blockM)·blockM), then (deterministic) the
+/// turn counters [Hq, P / blockM].
 int64_t attentionGradWorkspaceBytes(const AttentionKernelInfo &info,
                                     int64_t batch, int64_t seqQ, int64_t seqK);
 
 /// Launches the backward (preprocessing, main, postprocessing) on `stream`.
+/// A varlen backward is refused: it needs launchAttentionVarlenBackward.
 llvm::Error launchAttentionBackward(const AttentionGradKernels &kernels,
                                     const AttentionKernelInfo &info,
                                     const AttentionGradDeviceArgs &args,
                                     CudaStream stream);
+
+/// A packed variable-length backward (info.varlen, info.backward): on
+/// `stream`, the preprocessing (Δ, the statistics, a zeroed dQ accumulator;
+/// grid (max(1, roundup(maxSeqlenQ, blockM) / 4), Hq, B + 1)), the main
+/// kernel (dK, dV and the dQ accumulation; grid (max(1, ceildiv(maxSeqlenK,
+/// blockN)), Hkv, B + 1)) and the postprocessing (dQ from the accumulator).
+/// The CTAs of z = B zero the dQ, dK and dV rows past cu_seqlens_q[B] and
+/// cu_seqlens_k[B], so every row of dQ, dK and dV is written: each
+/// sequence's gradients of its own attention, zeros elsewhere (and for keys
+/// past seqused_k[b]).
+///
+/// The offsets are on the device and not checked: they must be
+/// non-decreasing from 0 with cu_seqlens_q[B] <= Tq, cu_seqlens_k[B] <= Tk,
+/// 0 <= seqused_k[b] <= sequence b's keys, and maxSeqlenQ / maxSeqlenK at
+/// least every sequence's cu_seqlens_q / cu_seqlens_k difference (seqused_k
+/// does not shorten it: the CTAs past the used keys zero their gradients);
+/// both are clamped to Tq and Tk. Whole tiles are read, so the rows of Q,
+/// dO, K and V must hold finite values. Tq = Tk = 0 launches nothing; B = 0
+/// launches the zeroing CTAs alone. Q, K, V, dO must be 16-byte aligned
+/// (TMA).
+llvm::Error launchAttentionVarlenBackward(const AttentionGradKernels &kernels,
+                                          const AttentionKernelInfo &info,
+                                          const AttentionGradDeviceArgs &args,
+                                          CudaStream stream);
 
 } // namespace fa3::runtime
 

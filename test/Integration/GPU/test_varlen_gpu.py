@@ -9,6 +9,11 @@ has softcap: with softcap the bound is the dtype's rounding of O and P,
 4 * 2^-8 * max |V| (as test_python_gpu.py's softcap case), far below a lost
 softcap. The LSE within 1e-3 relative (fa3 accumulates it in float32).
 
+Gradients (autograd: the varlen Hopper backward, fa3.attention_varlen_grad's
+three kernels in one launch) against the float64 gradient
+(fa3.reference.attention_varlen_grad) with SDPA's autograd per sequence as
+the yardstick, or, with softcap, fa3's dense backward on each sequence alone.
+
 Rows that see no key, and the rows past cu_seqlens_q[-1], must be O = 0,
 LSE = -inf (outputs come from torch.empty: only the launch's fill defines
 the tail rows). Key rows that no sequence uses (past cu_seqlens_k[-1], and
@@ -50,8 +55,12 @@ CASES = [  # seqlens_q, seqlens_k, hq, hkv, d, dtype, causal, window, softcap, s
 TAIL_Q, TAIL_K = 3, 5
 
 
+def _lengths_id(lengths):
+    return "-".join(map(str, lengths)) if len(lengths) <= 6 else f"{len(lengths)}seqs{sum(lengths)}"
+
+
 def _case_id(c):
-    return (f"q{'-'.join(map(str, c[0]))}_k{'-'.join(map(str, c[1]))}-h{c[2]}x{c[3]}-d{c[4]}-{str(c[5])[6:]}-"
+    return (f"q{_lengths_id(c[0])}_k{_lengths_id(c[1])}-h{c[2]}x{c[3]}-d{c[4]}-{str(c[5])[6:]}-"
             f"{'causal' if c[6] else 'full'}-win{c[7][0]}.{c[7][1]}-cap{c[8]:g}-{'used' if c[9] else 'all'}")
 
 
@@ -254,13 +263,24 @@ def test_under_torch_compile():
     assert torch.equal(got, f(q, k, v, cu_q, cu_k))
 
 
-GRAD_CASES = [  # seqlens_q, seqlens_k, hq, hkv, d, dtype, causal, window, seqused_k
-    ([1, 17, 300, 0, 130], [300, 17, 300, 5, 131], 8, 2, 128, torch.bfloat16, True, (-1, -1), None),
-    ([17, 0, 1, 200], [1, 0, 64, 300], 4, 1, 64, torch.float16, False, (16, 40), None),
+# 40 sequences of 0 to 70 queries and keys (B launches of the dense backward
+# before the varlen one).
+_MANY = np.random.default_rng(40).integers(0, 71, (2, 40)).tolist()
+MANY_Q, MANY_K = _MANY[0], _MANY[1]
+
+GRAD_CASES = [  # seqlens_q, seqlens_k, hq, hkv, d, dtype, causal, window, softcap, seqused_k
+    ([1, 17, 300, 0, 130], [300, 17, 300, 5, 131], 8, 2, 128, torch.bfloat16, True, (-1, -1), 0.0, None),
+    ([17, 0, 1, 200], [1, 0, 64, 300], 4, 1, 64, torch.float16, False, (16, 40), 0.0, None),
     # d192: the forward's kernel, the backward zero-padded to 256.
-    ([100, 33], [200, 1], 4, 4, 192, torch.bfloat16, True, (-1, -1), None),
+    ([100, 33], [200, 1], 4, 4, 192, torch.bfloat16, True, (-1, -1), 0.0, None),
     # d96: forward and backward zero-padded to 128; seqused_k.
-    ([17, 1, 300, 5], [100, 10, 300, 64], 8, 2, 96, torch.bfloat16, True, (-1, -1), [50, 0, 299, 64]),
+    ([17, 1, 300, 5], [100, 10, 300, 64], 8, 2, 96, torch.bfloat16, True, (-1, -1), 0.0, [50, 0, 299, 64]),
+    (MANY_Q, MANY_K, 8, 2, 64, torch.bfloat16, False, (-1, -1), 0.0, None),
+    (MANY_Q, MANY_K, 8, 2, 64, torch.bfloat16, True, (-1, -1), 0.0, None),
+    (MANY_Q, MANY_K, 16, 2, 128, torch.bfloat16, True, (-1, -1), 0.0, [n // 2 for n in MANY_K]),
+    ([100, 1, 257], [300, 17, 257], 8, 2, 256, torch.bfloat16, True, (-1, -1), 0.0, None),
+    # f16 with a window and softcap (the yardstick: fa3's dense backward).
+    ([129, 64, 1, 0], [257, 65, 3, 10], 16, 4, 128, torch.float16, False, (16, 40), 2.0, None),
 ]
 
 
@@ -289,37 +309,70 @@ def _sdpa_grads(q, k, v, do, cu_q, cu_k, used, causal, window, scale):
     return dq, dk, dv
 
 
-@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: _case_id(c[:8] + (0.0, c[8])))
+def _dense_grads(q, k, v, do, cu_q, cu_k, used, causal, window, softcap, scale):
+    """fa3's dense Hopper backward (fa3.attention's autograd) on each
+    sequence alone, as a batch of one: the yardstick where no SDPA backend
+    has the option (softcap)."""
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b])
+        n = int(used[b]) if used is not None else int(cu_k[b + 1]) - k0
+        if q1 == q0 or n == 0:
+            continue
+        qb, kb, vb = (t.detach()[None].requires_grad_() for t in (q[q0:q1], k[k0:k0 + n], v[k0:k0 + n]))
+        out = fa3.attention(qb, kb, vb, causal=causal, softmax_scale=scale, window_size=window, softcap=softcap)
+        gq, gk, gv = torch.autograd.grad(out, (qb, kb, vb), do[None, q0:q1])
+        dq[q0:q1], dk[k0:k0 + n], dv[k0:k0 + n] = gq[0], gk[0], gv[0]
+    return dq, dk, dv
+
+
+def _poison_allocator():
+    """Frees NaN-filled blocks into both pools of torch's caching allocator
+    (small: 512 KiB blocks, large: 64 MiB), so that a row of a torch.empty
+    output the launch fails to write most likely reads NaN, not zero."""
+    blocks = [torch.full((1 << 17,), float("nan"), device="cuda") for _ in range(32)]
+    blocks.append(torch.full((1 << 24,), float("nan"), device="cuda"))
+    del blocks
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=_case_id)
 def test_varlen_gradients_match_reference(case):
-    """dq, dk, dv through fa3.attention_varlen's autograd (the dense Hopper
-    backward once per sequence) against the float64 gradient
+    """dq, dk, dv through fa3.attention_varlen's autograd (one launch of the
+    varlen Hopper backward) against the float64 gradient
     (fa3.reference.attention_varlen_grad): max |fa3 - ref| <= 2 * max |SDPA -
     ref| + 1e-4 per tensor (test_attention_grad_gpu.py's bound, SDPA's
-    autograd per sequence as the yardstick). Rows that see no key get dq = 0
-    exactly; key rows no sequence uses (garbage), and the rows past the
-    sequences, dk = dv = 0 exactly."""
-    seq_q, seq_k, hq, hkv, d, dtype, causal, window, used = case
+    autograd per sequence as the yardstick; with softcap, which no SDPA
+    backend has, fa3's dense backward per sequence instead). Rows that see no
+    key get dq = 0 exactly; key rows no sequence uses (garbage), and the rows
+    past the sequences, dk = dv = 0 exactly (the kernels write every row of
+    outputs from torch.empty, over a NaN-poisoned allocator)."""
+    seq_q, seq_k, hq, hkv, d, dtype, causal, window, softcap, used = case
     q, k, v, cu_q, cu_k = _inputs(seq_q, seq_k, hq, hkv, d, dtype, used, seed=11)
     cu_qt, cu_kt = (torch.tensor(c, device="cuda") for c in (cu_q, cu_k))
     used_t = torch.tensor(used, dtype=torch.int32, device="cuda") if used is not None else None
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     out = fa3.attention_varlen(q, k, v, cu_qt, cu_kt, max(seq_q), max(seq_k), causal=causal, window_size=window,
-                               seqused_k=used_t)
+                               softcap=softcap, seqused_k=used_t)
     do = torch.randn_like(out)
+    _poison_allocator()
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), do)
     scale = 1 / math.sqrt(d)
     numpy = [t.detach().double().cpu().numpy() for t in (q, k, v, do)]
     want = [torch.from_numpy(g).to("cuda") for g in reference.attention_varlen_grad(
-        *numpy, cu_q, cu_k, seqused_k=used, causal=causal, window=window, scale=scale)]
-    yardstick = _sdpa_grads(q, k, v, do, cu_q, cu_k, used, causal, window, scale)
-    for name, got, ref, sdpa in zip(("dq", "dk", "dv"), (dq, dk, dv), want, yardstick):
+        *numpy, cu_q, cu_k, seqused_k=used, causal=causal, window=window, scale=scale, softcap=softcap)]
+    if softcap:
+        yardstick = _dense_grads(q, k, v, do, cu_q, cu_k, used, causal, window, softcap, scale)
+    else:
+        yardstick = _sdpa_grads(q, k, v, do, cu_q, cu_k, used, causal, window, scale)
+    for name, got, ref, other in zip(("dq", "dk", "dv"), (dq, dk, dv), want, yardstick):
         assert not got.isnan().any(), f"NaN in {name}"
         err = (got.double() - ref).abs().max().item()
-        bound = 2 * (sdpa.double() - ref).abs().max().item() + 1e-4
+        bound = 2 * (other.double() - ref).abs().max().item() + 1e-4
         assert err <= bound, f"{name}: error {err:.3g} exceeds {bound:.3g}"
     # Exact zeros: rows that see no key, unused and tail key rows.
     seen = torch.from_numpy(np.isfinite(reference.attention_varlen(
-        *numpy[:3], cu_q, cu_k, seqused_k=used, causal=causal, window=window, scale=scale)[1])).to("cuda")
+        *numpy[:3], cu_q, cu_k, seqused_k=used, causal=causal, window=window, scale=scale,
+        softcap=softcap)[1])).to("cuda")
     assert (dq[~seen.t()] == 0).all()
     unused = torch.ones(k.shape[0], dtype=torch.bool, device="cuda")
     for b in range(len(seq_k)):
@@ -327,23 +380,61 @@ def test_varlen_gradients_match_reference(case):
     assert (dk[unused] == 0).all() and (dv[unused] == 0).all()
 
 
-def test_deterministic_gradients_are_bit_identical():
-    """deterministic=True: two backward passes give the same bits (the dense
-    deterministic backward per sequence); the gradients still match the
-    default backward's within bf16 rounding of their largest entry."""
-    q, k, v, cu_q, cu_k = _inputs([300, 17, 129], [300, 40, 129], 8, 2, 128, torch.bfloat16, seed=13)
+DETERMINISTIC_CASES = [  # seqlens_q, seqlens_k, hq, hkv, d, seqused_k
+    ([300, 17, 129], [300, 40, 129], 8, 2, 128, None),
+    # Many sequences, a group of 8 query heads (their dK, dV sums), seqused_k.
+    (MANY_Q, MANY_K, 16, 2, 64, [n // 2 for n in MANY_K]),
+]
+
+
+@pytest.mark.parametrize("case", DETERMINISTIC_CASES, ids=lambda c: f"{_lengths_id(c[0])}-h{c[2]}x{c[3]}-d{c[4]}")
+def test_deterministic_gradients_are_bit_identical(case):
+    """deterministic=True: two backward passes give the same bits (the varlen
+    backward's deterministic kernel: each dQ block accumulated in a fixed
+    order); the gradients still match the default backward's within bf16
+    rounding of their largest entry."""
+    seq_q, seq_k, hq, hkv, d, used = case
+    q, k, v, cu_q, cu_k = _inputs(seq_q, seq_k, hq, hkv, d, torch.bfloat16, used, seed=13)
     cu_qt, cu_kt = (torch.tensor(c, device="cuda") for c in (cu_q, cu_k))
+    used_t = torch.tensor(used, dtype=torch.int32, device="cuda") if used is not None else None
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     do = torch.randn(q.shape, device="cuda", dtype=q.dtype)
 
     def grads(deterministic):
-        out = fa3.attention_varlen(q, k, v, cu_qt, cu_kt, 300, 300, causal=True, deterministic=deterministic)
+        out = fa3.attention_varlen(q, k, v, cu_qt, cu_kt, max(seq_q), max(seq_k), causal=True,
+                                   seqused_k=used_t, deterministic=deterministic)
         return torch.autograd.grad(out, (q, k, v), do)
 
     first, second, default = grads(True), grads(True), grads(False)
     for name, a, b, c in zip(("dq", "dk", "dv"), first, second, default):
         assert torch.equal(a, b), f"{name} differs between two deterministic runs"
         assert (a.float() - c.float()).abs().max().item() <= 2**-7 * c.float().abs().max().item() + 1e-4, name
+
+
+def test_gradients_without_sequences_are_zero():
+    """B = 0 with packed rows: the launch's extra grid row zeroes every row
+    of dq, dk, dv (from torch.empty, over a NaN-poisoned allocator). No
+    queries (Tq = 0) or no keys (Tk = 0): zeros, without a kernel."""
+    q = torch.randn(9, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(5, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(5, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    zero = torch.zeros(1, dtype=torch.int32, device="cuda")
+    out, lse = fa3.attention_varlen(q, k, v, zero, zero, 0, 0, return_lse=True)
+    _poison_allocator()
+    dq, dk, dv = torch.autograd.grad((out, lse), (q, k, v), (torch.randn_like(out), torch.randn_like(lse)))
+    for name, g, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        assert g.shape == like.shape and (g == 0).all(), name
+    cu = torch.tensor([0, 0, 0], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda")
+    empty = q.detach()[:0].clone().requires_grad_()
+    out = fa3.attention_varlen(empty, k, v, cu, cu_k, 0, 3)
+    dq, dk, dv = torch.autograd.grad(out, (empty, k, v), torch.randn_like(out))
+    assert dq.shape == (0, 8, 64) and (dk == 0).all() and (dv == 0).all()
+    cu_q = torch.tensor([0, 4, 9], dtype=torch.int32, device="cuda")
+    no_k, no_v = (t.detach()[:0].clone().requires_grad_() for t in (k, v))
+    out = fa3.attention_varlen(q, no_k, no_v, cu_q, cu, 5, 0)
+    dq, dk, dv = torch.autograd.grad(out, (q, no_k, no_v), torch.randn_like(out))
+    assert (dq == 0).all() and dk.shape == (0, 2, 64) and dv.shape == (0, 2, 64)
 
 
 def test_varlen_gradient_through_the_lse_reaches_the_inputs():
@@ -448,3 +539,47 @@ def test_fa3_run_runs_an_attention_varlen_function(fa3_run, tmp_path):
     np.save(tmp_path / "cq.npy", np.array([0, 3, 2, 133], np.int32))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "must be non-decreasing" in proc.stderr, proc.stderr
+
+
+def test_fa3_run_runs_an_attention_varlen_grad_function(fa3_run, tmp_path):
+    """HopperProgram runs a training step: fa3.attention_varlen, then
+    fa3.attention_varlen_grad on its O and LSE (seqused_k, GQA, a sequence
+    without queries and one without keys), the offsets checked on the host;
+    the gradients as test_varlen_gradients_match_reference bounds them
+    (dq, dk, dv allocated poisoned: the kernels write every row)."""
+    seq_q, seq_k, used = [3, 0, 130, 17], [300, 5, 130, 0], [299, 5, 1, 0]
+    hq, hkv, d = 8, 2, 64
+    q, k, v, cu_q, cu_k = _inputs(seq_q, seq_k, hq, hkv, d, torch.bfloat16, used, seed=8)
+    do = torch.randn_like(q)
+    e = "bf16"
+    qt, kt, lt, it = (f"tensor<?x{hq}x{d}x{e}>", f"tensor<?x{hkv}x{d}x{e}>", f"tensor<{hq}x?xf32>",
+                      "tensor<?xi32>")
+    (tmp_path / "step.mlir").write_text(
+        f"func.func @step(%q: {qt}, %k: {kt}, %v: {kt}, %cq: {it}, %ck: {it}, %used: {it}, %do: {qt})"
+        f" -> ({qt}, {kt}, {kt}) {{\n"
+        f"  %o, %lse = fa3.attention_varlen %q, %k, %v, %cq, %ck, %used {{causal}} : "
+        f"({qt}, {kt}, {kt}, {it}, {it}, {it}) -> ({qt}, {lt})\n"
+        f"  %dq, %dk, %dv = fa3.attention_varlen_grad %do, %q, %k, %v, %o, %lse, %cq, %ck seqused_k %used "
+        f"{{causal}} : ({qt}, {qt}, {kt}, {kt}, {qt}, {lt}, {it}, {it}, {it}) -> ({qt}, {kt}, {kt})\n"
+        f"  return %dq, %dk, %dv : {qt}, {kt}, {kt}\n}}\n")
+    for name, x in (("q", q), ("k", k), ("v", v), ("do", do)):
+        np.save(tmp_path / f"{name}.npy", x.float().cpu().numpy())
+    for name, x in (("cq", cu_q), ("ck", cu_k), ("used", np.array(used, np.int32))):
+        np.save(tmp_path / f"{name}.npy", x)
+    cmd = [fa3_run, str(tmp_path / "step.mlir"), "--function=step", "--device=cuda"]
+    cmd += [f"--input=@{tmp_path / n}.npy" for n in ("q", "k", "v", "cq", "ck", "used", "do")]
+    cmd += [f"--output=@{tmp_path / n}.npy" for n in ("dq", "dk", "dv")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = [torch.from_numpy(np.load(tmp_path / f"{n}.npy")).to("cuda").double() for n in ("dq", "dk", "dv")]
+    scale = 1 / math.sqrt(d)
+    numpy = [t.double().cpu().numpy() for t in (q, k, v, do)]
+    want = [torch.from_numpy(g).to("cuda") for g in reference.attention_varlen_grad(
+        *numpy, cu_q, cu_k, seqused_k=used, causal=True, scale=scale)]
+    yardstick = _sdpa_grads(q, k, v, do, cu_q, cu_k, used, True, (-1, -1), scale)
+    for name, g, ref, sdpa in zip(("dq", "dk", "dv"), got, want, yardstick):
+        assert not g.isnan().any(), f"NaN in {name}"
+        err = (g - ref).abs().max().item()
+        bound = 2 * (sdpa.double() - ref).abs().max().item() + 1e-4
+        assert err <= bound, f"{name}: error {err:.3g} exceeds {bound:.3g}"
+    assert (got[0][int(cu_q[-1]):] == 0).all() and (got[1][int(cu_k[-1]):] == 0).all()
