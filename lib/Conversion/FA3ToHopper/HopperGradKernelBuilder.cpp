@@ -191,30 +191,21 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
       add(mul(NVVM::BlockIdXOp::create(b, loc, i32), ci(rowsPerCta)), warp);
   Value head = NVVM::BlockIdYOp::create(b, loc, i32);
   Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
-  auto zeroAccRow = [&](Value rowIndex) {
-    Value rowElem = mul(rowIndex, cl(s.headDim));
+  auto zeroAccRow = [&](Value rowElem) {
     for (int64_t t = 0; t < s.headDim / 32; ++t) {
       Value idx = add(rowElem, zext64(add(lane, ci(32 * t))));
       storeF32(elemPtr(accPtr, f32, idx), cf(0));
     }
   };
 
-  // Where row `row` of this CTA's sequence lives: its index into the [*, Hq,
-  // D] rows of dO, O and the accumulator, into the LSE and into the padded
-  // statistics; the sequence's length. Dense: batch `batch` of Sq rows.
-  Value rowIndex, lseIdx, statIdx, length = seqQ;
+  // Where row `row` of this CTA's sequence lives: the sequence's length and
+  // padded length, and the row's index into the [*, Hq, D] rows of dO, O
+  // and the accumulator, into the LSE and into the padded statistics (for
+  // the dense backward emitted where they are used). Dense: batch `batch` of
+  // Sq rows.
+  Value length = seqQ, lenPad, varlenRowIndex, varlenLseIdx, varlenStatIdx;
   if (!s.varlen) {
-    Value seqPad =
-        mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
-    rowIndex = add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(row)),
-                       cl(s.numQHeads)),
-                   sext64(head));
-    lseIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                     sext64(seqQ)),
-                 sext64(row));
-    statIdx = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                      sext64(seqPad)),
-                  sext64(row));
+    lenPad = mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
   } else {
     // Grid z = B + 1: the last z zeroes the accumulator rows past the last
     // sequence, which no sequence's rows cover (they get dQ = 0), striding
@@ -229,22 +220,47 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
     scf::ForOp::create(
         b, loc, add(loadI32(cuQ, numSeqs), row), seqQ, stride, ValueRange{},
         [&](OpBuilder &, Location, Value token, ValueRange) {
-          zeroAccRow(add(mul(sext64(token), cl(s.numQHeads)), sext64(head)));
+          Value rowIndex =
+              add(mul(sext64(token), cl(s.numQHeads)), sext64(head));
+          zeroAccRow(mul(rowIndex, cl(s.headDim)));
           scf::YieldOp::create(b, loc);
         });
     b.setInsertionPointToStart(tail.elseBlock());
     Value start = loadI32(cuQ, batch);
     length = sub(loadI32(cuQ, add(batch, ci(1))), start);
     Value token = add(start, row);
-    rowIndex = add(mul(sext64(token), cl(s.numQHeads)), sext64(head));
-    lseIdx = add(mul(sext64(head), sext64(seqQ)), sext64(token));
-    statIdx = add(add(mul(sext64(head), sext64(paddedStatRows(seqQ, numSeqs))),
-                      sext64(paddedStatOffset(start, batch))),
-                  sext64(row));
+    varlenRowIndex = add(mul(sext64(token), cl(s.numQHeads)), sext64(head));
+    varlenLseIdx = add(mul(sext64(head), sext64(seqQ)), sext64(token));
+    varlenStatIdx =
+        add(add(mul(sext64(head), sext64(paddedStatRows(seqQ, numSeqs))),
+                sext64(paddedStatOffset(start, batch))),
+            sext64(row));
   }
+  auto rowIndexOf = [&] {
+    if (s.varlen)
+      return varlenRowIndex;
+    return add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(row)),
+                   cl(s.numQHeads)),
+               sext64(head));
+  };
+  auto lseIndexOf = [&] {
+    if (s.varlen)
+      return varlenLseIdx;
+    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                   sext64(seqQ)),
+               sext64(row));
+  };
+  auto statIndexOf = [&] {
+    if (s.varlen)
+      return varlenStatIdx;
+    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                   sext64(lenPad)),
+               sext64(row));
+  };
   Value inside = cmp(arith::CmpIPredicate::slt, row, length);
-  Value lenPad =
-      mul(divu(add(length, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
+  if (s.varlen)
+    lenPad =
+        mul(divu(add(length, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
   float inf = std::numeric_limits<float>::infinity();
 
   // Rows past the length (up to the padded length) get Δ = 0 and LSE₂ =
@@ -254,7 +270,7 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(rowValues.thenBlock());
-    Value rowElem = mul(rowIndex, cl(s.headDim));
+    Value rowElem = mul(rowIndexOf(), cl(s.headDim));
     Value dot = cf(0);
     for (int64_t t = 0; t < s.headDim / 64; ++t) {
       Value col = add(mul(lane, ci(2)), ci(64 * t));
@@ -263,7 +279,8 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
       auto [o0, o1] = loadPair(elemPtr(oPtr, elt, idx));
       dot = fadd(dot, fadd(fmul(d0, o0), fmul(d1, o1)));
     }
-    zeroAccRow(rowIndex);
+    zeroAccRow(s.varlen ? mul(varlenRowIndex, cl(s.headDim)) : rowElem);
+    Value lseIdx = lseIndexOf();
     Value lse = LLVM::LoadOp::create(b, loc, f32, elemPtr(lsePtr, f32, lseIdx),
                                      /*alignment=*/4);
     Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, lse,
@@ -290,6 +307,7 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
   Value inPad = cmp(arith::CmpIPredicate::slt, row, lenPad);
   Value lane0 = cmp(arith::CmpIPredicate::eq, lane, ci(0));
   scf::IfOp::create(b, loc, andi(inPad, lane0), [&](OpBuilder &, Location) {
+    Value statIdx = statIndexOf();
     storeF32(elemPtr(deltaPtr, f32, statIdx), rowValues.getResult(0));
     storeF32(elemPtr(lse2Ptr, f32, statIdx), rowValues.getResult(1));
     scf::YieldOp::create(b, loc);
@@ -370,7 +388,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   // Which 64 key rows this warpgroup owns and which head-dim slice of dK/dV.
   Value slab = s.keySlabs() == 2 ? wg : ci(0);
   Value slice = s.keySlabs() == 2 ? ci(0) : wg;
-  Value kStart = mul(kBlock, ci(bn));
 
   // This CTA's sequence: Q rows from token qRow0 and K rows from kRow0 (TMA
   // batch coordinate tmaBatch), seqQ queries and seqK (used) keys, dK and dV
@@ -378,9 +395,10 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   // [*, H, D] rows of dQ's accumulator and of dK/dV, statIndex the
   // statistics (and, divided by bm, the turn counters). Dense: batch `batch`
   // of Sq and Sk rows.
-  Value qRow0 = ci(0), kRow0 = ci(0), tmaBatch = batch, storedKeys = seqK;
-  Value seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
-  Value statBase = ci(0), statRows = seqPad;
+  // kStart (the first key) and seqPad (Sq in whole steps) are emitted
+  // early only for varlen.
+  Value qRow0, kRow0, tmaBatch = batch, storedKeys = seqK;
+  Value kStart, seqPad, statBase, statRows;
   std::function<Value(Value, Value)> rowOfQuery = [&](Value query, Value head) {
     return add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(query)),
                    cl(s.numQHeads)),
@@ -400,6 +418,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                sext64(qStart));
   };
   if (s.varlen) {
+    kStart = mul(kBlock, ci(bn));
     Value cuQ = entry->getArgument(11), cuK = entry->getArgument(12);
     Value rowsQ = seqQ, rowsK = seqK;
     // Grid z = B + 1: the last z zeroes the dK and dV rows past the last
@@ -480,6 +499,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
   // The query rows that see some key of this block (as in fa3-tile).
   int64_t left = s.windowLeft, right = s.windowRight;
+  if (!s.varlen)
+    kStart = mul(kBlock, ci(bn));
   Value offset = sub(seqK, seqQ);
   Value kLast = sub(minsi(add(kStart, ci(bn)), seqK), ci(1));
   Value rowLo = ci(0), rowHi = seqQ;
@@ -492,6 +513,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value qbHi = divu(add(rowHi, ci(bm - 1)), ci(bm));
   Value perHead = sub(qbHi, qbLo);
   Value numIters = mul(perHead, ci(group));
+  if (!s.varlen)
+    seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
   // A varlen block of keys past seqused_k (seqK < storedKeys) sees no query:
   // its dK and dV are 0.
   if (s.sequsedK)
@@ -515,7 +538,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
       Value tileOff = add(ci(base), mul(stage, ci(bm * tile)));
       for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
         tmaLoad(smemAt(add(tileOff, ci(atom * bm * kAtomBytes))), map,
-                {ci(atom * kAtomCols), add(qRow0, qStart), head, tmaBatch},
+                {ci(atom * kAtomCols), s.varlen ? add(qRow0, qStart) : qStart,
+                 head, tmaBatch},
                 bar);
     }
     // LSE₂ and Δ of the block: 4·bm bytes each, 16-byte aligned because
@@ -533,7 +557,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                              {tmaV, offV}})
       for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
         tmaLoad(smemAt(ci(base + atom * bn * kAtomBytes)), map,
-                {ci(atom * kAtomCols), add(kRow0, kStart), kvHead, tmaBatch},
+                {ci(atom * kAtomCols), s.varlen ? add(kRow0, kStart) : kStart,
+                 kvHead, tmaBatch},
                 barKV());
     for (int64_t st = 0; st < s.stages; ++st) {
       Value has = cmp(arith::CmpIPredicate::slt, ci(st), numIters);
@@ -719,8 +744,18 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                 maxsi(arith::FloorDivSIOp::create(b, loc, t, ci(bn)), ci(0));
           }
           turn = sub(kBlock, first);
-          // The counter of the statistics' row block.
-          Value index = divu(statIndex(head, qStart), cl(bm));
+          // The counter of (batch, head, query block); varlen: of the
+          // statistics' row block.
+          Value index;
+          if (s.varlen) {
+            index = divu(statIndex(head, qStart), cl(bm));
+          } else {
+            Value blocks = divu(seqPad, ci(bm));
+            index =
+                add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                        sext64(blocks)),
+                    sext64(qb));
+          }
           turnPtr = elemPtr(turnsPtr, i32, index);
           scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
             auto spin = scf::WhileOp::create(
