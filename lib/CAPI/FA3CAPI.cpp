@@ -580,6 +580,24 @@ extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
                        stream, error);
 }
 
+/// The checks both varlen launch entries make of the sequence operands:
+/// seqused_k exactly when the kernel was compiled with it (`op` names the
+/// op to compile otherwise), and both offsets set. Empty: they pass.
+static std::string checkVarlenOffsets(const runtime::AttentionKernelInfo &info,
+                                      const char *op, uint64_t cuSeqlensQ,
+                                      uint64_t cuSeqlensK, uint64_t sequsedK) {
+  if (info.sequsedK && !sequsedK)
+    return "seqused_k is NULL, but the kernel was compiled with it";
+  if (!info.sequsedK && sequsedK)
+    return std::string("the kernel was compiled without seqused_k; pass 0 "
+                       "for it (or compile an ") +
+           op + " that takes it)";
+  if (!cuSeqlensQ || !cuSeqlensK)
+    return std::string(!cuSeqlensQ ? "cu_seqlens_q" : "cu_seqlens_k") +
+           " is NULL";
+  return {};
+}
+
 extern "C" int fa3_launch_attention_varlen(
     const fa3_kernel *kernel, uint64_t q, uint64_t k, uint64_t v, uint64_t out,
     uint64_t lse, uint64_t cu_seqlens_q, uint64_t cu_seqlens_k,
@@ -606,14 +624,10 @@ extern "C" int fa3_launch_attention_varlen(
     return fail(std::string("the kernel is not an fa3.attention_varlen "
                             "forward; launch it with ") +
                 forwardEntryFor(info));
-  if (info.sequsedK && !seqused_k)
-    return fail("seqused_k is NULL, but the kernel was compiled with it");
-  if (!info.sequsedK && seqused_k)
-    return fail("the kernel was compiled without seqused_k; pass 0 for it "
-                "(or compile an fa3.attention_varlen that takes it)");
-  if (!cu_seqlens_q || !cu_seqlens_k)
-    return fail(std::string(!cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") +
-                " is NULL");
+  std::string offsets = checkVarlenOffsets(
+      info, "fa3.attention_varlen", cu_seqlens_q, cu_seqlens_k, seqused_k);
+  if (!offsets.empty())
+    return fail(offsets);
   if (batch < 0 || total_q < 0 || total_k < 0 || max_seqlen_q < 0)
     return fail("negative batch, total_q, total_k or max_seqlen_q");
   if (total_q > 0 && (!q || !out || !lse))
@@ -804,14 +818,10 @@ extern "C" int fa3_launch_attention_varlen_grad(
   if (!info.varlen)
     return fail("the kernel is a dense backward (fa3.attention_grad); launch "
                 "it with fa3_launch_attention_grad");
-  if (info.sequsedK && !seqused_k)
-    return fail("seqused_k is NULL, but the kernel was compiled with it");
-  if (!info.sequsedK && seqused_k)
-    return fail("the kernel was compiled without seqused_k; pass 0 for it "
-                "(or compile an fa3.attention_varlen_grad that takes it)");
-  if (!cu_seqlens_q || !cu_seqlens_k)
-    return fail(std::string(!cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") +
-                " is NULL");
+  std::string offsets = checkVarlenOffsets(
+      info, "fa3.attention_varlen_grad", cu_seqlens_q, cu_seqlens_k, seqused_k);
+  if (!offsets.empty())
+    return fail(offsets);
   if (batch < 0 || total_q < 0 || total_k < 0 || max_seqlen_q < 0 ||
       max_seqlen_k < 0)
     return fail("negative batch, total_q, total_k, max_seqlen_q or "
