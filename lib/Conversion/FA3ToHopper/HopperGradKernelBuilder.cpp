@@ -1,4 +1,5 @@
-//===- HopperGradKernelBuilder.cpp - The sm_90a backward attention kernels ---===//
+//===- HopperGradKernelBuilder.cpp - The sm_90a backward attention kernels
+//---===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -16,11 +17,14 @@
 //     computes for its 64 key rows
 //       Sᵀ = K Qᵀ and dPᵀ = V dOᵀ            (wgmma, both operands in smem)
 //       Pᵀ = exp2(c·Sᵀ − LSE₂),  dSᵀ = Pᵀ ∘ (dPᵀ − Δ)   (registers)
-//       dV += Pᵀ dO and dK += dSᵀ Q          (register-A wgmma, dO/Q MN-major)
+//       dV += Pᵀ dO                          (register-A wgmma, dO MN-major)
 //     then writes dSᵀ to shared memory (128-byte swizzled, 64 query columns
 //     per row: exactly the MN-major layout of the A operand dS), and after a
-//     CTA barrier computes its share of dQ = dS K (A and B MN-major) and adds
-//     it to the f32 accumulator with red.global.add.v2.f32.
+//     CTA barrier computes its share of dQ = dS K (A and B MN-major), issues
+//     dK += dSᵀ Q (register A, Q MN-major) and, while that runs, adds dQ to
+//     the f32 accumulator with red.global.add.v2.f32. The wgmma groups are
+//     FA3's: Pᵀ is computed while dPᵀ's wgmmas run, dV's while dSᵀ is
+//     stored, dK's while dQ is added.
 //   * `_post`: dQ = scale · accumulator, rounded to the storage type.
 //
 // dK/dV accumulate in registers across the whole GQA group, so they need no
@@ -621,6 +625,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                                 16, 1024);
           sAcc = wgmmaSS(sAcc, a, bq, k > 0);
         }
+        // Sᵀ and dPᵀ commit as two groups: Pᵀ = exp2(…) needs only Sᵀ and
+        // runs while dPᵀ's wgmmas do (FA3's order).
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
         // A second fence: dPᵀ's fresh accumulator registers are written
         // after the first one.
         NVVM::WgmmaFenceAlignedOp::create(b, loc);
@@ -633,7 +640,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           dpAcc = wgmmaSS(dpAcc, a, bo, k > 0);
         }
         NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
 
         // LSE₂ and Δ of this thread's query columns, from shared memory.
         Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
@@ -666,15 +673,19 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               return keyHidden(query, key, seqK, offset, left, right);
             });
 
-        // Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − Δ), with softcap's derivative.
+        // Pᵀ while dPᵀ's wgmmas run; then dSᵀ = Pᵀ ∘ (dPᵀ − Δ), with
+        // softcap's derivative.
         SmallVector<Value> p(nS), ds(nS);
         for (int64_t j = 0; j < bm / 8; ++j) {
           auto [lse0, lse1] = statPair(0, j);
+          for (int64_t r = 4 * j; r < 4 * j + 4; ++r)
+            p[r] = exp2(fsub(fmul(masked[r], cf(c)), r % 2 ? lse1 : lse0));
+        }
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+        for (int64_t j = 0; j < bm / 8; ++j) {
           auto [delta0, delta1] = statPair(4 * bm, j);
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
-            Value lse2 = r % 2 ? lse1 : lse0;
             Value delta = r % 2 ? delta1 : delta0;
-            p[r] = exp2(fsub(fmul(masked[r], cf(c)), lse2));
             ds[r] = fmul(p[r], fsub(dpAcc[r], delta));
             if (s.softcap > 0) {
               Value t = fmul(capped[r], cf(s.scale / s.softcap));
@@ -688,8 +699,10 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           dsFrag.push_back(packAFragment(ds, k));
         }
 
-        // dV += Pᵀ dO and dK += dSᵀ Q over this warpgroup's head-dim slice,
-        // dO and Q read MN-major.
+        // dV += Pᵀ dO over this warpgroup's head-dim slice, dO read MN-major;
+        // it runs while dSᵀ goes to shared memory. dK += dSᵀ Q comes after
+        // dQ's first wgmmas, so it runs while dQ is added to the
+        // accumulator (FA3's order).
         Value sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
         NVVM::WgmmaFenceAlignedOp::create(b, loc);
         for (int64_t k = 0; k < bm / 16; ++k) {
@@ -697,12 +710,16 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                                 bm * kAtomBytes, 1024);
           dV = wgmmaRS(dV, pFrag[k], bd);
         }
-        for (int64_t k = 0; k < bm / 16; ++k) {
-          Value bd = descriptor(add(add(qAddr, sliceOff), ci(k * 16 * kAtomBytes)),
-                                bm * kAtomBytes, 1024);
-          dK = wgmmaRS(dK, dsFrag[k], bd);
-        }
         NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        auto issueDK = [&] {
+          for (int64_t k = 0; k < bm / 16; ++k) {
+            Value bd =
+                descriptor(add(add(qAddr, sliceOff), ci(k * 16 * kAtomBytes)),
+                           bm * kAtomBytes, 1024);
+            dK = wgmmaRS(dK, dsFrag[k], bd);
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        };
 
         // dSᵀ to shared memory: row = key, 64 query columns = one 128-byte
         // swizzled row. Every warpgroup has finished reading the previous
@@ -793,7 +810,10 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
             qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
           }
           NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+          // After the first chunk dK's group is the only one left running.
+          if (chunk == 0)
+            issueDK();
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, chunk == 0 ? 1 : 0);
           auto addPartial = [&] {
             for (int64_t half = 0; half < 2; ++half) {
               Value query = add(add(qStart, rowInSlab), ci(8 * half));

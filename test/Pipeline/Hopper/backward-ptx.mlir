@@ -27,19 +27,35 @@
 // K and V once, then Q/dO tiles and their LSE₂/Δ rows (1-D bulk copies).
 // COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
 // COMMON: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
-// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: m64n64 (64 query columns), both K-major.
+// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: m64n64 (64 query columns), both K-major, as
+// two commit groups: Pᵀ's exp2 runs after the first wait (Sᵀ done) while dPᵀ's
+// wgmmas do, dSᵀ after the second.
 // COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// COMMON: wgmma.commit_group.sync.aligned;
+// COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// COMMON: wgmma.commit_group.sync.aligned;
+// COMMON-NEXT: wgmma.wait_group.sync.aligned 1;
 // COMMON: ex2.approx.ftz.f32
-// dV += Pᵀ dO and dK += dSᵀ Q: register-A wgmma, B transposed.
+// COMMON: wgmma.wait_group.sync.aligned 0;
+// dV += Pᵀ dO: register-A wgmma, B transposed, running while dSᵀ goes
+// through shared memory between two CTA barriers.
 // D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// dSᵀ goes through shared memory between two CTA barriers, then dQ = dS K
-// with A and B both MN-major, reduced into the f32 accumulator.
+// COMMON: wgmma.commit_group.sync.aligned;
 // COMMON: bar.sync
 // COMMON: fence.proxy.async.shared::cta;
 // COMMON: bar.sync
+// dQ = dS K with A and B both MN-major, then dK += dSᵀ Q (register A), and
+// dQ reduced into the f32 accumulator while dK's wgmmas run (wait for all
+// groups but the last).
 // COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 1, 1;
+// COMMON: wgmma.commit_group.sync.aligned;
+// D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// COMMON: wgmma.commit_group.sync.aligned;
+// COMMON-NEXT: wgmma.wait_group.sync.aligned 1;
 // COMMON: red.global.add.v2.f32
 // COMMON: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
 // COMMON: cvt.rn.{{b?f16}}x2.f32
