@@ -58,7 +58,6 @@ struct GradWorkspaceLayout {
 /// varlen.
 static GradWorkspaceLayout gradWorkspaceLayout(const AttentionKernelInfo &info,
                                                int64_t batch, int64_t seqQ) {
-  int64_t accRows = info.varlen ? seqQ : batch * seqQ;
   // Varlen: sequence b's statistics start at floor((cu_q[b] + b·blockM) /
   // blockM)·blockM and take roundup(its rows, blockM), so the last one ends
   // by floor((Tq + B·blockM) / blockM)·blockM (FlashAttention-3's padded
@@ -68,7 +67,8 @@ static GradWorkspaceLayout gradWorkspaceLayout(const AttentionKernelInfo &info,
                      : paddedSeqQ(info, seqQ);
   int64_t slabs = info.varlen ? info.numQHeads : batch * info.numQHeads;
   GradWorkspaceLayout layout;
-  layout.lse2 = alignUp(accRows * info.numQHeads * info.headDim * 4, 256);
+  // The dQ accumulator has the statistics' rows, of D f32 each.
+  layout.lse2 = alignUp(slabs * rows * info.headDim * 4, 256);
   layout.delta = layout.lse2 + slabs * rows * 4;
   layout.turns = layout.delta + slabs * rows * 4;
   // A deterministic backward's dQ turn counters: one per query block of each
@@ -119,16 +119,17 @@ encodeGradTensorMaps(const AttentionKernelInfo &info,
   return maps;
 }
 
-/// The postprocessing: dQ (`rows` rows of Hq·D elements) from the f32
-/// accumulator, one element pair a thread.
+/// The postprocessing: dQ from the f32 accumulator, a CTA of 128 threads
+/// per 64-row block of each (batch or sequence, head); `seqQ` rows each
+/// (the longest sequence's varlen), `zBlocks` batches (varlen: the
+/// sequences and one more, which zeroes the rows past them).
 static llvm::Error launchGradPost(const AttentionGradKernels &kernels,
                                   const AttentionKernelInfo &info,
-                                  DevicePtr acc, DevicePtr gradQ, int64_t rows,
-                                  CudaStream stream) {
-  int64_t pairs = rows * info.numQHeads * info.headDim / 2;
-  void *params[] = {&acc, &gradQ, &pairs};
-  Dim3 grid{unsigned((pairs + 255) / 256), 1, 1};
-  return kernels.postprocess.launch(grid, Dim3{256, 1, 1}, 0, stream, params);
+                                  llvm::ArrayRef<void *> params, int64_t seqQ,
+                                  unsigned zBlocks, CudaStream stream) {
+  Dim3 grid{unsigned(std::max<int64_t>(1, (seqQ + 63) / 64)),
+            unsigned(info.numQHeads), zBlocks};
+  return kernels.postprocess.launch(grid, Dim3{128, 1, 1}, 0, stream, params);
 }
 
 llvm::Error fa3::runtime::launchAttentionBackward(
@@ -187,9 +188,12 @@ llvm::Error fa3::runtime::launchAttentionBackward(
                                     info.deterministic ? 0 : 1)))
       return err;
   }
-  if (args.seqQ > 0)
-    return launchGradPost(kernels, info, acc, args.gradQ,
-                          args.batch * args.seqQ, stream);
+  if (args.seqQ > 0) {
+    DevicePtr gradQ = args.gradQ;
+    void *params[] = {&acc, &gradQ, &seqQ32};
+    return launchGradPost(kernels, info, params, args.seqQ,
+                          unsigned(args.batch), stream);
+  }
   return llvm::Error::success();
 }
 
@@ -267,7 +271,9 @@ llvm::Error fa3::runtime::launchAttentionVarlenBackward(
   int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
   unsigned zBlocks = unsigned(args.batch + 1);
 
-  if (args.seqQ > 0) {
+  // (Without sequences, every packed row is past the last: _post zeroes
+  // them.)
+  if (args.seqQ > 0 && args.batch > 0) {
     // No sequence is longer than the packed rows (the offsets end within
     // them): a larger max_seqlen_q only adds CTAs that exit.
     int64_t maxSeqlenQ = std::min(args.maxSeqlenQ, args.seqQ);
@@ -276,7 +282,7 @@ llvm::Error fa3::runtime::launchAttentionVarlenBackward(
     void *params[] = {&dO,   &o,     &lse,    &gradLse,   &acc,
                       &lse2, &delta, &seqQ32, &cuSeqlensQ};
     Dim3 grid{unsigned(std::max<int64_t>(1, paddedSeqQ(info, maxSeqlenQ) / 4)),
-              unsigned(info.numQHeads), zBlocks};
+              unsigned(info.numQHeads), unsigned(args.batch)};
     if (llvm::Error err =
             kernels.preprocess.launch(grid, Dim3{128, 1, 1}, 0, stream, params))
       return err;
@@ -313,7 +319,12 @@ llvm::Error fa3::runtime::launchAttentionVarlenBackward(
                                 unsigned(info.sharedMemory), stream, params))
       return err;
   }
-  if (args.seqQ > 0)
-    return launchGradPost(kernels, info, acc, args.gradQ, args.seqQ, stream);
+  if (args.seqQ > 0) {
+    DevicePtr gradQ = args.gradQ;
+    void *params[] = {&acc, &gradQ, &seqQ32, &cuSeqlensQ};
+    return launchGradPost(kernels, info, params,
+                          std::min(args.maxSeqlenQ, args.seqQ), zBlocks,
+                          stream);
+  }
   return llvm::Error::success();
 }

@@ -9,7 +9,7 @@ The backward's (fa3._varlen_cuda._backward_kernel, fa3.attention_varlen_grad)
 likewise, at its head dims (64, 128, 256), with and without seqused_k and
 deterministic: its three entries must take what
 launchAttentionVarlenBackward passes (`_pre` 9, the main kernel 13 plus
-seqused_k plus the turn counters, `_post` 3), and ptxas must assemble them
+seqused_k plus the turn counters, `_post` 4), and ptxas must assemble them
 (the dense backward spills a few words at d128 and d256, so spills are
 reported, not refused)."""
 
@@ -98,8 +98,8 @@ def test_varlen_backward_compiles_with_the_launch_parameters(case, tmp_path):
     # Q, K, V, dO maps, LSE·log2(e), Δ, the accumulator, dK, dV, Tq, Tk,
     # cu_seqlens_q, cu_seqlens_k[, seqused_k][, turn counters].
     assert params.get(kernel.name) == 13 + used + deterministic, params
-    # The accumulator, dQ, the element pairs.
-    assert params.get(kernel.name + "_post") == 3, params
+    # The accumulator, dQ, Tq, cu_seqlens_q.
+    assert params.get(kernel.name + "_post") == 4, params
     ptxas = _ptxas()
     if ptxas is None:
         pytest.skip("no ptxas (FA3_PTXAS, the CMake cache or PATH) to assemble the PTX")

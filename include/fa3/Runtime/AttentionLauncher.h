@@ -227,12 +227,13 @@ getAttentionGradKernels(const CudaModule &module,
                         const AttentionKernelInfo &info);
 
 /// Bytes of workspace a backward launch needs: the f32 dQ accumulator
-/// [B, Sq, Hq, D], then LSE·log2(e) and Δ, f32 [B, Hq, roundup(Sq,
-/// blockM)], then (deterministic) the i32 turn counters [B, Hq,
-/// roundup(Sq, blockM) / blockM].
+/// [B, Hq, roundup(Sq, blockM), D] (in 64-row blocks of wgmma fragment
+/// order, see buildHopperAttentionGradKernels), then LSE·log2(e) and Δ, f32
+/// [B, Hq, roundup(Sq, blockM)], then (deterministic) the i32 turn counters
+/// [B, Hq, roundup(Sq, blockM) / blockM].
 ///
 /// Varlen (batch = B sequences, seqQ = Tq, seqK = Tk): the accumulator
-/// [Tq, Hq, D], then LSE·log2(e) and Δ, f32 [Hq, P] with P = floor((Tq +
+/// [Hq, P, D], then LSE·log2(e) and Δ, f32 [Hq, P] with P = floor((Tq +
 /// B·blockM) / blockM)·blockM (sequence b's rows start at the aligned
 /// floor((cu_q[b] + b·blockM) / blockM)·blockM), then (deterministic) the
 /// turn counters [Hq, P / blockM].
@@ -248,9 +249,10 @@ llvm::Error launchAttentionBackward(const AttentionGradKernels &kernels,
 
 /// A packed variable-length backward (info.varlen, info.backward): on
 /// `stream`, the preprocessing (Δ, the statistics, a zeroed dQ accumulator;
-/// grid (max(1, roundup(maxSeqlenQ, blockM) / 4), Hq, B + 1)), the main
+/// grid (max(1, roundup(maxSeqlenQ, blockM) / 4), Hq, B)), the main
 /// kernel (dK, dV and the dQ accumulation; grid (max(1, ceildiv(maxSeqlenK,
-/// blockN)), Hkv, B + 1)) and the postprocessing (dQ from the accumulator).
+/// blockN)), Hkv, B + 1)) and the postprocessing (dQ from the accumulator;
+/// grid (max(1, ceildiv(maxSeqlenQ, 64)), Hq, B + 1)).
 /// The CTAs of z = B zero the dQ, dK and dV rows past cu_seqlens_q[B] and
 /// cu_seqlens_k[B], so every row of dQ, dK and dV is written: each
 /// sequence's gradients of its own attention, zeros elsewhere (and for keys

@@ -47,13 +47,26 @@ using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
 
-int64_t HopperAttentionGradSpec::sharedMemoryBytes() const {
-  int64_t row = 2 * headDim; // bytes per row of a tile
-  int64_t kv = 2 * blockN * row;
-  int64_t ring = stages * (2 * blockM * row + 2 * 4 * blockM);
-  int64_t ds = blockN * blockM * 2;
-  int64_t barriers = 8 * (1 + 2 * stages);
+/// The main kernel's shared memory without the dQ staging tiles.
+static int64_t tileBytes(const HopperAttentionGradSpec &s) {
+  int64_t row = 2 * s.headDim; // bytes per row of a tile
+  int64_t kv = 2 * s.blockN * row;
+  int64_t ring = s.stages * (2 * s.blockM * row + 2 * 4 * s.blockM);
+  int64_t ds = s.blockN * s.blockM * 2;
+  int64_t barriers = 8 * (1 + 2 * s.stages);
   return kv + ring + ds + barriers + 1024;
+}
+
+bool HopperAttentionGradSpec::dQThroughSharedMemory() const {
+  // Each warpgroup's share of a step's dQ is one 64 × 64 tile at D <= 128
+  // (64 columns each at D = 128; all 64 over its own key rows at D = 64).
+  return headDim <= 128 &&
+         tileBytes(*this) + kNumWarpgroups * kDQTileBytes <= kMaxSharedMemory;
+}
+
+int64_t HopperAttentionGradSpec::sharedMemoryBytes() const {
+  return tileBytes(*this) +
+         (dQThroughSharedMemory() ? kNumWarpgroups * kDQTileBytes : 0);
 }
 
 std::string HopperAttentionGradSpec::kernelName() const {
@@ -203,33 +216,16 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
   };
 
   // Where row `row` of this CTA's sequence lives: the sequence's length and
-  // padded length, and the row's index into the [*, Hq, D] rows of dO, O
-  // and the accumulator, into the LSE and into the padded statistics (for
-  // the dense backward emitted where they are used). Dense: batch `batch` of
-  // Sq rows.
+  // padded length, and the row's index into the [*, Hq, D] rows of dO and O,
+  // into the LSE and into the padded statistics and accumulator (for the
+  // dense backward emitted where they are used). Dense: batch `batch` of Sq
+  // rows.
   Value length = seqQ, lenPad, varlenRowIndex, varlenLseIdx, varlenStatIdx;
   if (!s.varlen) {
     lenPad = mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
   } else {
-    // Grid z = B + 1: the last z zeroes the accumulator rows past the last
-    // sequence, which no sequence's rows cover (they get dQ = 0), striding
-    // over them with every CTA of its x.
     Value cuQ = entry->getArgument(8);
-    Value numSeqs = sub(NVVM::GridDimZOp::create(b, loc, i32), ci(1));
-    auto tail =
-        scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, batch, numSeqs),
-                          /*withElseRegion=*/true);
-    b.setInsertionPointToStart(tail.thenBlock());
-    Value stride = mul(NVVM::GridDimXOp::create(b, loc, i32), ci(rowsPerCta));
-    scf::ForOp::create(
-        b, loc, add(loadI32(cuQ, numSeqs), row), seqQ, stride, ValueRange{},
-        [&](OpBuilder &, Location, Value token, ValueRange) {
-          Value rowIndex =
-              add(mul(sext64(token), cl(s.numQHeads)), sext64(head));
-          zeroAccRow(mul(rowIndex, cl(s.headDim)));
-          scf::YieldOp::create(b, loc);
-        });
-    b.setInsertionPointToStart(tail.elseBlock());
+    Value numSeqs = NVVM::GridDimZOp::create(b, loc, i32);
     Value start = loadI32(cuQ, batch);
     length = sub(loadI32(cuQ, add(batch, ci(1))), start);
     Value token = add(start, row);
@@ -283,7 +279,6 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
       auto [o0, o1] = loadPair(elemPtr(oPtr, elt, idx));
       dot = fadd(dot, fadd(fmul(d0, o0), fmul(d1, o1)));
     }
-    zeroAccRow(s.varlen ? mul(varlenRowIndex, cl(s.headDim)) : rowElem);
     Value lseIdx = lseIndexOf();
     Value lse = LLVM::LoadOp::create(b, loc, f32, elemPtr(lsePtr, f32, lseIdx),
                                      /*alignment=*/4);
@@ -310,10 +305,16 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
   }
   Value inPad = cmp(arith::CmpIPredicate::slt, row, lenPad);
   Value lane0 = cmp(arith::CmpIPredicate::eq, lane, ci(0));
-  scf::IfOp::create(b, loc, andi(inPad, lane0), [&](OpBuilder &, Location) {
+  scf::IfOp::create(b, loc, inPad, [&](OpBuilder &, Location) {
     Value statIdx = statIndexOf();
-    storeF32(elemPtr(deltaPtr, f32, statIdx), rowValues.getResult(0));
-    storeF32(elemPtr(lse2Ptr, f32, statIdx), rowValues.getResult(1));
+    // The accumulator's row of the same index (its blocks hold the rows in
+    // fragment order, but a block is zero once all its rows are).
+    zeroAccRow(mul(statIdx, cl(s.headDim)));
+    scf::IfOp::create(b, loc, lane0, [&](OpBuilder &, Location) {
+      storeF32(elemPtr(deltaPtr, f32, statIdx), rowValues.getResult(0));
+      storeF32(elemPtr(lse2Ptr, f32, statIdx), rowValues.getResult(1));
+      scf::YieldOp::create(b, loc);
+    });
     scf::YieldOp::create(b, loc);
   });
   b.setInsertionPointToEnd(entry);
@@ -325,29 +326,112 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
 //===----------------------------------------------------------------------===//
 
 void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
-  auto fn = createKernel(module, s.postprocessKernelName(),
-                         {globalPtr, globalPtr, i64},
+  // (dQ accumulator, dQ, Sq[, cu_seqlens_q]); a CTA per 64-row block of
+  // (batch or sequence, head), a thread per wgmma fragment slot.
+  SmallVector<Type> params = {globalPtr, globalPtr, i32};
+  if (s.varlen)
+    params.push_back(globalPtr);
+  auto fn = createKernel(module, s.postprocessKernelName(), params,
                          HopperAttentionGradSpec::kPostThreads);
   OpBuilder::InsertionGuard guard(b);
   Block *entry = &fn.getBody().front();
   b.setInsertionPointToStart(entry);
   Value accPtr = entry->getArgument(0), dqPtr = entry->getArgument(1);
-  Value pairs = entry->getArgument(2);
-  Value pair = add(mul(zext64(NVVM::BlockIdXOp::create(b, loc, i32)),
-                       cl(HopperAttentionGradSpec::kPostThreads)),
-                   zext64(NVVM::ThreadIdXOp::create(b, loc, i32)));
-  Value inside = cmp(arith::CmpIPredicate::slt, pair, pairs);
-  scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-    Value v = LLVM::LoadOp::create(
-        b, loc, VectorType::get({2}, f32),
-        elemPtr(accPtr, i64, pair), /*alignment=*/8);
-    Value x = LLVM::ExtractElementOp::create(b, loc, v, ci(0));
-    Value y = LLVM::ExtractElementOp::create(b, loc, v, ci(1));
-    Value packed = pack(fmul(x, cf(s.scale)), fmul(y, cf(s.scale)));
-    LLVM::StoreOp::create(b, loc, packed, elemPtr(dqPtr, i32, pair),
-                          /*alignment=*/4);
+  Value seqQ = entry->getArgument(2);
+  const int64_t d = s.headDim;
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
+  Value blk = NVVM::BlockIdXOp::create(b, loc, i32);
+  Value head = NVVM::BlockIdYOp::create(b, loc, i32);
+  Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
+
+  // The block's sequence: its length, its first token, and the statistics
+  // row of its first row (the accumulator's rows are the statistics').
+  Value length = seqQ, token0, statRow0;
+  Value blockRow = mul(blk, ci(64));
+  if (!s.varlen) {
+    Value seqPad =
+        mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
+    token0 = mul(sext64(batch), sext64(seqQ));
+    statRow0 = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                       sext64(seqPad)),
+                   sext64(blockRow));
+  } else {
+    // Grid z = B + 1: the last z writes dQ = 0 to the rows past the last
+    // sequence, which no sequence's rows cover, striding over their element
+    // pairs with every CTA of its x.
+    Value cuQ = entry->getArgument(3);
+    Value numSeqs = sub(NVVM::GridDimZOp::create(b, loc, i32), ci(1));
+    auto tail =
+        scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, batch, numSeqs),
+                          /*withElseRegion=*/true);
+    b.setInsertionPointToStart(tail.thenBlock());
+    Value first = sext64(loadI32(cuQ, numSeqs));
+    Value pairs = mul(sub(sext64(seqQ), first), cl(d / 2));
+    Value stride = mul(zext64(NVVM::GridDimXOp::create(b, loc, i32)),
+                       cl(HopperAttentionGradSpec::kPostThreads));
+    scf::ForOp::create(
+        b, loc,
+        add(mul(zext64(blk), cl(HopperAttentionGradSpec::kPostThreads)),
+            zext64(tid)),
+        pairs, stride, ValueRange{},
+        [&](OpBuilder &, Location, Value pair, ValueRange) {
+          Value row =
+              add(first, arith::DivUIOp::create(b, loc, pair, cl(d / 2)));
+          Value index =
+              add(mul(add(mul(row, cl(s.numQHeads)), sext64(head)), cl(d / 2)),
+                  arith::RemUIOp::create(b, loc, pair, cl(d / 2)));
+          LLVM::StoreOp::create(b, loc, ci(0), elemPtr(dqPtr, i32, index),
+                                /*alignment=*/4);
+          scf::YieldOp::create(b, loc);
+        });
+    b.setInsertionPointToStart(tail.elseBlock());
+    Value start = loadI32(cuQ, batch);
+    length = sub(loadI32(cuQ, add(batch, ci(1))), start);
+    token0 = sext64(start);
+    statRow0 = add(add(mul(sext64(head), sext64(paddedStatRows(seqQ, numSeqs))),
+                       sext64(paddedStatOffset(start, batch))),
+                   sext64(blockRow));
+  }
+
+  // Slot `tid` of each 8-column block j of each 64-column chunk holds rows
+  // r and r + 8, columns c and c + 1 (the wgmma accumulator fragment).
+  Value active = cmp(arith::CmpIPredicate::slt, blockRow, length);
+  scf::IfOp::create(b, loc, active, [&](OpBuilder &, Location) {
+    Value warp = divu(tid, ci(32)), lane = remu(tid, ci(32));
+    Value r = add(add(blockRow, mul(warp, ci(16))), divu(lane, ci(4)));
+    Value c = mul(remu(lane, ci(4)), ci(2));
+    Value block = mul(statRow0, cl(d));
+    for (int64_t chunk = 0; chunk < d / 64; ++chunk)
+      for (int64_t j = 0; j < 8; ++j) {
+        Value slot = add(block, cl(chunk * 64 * 64 + j * 128 * 4));
+        Value v = LLVM::LoadOp::create(
+            b, loc, VectorType::get({4}, f32),
+            elemPtr(accPtr, f32, add(slot, mul(zext64(tid), cl(4)))),
+            /*alignment=*/16);
+        Value col = add(c, ci(chunk * 64 + 8 * j));
+        for (int64_t half = 0; half < 2; ++half) {
+          Value row = add(r, ci(8 * half));
+          Value inside = cmp(arith::CmpIPredicate::slt, row, length);
+          scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+            Value x = LLVM::ExtractElementOp::create(b, loc, v, ci(2 * half));
+            Value y =
+                LLVM::ExtractElementOp::create(b, loc, v, ci(2 * half + 1));
+            Value index =
+                add(mul(add(mul(add(token0, sext64(row)), cl(s.numQHeads)),
+                            sext64(head)),
+                        cl(d)),
+                    zext64(col));
+            Value pair = arith::DivUIOp::create(b, loc, index, cl(2));
+            LLVM::StoreOp::create(
+                b, loc, pack(fmul(x, cf(s.scale)), fmul(y, cf(s.scale))),
+                elemPtr(dqPtr, i32, pair), /*alignment=*/4);
+            scf::YieldOp::create(b, loc);
+          });
+        }
+      }
     scf::YieldOp::create(b, loc);
   });
+  b.setInsertionPointToEnd(entry);
   LLVM::ReturnOp::create(b, loc, ValueRange());
 }
 
@@ -395,19 +479,14 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
   // This CTA's sequence: Q rows from token qRow0 and K rows from kRow0 (TMA
   // batch coordinate tmaBatch), seqQ queries and seqK (used) keys, dK and dV
-  // stored for its first storedKeys keys. rowOfQuery and rowOfKey index the
-  // [*, H, D] rows of dQ's accumulator and of dK/dV, statIndex the
-  // statistics (and, divided by bm, the turn counters). Dense: batch `batch`
-  // of Sq and Sk rows.
+  // stored for its first storedKeys keys. rowOfKey indexes the [*, Hkv, D]
+  // rows of dK/dV, statIndex the statistics (times D, the dQ accumulator's
+  // rows; divided by bm, the turn counters). Dense: batch `batch` of Sq and
+  // Sk rows.
   // kStart (the first key) and seqPad (Sq in whole steps) are emitted
   // early only for varlen.
   Value qRow0, kRow0, tmaBatch = batch, storedKeys = seqK;
   Value kStart, seqPad, statBase, statRows;
-  std::function<Value(Value, Value)> rowOfQuery = [&](Value query, Value head) {
-    return add(mul(add(mul(sext64(batch), sext64(seqQ)), sext64(query)),
-                   cl(s.numQHeads)),
-               sext64(head));
-  };
   std::function<Value(Value)> rowOfKey = [&](Value key) {
     return add(mul(add(mul(sext64(batch), sext64(seqK)), sext64(key)),
                    cl(s.numKVHeads)),
@@ -460,9 +539,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
     statRows = paddedStatRows(rowsQ, numSeqs);
     statBase = paddedStatOffset(qRow0, batch);
-    rowOfQuery = [&, qRow0](Value query, Value head) {
-      return add(mul(sext64(add(qRow0, query)), cl(s.numQHeads)), sext64(head));
-    };
     rowOfKey = [&, kRow0](Value key) {
       return add(mul(sext64(add(kRow0, key)), cl(s.numKVHeads)),
                  sext64(kvHead));
@@ -480,7 +556,12 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   const int64_t offDO = offQ + s.stages * bm * tile;
   const int64_t offDS = offDO + s.stages * bm * tile;
   const int64_t offStats = offDS + bn * bm * 2;
-  const int64_t offBar = offStats + s.stages * 8 * bm;
+  const int64_t offDQ = offStats + s.stages * 8 * bm;
+  const int64_t offBar =
+      offDQ + (s.dQThroughSharedMemory()
+                   ? HopperAttentionGradSpec::kNumWarpgroups *
+                         HopperAttentionGradSpec::kDQTileBytes
+                   : 0);
   auto barKV = [&] { return smemAt(ci(offBar)); };
   auto barFull = [&](Value st) {
     return smemAt(add(ci(offBar + 8), mul(st, ci(8))));
@@ -592,6 +673,11 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   // [k0, k0 + kRows). With D >= 128 the warpgroups split the columns and
   // read every key row's dS; at D = 64 each reads only its own rows.
   bool splitColumns = d / HopperAttentionGradSpec::kNumWarpgroups >= 64;
+  // dQ through shared memory: a 64 × 64 staging tile per warpgroup, handed to
+  // the bulk copy unit by the warpgroup's first thread (the issuer).
+  bool viaSmem = s.dQThroughSharedMemory();
+  Value tInWG = remu(tid, ci(128));
+  Value isIssuer = cmp(arith::CmpIPredicate::eq, tInWG, ci(0));
   int64_t nWidth = splitColumns ? d / HopperAttentionGradSpec::kNumWarpgroups
                                 : d;
   int64_t kRows = splitColumns ? bn : 64;
@@ -723,7 +809,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
         // dSᵀ to shared memory: row = key, 64 query columns = one 128-byte
         // swizzled row. Every warpgroup has finished reading the previous
-        // step's dS (it waited for its dQ wgmma) once past the barrier.
+        // step's dS (it waited for its dQ wgmma) once past the barrier, and
+        // the previous step's bulk reduces have read their staging buffers.
+        if (viaSmem)
+          scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
+            ptxVoid("cp.async.bulk.wait_group.read 0;", "", {});
+            scf::YieldOp::create(b, loc);
+          });
         namedBarrier(1, s.numThreads());
         // With one shared slab both warpgroups hold the same dSᵀ.
         Value writer = cmp(arith::CmpIPredicate::eq, slice, ci(0));
@@ -814,21 +906,61 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           if (chunk == 0)
             issueDK();
           NVVM::WgmmaWaitGroupSyncOp::create(b, loc, chunk == 0 ? 1 : 0);
+          // The chunk's 64 × 64 tile in this step's accumulator block (the
+          // statistics' row index times D), in fragment-slot order.
+          Value chunkElem = add(mul(statIndex(head, qStart), cl(d)),
+                                mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
           auto addPartial = [&] {
-            for (int64_t half = 0; half < 2; ++half) {
-              Value query = add(add(qStart, rowInSlab), ci(8 * half));
-              Value inside = cmp(arith::CmpIPredicate::slt, query, seqQ);
-              scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-                Value rowElem = mul(rowOfQuery(query, head), cl(d));
-                for (int64_t j = 0; j < 8; ++j) {
-                  int64_t r = 4 * j + 2 * half;
-                  Value col = add(add(col0, ci(8 * j)), colInBlock);
-                  Value ptr = elemPtr(accPtr, f32, add(rowElem, zext64(col)));
-                  reduceAddPair(ptr, qAcc[r], qAcc[r + 1]);
-                }
-                scf::YieldOp::create(b, loc);
-              });
+            if (!viaSmem) {
+              // Slot tInWG of 8-column block j: 16 contiguous bytes, one v4
+              // reduction, so a warp's cover 512 contiguous bytes in whole
+              // 32-byte sectors (two v2 reductions a slot touch each sector
+              // twice, half used: measured 10-17% slower at D = 256). One
+              // address a step, constant offsets from it: per-slot offsets
+              // would be loop invariants held in registers.
+              Value slot0 = elemPtr(accPtr, f32,
+                                    add(chunkElem, zext64(mul(tInWG, ci(4)))));
+              for (int64_t j = 0; j < 8; ++j)
+                ptxVoid("red.global.add.v4.f32 [$0], {$1, $2, $3, $4};",
+                        "l,f,f,f,f",
+                        {elemPtr(slot0, f32, ci(j * 128 * 4)), qAcc[4 * j],
+                         qAcc[4 * j + 1], qAcc[4 * j + 2], qAcc[4 * j + 3]});
+              return;
             }
+            // The tile to this warpgroup's staging buffer in the same order
+            // (consecutive threads, consecutive 16 bytes: no bank
+            // conflicts), then one bulk reduce-add of it by the warpgroup's
+            // first thread.
+            Value stagingSlot =
+                add(add(ci(offDQ), mul(tInWG, ci(16))),
+                    mul(wg, ci(HopperAttentionGradSpec::kDQTileBytes)));
+            for (int64_t j = 0; j < 8; ++j) {
+              Value v =
+                  LLVM::UndefOp::create(b, loc, VectorType::get({4}, f32));
+              for (int64_t e = 0; e < 4; ++e)
+                v = LLVM::InsertElementOp::create(b, loc, v, qAcc[4 * j + e],
+                                                  ci(e));
+              LLVM::StoreOp::create(b, loc, v,
+                                    smemAt(add(stagingSlot, ci(j * 128 * 16))),
+                                    /*alignment=*/16);
+            }
+            fenceProxyAsyncShared();
+            namedBarrierSync(add(wg, ci(2)), 128);
+            scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
+              Value staging =
+                  add(add(base, ci(offDQ)),
+                      mul(wg, ci(HopperAttentionGradSpec::kDQTileBytes)));
+              ptxVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group."
+                      "add.f32 [$0], [$1], $2;",
+                      "l,r,r",
+                      {elemPtr(accPtr, f32, chunkElem), staging,
+                       ci(HopperAttentionGradSpec::kDQTileBytes)});
+              ptxVoid("cp.async.bulk.commit_group;", "", {});
+              // Deterministic: the adds are complete before the turn passes.
+              if (s.deterministic)
+                ptxVoid("cp.async.bulk.wait_group 0;", "", {});
+              scf::YieldOp::create(b, loc);
+            });
           };
           if (!s.deterministic || splitColumns) {
             addPartial();
@@ -877,6 +1009,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         yields.append(dV);
         scf::YieldOp::create(b, loc, yields);
       });
+
+  // The last bulk reduces complete before the CTA's shared memory goes.
+  if (viaSmem)
+    scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
+      ptxVoid("cp.async.bulk.wait_group 0;", "", {});
+      scf::YieldOp::create(b, loc);
+    });
 
   // Epilogue: dK = scale · acc and dV, rows past the keys skipped (varlen:
   // the keys past seqused_k are stored, as zeros).

@@ -12,14 +12,19 @@
 // PTX: _param_11
 // PTX: ld.acquire.gpu.global.u32
 // PTX: bar.sync 0;
-// At D = 64 both warpgroups add to the same dQ elements: warpgroup 0's adds,
-// a CTA barrier, warpgroup 1's, a barrier; at D = 128 they add disjoint
-// columns, with no barrier between.
-// D64: red.global.add.v2.f32
+// Each warpgroup's bulk reduce of its dQ tile completes (wait_group 0, not
+// .read) before the turn passes on. At D = 64 both warpgroups add to the
+// same dQ elements: warpgroup 0's bulk reduce, a CTA barrier, warpgroup
+// 1's, a barrier; at D = 128 they add disjoint columns, with no barrier
+// between.
+// D64: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32
+// D64: cp.async.bulk.wait_group 0;
 // D64: bar.sync 0;
-// D64: red.global.add.v2.f32
+// D64: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32
+// D64: cp.async.bulk.wait_group 0;
 // D64: bar.sync 0;
-// D128: red.global.add.v2.f32
+// D128: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32
+// D128: cp.async.bulk.wait_group 0;
 // D128-NOT: bar.sync 0;
 // D128: wgmma.wait_group.sync.aligned 0;
 // PTX: bar.sync 0;

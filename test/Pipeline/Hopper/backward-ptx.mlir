@@ -38,16 +38,20 @@
 // COMMON: ex2.approx.ftz.f32
 // COMMON: wgmma.wait_group.sync.aligned 0;
 // dV += Pᵀ dO: register-A wgmma, B transposed, running while dSᵀ goes
-// through shared memory between two CTA barriers.
+// through shared memory between two CTA barriers (at D <= 128, the first
+// waits for the last step's dQ bulk reduces to have read their staging).
 // D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // COMMON: wgmma.commit_group.sync.aligned;
+// D64: cp.async.bulk.wait_group.read 0;
+// D128: cp.async.bulk.wait_group.read 0;
+// D256-NOT: cp.async.bulk.wait_group
 // COMMON: bar.sync
 // COMMON: fence.proxy.async.shared::cta;
 // COMMON: bar.sync
 // dQ = dS K with A and B both MN-major, then dK += dSᵀ Q (register A), and
-// dQ reduced into the f32 accumulator while dK's wgmmas run (wait for all
+// dQ added to the f32 accumulator while dK's wgmmas run (wait for all
 // groups but the last).
 // COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 1, 1;
 // COMMON: wgmma.commit_group.sync.aligned;
@@ -56,6 +60,32 @@
 // D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // COMMON: wgmma.commit_group.sync.aligned;
 // COMMON-NEXT: wgmma.wait_group.sync.aligned 1;
-// COMMON: red.global.add.v2.f32
+// D <= 128: each warpgroup's 64 × 64 partial goes to its staging tile in
+// fragment-slot order (16 bytes a thread and 8-column block), then, after a
+// warpgroup barrier, its first thread adds the 16 KB tile to the
+// accumulator's block with one bulk reduce; the CTA waits for the last ones
+// before it exits. D = 256 has no room for the staging tiles: each thread
+// adds each of its 16-byte slots with one red.global.add.v4.f32 (a warp's
+// cover 512 contiguous bytes: whole sectors).
+// D64: st.shared.v4.b32
+// D64: fence.proxy.async.shared::cta;
+// D64: bar.sync
+// D64: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd{{[0-9]+}}], [%r{{[0-9]+}}], %r{{[0-9]+}};
+// D64: cp.async.bulk.commit_group;
+// D64: cp.async.bulk.wait_group 0;
+// D128: st.shared.v4.b32
+// D128: fence.proxy.async.shared::cta;
+// D128: bar.sync
+// D128: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd{{[0-9]+}}], [%r{{[0-9]+}}], %r{{[0-9]+}};
+// D128: cp.async.bulk.commit_group;
+// D128: cp.async.bulk.wait_group 0;
+// D256-NOT: cp.reduce.async.bulk
+// D256: red.global.add.v4.f32 [%rd{{[0-9]+}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}};
+// D256-NOT: red.global.add.v2.f32
+// The postprocessing reads a fragment slot (16 bytes) per thread and 8-column
+// block of a 64-row block: (dQ accumulator, dQ, Sq).
 // COMMON: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
+// COMMON: .param .u32 {{.*}}_post_param_2
+// COMMON-NEXT: )
+// COMMON: ld.global.v4.b32
 // COMMON: cvt.rn.{{b?f16}}x2.f32

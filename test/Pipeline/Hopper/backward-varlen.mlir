@@ -1,7 +1,7 @@
 // The packed (varlen) backward on Hopper: fa3.attention_varlen_grad gets
 // the dense backward's three kernels, reading each sequence's rows at its
-// offsets. Grid z runs over the sequences plus one, whose CTAs zero the rows
-// past the last sequence.
+// offsets. The main kernel's and _post's grid z runs over the sequences
+// plus one, whose CTAs zero the dK/dV and dQ rows past the last sequence.
 
 // RUN: split-file %s %t
 // RUN: fa3-opt %t/varlen.mlir --fa3-hopper-pipeline | FileCheck %s --check-prefix=LAUNCH
@@ -21,17 +21,17 @@
 // LAUNCH-LABEL: func.func @varlen_used_det
 // LAUNCH: fa3.launch = {block_m = 64 : i64, block_n = 128 : i64, deterministic = 1 : i64, seqused = 1 : i64, shared_memory = {{[0-9]+}} : i64, threads = 256 : i64, varlen = 1 : i64}
 
-// The preprocessing takes cu_seqlens_q after Sq; its last grid z zeroes the
-// accumulator rows past cu_seqlens_q[B], striding over them.
+// The preprocessing takes cu_seqlens_q after Sq; grid z is the B sequences
+// (the accumulator has only their rows).
 // PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}_pre(
 // PTX: .param .u32 {{.*}}_pre_param_7,
 // PTX-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_pre_param_8
 // PTX-NEXT: )
-// PTX: mov.u32 [[NZ:%r[0-9]+]], %nctaid.z;
-// PTX: add.s32 [[B:%r[0-9]+]], [[NZ]], -1;
-// PTX: setp.ne.b32 [[NOTTAIL:%p[0-9]+]], %r{{[0-9]+}}, [[B]];
-// PTX: @[[NOTTAIL]] bra
-// The statistics' rows of a sequence start at floor((cu_q[b] + b·64) / 64)·64.
+// The statistics' (and the accumulator's) rows of a sequence start at
+// floor((cu_q[b] + b·64) / 64)·64, and there are floor((Tq + B·64) / 64)·64
+// of them per head.
+// PTX: and.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, -64;
+// PTX: mov.u32 %r{{[0-9]+}}, %nctaid.z;
 // PTX: and.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, -64;
 // The main kernel: the dense parameters, then cu_seqlens_q and cu_seqlens_k.
 // PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}(
@@ -57,8 +57,20 @@
 // PTX: mov.b32 [[ZERO:%r[0-9]+]], 0;
 // PTX: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%rd{{[0-9]+}}], [%rd{{[0-9]+}}, {[[ZERO]], %r{{[0-9]+}}, %r{{[0-9]+}}, [[ZERO]]}]
 // PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
-// PTX: red.global.add.v2.f32
+// dQ's tiles into the accumulator's rows of the sequence's statistics.
+// PTX: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32
+// The postprocessing: (accumulator, dQ, Tq, cu_seqlens_q); its last grid z
+// zeroes the dQ rows past cu_seqlens_q[B], striding over their pairs.
 // PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}_post(
+// PTX: .param .u32 {{.*}}_post_param_2,
+// PTX-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_post_param_3
+// PTX-NEXT: )
+// PTX: mov.u32 [[NZ:%r[0-9]+]], %nctaid.z;
+// PTX: mov.u32 %r{{[0-9]+}}, %nctaid.x;
+// PTX: st.global.b32 [%rd{{[0-9]+}}], 0;
+// The sequences' blocks: 16-byte fragment slots, 8-column blocks 2 KB apart.
+// PTX: ld.global.v4.b32 {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, {{\[}}[[SLOT:%rd[0-9]+]]{{\]}};
+// PTX: ld.global.v4.b32 {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, {{\[}}[[SLOT]]+2048{{\]}};
 
 // With seqused_k it is the main kernel's parameter 13; the turn counters of
 // the deterministic form come last.

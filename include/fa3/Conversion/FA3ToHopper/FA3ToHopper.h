@@ -255,23 +255,39 @@ struct HopperAttentionGradSpec {
   int64_t keySlabs() const { return blockN / 64; }
   /// Head-dim columns of dK/dV each warpgroup accumulates.
   int64_t sliceWidth() const { return headDim * keySlabs() / kNumWarpgroups; }
+  /// A warpgroup's dQ partial of one step: a 64 × 64 f32 tile.
+  static constexpr int64_t kDQTileBytes = 64 * 64 * 4;
+  /// Whether the main kernel stages each warpgroup's dQ partial in shared
+  /// memory and adds it to the accumulator with one cp.reduce.async.bulk
+  /// (where a staging tile per warpgroup fits beside the K/V tiles and the
+  /// ring: D = 64 and 128), rather than with red.global.add from registers.
+  bool dQThroughSharedMemory() const;
   int64_t sharedMemoryBytes() const;
   /// Threads of the pre- and postprocessing kernels; the preprocessing
-  /// handles one query row per warp.
-  static constexpr int64_t kPreThreads = 128, kPostThreads = 256;
+  /// handles one query row per warp, the postprocessing one 64-row block of
+  /// the accumulator per CTA (a thread per wgmma fragment slot).
+  static constexpr int64_t kPreThreads = 128, kPostThreads = 128;
 };
 
 /// Emits the three backward kernels of `spec` into `module`. Parameters:
+/// The dQ accumulator (f32) has the statistics' rows: [B, Hq,
+/// roundup(Sq, blockM)] dense, [Hq, P] varlen (below), each of D elements,
+/// and each block of 64 rows is one contiguous 64·D tile in the order the
+/// main kernel's wgmma fragments hold it: D / 64 column chunks of 64 × 64,
+/// and in a chunk, for 8-column block j and warpgroup thread t, the four
+/// values t holds of it at ((j·128 + t)·4 + e) (e = 2·(row's 8-row half) +
+/// column parity). A chunk is then one bulk reduce (or 8 coalesced 16-byte
+/// reductions a thread), and _post reads it with 16-byte loads.
 ///  * pre: dO, O (storage type), LSE (f32 [B, Hq, Sq]), dLSE (the same, or
-///    null), dQ accumulator (f32 [B, Sq, Hq, D]), LSE·log2(e) and Δ (f32
-///    [B, Hq, roundup(Sq, blockM)]), Sq (i32). Grid (roundup(Sq, blockM) /
-///    4, Hq, B).
+///    null), dQ accumulator, LSE·log2(e) and Δ (f32 [B, Hq, roundup(Sq,
+///    blockM)]), Sq (i32). Grid (roundup(Sq, blockM) / 4, Hq, B); zeroes
+///    the accumulator rows of its statistics rows.
 ///  * main: the CUtensorMaps of Q, K, V and dO (by value), LSE·log2(e), Δ,
 ///    the dQ accumulator, dK, dV, Sq, Sk (i32) and, deterministic, the turn
 ///    counters (i32 [B, Hq, roundup(Sq, blockM) / blockM]). Grid
 ///    (ceildiv(Sk, blockN), Hkv, B), numThreads(), sharedMemoryBytes().
-///  * post: the dQ accumulator, dQ, the number of element pairs (i64). Grid
-///    ceildiv(pairs, kPostThreads).
+///  * post: the dQ accumulator, dQ, Sq (i32). Grid (roundup(Sq, 64) / 64,
+///    Hq, B), kPostThreads: a CTA converts one 64-row block.
 ///
 /// Varlen (packed [T, H, D] tensors; Sq, Sk are the row counts Tq, Tk;
 /// LSE and dLSE [Hq, Tq]; B sequences): the statistics LSE·log2(e) and Δ are
@@ -280,14 +296,15 @@ struct HopperAttentionGradSpec {
 /// blockM)·blockM (FA3's padded offsets), so that each step's rows are one
 /// aligned bulk copy; the turn counters are [Hq, P / blockM].
 ///  * pre: the dense parameters, then cu_seqlens_q. Grid (max(1,
-///    roundup(max Sq_b, blockM) / 4), Hq, B + 1); z = B zeroes the
-///    accumulator rows past cu_q[B].
+///    roundup(max Sq_b, blockM) / 4), Hq, B).
 ///  * main: the dense parameters up to Sk, then cu_seqlens_q, cu_seqlens_k,
 ///    seqused_k (with sequsedK) and the turn counters (deterministic). Q and
 ///    dO are described to TMA as [1, Tq, Hq, D], K and V as [1, Tk, Hkv, D].
 ///    Grid (max(1, ceildiv(max Sk_b, blockN)), Hkv, B + 1); z = B zeroes
 ///    the dK and dV rows past cu_k[B].
-///  * post: as dense, over the Tq rows.
+///  * post: the dense parameters, then cu_seqlens_q. Grid (max(1,
+///    roundup(max Sq_b, 64) / 64), Hq, B + 1); z = B zeroes the dQ rows past
+///    cu_q[B].
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
                                      const HopperAttentionGradSpec &spec);
