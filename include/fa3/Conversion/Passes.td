@@ -59,14 +59,19 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
 
     Each `fa3.attention_grad` becomes three kernels named after its spec:
     `<name>_pre` (one warp per query row: Δ = rowsum(dO ∘ O), the LSE in
-    base 2, a zeroed f32 dQ accumulator row), `<name>` (one CTA per key
+    base 2, a zeroed row of the f32 dQ accumulator), `<name>` (one CTA per key
     block of `block_n` rows, two warpgroups: K/V loaded once, Q/dO tiles of
     `block_m` = 64 rows and their LSE/Δ on an mbarrier ring over every query
     head of the GQA group and every visible query block; Sᵀ = K Qᵀ and
     dPᵀ = V dOᵀ as shared-memory wgmma, dV += Pᵀ dO and dK += dSᵀ Q as
     register-A wgmma, dSᵀ through swizzled shared memory into dQ = dS K with
-    both operands MN-major, added to the accumulator with
-    `red.global.add.v2.f32`) and `<name>_post` (dQ = scale · accumulator).
+    both operands MN-major; at D <= 128 each warpgroup's 64 x 64 dQ partial
+    goes through a shared-memory staging tile to one
+    `cp.reduce.async.bulk` add per step, at D = 256 it is added from
+    registers with `red.global.add.v4.f32`) and `<name>_post` (dQ = scale ·
+    accumulator, a CTA per 64-row block). The accumulator has the
+    statistics' padded rows, each 64-row block one tile in wgmma fragment
+    order (see `buildHopperAttentionGradKernels`).
     The runtime launches them in order with a workspace it sizes
     (`attentionGradWorkspaceBytes`).
 
