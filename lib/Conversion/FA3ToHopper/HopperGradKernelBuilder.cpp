@@ -1,5 +1,4 @@
-//===- HopperGradKernelBuilder.cpp - The sm_90a backward attention kernels
-//---===//
+//===- HopperGradKernelBuilder.cpp - sm_90a backward attention kernels ---===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
@@ -7,8 +6,9 @@
 //
 //   * `_pre`, one warp per query row: Δ = rowsum(dO ∘ O), LSE·log2(e) (+inf
 //     for rows that saw no key and for the padding rows up to a whole query
-//     block, so their probabilities come out 0), and the row of the f32 dQ
-//     accumulator zeroed.
+//     block, so their probabilities come out 0), and the f32 dQ
+//     accumulator's row of the same index zeroed (its 64-row blocks hold
+//     their rows in wgmma fragment order; see FA3ToHopper.h).
 //   * the main kernel, one CTA per key block of `blockN` rows and two
 //     consumer warpgroups. K and V are loaded once by TMA; Q and dO tiles of
 //     64 rows (plus their LSE and Δ, 1-D bulk copies) stream through a ring
@@ -22,10 +22,13 @@
 //     per row: exactly the MN-major layout of the A operand dS), and after a
 //     CTA barrier computes its share of dQ = dS K (A and B MN-major), issues
 //     dK += dSᵀ Q (register A, Q MN-major) and, while that runs, adds dQ to
-//     the f32 accumulator with red.global.add.v2.f32. The wgmma groups are
-//     FA3's: Pᵀ is computed while dPᵀ's wgmmas run, dV's while dSᵀ is
-//     stored, dK's while dQ is added.
-//   * `_post`: dQ = scale · accumulator, rounded to the storage type.
+//     the f32 accumulator: at D <= 128 through a shared-memory staging tile
+//     and one cp.reduce.async.bulk per warpgroup, at D = 256 (no room for
+//     the tiles) with red.global.add.v4.f32. The wgmma groups are FA3's: Pᵀ
+//     is computed while dPᵀ's wgmmas run, dV's while dSᵀ is stored, dK's
+//     while dQ is added.
+//   * `_post`, a CTA per 64-row block: dQ = scale · accumulator, rounded to
+//     the storage type.
 //
 // dK/dV accumulate in registers across the whole GQA group, so they need no
 // atomics; memory beyond the tensors is O(N) (the accumulator, Δ, LSE₂).
