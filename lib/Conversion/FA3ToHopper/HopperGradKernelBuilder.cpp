@@ -151,6 +151,19 @@ private:
     return mul(divu(add(start, mul(seq, ci(s.blockM))), ci(s.blockM)),
                ci(s.blockM));
   }
+  /// The row of the statistics (and, times D, of the dQ accumulator) that
+  /// holds row `row` of a query head. Dense: (batch, head) own `seqPad`
+  /// rows each. Varlen: each head owns `statRows` rows, and the sequence's
+  /// start at `seqOffset`.
+  Value denseStatRow(Value batch, Value head, Value seqPad, Value row) {
+    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                   sext64(seqPad)),
+               sext64(row));
+  }
+  Value varlenStatRow(Value head, Value statRows, Value seqOffset, Value row) {
+    return add(add(mul(sext64(head), sext64(statRows)), sext64(seqOffset)),
+               sext64(row));
+  }
 
   const HopperAttentionGradSpec &s;
 };
@@ -234,10 +247,9 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
     Value token = add(start, row);
     varlenRowIndex = add(mul(sext64(token), cl(s.numQHeads)), sext64(head));
     varlenLseIdx = add(mul(sext64(head), sext64(seqQ)), sext64(token));
+    Value seqOffset = paddedStatOffset(start, batch);
     varlenStatIdx =
-        add(add(mul(sext64(head), sext64(paddedStatRows(seqQ, numSeqs))),
-                sext64(paddedStatOffset(start, batch))),
-            sext64(row));
+        varlenStatRow(head, paddedStatRows(seqQ, numSeqs), seqOffset, row);
   }
   auto rowIndexOf = [&] {
     if (s.varlen)
@@ -256,9 +268,7 @@ void GradKernelBuilder::buildPreprocess(gpu::GPUModuleOp module) {
   auto statIndexOf = [&] {
     if (s.varlen)
       return varlenStatIdx;
-    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                   sext64(lenPad)),
-               sext64(row));
+    return denseStatRow(batch, head, lenPad, row);
   };
   Value inside = cmp(arith::CmpIPredicate::slt, row, length);
   if (s.varlen)
@@ -355,9 +365,7 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
     Value seqPad =
         mul(divu(add(seqQ, ci(s.blockM - 1)), ci(s.blockM)), ci(s.blockM));
     token0 = mul(sext64(batch), sext64(seqQ));
-    statRow0 = add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                       sext64(seqPad)),
-                   sext64(blockRow));
+    statRow0 = denseStatRow(batch, head, seqPad, blockRow);
   } else {
     // Grid z = B + 1: the last z writes dQ = 0 to the rows past the last
     // sequence, which no sequence's rows cover, striding over their element
@@ -391,9 +399,9 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
     Value start = loadI32(cuQ, batch);
     length = sub(loadI32(cuQ, add(batch, ci(1))), start);
     token0 = sext64(start);
-    statRow0 = add(add(mul(sext64(head), sext64(paddedStatRows(seqQ, numSeqs))),
-                       sext64(paddedStatOffset(start, batch))),
-                   sext64(blockRow));
+    Value seqOffset = paddedStatOffset(start, batch);
+    statRow0 =
+        varlenStatRow(head, paddedStatRows(seqQ, numSeqs), seqOffset, blockRow);
   }
 
   // Slot `tid` of each 8-column block j of each 64-column chunk holds rows
@@ -497,11 +505,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   };
   auto statIndex = [&](Value head, Value qStart) {
     if (!s.varlen)
-      return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                     sext64(seqPad)),
-                 sext64(qStart));
-    return add(add(mul(sext64(head), sext64(statRows)), sext64(statBase)),
-               sext64(qStart));
+      return denseStatRow(batch, head, seqPad, qStart);
+    return varlenStatRow(head, statRows, statBase, qStart);
   };
   if (s.varlen) {
     kStart = mul(kBlock, ci(bn));
