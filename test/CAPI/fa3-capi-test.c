@@ -396,15 +396,17 @@ static char *gradSource(int heads, int kvHeads, int d) {
   return buffer;
 }
 
-/* fa3_attention_grad_workspace_size of a varlen backward (block_m 64):
- * the f32 dQ accumulator [Hq, P, D] at a 256-byte boundary, LSE·log2(e)
- * and Δ f32 [Hq, P] with P = floor((Tq + B·64) / 64)·64, and, when
- * deterministic, the i32 turn counters [Hq, P / 64]. */
+/* fa3_attention_grad_workspace_size of a varlen backward: the f32 dQ
+ * accumulator [Hq, P, D] at a 256-byte boundary, LSE·log2(e) and Δ f32
+ * [Hq, P] with P = floor((Tq + B·M) / M)·M for block_m M (the default
+ * schedule's: 128 at D = 64, else 64), and, when deterministic, the i32
+ * turn counters [Hq, P / M]. */
 static int64_t varlenGradWorkspace(int64_t b, int64_t tq, int64_t hq, int64_t d,
                                    int deterministic) {
-  int64_t rows = (tq + b * 64) / 64 * 64;
+  int64_t m = d == 64 ? 128 : 64;
+  int64_t rows = (tq + b * m) / m * m;
   int64_t acc = (hq * rows * d * 4 + 255) / 256 * 256;
-  return acc + 2 * hq * rows * 4 + (deterministic ? hq * (rows / 64) * 4 : 0);
+  return acc + 2 * hq * rows * 4 + (deterministic ? hq * (rows / m) * 4 : 0);
 }
 
 static void testPtx(void) {

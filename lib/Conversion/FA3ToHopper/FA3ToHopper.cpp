@@ -260,11 +260,11 @@ static FailureOr<HopperAttentionGradSpec> gradSpec(Op op) {
               "CPU pipeline takes any), got "
            << spec.headDim;
   spec.deterministic = op.getDeterministic();
-  if (spec.blockM != 64)
-    return op.emitOpError() << "the Hopper backward steps over 64 query rows "
-                               "(one wgmma N of the Sᵀ tile); block_m must be "
-                               "64, got "
-                            << spec.blockM;
+  if (spec.blockM != 64 && !(spec.blockM == 128 && spec.headDim == 64))
+    return op.emitOpError()
+           << "the Hopper backward steps over 64 query rows (128 at D = 64, "
+              "where Sᵀ, dPᵀ, dK and dV fit the registers); block_m = "
+           << spec.blockM << " is not built at D = " << spec.headDim;
   if (spec.blockN != 64 && spec.blockN != 128)
     return op.emitOpError() << "the Hopper backward's block_n (key rows per "
                                "CTA) must be 64 or 128, got "

@@ -11,22 +11,25 @@
 //     their rows in wgmma fragment order; see FA3ToHopper.h).
 //   * the main kernel, one CTA per key block of `blockN` rows and two
 //     consumer warpgroups. K and V are loaded once by TMA; Q and dO tiles of
-//     64 rows (plus their LSE and Δ, 1-D bulk copies) stream through a ring
-//     of `stages` buffers over every query head of the GQA group and every
-//     query block that can see the key block. Per step, each warpgroup
-//     computes for its 64 key rows
+//     `blockM` rows (128 at D = 64, else 64; plus their LSE and Δ, 1-D bulk
+//     copies) stream through a ring of `stages` buffers over every query
+//     head of the GQA group and every query block that can see the key
+//     block. Per step, each warpgroup computes for its 64 key rows
 //       Sᵀ = K Qᵀ and dPᵀ = V dOᵀ            (wgmma, both operands in smem)
 //       Pᵀ = exp2(c·Sᵀ − LSE₂),  dSᵀ = Pᵀ ∘ (dPᵀ − Δ)   (registers)
 //       dV += Pᵀ dO                          (register-A wgmma, dO MN-major)
 //     then writes dSᵀ to shared memory (128-byte swizzled, 64 query columns
-//     per row: exactly the MN-major layout of the A operand dS), and after a
-//     CTA barrier computes its share of dQ = dS K (A and B MN-major), issues
-//     dK += dSᵀ Q (register A, Q MN-major) and, while that runs, adds dQ to
-//     the f32 accumulator: at D <= 128 through a shared-memory staging tile
-//     and one cp.reduce.async.bulk per warpgroup, at D = 256 (no room for
-//     the tiles) with red.global.add.v4.f32. The wgmma groups are FA3's: Pᵀ
-//     is computed while dPᵀ's wgmmas run, dV's while dSᵀ is stored, dK's
-//     while dQ is added.
+//     per atom row: exactly the MN-major layout of the A operand dS; two
+//     tiles by step parity, so only a barrier after the store), computes
+//     its share of dQ = dS K (A and B MN-major), issues dK += dSᵀ Q
+//     (register A, Q MN-major) and, while that runs, adds dQ to the f32
+//     accumulator: at D <= 128 through a shared-memory staging tile and one
+//     cp.reduce.async.bulk per warpgroup, at D = 256 (no room for the
+//     tiles) with red.global.add.v4.f32. At D = 256 the two warpgroups
+//     share the 64 key rows: each computes Sᵀ and dPᵀ for half of the
+//     query columns, Pᵀ goes to shared memory like dSᵀ, and dV and dK read
+//     A from there. The wgmma groups are FA3's: Pᵀ is computed while dPᵀ's
+//     wgmmas run, dV's while dSᵀ is stored, dK's while dQ is added.
 //   * `_post`, a CTA per 64-row block: dQ = scale · accumulator, rounded to
 //     the storage type.
 //
@@ -50,12 +53,15 @@ using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
 
-/// The main kernel's shared memory without the dQ staging tiles.
-static int64_t tileBytes(const HopperAttentionGradSpec &s) {
+/// The main kernel's shared memory without the dQ staging tiles, with
+/// `dsBuffers` dSᵀ tiles (and as many Pᵀ tiles where the warpgroups split
+/// the query columns).
+static int64_t tileBytes(const HopperAttentionGradSpec &s, int64_t dsBuffers) {
   int64_t row = 2 * s.headDim; // bytes per row of a tile
   int64_t kv = 2 * s.blockN * row;
   int64_t ring = s.stages * (2 * s.blockM * row + 2 * 4 * s.blockM);
-  int64_t ds = s.blockN * s.blockM * 2;
+  int64_t ds =
+      dsBuffers * s.blockN * s.blockM * 2 * (s.splitQueryColumns() ? 2 : 1);
   int64_t barriers = 8 * (1 + 2 * s.stages);
   return kv + ring + ds + barriers + 1024;
 }
@@ -64,11 +70,17 @@ bool HopperAttentionGradSpec::dQThroughSharedMemory() const {
   // Each warpgroup's share of a step's dQ is one 64 × 64 tile at D <= 128
   // (64 columns each at D = 128; all 64 over its own key rows at D = 64).
   return headDim <= 128 &&
-         tileBytes(*this) + kNumWarpgroups * kDQTileBytes <= kMaxSharedMemory;
+         tileBytes(*this, 1) + kNumWarpgroups * kDQTileBytes <=
+             kMaxSharedMemory;
+}
+
+int64_t HopperAttentionGradSpec::dsBuffers() const {
+  int64_t staging = dQThroughSharedMemory() ? kNumWarpgroups * kDQTileBytes : 0;
+  return tileBytes(*this, 2) + staging <= kMaxSharedMemory ? 2 : 1;
 }
 
 int64_t HopperAttentionGradSpec::sharedMemoryBytes() const {
-  return tileBytes(*this) +
+  return tileBytes(*this, dsBuffers()) +
          (dQThroughSharedMemory() ? kNumWarpgroups * kDQTileBytes : 0);
 }
 
@@ -563,7 +575,12 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   const int64_t offK = 0, offV = bn * tile, offQ = 2 * bn * tile;
   const int64_t offDO = offQ + s.stages * bm * tile;
   const int64_t offDS = offDO + s.stages * bm * tile;
-  const int64_t offStats = offDS + bn * bm * 2;
+  const int64_t dsTileBytes = bn * bm * 2;
+  // Where the warpgroups split the query columns, Pᵀ goes through shared
+  // memory too: its tiles follow the dSᵀ tiles.
+  const int64_t offP = offDS + s.dsBuffers() * dsTileBytes;
+  const int64_t offStats =
+      offP + (s.splitQueryColumns() ? s.dsBuffers() * dsTileBytes : 0);
   const int64_t offDQ = offStats + s.stages * 8 * bm;
   const int64_t offBar =
       offDQ + (s.dQThroughSharedMemory()
@@ -672,15 +689,28 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                      add(add(add(kStart, mul(slab, ci(64))), rowInSlab), ci(8))};
 
   float c = s.scale * static_cast<float>(M_LOG2E);
-  const int64_t nS = bm / 2, nAcc = sliceW / 2;
+  // Query columns of Sᵀ/dPᵀ per warpgroup: all bm where each owns its own
+  // key rows; where both share the key rows, the first bm/2 and the second
+  // (FA3's split of S between warpgroups: no tensor work twice).
+  const bool splitQueries = s.splitQueryColumns();
+  const int64_t qCols = splitQueries ? bm / 2 : bm;
+  Value qCol0 = splitQueries ? mul(wg, ci(qCols)) : ci(0);
+  const int64_t nS = qCols / 2, nAcc = sliceW / 2;
   Value base = smemAddr(smem);
   Value kSlabAddr = add(add(base, ci(offK)), mul(slab, ci(64 * kAtomBytes)));
   Value vSlabAddr = add(add(base, ci(offV)), mul(slab, ci(64 * kAtomBytes)));
-  Value dsAddr = add(base, ci(offDS));
-  // dQ's share of this warpgroup: columns [n0, n0 + nWidth) over key rows
-  // [k0, k0 + kRows). With D >= 128 the warpgroups split the columns and
-  // read every key row's dS; at D = 64 each reads only its own rows.
+  Value dsBase = add(base, ci(offDS));
+  Value pBase = add(base, ci(offP));
+  // dQ's share of this warpgroup: query rows [64·qBlock, 64·qBlock + 64)
+  // of the step, columns [n0, n0 + nWidth), over key rows [k0, k0 + kRows).
+  // With D >= 128 the warpgroups split the columns and read every key row's
+  // dS; with 128-row steps (D = 64) they split the query rows instead; with
+  // 64-row steps at D = 64 each reads only its own key rows (and both add
+  // to the same elements).
   bool splitColumns = d / HopperAttentionGradSpec::kNumWarpgroups >= 64;
+  bool splitRows = !splitColumns && bm == 2 * 64;
+  bool disjointDQ = splitColumns || splitRows;
+  Value qBlock = splitRows ? wg : ci(0);
   // dQ through shared memory: a 64 × 64 staging tile per warpgroup, handed to
   // the bulk copy unit by the warpgroup's first thread (the issuer).
   bool viaSmem = s.dQThroughSharedMemory();
@@ -688,9 +718,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value isIssuer = cmp(arith::CmpIPredicate::eq, tInWG, ci(0));
   int64_t nWidth = splitColumns ? d / HopperAttentionGradSpec::kNumWarpgroups
                                 : d;
-  int64_t kRows = splitColumns ? bn : 64;
+  int64_t kRows = disjointDQ ? bn : 64;
   Value n0 = splitColumns ? mul(wg, ci(nWidth)) : ci(0);
-  Value k0 = splitColumns ? ci(0) : mul(slab, ci(64));
+  Value k0 = disjointDQ ? ci(0) : mul(slab, ci(64));
 
   SmallVector<Value> init(2 * nAcc, cf(0));
   auto loop = scf::ForOp::create(
@@ -704,6 +734,11 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         waitParity(barFull(stage), parity);
         Value qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
         Value doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
+        // This warpgroup's query rows of the Q and dO tiles (whole 8-row
+        // swizzle atoms).
+        Value qRowsOff = mul(qCol0, ci(kAtomBytes));
+        Value qColsAddr = add(qAddr, qRowsOff);
+        Value doColsAddr = add(doAddr, qRowsOff);
 
         // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, K-major operands.
         // The first wgmma of each chain ignores its accumulator (scale-d =
@@ -715,8 +750,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           int64_t atom = k / 4, inAtom = (k % 4) * 32;
           Value a = descriptor(add(kSlabAddr, ci(atom * bn * kAtomBytes + inAtom)),
                                16, 1024);
-          Value bq = descriptor(add(qAddr, ci(atom * bm * kAtomBytes + inAtom)),
-                                16, 1024);
+          Value bq = descriptor(
+              add(qColsAddr, ci(atom * bm * kAtomBytes + inAtom)), 16, 1024);
           sAcc = wgmmaSS(sAcc, a, bq, k > 0);
         }
         // Sᵀ and dPᵀ commit as two groups: Pᵀ = exp2(…) needs only Sᵀ and
@@ -729,8 +764,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           int64_t atom = k / 4, inAtom = (k % 4) * 32;
           Value a = descriptor(add(vSlabAddr, ci(atom * bn * kAtomBytes + inAtom)),
                                16, 1024);
-          Value bo = descriptor(add(doAddr, ci(atom * bm * kAtomBytes + inAtom)),
-                                16, 1024);
+          Value bo = descriptor(
+              add(doColsAddr, ci(atom * bm * kAtomBytes + inAtom)), 16, 1024);
           dpAcc = wgmmaSS(dpAcc, a, bo, k > 0);
         }
         NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -738,10 +773,11 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
         // LSE₂ and Δ of this thread's query columns, from shared memory.
         Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
+        Value statCol = mul(add(qCol0, colInBlock), ci(4));
         auto statPair = [&](int64_t byteOffset, int64_t j) {
           Value p = LLVM::GEPOp::create(
               b, loc, smemPtr, b.getI8Type(), statsPtr,
-              ValueRange{add(ci(byteOffset + j * 32), mul(colInBlock, ci(4)))});
+              ValueRange{add(ci(byteOffset + j * 32), statCol)});
           Value v = LLVM::LoadOp::create(b, loc, VectorType::get({2}, f32), p,
                                          /*alignment=*/8);
           return std::make_pair(LLVM::ExtractElementOp::create(b, loc, v, ci(0)),
@@ -762,21 +798,21 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         SmallVector<Value> masked =
             maskFragment(sAcc, needMask, [&](int64_t r) {
               Value key = keyRow[(r % 4) / 2];
-              Value query =
-                  add(add(qStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+              Value query = add(
+                  add(add(qStart, qCol0), ci((r / 4) * 8 + r % 2)), colInBlock);
               return keyHidden(query, key, seqK, offset, left, right);
             });
 
         // Pᵀ while dPᵀ's wgmmas run; then dSᵀ = Pᵀ ∘ (dPᵀ − Δ), with
         // softcap's derivative.
         SmallVector<Value> p(nS), ds(nS);
-        for (int64_t j = 0; j < bm / 8; ++j) {
+        for (int64_t j = 0; j < qCols / 8; ++j) {
           auto [lse0, lse1] = statPair(0, j);
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r)
             p[r] = exp2(fsub(fmul(masked[r], cf(c)), r % 2 ? lse1 : lse0));
         }
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-        for (int64_t j = 0; j < bm / 8; ++j) {
+        for (int64_t j = 0; j < qCols / 8; ++j) {
           auto [delta0, delta1] = statPair(4 * bm, j);
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
             Value delta = r % 2 ? delta1 : delta0;
@@ -788,61 +824,108 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           }
         }
         SmallVector<SmallVector<Value>> pFrag, dsFrag;
-        for (int64_t k = 0; k < bm / 16; ++k) {
+        for (int64_t k = 0; k < qCols / 16; ++k) {
           pFrag.push_back(packAFragment(p, k));
           dsFrag.push_back(packAFragment(ds, k));
         }
 
-        // dV += Pᵀ dO over this warpgroup's head-dim slice, dO read MN-major;
-        // it runs while dSᵀ goes to shared memory. dK += dSᵀ Q comes after
-        // dQ's first wgmmas, so it runs while dQ is added to the
-        // accumulator (FA3's order).
-        Value sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
-        NVVM::WgmmaFenceAlignedOp::create(b, loc);
-        for (int64_t k = 0; k < bm / 16; ++k) {
-          Value bd = descriptor(add(add(doAddr, sliceOff), ci(k * 16 * kAtomBytes)),
-                                bm * kAtomBytes, 1024);
-          dV = wgmmaRS(dV, pFrag[k], bd);
-        }
-        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-        auto issueDK = [&] {
-          for (int64_t k = 0; k < bm / 16; ++k) {
-            Value bd =
-                descriptor(add(add(qAddr, sliceOff), ci(k * 16 * kAtomBytes)),
-                           bm * kAtomBytes, 1024);
-            dK = wgmmaRS(dK, dsFrag[k], bd);
-          }
-          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        // Pᵀ and dSᵀ tiles in shared memory: row = key, 64 query columns =
+        // one 128-byte swizzled row (exactly the K-major layout of A for
+        // dV += Pᵀ dO and dK += dSᵀ Q, and the MN-major one of dS for dQ).
+        // With two buffers, step it's were last read by step it − 2's
+        // wgmmas, which every warpgroup has waited for before it reached
+        // step it − 1's barrier below; with one, every warpgroup must first
+        // be done with the previous step's (a barrier before the stores).
+        bool doubleDS = s.dsBuffers() == 2;
+        Value dsOff = doubleDS ? mul(andi(it, ci(1)), ci(dsTileBytes)) : ci(0);
+        Value dsAddr = add(dsBase, dsOff);
+        Value pAddr = add(pBase, dsOff);
+        auto storeTile = [&](ArrayRef<SmallVector<Value>> frag,
+                             int64_t tileOffset) {
+          for (int64_t k = 0; k < qCols / 16; ++k)
+            for (int64_t i = 0; i < 4; ++i) {
+              int64_t j = 2 * k + i / 2, half = i % 2;
+              Value row = add(add(mul(slab, ci(64)), rowInSlab), ci(8 * half));
+              // 16-byte chunk j of this warpgroup's query columns; a step
+              // of 128 query columns has two 64-column atoms of bn rows.
+              Value qChunk =
+                  splitQueries ? add(divu(qCol0, ci(8)), ci(j)) : ci(j % 8);
+              Value chunk = xori(qChunk, remu(row, ci(8)));
+              Value byte =
+                  add(add(mul(row, ci(kAtomBytes)), mul(chunk, ci(16))),
+                      mul(remu(lane, ci(4)), ci(4)));
+              if (j >= 8)
+                byte = add(byte, ci((j / 8) * bn * kAtomBytes));
+              LLVM::StoreOp::create(
+                  b, loc, frag[k][i],
+                  smemAt(add(add(ci(tileOffset), dsOff), byte)),
+                  /*alignment=*/4);
+            }
         };
 
-        // dSᵀ to shared memory: row = key, 64 query columns = one 128-byte
-        // swizzled row. Every warpgroup has finished reading the previous
-        // step's dS (it waited for its dQ wgmma) once past the barrier, and
-        // the previous step's bulk reduces have read their staging buffers.
-        if (viaSmem)
+        // dV += Pᵀ dO and dK += dSᵀ Q over this warpgroup's head-dim slice,
+        // dO and Q read MN-major. A warpgroup that owns its key rows holds
+        // all of Pᵀ and dSᵀ and reads A from registers; where the
+        // warpgroups split the query columns, A is read from the shared
+        // tiles after the barrier. dK's wgmmas are issued after dQ's first,
+        // so they run while dQ is added to the accumulator (FA3's order).
+        Value sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
+        auto descMNMajor = [&](Value tileAddr, int64_t k) {
+          return descriptor(
+              add(add(tileAddr, sliceOff), ci(k * 16 * kAtomBytes)),
+              bm * kAtomBytes, 1024);
+        };
+        // k-chunk k (16 query columns) of a Pᵀ or dSᵀ tile, K-major.
+        auto descKMajor = [&](Value tileAddr, int64_t k) {
+          return descriptor(
+              add(tileAddr, ci((k / 4) * bn * kAtomBytes + (k % 4) * 32)), 16,
+              1024);
+        };
+        auto issueKV = [&](SmallVector<Value> &acc,
+                           ArrayRef<SmallVector<Value>> frag, Value tileAddr,
+                           Value operandAddr) {
+          for (int64_t k = 0; k < bm / 16; ++k)
+            acc =
+                splitQueries
+                    ? wgmmaSS(acc, descKMajor(tileAddr, k),
+                              descMNMajor(operandAddr, k), /*accumulate=*/true,
+                              /*transA=*/false, /*transB=*/true)
+                    : wgmmaRS(acc, frag[k], descMNMajor(operandAddr, k));
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        };
+        auto issueDV = [&] {
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          issueKV(dV, pFrag, pAddr, doAddr);
+        };
+        auto issueDK = [&] { issueKV(dK, dsFrag, dsAddr, qAddr); };
+        // dV's wgmmas run while dSᵀ goes to shared memory.
+        if (!splitQueries)
+          issueDV();
+
+        // The previous step's bulk reduces have read their staging buffers
+        // before anyone of the warpgroup writes them again (after the
+        // barrier that follows the stores).
+        auto waitStagingRead = [&] {
+          if (!viaSmem)
+            return;
           scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
             ptxVoid("cp.async.bulk.wait_group.read 0;", "", {});
             scf::YieldOp::create(b, loc);
           });
-        namedBarrier(1, s.numThreads());
-        // With one shared slab both warpgroups hold the same dSᵀ.
-        Value writer = cmp(arith::CmpIPredicate::eq, slice, ci(0));
-        scf::IfOp::create(b, loc, writer, [&](OpBuilder &, Location) {
-          for (int64_t k = 0; k < bm / 16; ++k)
-            for (int64_t i = 0; i < 4; ++i) {
-              int64_t j = 2 * k + i / 2, half = i % 2;
-              Value row = add(add(mul(slab, ci(64)), rowInSlab), ci(8 * half));
-              Value chunk = xori(ci(j), remu(row, ci(8)));
-              Value byte = add(add(mul(row, ci(kAtomBytes)), mul(chunk, ci(16))),
-                               mul(remu(lane, ci(4)), ci(4)));
-              LLVM::StoreOp::create(b, loc, dsFrag[k][i],
-                                    smemAt(add(ci(offDS), byte)),
-                                    /*alignment=*/4);
-            }
-          scf::YieldOp::create(b, loc);
-        });
+        };
+        if (!doubleDS) {
+          waitStagingRead();
+          namedBarrier(1, s.numThreads());
+        }
+        if (splitQueries)
+          storeTile(pFrag, offP);
+        storeTile(dsFrag, offDS);
         fenceProxyAsyncShared();
+        if (doubleDS)
+          waitStagingRead();
         namedBarrier(1, s.numThreads());
+        if (splitQueries)
+          issueDV();
 
         // Deterministic: the key blocks add their dQ partials of (head,
         // query block) in key-block order. The turn counter of (b, head,
@@ -896,7 +979,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         }
 
         // dQ += dS K for this warpgroup's share, 64 columns at a time; dS
-        // and K are both read MN-major.
+        // (its query rows' atom) and K are both read MN-major.
+        Value dsRowsAddr =
+            splitRows ? add(dsAddr, mul(qBlock, ci(bn * kAtomBytes))) : dsAddr;
         for (int64_t chunk = 0; chunk < nWidth / 64; ++chunk) {
           Value col0 = add(n0, ci(chunk * 64));
           SmallVector<Value> qAcc(32, LLVM::UndefOp::create(b, loc, f32));
@@ -905,7 +990,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           NVVM::WgmmaFenceAlignedOp::create(b, loc);
           for (int64_t k = 0; k < kRows / 16; ++k) {
             Value rowOff = mul(add(k0, ci(16 * k)), ci(kAtomBytes));
-            Value a = descriptor(add(dsAddr, rowOff), bn * kAtomBytes, 1024);
+            Value a =
+                descriptor(add(dsRowsAddr, rowOff), bn * kAtomBytes, 1024);
             Value bk = descriptor(add(kColAddr, rowOff), bn * kAtomBytes, 1024);
             qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
           }
@@ -916,8 +1002,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           NVVM::WgmmaWaitGroupSyncOp::create(b, loc, chunk == 0 ? 1 : 0);
           // The chunk's 64 × 64 tile in this step's accumulator block (the
           // statistics' row index times D), in fragment-slot order.
-          Value chunkElem = add(mul(statIndex(head, qStart), cl(d)),
-                                mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
+          Value chunkElem =
+              add(mul(statIndex(head, add(qStart, mul(qBlock, ci(64)))), cl(d)),
+                  mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
           auto addPartial = [&] {
             if (!viaSmem) {
               // Slot tInWG of 8-column block j: 16 contiguous bytes, one v4
@@ -953,7 +1040,19 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                                     /*alignment=*/16);
             }
             fenceProxyAsyncShared();
-            namedBarrierSync(add(wg, ci(2)), 128);
+            // Only the issuer's warp waits for the tile; the other three
+            // arrive and go on to dK's wgmmas and the next step.
+            Value stagingBarrier = add(wg, ci(2));
+            scf::IfOp::create(
+                b, loc, cmp(arith::CmpIPredicate::ult, tInWG, ci(32)),
+                [&](OpBuilder &, Location) {
+                  namedBarrierSync(stagingBarrier, 128);
+                  scf::YieldOp::create(b, loc);
+                },
+                [&](OpBuilder &, Location) {
+                  namedBarrierArrive(stagingBarrier, 128);
+                  scf::YieldOp::create(b, loc);
+                });
             scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
               Value staging =
                   add(add(base, ci(offDQ)),
@@ -970,7 +1069,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               scf::YieldOp::create(b, loc);
             });
           };
-          if (!s.deterministic || splitColumns) {
+          if (!s.deterministic || disjointDQ) {
             addPartial();
           } else {
             // Both warpgroups add to the same dQ elements (their own key

@@ -109,6 +109,13 @@ def _cases():
     for sq, sk in [(1000, 4096), (4096, 1000), (17, 1000), (1000, 17), (1, 1000), (1, 1), (17, 17)]:
         for causal in (False, True):
             cases.append(GradCase(b=1 if sq * sk > 10**6 else 3, sq=sq, sk=sk, d=128, causal=causal))
+    # The same at d64 (128-row query steps: rows past Sq inside a step) and
+    # d256 (the warpgroups split each step's query columns).
+    for d in (64, 256):
+        for sq, sk in [(17, 1000), (1000, 17), (1, 1000)]:
+            for causal in (False, True):
+                cases.append(GradCase(b=3, sq=sq, sk=sk, d=d, dtype="bf16" if d == 64 else "f16",
+                                      causal=causal))
     # Long sequences with GQA 16:2, every head dim.
     cases += [
         GradCase(b=1, sq=4096, sk=4096, d=64, hq=16, hkv=2),

@@ -142,13 +142,14 @@ def test_pack_gqa_under_torch_compile():
                       pack_gqa=True)
 
 
-@pytest.mark.parametrize("sq, sk, hq, hkv, d, causal, window", [
-    (1000, 1000, 8, 2, 64, True, (-1, -1)),   # d64: the two warpgroups add in turn
-    (777, 1500, 4, 4, 128, False, (-1, -1)),
-    (1500, 1500, 8, 2, 128, True, (200, 0)),  # a left window: turns start past key block 0
-    (300, 300, 4, 1, 256, True, (-1, -1)),
+@pytest.mark.parametrize("sq, sk, hq, hkv, d, causal, window, softcap", [
+    (1000, 1000, 8, 2, 64, True, (-1, -1), 0.0),  # d64: 128-row steps, each warpgroup its own dQ rows
+    (1000, 1000, 8, 2, 64, True, (-1, -1), 20.0),  # d64 softcap: 64-row steps, the warpgroups add in turn
+    (777, 1500, 4, 4, 128, False, (-1, -1), 0.0),
+    (1500, 1500, 8, 2, 128, True, (200, 0), 0.0),  # a left window: turns start past key block 0
+    (300, 300, 4, 1, 256, True, (-1, -1), 0.0),
 ])
-def test_deterministic_backward_is_bit_identical(sq, sk, hq, hkv, d, causal, window):
+def test_deterministic_backward_is_bit_identical(sq, sk, hq, hkv, d, causal, window, softcap):
     """deterministic=True: two backwards of the same inputs give the same
     bits (dQ added in key-block order), and the gradients match the
     reference as the default backward's do."""
@@ -160,14 +161,15 @@ def test_deterministic_backward_is_bit_identical(sq, sk, hq, hkv, d, causal, win
     do = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
     runs = []
     for _ in range(3):
-        out = fa3.attention(q, k, v, causal=causal, window_size=window, deterministic=True)
+        out = fa3.attention(q, k, v, causal=causal, window_size=window, softcap=softcap, deterministic=True)
         runs.append(torch.autograd.grad(out, (q, k, v), do))
     for again in runs[1:]:
         for name, g0, g1 in zip(("dq", "dk", "dv"), runs[0], again):
             assert torch.equal(g0, g1), f"{name} differs between two deterministic backwards"
-    ref_o, q64, k64, v64 = _ref(q, k, v, causal, window=window)
+    ref_o, q64, k64, v64 = _ref(q, k, v, causal, window=window, softcap=softcap)
     refs = torch.autograd.grad(ref_o, (q64, k64, v64), do.double())
-    default = torch.autograd.grad(fa3.attention(q, k, v, causal=causal, window_size=window), (q, k, v), do)
+    default = torch.autograd.grad(fa3.attention(q, k, v, causal=causal, window_size=window, softcap=softcap),
+                                  (q, k, v), do)
     for name, g, dflt, r in zip(("dq", "dk", "dv"), runs[0], default, refs):
         err, err_default = (g.double() - r).abs().max().item(), (dflt.double() - r).abs().max().item()
         assert err <= 1.5 * err_default + 1e-4, f"{name}: deterministic {err:.3g} vs default {err_default:.3g}"

@@ -2,12 +2,12 @@
 // preprocessing (Δ, LSE₂, zeroed dQ accumulator), the main kernel and the
 // dQ conversion. No GPU or ptxas needed; backward-ptxas.mlir assembles them.
 
-// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefixes=COMMON,D128
-// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d64_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D64
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefixes=COMMON,OWNROWS,D128
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d64_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,OWNROWS,D64
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
 
 // COMMON: .target sm_90a
-// COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m64n{{64|128}}s2{{.*}}_pre(
+// COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m{{64|128}}n{{64|128}}s2{{.*}}_pre(
 // (dO, O, LSE, dLSE, dQ accumulator, LSE₂, Δ, Sq): dLSE may be null.
 // COMMON: .param .u64 .ptr .global .align 1 {{.*}}_pre_param_6,
 // COMMON-NEXT: .param .u32 {{.*}}_pre_param_7
@@ -27,37 +27,52 @@
 // K and V once, then Q/dO tiles and their LSE₂/Δ rows (1-D bulk copies).
 // COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
 // COMMON: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
-// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: m64n64 (64 query columns), both K-major, as
-// two commit groups: Pᵀ's exp2 runs after the first wait (Sᵀ done) while dPᵀ's
-// wgmmas do, dSᵀ after the second.
-// COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, both K-major, as two commit groups: Pᵀ's exp2
+// runs after the first wait (Sᵀ done) while dPᵀ's wgmmas do, dSᵀ after the
+// second. A warpgroup with its own 64 key rows (D64, D128) takes all the
+// step's query columns (m64n64; m64n128 at D64, whose steps are 128 query
+// rows); at D256 the two share the key rows and take 32 query columns each
+// (m64n32).
+// D128: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D64: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D256: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{(%[rf][0-9]+, ){15}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
 // COMMON: wgmma.commit_group.sync.aligned;
-// COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D128: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D64: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// D256: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{(%[rf][0-9]+, ){15}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
 // COMMON: wgmma.commit_group.sync.aligned;
 // COMMON-NEXT: wgmma.wait_group.sync.aligned 1;
 // COMMON: ex2.approx.ftz.f32
 // COMMON: wgmma.wait_group.sync.aligned 0;
-// dV += Pᵀ dO: register-A wgmma, B transposed, running while dSᵀ goes
-// through shared memory between two CTA barriers (at D <= 128, the first
-// waits for the last step's dQ bulk reduces to have read their staging).
+// dSᵀ (at D256 also Pᵀ) goes to shared memory: one of two buffers by step
+// parity, so no barrier comes before the stores; one after them (at D <=
+// 128 the issuer first waits for the last step's dQ bulk reduce to have
+// read its staging tile). With its own key rows a warpgroup issues dV +=
+// Pᵀ dO (register A, B transposed) before the stores; at D256 it reads
+// Pᵀ's tile after the barrier (A from shared memory, K-major).
 // D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// COMMON: wgmma.commit_group.sync.aligned;
+// OWNROWS: wgmma.commit_group.sync.aligned;
+// COMMON-NOT: bar.sync
+// COMMON: st.shared.b32
+// COMMON-NOT: bar.sync
+// COMMON: fence.proxy.async.shared::cta;
+// COMMON-NOT: bar.sync
 // D64: cp.async.bulk.wait_group.read 0;
 // D128: cp.async.bulk.wait_group.read 0;
 // D256-NOT: cp.async.bulk.wait_group
 // COMMON: bar.sync
-// COMMON: fence.proxy.async.shared::cta;
-// COMMON: bar.sync
-// dQ = dS K with A and B both MN-major, then dK += dSᵀ Q (register A), and
+// D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 1;
+// D256: wgmma.commit_group.sync.aligned;
+// dQ = dS K with A and B both MN-major, then dK += dSᵀ Q (A from registers,
+// at D256 from dSᵀ's tile), and
 // dQ added to the f32 accumulator while dK's wgmmas run (wait for all
 // groups but the last).
 // COMMON: wgmma.mma_async.sync.aligned.m64n64k16.f32.{{b?f16}}.{{b?f16}} {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 1, 1;
 // COMMON: wgmma.commit_group.sync.aligned;
 // D64: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // D128: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
-// D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// D256: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 1;
 // COMMON: wgmma.commit_group.sync.aligned;
 // COMMON-NEXT: wgmma.wait_group.sync.aligned 1;
 // D <= 128: each warpgroup's 64 × 64 partial goes to its staging tile in
@@ -67,15 +82,19 @@
 // before it exits. D = 256 has no room for the staging tiles: each thread
 // adds each of its 16-byte slots with one red.global.add.v4.f32 (a warp's
 // cover 512 contiguous bytes: whole sectors).
+// Only the issuer's warp waits at the warpgroup barrier; the other three
+// arrive.
 // D64: st.shared.v4.b32
 // D64: fence.proxy.async.shared::cta;
 // D64: bar.sync
+// D64: bar.arrive
 // D64: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd{{[0-9]+}}], [%r{{[0-9]+}}], %r{{[0-9]+}};
 // D64: cp.async.bulk.commit_group;
 // D64: cp.async.bulk.wait_group 0;
 // D128: st.shared.v4.b32
 // D128: fence.proxy.async.shared::cta;
 // D128: bar.sync
+// D128: bar.arrive
 // D128: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd{{[0-9]+}}], [%r{{[0-9]+}}], %r{{[0-9]+}};
 // D128: cp.async.bulk.commit_group;
 // D128: cp.async.bulk.wait_group 0;

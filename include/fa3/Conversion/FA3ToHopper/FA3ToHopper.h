@@ -222,9 +222,10 @@ struct HopperAttentionGradSpec {
   int64_t windowLeft = -1, windowRight = -1;
   float scale = 1.0f;
   float softcap = 0.0f;
-  /// Query rows per step (64: one wgmma N of the Sᵀ tile) and key rows per
-  /// CTA (64 per warpgroup, or 64 shared by both warpgroups, which then
-  /// split the head dim of dK and dV).
+  /// Query rows per step (the N of the Sᵀ tile: 64, or 128 at D = 64, where
+  /// the warpgroups then split dQ's query rows) and key rows per CTA (64 per
+  /// warpgroup, or 64 shared by both warpgroups, which then split the head
+  /// dim of dK and dV and the query columns of Sᵀ and dPᵀ).
   int64_t blockM = 64, blockN = 128, stages = 2;
   /// The op's `deterministic`: the key-block CTAs add their dQ partials of
   /// each (head, query block) in key-block order (a turn counter per
@@ -255,6 +256,11 @@ struct HopperAttentionGradSpec {
   int64_t keySlabs() const { return blockN / 64; }
   /// Head-dim columns of dK/dV each warpgroup accumulates.
   int64_t sliceWidth() const { return headDim * keySlabs() / kNumWarpgroups; }
+  /// Where both warpgroups share the key rows (one slab), each computes Sᵀ
+  /// and dPᵀ for half of the step's query columns, and Pᵀ goes through
+  /// shared memory like dSᵀ (dV and dK read A from there): no tensor work
+  /// is done twice.
+  bool splitQueryColumns() const { return keySlabs() == 1; }
   /// A warpgroup's dQ partial of one step: a 64 × 64 f32 tile.
   static constexpr int64_t kDQTileBytes = 64 * 64 * 4;
   /// Whether the main kernel stages each warpgroup's dQ partial in shared
@@ -262,6 +268,10 @@ struct HopperAttentionGradSpec {
   /// (where a staging tile per warpgroup fits beside the K/V tiles and the
   /// ring: D = 64 and 128), rather than with red.global.add from registers.
   bool dQThroughSharedMemory() const;
+  /// dSᵀ tiles in shared memory: 2 where they fit (step `it` writes buffer
+  /// it % 2, so no warpgroup waits before its dS store for the others to
+  /// finish reading the previous step's; FA3's Stages_dS = 2), else 1.
+  int64_t dsBuffers() const;
   int64_t sharedMemoryBytes() const;
   /// Threads of the pre- and postprocessing kernels; the preprocessing
   /// handles one query row per warp, the postprocessing one 64-row block of

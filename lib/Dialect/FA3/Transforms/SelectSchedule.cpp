@@ -200,17 +200,23 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
 
 FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
                                                       StringRef target,
-                                                      int64_t headDim) {
+                                                      int64_t headDim,
+                                                      bool softcap) {
   if (target == "cpu")
     return selectSchedule(context, target, headDim, Type(), false);
   if (target != "sm_90a")
     return failure();
   // Two consumer warpgroups, each owning 64 key rows' dK and dV (64 x D f32
-  // each) plus the 64 x 64 f32 tiles Sᵀ and dPᵀ: 192 registers a thread at
-  // D = 128. At D = 256 the two warpgroups split the head dim of one 64-row
-  // key block instead (block_n = 64).
+  // each) plus the 64 x block_m f32 tiles Sᵀ and dPᵀ: 192 registers a thread
+  // at D = 128 with 64-row steps. At D = 64 the steps take 128 query rows
+  // (FA3's 128 x 128 tile), which halves the per-step barriers and waits
+  // and the dQ reductions per unit of work; not with a softcap, whose
+  // derivative's 64 more registers a thread would spill (ptxas: ~0.5 KB).
+  // At D = 256 the two warpgroups split the head dim of one 64-row key
+  // block instead (block_n = 64).
+  int64_t blockM = headDim <= 64 && !softcap ? 128 : 64;
   int64_t blockN = headDim <= 128 ? 128 : 64;
-  return ScheduleAttr::get(context, /*block_m=*/64, blockN, /*stages=*/2,
+  return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2,
                            /*consumer_wgs=*/2, /*producer_regs=*/0,
                            /*consumer_regs=*/0, /*pingpong=*/false,
                            /*intra_wg_overlap=*/false, /*persistent=*/false,
@@ -305,14 +311,16 @@ struct FA3SelectSchedulePass
         if (varlenGrad.getSchedule())
           return;
         auto q = cast<RankedTensorType>(varlenGrad.getQuery().getType());
-        varlenGrad.setScheduleAttr(applyOverrides(*selectGradSchedule(
-            op->getContext(), target, q.getShape().back())));
+        varlenGrad.setScheduleAttr(applyOverrides(
+            *selectGradSchedule(op->getContext(), target, q.getShape().back(),
+                                varlenGrad.getEffectiveSoftcap() > 0)));
       } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
         if (grad.getSchedule())
           return;
         auto q = cast<RankedTensorType>(grad.getQuery().getType());
         grad.setScheduleAttr(applyOverrides(
-            *selectGradSchedule(op->getContext(), target, q.getDimSize(3))));
+            *selectGradSchedule(op->getContext(), target, q.getDimSize(3),
+                                grad.getEffectiveSoftcap() > 0)));
       }
     });
   }
