@@ -68,7 +68,8 @@ static int64_t tileBytes(const HopperAttentionGradSpec &s, int64_t dsBuffers) {
 
 bool HopperAttentionGradSpec::dQThroughSharedMemory() const {
   // Each warpgroup's share of a step's dQ is one 64 × 64 tile at D <= 128
-  // (64 columns each at D = 128; all 64 over its own key rows at D = 64).
+  // (64 columns each at D = 128; at D = 64 its own 64 query rows with
+  // 128-row steps, or all 64 over its own key rows with 64-row steps).
   return headDim <= 128 &&
          tileBytes(*this, 1) + kNumWarpgroups * kDQTileBytes <=
              kMaxSharedMemory;

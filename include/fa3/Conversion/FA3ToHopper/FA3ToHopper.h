@@ -230,8 +230,9 @@ struct HopperAttentionGradSpec {
   /// The op's `deterministic`: the key-block CTAs add their dQ partials of
   /// each (head, query block) in key-block order (a turn counter per
   /// (batch, head, query block) in the workspace, zero at launch; the main
-  /// kernel's last parameter), and at D = 64 the two warpgroups, which add
-  /// to the same elements, one after the other. dQ is then bit-identical
+  /// kernel's last parameter), and at D = 64 with 64-row steps the two
+  /// warpgroups, which add to the same elements, one after the other (with
+  /// 128-row steps they add disjoint rows). dQ is then bit-identical
   /// from run to run; dK and dV always are (registers).
   bool deterministic = false;
   /// The backward of an fa3.attention_varlen (fa3.attention_varlen_grad):
