@@ -9,30 +9,17 @@ The kernels are those bench_attention.py's backward rows time (its
 `_grad_kernels`). --cudnn runs PyTorch's cuDNN SDPA backward on the same
 shape instead, for the peer's profile.
 """
-import argparse
-import pathlib
-import sys
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_attention import _grad_kernels  # noqa: E402
+from profile_common import paper_shape, profile_parser
+from bench_attention import _grad_kernels  # noqa: E402 (profile_common sets the path)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--seqlen", type=int, default=8192)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--cudnn", action="store_true", help="profile PyTorch's cuDNN SDPA backward instead")
-    ap.add_argument("--launches", type=int, default=4)
-    args = ap.parse_args()
-    s, d = args.seqlen, args.d
-    b, h = 16384 // s, 2048 // d
+    args = profile_parser("profile PyTorch's cuDNN SDPA backward instead").parse_args()
+    b, h, s, d = paper_shape(args)
     q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     if args.cudnn:
         leaves = [x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v)]

@@ -8,33 +8,21 @@ Without --schedule the kernel is the one fa3.attention runs for the shape
 (its length bucket's schedule). --cudnn launches PyTorch's cuDNN SDPA on the
 same shape instead, for the peer's profile (`-k regex:cudnn|sm90`).
 """
-import argparse
-import pathlib
-import sys
-
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_attention import mlir_for  # noqa: E402
+from profile_common import paper_shape, profile_parser
+from bench_attention import mlir_for  # noqa: E402 (profile_common sets the path)
 import fa3  # noqa: E402
 from fa3 import _jit  # noqa: E402
 from fa3._spec import AttentionSpec  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--seqlen", type=int, default=8192)
-    ap.add_argument("--causal", action="store_true")
+    ap = profile_parser("profile PyTorch's cuDNN SDPA instead")
     ap.add_argument("--schedule", default=None)
-    ap.add_argument("--cudnn", action="store_true", help="profile PyTorch's cuDNN SDPA instead")
-    ap.add_argument("--launches", type=int, default=4)
     args = ap.parse_args()
-    s, d = args.seqlen, args.d
-    b, h = 16384 // s, 2048 // d
+    b, h, s, d = paper_shape(args)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if args.cudnn:
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
