@@ -75,6 +75,17 @@ int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q, uint64_t k,
                          int64_t seq_q, int64_t seq_k, void *stream,
                          char **error);
 
+/** fa3_launch_attention for a kernel compiled with dropout (an
+ *  fa3.attention with `dropout` and an `rng` fourth argument): `rng` is the
+ *  Philox (seed, offset), i64 [2] on the device, read when the kernel runs
+ *  (a captured graph can update it in place). Each launch refuses the other
+ *  kind of kernel. */
+int fa3_launch_attention_dropout(const fa3_kernel *kernel, uint64_t q,
+                                 uint64_t k, uint64_t v, uint64_t out,
+                                 uint64_t lse, uint64_t rng, int64_t batch,
+                                 int64_t seq_q, int64_t seq_k, void *stream,
+                                 char **error);
+
 /** Launches an fa3.attention_kvcache kernel of one split (a contiguous
  *  cache; split-KV: fa3_launch_attention_kvcache_splits): q
  *  [B, Sq, Hq, D]; k_cache, v_cache [B, cache_rows, Hkv, D]; out, lse as in
@@ -225,6 +236,17 @@ int fa3_launch_attention_grad(const fa3_kernel *kernel, uint64_t grad_out,
                               int64_t batch, int64_t seq_q, int64_t seq_k,
                               void *stream, char **error);
 
+/** fa3_launch_attention_grad for a backward compiled with dropout (its
+ *  function's seventh argument is the rng): `rng` is the forward's Philox
+ *  (seed, offset), i64 [2] on the device, from which the kernel
+ *  regenerates the forward's mask. Each launch refuses the other kind of
+ *  kernel. */
+int fa3_launch_attention_grad_dropout(
+    const fa3_kernel *kernel, uint64_t grad_out, uint64_t q, uint64_t k,
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t grad_lse, uint64_t rng,
+    uint64_t grad_q, uint64_t grad_k, uint64_t grad_v, uint64_t workspace,
+    int64_t batch, int64_t seq_q, int64_t seq_k, void *stream, char **error);
+
 /** Launches an fa3.attention_varlen_grad backward (the gradients of
  *  fa3_launch_attention_varlen's attention) on `stream`: grad_out, q, out
  *  [total_q, Hq, D] and k, v [total_k, Hkv, D], contiguous, of the kernel's
@@ -316,7 +338,8 @@ enum {
   FA3_DTYPE_F32 = 0,
   FA3_DTYPE_F16 = 1,
   FA3_DTYPE_BF16 = 2,
-  FA3_DTYPE_I32 = 3 /* sequence offsets, lengths and page tables */
+  FA3_DTYPE_I32 = 3, /* sequence offsets, lengths and page tables */
+  FA3_DTYPE_I64 = 4  /* dropout's Philox seed and offset */
 };
 #define FA3_MAX_RANK 8
 

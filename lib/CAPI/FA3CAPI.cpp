@@ -558,26 +558,59 @@ extern "C" int fa3_launch_attention_paged_kvcache_splits(
   return launchForward(kernel, entry, args, stream, error);
 }
 
-extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
-                                    uint64_t k, uint64_t v, uint64_t out,
-                                    uint64_t lse, int64_t batch, int64_t seqQ,
-                                    int64_t seqK, void *stream, char **error) {
+/// fa3_launch_attention and fa3_launch_attention_dropout (`entry`), with
+/// the Philox (seed, offset) pointer `rng` of the latter.
+static int launchDenseForward(const fa3_kernel *kernel, const char *entry,
+                              uint64_t q, uint64_t k, uint64_t v, uint64_t out,
+                              uint64_t lse, uint64_t rng, int64_t batch,
+                              int64_t seqQ, int64_t seqK, void *stream,
+                              char **error) {
   if (kernel && kernel->function && kernel->kernel.info.kvCache) {
-    setError(error, std::string("fa3_launch_attention: the kernel attends to "
-                                "a KV cache; launch it with ") +
+    setError(error, std::string(entry) +
+                        ": the kernel attends to a KV cache; launch it with " +
                         forwardEntryFor(kernel->kernel.info));
     return 1;
   }
   if (kernel && kernel->kernel.info.varlen && !kernel->kernel.info.backward) {
-    setError(error, "fa3_launch_attention: the kernel attends to packed "
-                    "variable-length sequences (fa3.attention_varlen); launch "
-                    "it with fa3_launch_attention_varlen");
+    setError(error, std::string(entry) +
+                        ": the kernel attends to packed variable-length "
+                        "sequences (fa3.attention_varlen); launch it with "
+                        "fa3_launch_attention_varlen");
     return 1;
   }
-  return launchForward(kernel, "fa3_launch_attention",
-                       runtime::AttentionDeviceArgs::forward(q, k, v, out, lse,
-                                                             batch, seqQ, seqK),
-                       stream, error);
+  if (kernel && !kernel->kernel.info.backward &&
+      kernel->kernel.info.dropout != static_cast<bool>(rng)) {
+    setError(error, std::string(entry) +
+                        (kernel->kernel.info.dropout
+                             ? ": the kernel has dropout; launch it with "
+                               "fa3_launch_attention_dropout and a non-NULL "
+                               "rng"
+                             : ": the kernel has no dropout; launch it with "
+                               "fa3_launch_attention (or rng is NULL)"));
+    return 1;
+  }
+  runtime::AttentionDeviceArgs args = runtime::AttentionDeviceArgs::forward(
+      q, k, v, out, lse, batch, seqQ, seqK);
+  args.rng = rng;
+  return launchForward(kernel, entry, args, stream, error);
+}
+
+extern "C" int fa3_launch_attention(const fa3_kernel *kernel, uint64_t q,
+                                    uint64_t k, uint64_t v, uint64_t out,
+                                    uint64_t lse, int64_t batch, int64_t seqQ,
+                                    int64_t seqK, void *stream, char **error) {
+  return launchDenseForward(kernel, "fa3_launch_attention", q, k, v, out, lse,
+                            /*rng=*/0, batch, seqQ, seqK, stream, error);
+}
+
+extern "C" int fa3_launch_attention_dropout(const fa3_kernel *kernel,
+                                            uint64_t q, uint64_t k, uint64_t v,
+                                            uint64_t out, uint64_t lse,
+                                            uint64_t rng, int64_t batch,
+                                            int64_t seqQ, int64_t seqK,
+                                            void *stream, char **error) {
+  return launchDenseForward(kernel, "fa3_launch_attention_dropout", q, k, v,
+                            out, lse, rng, batch, seqQ, seqK, stream, error);
 }
 
 /// The checks both varlen launch entries make of the sequence operands:
@@ -738,17 +771,34 @@ extern "C" int64_t fa3_attention_grad_workspace_size(const fa3_kernel *kernel,
                                               seqK);
 }
 
-extern "C" int fa3_launch_attention_grad(
-    const fa3_kernel *kernel, uint64_t gradOut, uint64_t q, uint64_t k,
-    uint64_t v, uint64_t out, uint64_t lse, uint64_t gradLse, uint64_t gradQ,
-    uint64_t gradK, uint64_t gradV, uint64_t workspace, int64_t batch,
-    int64_t seqQ, int64_t seqK, void *stream, char **error) {
+/// fa3_launch_attention_grad and fa3_launch_attention_grad_dropout
+/// (`entry`), with the forward's Philox (seed, offset) pointer `rng` of the
+/// latter.
+static int launchDenseBackward(const fa3_kernel *kernel, const char *entry,
+                               uint64_t gradOut, uint64_t q, uint64_t k,
+                               uint64_t v, uint64_t out, uint64_t lse,
+                               uint64_t gradLse, uint64_t rng, uint64_t gradQ,
+                               uint64_t gradK, uint64_t gradV,
+                               uint64_t workspace, int64_t batch, int64_t seqQ,
+                               int64_t seqK, void *stream, char **error) {
   // What the kernel is decides before whether it was loaded, as in
   // fa3_launch_attention_varlen_grad.
   if (kernel && kernel->kernel.info.backward && kernel->kernel.info.varlen) {
-    setError(error, "fa3_launch_attention_grad: the kernel is an "
-                    "fa3.attention_varlen_grad backward; launch it with "
-                    "fa3_launch_attention_varlen_grad");
+    setError(error, std::string(entry) +
+                        ": the kernel is an fa3.attention_varlen_grad "
+                        "backward; launch it with "
+                        "fa3_launch_attention_varlen_grad");
+    return 1;
+  }
+  if (kernel && kernel->kernel.info.backward &&
+      kernel->kernel.info.dropout != static_cast<bool>(rng)) {
+    setError(error, std::string(entry) +
+                        (kernel->kernel.info.dropout
+                             ? ": the kernel has dropout; launch it with "
+                               "fa3_launch_attention_grad_dropout and the "
+                               "forward's rng"
+                             : ": the kernel has no dropout; launch it with "
+                               "fa3_launch_attention_grad (or rng is NULL)"));
     return 1;
   }
   if (!kernel || !kernel->gradKernels) {
@@ -761,12 +811,11 @@ extern "C" int fa3_launch_attention_grad(
             ? "the kernel was compiled to PTX only (fa3_compile_ptx)"
             : std::string("the kernel is a forward; launch it with ") +
                   forwardEntryFor(kernel->kernel.info);
-    setError(error, "fa3_launch_attention_grad: " + why);
+    setError(error, std::string(entry) + ": " + why);
     return 1;
   }
   if (batch < 0 || seqQ < 0 || seqK < 0) {
-    setError(error,
-             "fa3_launch_attention_grad: negative batch or sequence length");
+    setError(error, std::string(entry) + ": negative batch or sequence length");
     return 1;
   }
   runtime::AttentionGradDeviceArgs args;
@@ -784,11 +833,34 @@ extern "C" int fa3_launch_attention_grad(
   args.batch = batch;
   args.seqQ = seqQ;
   args.seqK = seqK;
+  args.rng = rng;
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionBackward(
         *kernel->gradKernels, kernel->kernel.info, args,
         static_cast<runtime::CudaStream>(stream));
   });
+}
+
+extern "C" int fa3_launch_attention_grad(
+    const fa3_kernel *kernel, uint64_t gradOut, uint64_t q, uint64_t k,
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t gradLse, uint64_t gradQ,
+    uint64_t gradK, uint64_t gradV, uint64_t workspace, int64_t batch,
+    int64_t seqQ, int64_t seqK, void *stream, char **error) {
+  return launchDenseBackward(kernel, "fa3_launch_attention_grad", gradOut, q, k,
+                             v, out, lse, gradLse, /*rng=*/0, gradQ, gradK,
+                             gradV, workspace, batch, seqQ, seqK, stream,
+                             error);
+}
+
+extern "C" int fa3_launch_attention_grad_dropout(
+    const fa3_kernel *kernel, uint64_t gradOut, uint64_t q, uint64_t k,
+    uint64_t v, uint64_t out, uint64_t lse, uint64_t gradLse, uint64_t rng,
+    uint64_t gradQ, uint64_t gradK, uint64_t gradV, uint64_t workspace,
+    int64_t batch, int64_t seqQ, int64_t seqK, void *stream, char **error) {
+  return launchDenseBackward(kernel, "fa3_launch_attention_grad_dropout",
+                             gradOut, q, k, v, out, lse, gradLse, rng, gradQ,
+                             gradK, gradV, workspace, batch, seqQ, seqK, stream,
+                             error);
 }
 
 extern "C" int fa3_launch_attention_varlen_grad(

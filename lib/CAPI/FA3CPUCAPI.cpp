@@ -53,6 +53,9 @@ static bool toElementType(int dtype, ElementType &out) {
   case FA3_DTYPE_I32:
     out = ElementType::I32;
     return true;
+  case FA3_DTYPE_I64:
+    out = ElementType::I64;
+    return true;
   default:
     return false;
   }
@@ -66,6 +69,8 @@ static int fromElementType(ElementType type) {
     return FA3_DTYPE_BF16;
   case ElementType::I32:
     return FA3_DTYPE_I32;
+  case ElementType::I64:
+    return FA3_DTYPE_I64;
   default:
     return FA3_DTYPE_F32;
   }

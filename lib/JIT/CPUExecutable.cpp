@@ -116,10 +116,12 @@ static llvm::Expected<TensorSignature> signatureOf(mlir::Type type,
     sig.elementType = ElementType::F8E4M3;
   else if (elt.isInteger(32))
     sig.elementType = ElementType::I32;
+  else if (elt.isInteger(64))
+    sig.elementType = ElementType::I64;
   else
     return error(what + " has type " + typeStr +
-                 "; only ranked tensors of f32, f16, bf16, f8E4M3FN or i32 "
-                 "are supported");
+                 "; only ranked tensors of f32, f16, bf16, f8E4M3FN, i32 or "
+                 "i64 are supported");
   for (int64_t d : tensor.getShape())
     sig.shape.push_back(mlir::ShapedType::isDynamic(d)
                             ? std::nullopt

@@ -231,6 +231,13 @@ fa3::compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
       return error("internal error: " + kernel.info.name +
                    " is marked seqused but not varlen in its fa3.launch");
     kernel.info.deterministic = getInt("deterministic") != 0;
+    // Dropout: the launch passes the Philox (seed, offset) pointer last.
+    kernel.info.dropout = getInt("dropout") != 0;
+    if (kernel.info.dropout &&
+        (kernel.info.varlen || kernel.info.kvCache || kernel.info.fp8))
+      return error("internal error: " + kernel.info.name +
+                   " is marked dropout in its fa3.launch with varlen, a KV "
+                   "cache or FP8, which have no dropout");
   }
 
   auto binary =

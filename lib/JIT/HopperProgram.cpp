@@ -48,13 +48,16 @@ static llvm::Expected<ElementType> elementTypeOf(mlir::Type type,
       return ElementType::F8E4M3;
     if (elt.isInteger(32))
       return ElementType::I32;
+    if (elt.isInteger(64))
+      return ElementType::I64;
   }
   std::string s;
   llvm::raw_string_ostream os(s);
   type.print(os);
   return error(what + " has type " + s +
-               "; CUDA runs take tensors of bf16, f16, f32, f8E4M3FN or i32 "
-               "(cache lengths, page tables)");
+               "; CUDA runs take tensors of bf16, f16, f32, f8E4M3FN, i32 "
+               "(cache lengths, page tables) or i64 (dropout's seed and "
+               "offset)");
 }
 
 /// A module holding `@fa3_step`: `op` alone on block arguments, returning
@@ -477,6 +480,13 @@ HopperProgram::run(const CudaDevice &device,
                      "] " + elementTypeName(type));
       return llvm::Error::success();
     };
+    // Dropout's Philox (seed, offset): i64 [2].
+    auto checkRng = [&](const DeviceValue &v) -> llvm::Error {
+      if (v.type != ElementType::I64 || v.shape != std::vector<int64_t>{2})
+        return error("the rng of " + info.name +
+                     " must be [2] i64 (dropout's Philox seed and offset)");
+      return llvm::Error::success();
+    };
     auto setResult = [&](unsigned i, DeviceValue value) {
       values.resize(std::max<size_t>(values.size(), step.results[i] + 1));
       values[step.results[i]] = std::move(value);
@@ -680,6 +690,12 @@ HopperProgram::run(const CudaDevice &device,
           operand(2).buffer.ptr(), values[step.results[0]]->buffer.ptr(),
           values[step.results[1]]->buffer.ptr(), batch, seqQ, seqK);
       args.multiprocessors = device.getMultiprocessorCount();
+      if (info.dropout) {
+        // fa3.attention's fourth operand: the Philox (seed, offset).
+        if (llvm::Error err = checkRng(operand(3)))
+          return std::move(err);
+        args.rng = operand(3).buffer.ptr();
+      }
       args.cacheSeqlens = lengths;
       args.pageTable = pageTable;
       args.numPages = numPages;
@@ -722,9 +738,14 @@ HopperProgram::run(const CudaDevice &device,
     std::vector<int64_t> lseShape = {batch, info.numQHeads, seqQ};
     if (operand(5).type != ElementType::F32 || operand(5).shape != lseShape)
       return error("lse of " + info.name + " must be [B, Hq, Sq] f32");
-    if (step.operands.size() > 6 && (operand(6).type != ElementType::F32 ||
-                                     operand(6).shape != lseShape))
+    // fa3.attention_grad's optional grad_lse, then (dropout) the rng.
+    bool hasGradLse = step.operands.size() > (info.dropout ? 7u : 6u);
+    if (hasGradLse &&
+        (operand(6).type != ElementType::F32 || operand(6).shape != lseShape))
       return error("grad_lse of " + info.name + " must be [B, Hq, Sq] f32");
+    if (info.dropout)
+      if (llvm::Error err = checkRng(operand(step.operands.size() - 1)))
+        return std::move(err);
     std::vector<std::optional<DeviceValue>> grads;
     for (unsigned i = 1; i <= 3; ++i) {
       auto g = allocate(device, elt, operand(i).shape);
@@ -749,8 +770,10 @@ HopperProgram::run(const CudaDevice &device,
     args.v = operand(3).buffer.ptr();
     args.out = operand(4).buffer.ptr();
     args.lse = operand(5).buffer.ptr();
-    if (step.operands.size() > 6) // fa3.attention_grad's optional grad_lse
+    if (hasGradLse)
       args.gradLse = operand(6).buffer.ptr();
+    if (info.dropout)
+      args.rng = operand(step.operands.size() - 1).buffer.ptr();
     args.gradQ = values[step.results[0]]->buffer.ptr();
     args.gradK = values[step.results[1]]->buffer.ptr();
     args.gradV = values[step.results[2]]->buffer.ptr();

@@ -141,6 +141,10 @@ llvm::Error fa3::runtime::launchAttentionBackward(
     return error("kernel " + info.name +
                  " is an fa3.attention_varlen_grad backward: launch it with "
                  "launchAttentionVarlenBackward");
+  if (info.dropout && !args.rng)
+    return error("kernel " + info.name +
+                 " has dropout: its launch needs the forward's Philox (seed, "
+                 "offset) pointer (rng, i64 [2] on the device)");
   if (args.batch == 0)
     return llvm::Error::success();
   if (args.seqQ > INT32_MAX || args.seqK > INT32_MAX)
@@ -180,12 +184,16 @@ llvm::Error fa3::runtime::launchAttentionBackward(
                       &acc,     &dk,      &dv,      &seqQ32,   &seqK32, &turns};
     Dim3 grid{unsigned((args.seqK + info.blockN - 1) / info.blockN),
               unsigned(info.numKVHeads), unsigned(args.batch)};
-    // The turn counters are a deterministic kernel's last parameter only.
-    if (llvm::Error err =
-            kernels.main.launch(grid, Dim3{unsigned(info.threads), 1, 1},
-                                unsigned(info.sharedMemory), stream,
-                                llvm::ArrayRef<void *>(params).drop_back(
-                                    info.deterministic ? 0 : 1)))
+    // The turn counters are a deterministic kernel's parameter only, the
+    // Philox (seed, offset) pointer a dropout kernel's, last.
+    llvm::SmallVector<void *, 16> mainParams(
+        llvm::ArrayRef<void *>(params).drop_back(info.deterministic ? 0 : 1));
+    DevicePtr rng = args.rng;
+    if (info.dropout)
+      mainParams.push_back(&rng);
+    if (llvm::Error err = kernels.main.launch(
+            grid, Dim3{unsigned(info.threads), 1, 1},
+            unsigned(info.sharedMemory), stream, mainParams))
       return err;
   }
   if (args.seqQ > 0) {

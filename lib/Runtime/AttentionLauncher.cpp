@@ -8,6 +8,7 @@
 
 #include "TensorMaps.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
@@ -54,7 +55,8 @@ std::map<std::string, std::string> AttentionKernelInfo::toManifest() const {
           {"num_splits", std::to_string(numSplits)},
           {"varlen", varlen ? "1" : "0"},
           {"seqused", sequsedK ? "1" : "0"},
-          {"deterministic", deterministic ? "1" : "0"}};
+          {"deterministic", deterministic ? "1" : "0"},
+          {"dropout", dropout ? "1" : "0"}};
 }
 
 /// Why a varlen kernel like `info` cannot be launched, or None: its launch
@@ -147,6 +149,9 @@ llvm::Expected<AttentionKernelInfo> AttentionKernelInfo::fromManifest(
     if (!deterministic)
       return deterministic.takeError();
     info.deterministic = *deterministic == "1";
+    // Absent in manifests written before dropout existed: no dropout.
+    auto dropout = manifest.find("dropout");
+    info.dropout = dropout != manifest.end() && dropout->second == "1";
   }
   if (info.kind == Kind::Attention && !info.backward) {
     if (llvm::Error err = getInt("packed_heads", info.packedHeads))
@@ -362,10 +367,15 @@ static llvm::Error launchForwardTiles(const CudaKernel &kernel,
   }
   Dim3 block{unsigned(info.threads), 1, 1};
   // A KV cache kernel takes cache_seqlens after the dense forward's nine
-  // parameters; a paged one the page table's four after that.
+  // parameters; a paged one the page table's four after that; a dropout
+  // kernel (dense) the Philox (seed, offset) pointer.
   size_t numParams = info.paged ? 14 : info.kvCache ? 10 : 9;
+  llvm::SmallVector<void *, 16> launchParams(params, params + numParams);
+  DevicePtr rng = args.rng;
+  if (info.dropout)
+    launchParams.push_back(&rng);
   return kernel.launch(grid, block, unsigned(info.sharedMemory), stream,
-                       llvm::ArrayRef<void *>(params).take_front(numParams));
+                       launchParams);
 }
 
 llvm::Error fa3::runtime::launchAttentionForward(
@@ -388,6 +398,10 @@ llvm::Error fa3::runtime::launchAttentionForward(
                  "launchAttentionVarlen");
   if (llvm::Error err = checkForwardOperands(info, args))
     return err;
+  if (info.dropout && !args.rng)
+    return error("kernel " + info.name +
+                 " has dropout: its launch needs the Philox (seed, offset) "
+                 "pointer (rng, i64 [2] on the device)");
   return launchForwardTiles(kernel, info, args, stream, /*partials=*/nullptr);
 }
 

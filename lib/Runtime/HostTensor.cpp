@@ -27,6 +27,7 @@ size_t fa3::runtime::elementSize(ElementType type) {
   case ElementType::BF16:
     return 2;
   case ElementType::F64:
+  case ElementType::I64:
     return 8;
   case ElementType::F8E4M3:
     return 1;
@@ -48,14 +49,16 @@ StringRef fa3::runtime::elementTypeName(ElementType type) {
     return "f8E4M3FN";
   case ElementType::I32:
     return "i32";
+  case ElementType::I64:
+    return "i64";
   }
   return "?";
 }
 
 std::optional<ElementType> fa3::runtime::parseElementType(StringRef name) {
-  for (ElementType t : {ElementType::F32, ElementType::F16, ElementType::BF16,
-                        ElementType::F64, ElementType::F8E4M3,
-                        ElementType::I32})
+  for (ElementType t :
+       {ElementType::F32, ElementType::F16, ElementType::BF16, ElementType::F64,
+        ElementType::F8E4M3, ElementType::I32, ElementType::I64})
     if (elementTypeName(t) == name)
       return t;
   return std::nullopt;
@@ -210,6 +213,11 @@ static double loadAsDouble(const HostTensor &t, int64_t i) {
     std::memcpy(&i, p, 4);
     return i;
   }
+  case ElementType::I64: {
+    int64_t i;
+    std::memcpy(&i, p, 8);
+    return static_cast<double>(i);
+  }
   }
   return 0;
 }
@@ -241,6 +249,11 @@ static void storeFromDouble(HostTensor &t, int64_t i, double v) {
   case ElementType::I32: {
     auto i = static_cast<int32_t>(std::lround(v));
     std::memcpy(p, &i, 4);
+    return;
+  }
+  case ElementType::I64: {
+    auto i = static_cast<int64_t>(std::llround(v));
+    std::memcpy(p, &i, 8);
     return;
   }
   }
@@ -325,10 +338,12 @@ llvm::Expected<HostTensor> fa3::runtime::readNpy(StringRef path) {
     type = ElementType::F64;
   else if (descr->starts_with("'<i4'"))
     type = ElementType::I32;
+  else if (descr->starts_with("'<i8'"))
+    type = ElementType::I64;
   else
     return bad("unsupported dtype " + descr->split(',').first.str() +
-               " (expected float32 '<f4', float16 '<f2', float64 '<f8' or "
-               "int32 '<i4')");
+               " (expected float32 '<f4', float16 '<f2', float64 '<f8', "
+               "int32 '<i4' or int64 '<i8')");
 
   if (!shapeText->consume_front("("))
     return bad("malformed shape");
@@ -366,6 +381,7 @@ llvm::Error fa3::runtime::writeNpy(StringRef path, const HostTensor &tensor) {
   const char *descr = out.elementType == ElementType::F32   ? "<f4"
                       : out.elementType == ElementType::F16 ? "<f2"
                       : out.elementType == ElementType::I32 ? "<i4"
+                      : out.elementType == ElementType::I64 ? "<i8"
                                                             : "<f8";
   std::string shape;
   for (int64_t d : out.shape)

@@ -58,6 +58,9 @@ class AttentionSpec:
     # A backward whose gradients are bit-identical run to run (backward
     # only: the forward always is).
     deterministic: bool = False
+    # Attention dropout's probability (0: off); the functions then take a
+    # last argument, the Philox (seed, offset) as int64 [2].
+    dropout: float = 0.0
 
     def _attrs(self, schedule=None):
         attrs = []
@@ -70,6 +73,8 @@ class AttentionSpec:
             attrs.append(f"softcap = {float(self.softcap)!r} : f32")
         if self.cast_fp8:
             attrs.append(f"fp8 = #fa3.fp8<hadamard = {str(self.hadamard).lower()}>")
+        if self.dropout:
+            attrs.append(f"dropout = {float(self.dropout)!r} : f32")
         if schedule is not None:
             attrs.append(f"schedule = {schedule}")
         return " {" + ", ".join(attrs) + "}"
@@ -109,9 +114,18 @@ class AttentionSpec:
         attrs = self._attrs(schedule)
         if self.pack_gqa:
             attrs = attrs[:-1] + ", pack_gqa}"
-        return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> ({o}, {lse}) {{\n"
-                f"  %o, %lse = fa3.attention %q, %k, %v{attrs} : ({q}, {k}, {v}) -> ({o}, {lse})\n"
+        rng_arg, rng_operand, rng_type = self._rng()
+        return (f"func.func @attention(%q: {q}, %k: {k}, %v: {v}{rng_arg}) -> ({o}, {lse}) {{\n"
+                f"  %o, %lse = fa3.attention %q, %k, %v{rng_operand}{attrs} : ({q}, {k}, {v}{rng_type})"
+                f" -> ({o}, {lse})\n"
                 f"  return %o, %lse : {o}, {lse}\n}}\n")
+
+    def _rng(self):
+        """With dropout: the Philox (seed, offset) argument, operand and type
+        that the forward and backward functions end with; else empty."""
+        if not self.dropout:
+            return "", "", ""
+        return ", %rng: tensor<2xi64>", " rng(%rng)", ", tensor<2xi64>"
 
     def _packed_types(self):
         """The packed [T, H, D] types of q, k, v, o, the [H, T] LSE and the
@@ -201,6 +215,8 @@ class AttentionSpec:
         `grad_lse`, a seventh argument: the gradient reaching the LSE."""
         q, k, v, o, lse = self._types()
         extra_arg, extra_operand, extra_type = (f", %dlse: {lse}", ", %dlse", f", {lse}") if grad_lse else ("", "", "")
+        rng_arg, rng_operand, rng_type = self._rng()
+        extra_arg, extra_operand, extra_type = extra_arg + rng_arg, extra_operand + rng_operand, extra_type + rng_type
         attrs = self._attrs()
         if self.deterministic:
             attrs = attrs[:-1] + ", deterministic}"
@@ -272,6 +288,38 @@ def check_options(causal, softmax_scale, window_size, softcap, head_dim):
     if not (math.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be >= 0 and finite (0: off), got {softcap}")
     return causal, scale, (left, right), softcap
+
+
+def check_dropout(dropout_p, dropout_seed, dropout_offset, seed_required=True):
+    """Validates the dropout options; returns (p, rng): p as a float (0:
+    off) and rng the int64 [2] numpy array (seed, offset) the compiled
+    functions take (None when off, or when the seed is None and not
+    `seed_required`: the caller draws one). The seed is any int in [-2^63,
+    2^64) (taken as its 64 bits); the offset one in [0, 2^64), of which the
+    Philox counter uses the low 32 bits."""
+    import numpy as np
+
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
+    p = float(dropout_p)
+    if not (0.0 <= float(np.float32(p)) < 1.0):
+        raise ValueError(f"dropout_p must be in [0, 1) (as a float32), got {dropout_p}")
+    for name, value, low in (("dropout_seed", dropout_seed, -(1 << 63)), ("dropout_offset", dropout_offset, 0)):
+        if value is None and name == "dropout_seed":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if not low <= int(value) < (1 << 64):
+            raise ValueError(f"{name} must be in [{low}, 2**64), got {value}")
+    if p == 0.0:
+        return 0.0, None
+    if dropout_seed is None:
+        if not seed_required:
+            return p, None
+        raise ValueError("dropout_p > 0 needs dropout_seed (an int): the mask is a function of it, and a "
+                         "backward regenerates the same mask from the same seed and offset")
+    words = [int(dropout_seed) % (1 << 64), int(dropout_offset) % (1 << 64)]
+    return p, np.array(words, dtype=np.uint64).view(np.int64)
 
 
 def check_shapes(q_shape, k_shape, v_shape, cuda):

@@ -86,11 +86,12 @@ _plans = {}
 _MAX_PLANS = 4096  # a bound for workloads that see many distinct shapes
 
 
-def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, deterministic=False):
+def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, deterministic=False,
+          dropout_p=0.0):
     """The plan of this call, from the cache or checked and built."""
     key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
            causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap),
-           pack_gqa, type(pack_gqa), deterministic, type(deterministic))
+           pack_gqa, type(pack_gqa), deterministic, type(deterministic), dropout_p)
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable option (a list window): the checks below decide
@@ -103,8 +104,10 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, d
     b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
-    spec = dataclasses.replace(_make_spec(q, k, v, causal, scale, window, softcap), deterministic=deterministic)
-    if resolve_pack_gqa(pack_gqa, spec.num_heads, spec.num_kv_heads, spec.fp8,
+    spec = dataclasses.replace(_make_spec(q, k, v, causal, scale, window, softcap), deterministic=deterministic,
+                               dropout=float(dropout_p))
+    # Dropout's mask is per query head: its tiles are never packed.
+    if resolve_pack_gqa(pack_gqa, spec.num_heads, spec.num_kv_heads, spec.fp8 or spec.dropout > 0,
                         lambda: _jit.should_pack_gqa(spec, sq, sk)):
         spec = dataclasses.replace(spec, pack_gqa=True)
     plan = Plan(spec, q.device, sq, sk, (b, sq, hq, dv), (b, hq, sq))
@@ -115,7 +118,18 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, d
     return plan
 
 
-def _forward(plan, q, k, v, need_lse=True):
+def dropout_rng(device, words=None):
+    """Dropout's Philox (seed, offset) as the int64 [2] tensor on `device`
+    the kernels read: `words` (a numpy int64 [2]), or a seed drawn from
+    torch's default generator (torch.manual_seed reproduces it) and offset
+    0."""
+    if words is not None:
+        return torch.from_numpy(words).to(device, non_blocking=True)
+    seed = torch.randint(-(1 << 63), (1 << 63) - 1, (1,), dtype=torch.int64)
+    return torch.cat([seed, seed.new_zeros(1)]).to(device, non_blocking=True)
+
+
+def _forward(plan, q, k, v, need_lse=True, rng=None):
     # The kernel reads dense [B, S, H, D] tensors: other layouts are copied.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     # new_empty takes the dtype and device from q (about 1 µs of
@@ -133,13 +147,15 @@ def _forward(plan, q, k, v, need_lse=True):
         if lse is None:
             lse = plan.lse_scratch = q.new_empty(plan.lse_shape, dtype=torch.float32)
     plan.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                    q.shape[0], q.shape[1], k.shape[1], _raw_stream(plan.index))
+                    q.shape[0], q.shape[1], k.shape[1], _raw_stream(plan.index),
+                    0 if rng is None else rng.data_ptr())
     return q, k, v, out, lse
 
 
-def _backward(plan, grad_out, q, k, v, out, lse, grad_lse=None):
+def _backward(plan, grad_out, q, k, v, out, lse, grad_lse=None, rng=None):
     """dq, dk, dv; `grad_out` or `grad_lse` may be None (no gradient reaches
-    that output). A grad_lse runs the same kernels with Δ − dLSE."""
+    that output). A grad_lse runs the same kernels with Δ − dLSE; `rng` is
+    a dropout forward's (seed, offset), whose mask the kernels regenerate."""
     kernel = plan.backward_kernel()
     grad_out = torch.zeros_like(out) if grad_out is None else grad_out.contiguous()
     grad_lse_ptr = 0
@@ -153,7 +169,8 @@ def _backward(plan, grad_out, q, k, v, out, lse, grad_lse=None):
     workspace = q.new_empty(max(kernel.workspace_bytes(b, sq, sk), 256), dtype=torch.uint8)
     kernel.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
-                       b, sq, sk, _raw_stream(plan.index), grad_lse_ptr)
+                       b, sq, sk, _raw_stream(plan.index), grad_lse_ptr,
+                       0 if rng is None else rng.data_ptr())
     return dq, dk, dv
 
 
@@ -163,23 +180,24 @@ class _Attention(torch.autograd.Function):
     grad_lse) when the caller uses it, e.g. to merge partial attentions."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan):
-        q, k, v, out, lse = _forward(plan, q, k, v)
-        ctx.save_for_backward(q, k, v, out, lse)
+    def forward(ctx, q, k, v, plan, rng):
+        q, k, v, out, lse = _forward(plan, q, k, v, rng=rng)
+        ctx.save_for_backward(q, k, v, out, lse, rng)
         ctx.plan = plan
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, rng = ctx.saved_tensors
         if grad_out is None and grad_lse is None:
-            return None, None, None, None
-        dq, dk, dv = _backward(ctx.plan, grad_out, q, k, v, out, lse, grad_lse)
-        return dq, dk, dv, None
+            return None, None, None, None, None
+        dq, dk, dv = _backward(ctx.plan, grad_out, q, k, v, out, lse, grad_lse, rng)
+        return dq, dk, dv, None, None
 
 
-def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic):
+def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic,
+                dropout_p, rng):
     """fa3.attention at a head dim the kernels are not compiled for (or v's
     head dim != q's): q, k and v zero-padded to rounded_cuda_head_dim with
     F.pad (differentiable, and traced by torch.compile), the scale kept at
@@ -192,17 +210,22 @@ def _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, 
     _check_tensors(q, k, v)
     size = rounded_cuda_head_dim(d, dv)
     q, k, v = (F.pad(t, (0, size - t.shape[3])) for t in (q, k, v))
-    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse, pack_gqa, deterministic)
+    out, lse = attention(q, k, v, causal, scale, window, softcap, need_lse, pack_gqa, deterministic, dropout_p,
+                         rng)
     return out[..., :dv], lse
 
 
 def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=True, pack_gqa=None,
-              deterministic=False):
+              deterministic=False, dropout_p=0.0, rng=None):
     """(out, lse) of fa3.attention on torch CUDA tensors (bf16/f16); with
     `need_lse=False` and no autograd, lse is a scratch buffer the caller must
-    not use."""
+    not use. `dropout_p > 0` needs `rng`, the (seed, offset) int64 [2] on
+    q's device (dropout_rng)."""
     if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
-        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic)
+        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic,
+                           dropout_p, rng)
+    if dropout_p and (rng is None or rng.device != q.device or rng.dtype != torch.int64 or rng.shape != (2,)):
+        raise ValueError(f"dropout needs rng, the (seed, offset) int64 tensor of shape (2,) on {q.device}")
     if torch.compiler.is_compiling():
         hq, hkv, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
@@ -212,33 +235,35 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
         return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa,
-                                           deterministic)
-    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic)
+                                           deterministic, float(dropout_p), rng if dropout_p else None)
+    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
     if (q.stride(-1) != 1 and q.shape[-1] > 1) or (k.stride(-1) != 1 and k.shape[-1] > 1) or \
             (v.stride(-1) != 1 and v.shape[-1] > 1):
         _check_tensors(q, k, v)  # raises, naming the tensor
+    rng = rng if dropout_p else None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _Attention.apply(q, k, v, plan)
-    return _forward(plan, q, k, v, need_lse)[3:]
+        return _Attention.apply(q, k, v, plan, rng)
+    return _forward(plan, q, k, v, need_lse, rng)[3:]
 
 
 # --- torch.compile: the same launches as custom ops --------------------------
 
-def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic):
-    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap, pack_gqa, deterministic)
+def _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic, dropout_p):
+    return _plan(q, k, v, causal, scale, (window_left, window_right), softcap, pack_gqa, deterministic, dropout_p)
 
 
 @torch.library.custom_op("fa3::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float,
-                  pack_gqa: Optional[bool] = None, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic)
-    return _forward(plan, q, k, v)[3:]
+                  pack_gqa: Optional[bool] = None, deterministic: bool = False, dropout_p: float = 0.0,
+                  rng: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic, dropout_p)
+    return _forward(plan, q, k, v, rng=rng)[3:]
 
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa=None,
-                        deterministic=False):
+                        deterministic=False, dropout_p=0.0, rng=None):
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v.shape[3])),
             q.new_empty((b, hq, sq), dtype=torch.float32))
@@ -249,23 +274,25 @@ def attention_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                   out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool, scale: float,
                   window_left: int, window_right: int, softcap: float,
                   pack_gqa: Optional[bool] = None,
-                  deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic)
+                  deterministic: bool = False, dropout_p: float = 0.0,
+                  rng: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    plan = _op_plan(q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic, dropout_p)
     q, k, v, out, lse = (t.contiguous() for t in (q, k, v, out, lse))
-    return _backward(plan, grad_out, q, k, v, out, lse, grad_lse)
+    return _backward(plan, grad_out, q, k, v, out, lse, grad_lse, rng)
 
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(grad_out, q, k, v, out, lse, grad_lse, causal, scale, window_left, window_right,
-                        softcap, pack_gqa=None, deterministic=False):
+                        softcap, pack_gqa=None, deterministic=False, dropout_p=0.0, rng=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic = inputs
+    q, k, v, causal, scale, window_left, window_right, softcap, pack_gqa, deterministic, dropout_p, rng = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.options = (causal, scale, window_left, window_right, softcap, pack_gqa, deterministic)
+    ctx.rng = rng
+    ctx.options = (causal, scale, window_left, window_right, softcap, pack_gqa, deterministic, dropout_p)
 
 
 def _op_backward(ctx, grad_out, grad_lse):
@@ -274,8 +301,8 @@ def _op_backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     grad_out = torch.zeros_like(out) if grad_out is None else grad_out
     grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
-    dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    dq, dk, dv = torch.ops.fa3.attention_bwd(grad_out, q, k, v, out, lse, grad_lse, *ctx.options, ctx.rng)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 attention_fwd.register_autograd(_op_backward, setup_context=_setup_context)

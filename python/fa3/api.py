@@ -7,7 +7,8 @@ import sys
 import numpy as np
 
 from . import _jit
-from ._spec import CPU_BLOCK_M, MLIR_TYPES, AttentionSpec, check_options, check_shapes, resolve_pack_gqa
+from ._spec import (CPU_BLOCK_M, MLIR_TYPES, AttentionSpec, check_dropout, check_options, check_shapes,
+                    resolve_pack_gqa)
 
 
 def _is_torch(x):
@@ -36,7 +37,7 @@ def _torch_module():
 
 def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None, fp8=False, hadamard=False,
-              pack_gqa=None, deterministic=False):
+              pack_gqa=None, deterministic=False, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Scaled dot-product attention, FlashAttention's `flash_attn_func` layout.
 
     q: (batch, seqlen_q, num_heads, head_dim); k: (batch, seqlen_k,
@@ -90,11 +91,24 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     are bit-identical from run to run (the key blocks add their dq shares
     in a fixed order instead of as they finish; slower, see
     docs/Performance.md). The forward, and the CPU backward, always are.
+
+    `dropout_p` (FlashAttention-2's): each attention probability is dropped
+    with probability `dropout_p` and the kept ones scaled by 1 / (1 -
+    dropout_p); the LSE is that of the softmax before dropout. The mask is
+    Philox4x32-10 of (`dropout_seed`, `dropout_offset`) and the position
+    (batch, head, query, key) — `fa3.reference.dropout_mask` computes the
+    same bits on the CPU and the GPU — so the backward regenerates it
+    instead of storing it (on torch tensors autograd does; on numpy arrays
+    `compile(..., backward=True, dropout_p=...)` with the same seed and
+    offset). numpy arrays need `dropout_seed`; on torch tensors a missing
+    seed is drawn from torch's default generator (torch.manual_seed
+    reproduces it), offset 0. Not with fp8, hadamard or pack_gqa=True.
     """
     torch = sys.modules.get("torch")
     if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
             and not fp8 and not hadamard and q_descale is None and k_descale is None and v_descale is None
-            and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool):
+            and (q.dtype is torch.bfloat16 or q.dtype is torch.float16) and return_lse.__class__ is bool
+            and dropout_p == 0.0 and dropout_seed is None):
         # The cached-plan path of bf16/f16 torch tensors (fa3._torch).
         out, lse = _torch_module().attention(q, k, v, causal, softmax_scale, window_size, softcap,
                                              need_lse=return_lse, pack_gqa=pack_gqa, deterministic=deterministic)
@@ -117,6 +131,10 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     # (cuda=False: the torch path rounds head dims up, FP8 checks its own.)
     hq, hkv, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=False)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
+    dropout, rng = check_dropout(dropout_p, dropout_seed, dropout_offset, seed_required=not cuda)
+    if dropout and (fp8 or hadamard or pack_gqa):
+        raise ValueError("dropout_p > 0 does not combine with fp8, hadamard or pack_gqa (its mask is defined "
+                         "per query head and row of a 16- or 32-bit attention)")
     descales = (q_descale, k_descale, v_descale)
     for name, flag in (("fp8", fp8), ("hadamard", hadamard)):
         if not isinstance(flag, bool):
@@ -127,6 +145,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     # Checked for every path; the CPU decides it here, CUDA per launch.
     pack = resolve_pack_gqa(pack_gqa, hq, hkv, is_fp8,
                             lambda: _jit._module().should_pack_gqa(q.shape[1], hq // hkv, CPU_BLOCK_M))
+    pack = pack and not dropout  # dropout's mask is per query head: never packed
     if fp8:
         if any(x is not None for x in descales):
             raise ValueError("fp8=True computes the descales itself; do not pass q/k/v_descale")
@@ -147,9 +166,15 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
         if x is not None:
             raise ValueError(f"{name} is only for FP8 inputs (torch.float8_e4m3fn q, k, v)")
     if cuda:
+        if dropout:
+            torch_path = _torch_module()
+            out, lse = torch_path.attention(q, k, v, causal, scale, window, softcap, pack_gqa=False,
+                                            deterministic=deterministic, dropout_p=dropout,
+                                            rng=torch_path.dropout_rng(q.device, rng))
+            return (out, lse) if return_lse else out
         return _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa, deterministic)
     return _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
-                            pack_gqa=pack)
+                            pack_gqa=pack, dropout=dropout, rng=rng)
 
 
 def _attention_torch(q, k, v, causal, scale, window, softcap, return_lse, pack_gqa, deterministic):
@@ -190,7 +215,7 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
 
 
 def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, return_lse,
-                     cast_fp8=False, hadamard=False, pack_gqa=False):
+                     cast_fp8=False, hadamard=False, pack_gqa=False, dropout=0.0, rng=None):
     dtype = _numpy_dtype_name(q)
     for name, a in (("q", q), ("k", k), ("v", v)):
         if _numpy_dtype_name(a) is None:
@@ -209,9 +234,10 @@ def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, re
         dtype = "bf16"
     spec = AttentionSpec(dtype=dtype, num_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=dv,
                          causal=causal, scale=scale, window=window, softcap=softcap,
-                         cast_fp8=cast_fp8, hadamard=hadamard, pack_gqa=pack_gqa)
+                         cast_fp8=cast_fp8, hadamard=hadamard, pack_gqa=pack_gqa, dropout=dropout)
     fn = _jit.get(spec, "cpu", "fwd")
-    out, lse = fn.run([np.ascontiguousarray(a) for a in (q, k, v)])
+    inputs = [np.ascontiguousarray(a) for a in (q, k, v)] + ([rng] if dropout else [])
+    out, lse = fn.run(inputs)
     return (out, lse) if return_lse else out
 
 
@@ -266,17 +292,22 @@ class Kernel:
                                  f"device), got {'a ' + type(t).__name__ if not _is_torch(t) else t.device}")
         return _torch_module()._raw_stream(torch_device.index)
 
-    def launch_into(self, q, k, v, out, lse):
+    def launch_into(self, q, k, v, out, lse, rng=None):
         """Forward into preallocated outputs on the current stream: q, k, v
         [B, S, H, D], out [B, Sq, Hq, Dv] and lse [B, Hq, Sq] float32, all
-        contiguous on the kernel's device. Shapes are the caller's to get
-        right (the C API checks sizes only); the lowest dispatch cost fa3
-        offers (bench/bench_dispatch.py measures it)."""
+        contiguous on the kernel's device; `rng` (a kernel compiled with
+        dropout): the int64 (seed, offset) tensor of shape (2,) there. Shapes
+        are the caller's to get right (the C API checks sizes only); the
+        lowest dispatch cost fa3 offers (bench/bench_dispatch.py measures
+        it)."""
         if self.backward:
             raise ValueError("launch_into runs a forward; use launch_grad_into for a backward kernel")
-        stream = self._cuda_args(("q", "k", "v", "out", "lse"), (q, k, v, out, lse), "launch_into")
+        names, tensors = ("q", "k", "v", "out", "lse"), (q, k, v, out, lse)
+        if rng is not None:
+            names, tensors = names + ("rng",), tensors + (rng,)
+        stream = self._cuda_args(names, tensors, "launch_into")
         self._impl.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                          q.shape[0], q.shape[1], k.shape[1], stream)
+                          q.shape[0], q.shape[1], k.shape[1], stream, 0 if rng is None else rng.data_ptr())
 
     def workspace_bytes(self, batch, seq_q, seq_k):
         """Bytes of device workspace one backward launch of these sizes needs
@@ -285,12 +316,13 @@ class Kernel:
             raise ValueError("workspace_bytes is a CUDA (or ptx) backward kernel's")
         return self._impl.workspace_bytes(batch, seq_q, seq_k)
 
-    def launch_grad_into(self, grad_out, q, k, v, out, lse, dq, dk, dv, workspace=None, grad_lse=None):
+    def launch_grad_into(self, grad_out, q, k, v, out, lse, dq, dk, dv, workspace=None, grad_lse=None, rng=None):
         """Backward into preallocated dq, dk, dv on the current stream (the
         forward's out and lse). `workspace`: a CUDA tensor of at least
         workspace_bytes() bytes at a 256-byte aligned address, whose contents
         the launch initializes (default: allocated here). `grad_lse`: the
-        gradient reaching the LSE (float32 [B, Hq, Sq]), if any."""
+        gradient reaching the LSE (float32 [B, Hq, Sq]), if any. `rng`: a
+        dropout backward's (seed, offset), the forward's."""
         import torch
 
         if not self.backward:
@@ -302,6 +334,8 @@ class Kernel:
             if grad_lse.dtype != torch.float32 or tuple(grad_lse.shape) != tuple(lse.shape):
                 raise ValueError(f"grad_lse must be float32 shaped like lse {tuple(lse.shape)}, got "
                                  f"{grad_lse.dtype} {tuple(grad_lse.shape)}")
+        if rng is not None:
+            names, tensors = names + ("rng",), tensors + (rng,)
         stream = self._cuda_args(names, tensors, "launch_grad_into")
         b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
         need = self._impl.workspace_bytes(b, sq, sk)
@@ -315,17 +349,20 @@ class Kernel:
         self._impl.launch_grad(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                                lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                workspace.data_ptr(), b, sq, sk, stream,
-                               0 if grad_lse is None else grad_lse.data_ptr())
+                               0 if grad_lse is None else grad_lse.data_ptr(),
+                               0 if rng is None else rng.data_ptr())
 
     def __call__(self, *tensors):
-        """Forward: (q, k, v) -> (out, lse). Backward: (grad_out, q, k, v,
-        out, lse[, grad_lse]) -> (dq, dk, dv). numpy arrays on the CPU (as
-        many as the function's arguments), contiguous torch tensors on the
-        kernel's CUDA device (launched on its current stream)."""
+        """Forward: (q, k, v[, rng]) -> (out, lse). Backward: (grad_out, q,
+        k, v, out, lse[, grad_lse][, rng]) -> (dq, dk, dv); `rng` (a kernel
+        compiled with dropout_p > 0) is the int64 (seed, offset) of shape
+        (2,). numpy arrays on the CPU (as many as the function's arguments),
+        contiguous torch tensors on the kernel's CUDA device (launched on its
+        current stream)."""
         if self.device == "cpu":
             want = (self._impl.num_inputs,)
         else:
-            want = (6, 7) if self.backward else (3,)
+            want = (6, 7, 8) if self.backward else (3, 4)
         if len(tensors) not in want:
             raise TypeError(f"this kernel takes {' or '.join(map(str, want))} tensors, got {len(tensors)}")
         if self.device == "ptx":
@@ -336,18 +373,22 @@ class Kernel:
             return tuple(self._impl.run([np.ascontiguousarray(t) for t in tensors]))
         import torch
 
+        # A last int64 tensor of shape (2,) is dropout's (seed, offset).
+        rng = None
+        if tensors[-1].dtype == torch.int64 and tuple(tensors[-1].shape) == (2,):
+            tensors, rng = tensors[:-1], tensors[-1]
         if not self.backward:
             q, k, v = tensors
             self._cuda_args(("q", "k", "v"), tensors, "calling the kernel")
             b, sq, hq, _ = q.shape
             out = torch.empty((b, sq, hq, v.shape[3]), dtype=q.dtype, device=q.device)
             lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-            self.launch_into(q, k, v, out, lse)
+            self.launch_into(q, k, v, out, lse, rng=rng)
             return out, lse
         grad_out, q, k, v, out, lse = tensors[:6]
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         self.launch_grad_into(grad_out, q, k, v, out, lse, dq, dk, dv,
-                              grad_lse=tensors[6] if len(tensors) == 7 else None)
+                              grad_lse=tensors[6] if len(tensors) == 7 else None, rng=rng)
         return dq, dk, dv
 
 
@@ -369,7 +410,7 @@ def compile_mlir(source, function, device="cuda", backward=False, block_m=0, blo
 
 def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, causal=False,
             softmax_scale=None, window_size=(-1, -1), softcap=0.0, device="cuda", backward=False,
-            block_m=0, block_n=0, grad_lse=False):
+            block_m=0, block_n=0, grad_lse=False, dropout_p=0.0):
     """Compiles one attention specialization and returns a `Kernel`.
 
     `dtype`: "bf16", "f16" or "f32" (or the torch/numpy dtype). `device`:
@@ -380,6 +421,10 @@ def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, caus
     reaching the LSE (a CUDA backward takes it either way, as
     `launch_grad_into(..., grad_lse=...)`).
     `block_m`/`block_n` override the cost model's tiles (0: keep them).
+    `dropout_p > 0` compiles attention dropout (see `attention`): the
+    function takes one more, last argument, the int64 array [seed, offset]
+    (CPU only for now: a CUDA compile raises fa3.Error with the compiler's
+    diagnostic).
     Batch and sequence lengths stay dynamic."""
     name = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "half": "f16"}.get(
         str(dtype).replace("torch.", ""), str(dtype))
@@ -397,8 +442,10 @@ def compile(dtype, num_heads, head_dim, num_kv_heads=None, head_dim_v=None, caus
     check_shapes((1, 1, num_heads, head_dim), (1, 1, num_kv_heads, head_dim), (1, 1, num_kv_heads, head_dim_v),
                  cuda=device != "cpu")
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, head_dim)
+    dropout, _ = check_dropout(dropout_p, 0, 0)
     spec = AttentionSpec(dtype=name, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                         head_dim_v=head_dim_v, causal=causal, scale=scale, window=window, softcap=softcap)
+                         head_dim_v=head_dim_v, causal=causal, scale=scale, window=window, softcap=softcap,
+                         dropout=dropout)
     if not isinstance(grad_lse, bool) or (grad_lse and not backward):
         raise TypeError(f"grad_lse must be a bool, and True only with backward=True, got {grad_lse!r}")
     if backward:

@@ -53,8 +53,11 @@ int dtypeOf(const py::dtype &dtype) {
     return FA3_DTYPE_F32;
   if (name == "int32")
     return FA3_DTYPE_I32;
-  throw py::type_error("fa3 CPU tensors must be float32, float16, bfloat16 "
-                       "or (offsets, lengths, page tables) int32, got " +
+  if (name == "int64")
+    return FA3_DTYPE_I64;
+  throw py::type_error("fa3 CPU tensors must be float32, float16, bfloat16, "
+                       "(offsets, lengths, page tables) int32 or (dropout's "
+                       "seed and offset) int64, got " +
                        name);
 }
 
@@ -67,6 +70,8 @@ py::dtype numpyDtype(int dtype) {
         py::module_::import("ml_dtypes").attr("bfloat16"));
   case FA3_DTYPE_I32:
     return py::dtype("int32");
+  case FA3_DTYPE_I64:
+    return py::dtype("int64");
   default:
     return py::dtype::of<float>();
   }
@@ -192,11 +197,19 @@ public:
             "fa3: compiling the kernel failed"),
         kind(kind) {}
 
+  /// A dense forward; `rng` (the Philox seed and offset, i64 [2] on the
+  /// device) for a kernel compiled with dropout, else 0.
   void launch(uint64_t q, uint64_t k, uint64_t v, uint64_t out, uint64_t lse,
-              int64_t batch, int64_t seqQ, int64_t seqK, uint64_t stream) {
+              int64_t batch, int64_t seqQ, int64_t seqK, uint64_t stream,
+              uint64_t rng) {
     char *error = nullptr;
-    if (fa3_launch_attention(kernel, q, k, v, out, lse, batch, seqQ, seqK,
-                             reinterpret_cast<void *>(stream), &error) != 0)
+    int rc =
+        rng ? fa3_launch_attention_dropout(
+                  kernel, q, k, v, out, lse, rng, batch, seqQ, seqK,
+                  reinterpret_cast<void *>(stream), &error)
+            : fa3_launch_attention(kernel, q, k, v, out, lse, batch, seqQ, seqK,
+                                   reinterpret_cast<void *>(stream), &error);
+    if (rc != 0)
       raise(error, "fa3_launch_attention failed");
   }
 
@@ -303,14 +316,18 @@ public:
   void launchGrad(uint64_t gradOut, uint64_t q, uint64_t k, uint64_t v,
                   uint64_t out, uint64_t lse, uint64_t gradQ, uint64_t gradK,
                   uint64_t gradV, uint64_t workspace, int64_t batch,
-                  int64_t seqQ, int64_t seqK, uint64_t stream,
-                  uint64_t gradLse) {
+                  int64_t seqQ, int64_t seqK, uint64_t stream, uint64_t gradLse,
+                  uint64_t rng) {
     char *error = nullptr;
-    if (fa3_launch_attention_grad(kernel, gradOut, q, k, v, out, lse, gradLse,
-                                  gradQ, gradK, gradV, workspace, batch, seqQ,
-                                  seqK,
-                                  reinterpret_cast<void *>(stream),
-                                  &error) != 0)
+    int rc = rng ? fa3_launch_attention_grad_dropout(
+                       kernel, gradOut, q, k, v, out, lse, gradLse, rng, gradQ,
+                       gradK, gradV, workspace, batch, seqQ, seqK,
+                       reinterpret_cast<void *>(stream), &error)
+                 : fa3_launch_attention_grad(
+                       kernel, gradOut, q, k, v, out, lse, gradLse, gradQ,
+                       gradK, gradV, workspace, batch, seqQ, seqK,
+                       reinterpret_cast<void *>(stream), &error);
+    if (rc != 0)
       raise(error, "fa3_launch_attention_grad failed");
   }
 
@@ -454,7 +471,11 @@ PYBIND11_MODULE(_fa3, m) {
                              "PTX only)")
       .def("launch", &CudaKernel::launch, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("batch"),
-           py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"))
+           py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"),
+           py::arg("rng") = 0,
+           "A dense forward (fa3_launch_attention; with rng, the Philox "
+           "(seed, offset) device pointer of a dropout kernel, "
+           "fa3_launch_attention_dropout)")
       .def("launch_kvcache", &CudaKernel::launchKVCache, py::arg("q"),
            py::arg("k_cache"), py::arg("v_cache"), py::arg("out"),
            py::arg("lse"), py::arg("cache_seqlens"), py::arg("batch"),
@@ -499,7 +520,7 @@ PYBIND11_MODULE(_fa3, m) {
            py::arg("lse"), py::arg("grad_q"), py::arg("grad_k"),
            py::arg("grad_v"), py::arg("workspace"), py::arg("batch"),
            py::arg("seq_q"), py::arg("seq_k"), py::arg("stream"),
-           py::arg("grad_lse") = 0)
+           py::arg("grad_lse") = 0, py::arg("rng") = 0)
       .def("launch_varlen_grad", &CudaKernel::launchVarlenGrad,
            py::arg("grad_out"), py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("out"), py::arg("lse"), py::arg("grad_lse"),

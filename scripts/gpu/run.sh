@@ -4,7 +4,8 @@
 # the device tool, then run `bash scripts/gpu/run.sh [tests|bench|sass|all]`
 # there (`none` only unpacks the bundle and builds the Python extension;
 # `tests FILE...` runs only those test files, `bench ARGS...` the benchmark
-# with those arguments (e.g. --varlen, --decode), `bench-cast` the fa3-cast-fp8
+# with those arguments (e.g. --varlen, --decode), `bench-dropout ARGS...`
+# bench/bench_dropout.py (dropout's cost), `bench-cast` the fa3-cast-fp8
 # chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the forward benchmark
 # with this bundle and then with another build's libfa3.so). Logs go to
 # $OUT (or ./gpu-out).
@@ -16,6 +17,7 @@ tests=("$@")
 # `bench ARGS...` passes ARGS to bench_attention.py (e.g. --varlen).
 bench_args=()
 [ "$what" = bench ] && bench_args=("$@")
+[ "$what" = bench-dropout ] && bench_args=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(test/Integration/GPU)
 out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
@@ -77,6 +79,11 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== benchmark"
   "$PY" bench/bench_attention.py --out "$out" "${bench_args[@]}" 2>&1 | tee "$out/bench.txt" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = bench-dropout ]; then
+  echo "== dropout benchmark"
+  "$PY" bench/bench_dropout.py --out "$out" "${bench_args[@]}" 2>&1 | tee "$out/bench-dropout.txt" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = bench-dispatch ]; then

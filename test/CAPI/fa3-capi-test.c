@@ -195,6 +195,77 @@ static void testCpu(void) {
         "cpu compile rejects NULL");
 }
 
+static const char *kDropoutF32 =
+    "func.func @attn(%q: tensor<?x?x2x16xf32>, %k: tensor<?x?x2x16xf32>, "
+    "%v: tensor<?x?x2x16xf32>, %rng: tensor<2xi64>) -> "
+    "(tensor<?x?x2x16xf32>, tensor<?x2x?xf32>) {\n"
+    "  %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 0.5 : f32} "
+    ": (tensor<?x?x2x16xf32>, tensor<?x?x2x16xf32>, tensor<?x?x2x16xf32>, "
+    "tensor<2xi64>) -> (tensor<?x?x2x16xf32>, tensor<?x2x?xf32>)\n"
+    "  return %o, %lse : tensor<?x?x2x16xf32>, tensor<?x2x?xf32>\n}\n";
+
+/* Attention dropout through the CPU JIT: the Philox (seed, offset) is an
+ * int64 input; the same seed gives the same bits, another seed another
+ * output, and the LSE (the undropped softmax's) does not depend on it. */
+static void testCpuDropout(void) {
+  char *error = NULL;
+  fa3_cpu_function *fn = fa3_cpu_compile(kDropoutF32, "attn", 0, 0, &error);
+  check(fn != NULL && fa3_cpu_num_inputs(fn) == 4,
+        "cpu dropout compile: 4 inputs");
+  if (!fn) {
+    fprintf(stderr, "%s\n", error);
+    fa3_free_string(error);
+    return;
+  }
+  int b = 1, s = 40, h = 2, d = 16;
+  size_t n = (size_t)b * s * h * d;
+  float *x = malloc(3 * n * 4);
+  for (size_t i = 0; i < 3 * n; ++i)
+    x[i] = 2 * nextUniform() - 1;
+  int64_t seeds[3][2] = {{11, 0}, {11, 0}, {12, 0}};
+  fa3_tensor outputs[3][2];
+  memset(outputs, 0, sizeof(outputs));
+  int ok = 1;
+  for (int run = 0; run < 3; ++run) {
+    fa3_tensor inputs[4] = {{FA3_DTYPE_F32, 4, {b, s, h, d}, x},
+                            {FA3_DTYPE_F32, 4, {b, s, h, d}, x + n},
+                            {FA3_DTYPE_F32, 4, {b, s, h, d}, x + 2 * n},
+                            {FA3_DTYPE_I64, 1, {2}, seeds[run]}};
+    if (fa3_cpu_run(fn, inputs, 4, outputs[run], 2, &error) != 0) {
+      fprintf(stderr, "%s\n", error);
+      fa3_free_string(error);
+      error = NULL;
+      ok = 0;
+    }
+  }
+  check(ok, "cpu dropout run");
+  if (ok) {
+    size_t lseBytes = (size_t)b * h * s * 4;
+    check(memcmp(outputs[0][0].data, outputs[1][0].data, n * 4) == 0 &&
+              memcmp(outputs[0][0].data, outputs[2][0].data, n * 4) != 0,
+          "cpu dropout: same seed same bits, another seed another output");
+    check(memcmp(outputs[0][1].data, outputs[2][1].data, lseBytes) == 0,
+          "cpu dropout: the LSE does not depend on the mask");
+  }
+  for (int run = 0; run < 3; ++run)
+    for (int i = 0; i < 2; ++i)
+      if (outputs[run][i].data)
+        fa3_free_tensor_data(&outputs[run][i]);
+  /* An int32 seed is the wrong type: the error names input #3. */
+  int32_t narrow[2] = {11, 0};
+  fa3_tensor bad[4] = {{FA3_DTYPE_F32, 4, {b, s, h, d}, x},
+                       {FA3_DTYPE_F32, 4, {b, s, h, d}, x + n},
+                       {FA3_DTYPE_F32, 4, {b, s, h, d}, x + 2 * n},
+                       {FA3_DTYPE_I32, 1, {2}, narrow}};
+  fa3_tensor out[2];
+  memset(out, 0, sizeof(out));
+  check(fa3_cpu_run(fn, bad, 4, out, 2, &error) != 0 &&
+            errorContains(error, "input #3"),
+        "cpu dropout rejects an int32 rng, naming input #3");
+  free(x);
+  fa3_cpu_destroy(fn);
+}
+
 /* A packed batch (fa3.attention_varlen) through the CPU JIT: int32 offsets
  * beside f32 tensors, each sequence checked against the reference on its
  * rows alone; mismatched offset counts are rejected before running. */
@@ -1695,6 +1766,7 @@ int main(int argc, char **argv) {
   testCostModel();
   testCpu();
   testCpuVarlen();
+  testCpuDropout();
   testPtx();
   testPtxVarlen();
   testPtxGrad();
@@ -1722,6 +1794,11 @@ int main(int argc, char **argv) {
 // CHECK: cpu varlen run: ok
 // CHECK: cpu varlen matches the float64 reference per sequence: ok
 // CHECK: cpu varlen rejects mismatched offsets: ok
+// CHECK: cpu dropout compile: 4 inputs: ok
+// CHECK: cpu dropout run: ok
+// CHECK: cpu dropout: same seed same bits, another seed another output: ok
+// CHECK: cpu dropout: the LSE does not depend on the mask: ok
+// CHECK: cpu dropout rejects an int32 rng, naming input #3: ok
 // CHECK: split-KV rule: 14 splits for 8 tiles over 256 blocks, 1 for 256: ok
 // CHECK: PackGQA rule: decode packs, 64 queries do not: ok
 // CHECK: ptx compile: ok

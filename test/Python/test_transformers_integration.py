@@ -64,7 +64,12 @@ def test_options_reach_fa3(monkeypatch):
     assert seen["q"] == (1, 3, 4, 64) and seen["k"] == (1, 8, 2, 64)  # (B, S, H, D), GQA heads kept
     assert seen["causal"] is True and seen["window_size"] == (3, 0)
     assert seen["softmax_scale"] == pytest.approx(0.2) and seen["softcap"] == 30.0
-    assert seen["deterministic"] is False
+    assert seen["deterministic"] is False and seen["dropout_p"] == 0.0
+    # Attention dropout while training only (eval: none).
+    fa3_hf.attention_forward(_Module(), q, k, v, None, dropout=0.1)
+    assert seen["dropout_p"] == 0.0
+    fa3_hf.attention_forward(_Module().train(), q, k, v, None, dropout=0.1)
+    assert seen["dropout_p"] == pytest.approx(0.1)
     fa3_hf.attention_forward(_Module(), q, k, v, None, is_causal=False)
     assert seen["causal"] is False and seen["window_size"] == (-1, -1) and seen["softcap"] == 0.0
     # Determinism as transformers' FlashAttention path reads it: the kwarg,
@@ -87,9 +92,12 @@ def test_inexpressible_inputs_are_errors():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="explicit attention mask"):
         fa3_hf.attention_forward(_Module(), q, k, v, torch.ones(1, 8, dtype=torch.bool))
+    # Dropout on a padding-free batch (restarting position ids): no varlen dropout.
     training = _Module().train()
-    with pytest.raises(ValueError, match="attention dropout"):
-        fa3_hf.attention_forward(training, q, k, v, None, dropout=0.1)
+    q1, k1, v1 = _qkv(sq=8, sk=8)
+    with pytest.raises(ValueError, match="attention dropout .* on a padding-free"):
+        fa3_hf.attention_forward(training, q1, k1, v1, None, dropout=0.1,
+                                 position_ids=torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]]))
     with pytest.raises(ValueError, match="attention sinks"):
         fa3_hf.attention_forward(_Module(), q, k, v, None, s_aux=torch.zeros(4))
     with pytest.raises(TypeError, match="bfloat16 or float16"):

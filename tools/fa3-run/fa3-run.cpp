@@ -105,6 +105,7 @@ static llvm::Expected<HostTensor> readInput(unsigned index,
         sig.describe().c_str(), path->c_str(),
         want == ElementType::F32   ? "a float32"
         : want == ElementType::I32 ? "an int32"
+        : want == ElementType::I64 ? "an int64"
                                    : "a float16",
         viaF32 ? (sig.elementType == ElementType::BF16
                       ? " (rounded to bf16)"

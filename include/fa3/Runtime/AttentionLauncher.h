@@ -74,6 +74,10 @@ struct AttentionKernelInfo {
   /// blockM], see attentionGradWorkspaceBytes), zeroed by the launch and
   /// passed to the main kernel.
   bool deterministic = false;
+  /// Attention dropout (a dense 16-bit forward or backward): the kernel's
+  /// last parameter is the Philox (seed, offset), a device i64 [2]
+  /// (AttentionDeviceArgs::rng, AttentionGradDeviceArgs::rng).
+  bool dropout = false;
 
   /// Hadamard and Quantize: the element types read and written (Quantize
   /// writes e4m3). Their `headDim` is the last dimension; for Quantize,
@@ -114,6 +118,9 @@ struct AttentionDeviceArgs {
   DevicePtr cuSeqlensQ = 0, cuSeqlensK = 0, sequsedK = 0;
   int64_t maxSeqlenQ = 0;
   DevicePtr qDescale = 0, kDescale = 0, vDescale = 0, workspace = 0;
+  /// A dropout kernel's Philox (seed, offset): i64 [2] on the device, read
+  /// by the kernel when it runs (so a captured graph may update it).
+  DevicePtr rng = 0;
   /// The device's multiprocessor count: how many CTAs a persistent kernel
   /// launches at most (one per SM: its shared memory and registers admit
   /// no second). Unused by other kernels.
@@ -214,6 +221,9 @@ struct AttentionGradDeviceArgs {
   int64_t batch = 0, seqQ = 0, seqK = 0;
   DevicePtr cuSeqlensQ = 0, cuSeqlensK = 0, sequsedK = 0;
   int64_t maxSeqlenQ = 0, maxSeqlenK = 0;
+  /// A dropout backward's Philox (seed, offset), the forward's: i64 [2] on
+  /// the device.
+  DevicePtr rng = 0;
 };
 
 /// The three kernels of a compiled backward.

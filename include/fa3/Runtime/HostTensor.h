@@ -22,7 +22,7 @@
 namespace fa3::runtime {
 
 /// Element types an fa3 function can take or return.
-enum class ElementType { F32, F16, BF16, F64, F8E4M3, I32 };
+enum class ElementType { F32, F16, BF16, F64, F8E4M3, I32, I64 };
 
 /// Bytes of one element.
 size_t elementSize(ElementType type);

@@ -204,7 +204,11 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
 }
 
 FailureOr<HopperAttentionSpec> HopperAttentionSpec::fromOp(AttentionOp op) {
-  return forwardSpec(op, op.getKey(), op.getValue(), op.isFP8());
+  FailureOr<HopperAttentionSpec> spec =
+      forwardSpec(op, op.getKey(), op.getValue(), op.isFP8());
+  if (succeeded(spec))
+    spec->dropout = op.getEffectiveDropout();
+  return spec;
 }
 
 FailureOr<HopperAttentionSpec>
@@ -300,7 +304,10 @@ static FailureOr<HopperAttentionGradSpec> gradSpec(Op op) {
 
 FailureOr<HopperAttentionGradSpec>
 HopperAttentionGradSpec::fromOp(AttentionGradOp op) {
-  return gradSpec(op);
+  FailureOr<HopperAttentionGradSpec> spec = gradSpec(op);
+  if (succeeded(spec))
+    spec->dropout = op.getEffectiveDropout();
+  return spec;
 }
 
 FailureOr<HopperAttentionGradSpec>
@@ -373,13 +380,15 @@ void mlir::fa3::annotateHopperForwardLaunch(Operation *op,
                        spec.sharedMemoryBytes(), spec.blockM, spec.blockN,
                        spec.persistent, spec.packedHeads, spec.kvCache,
                        spec.paged, spec.numSplits);
-  if (!spec.varlen)
-    return;
   Builder builder(op->getContext());
   NamedAttrList launch(op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
-  launch.set("varlen", builder.getI64IntegerAttr(1));
+  if (spec.varlen)
+    launch.set("varlen", builder.getI64IntegerAttr(1));
   if (spec.sequsedK)
     launch.set("seqused", builder.getI64IntegerAttr(1));
+  // The launch passes the Philox (seed, offset) pointer last.
+  if (spec.dropout > 0)
+    launch.set("dropout", builder.getI64IntegerAttr(1));
   op->setAttr(kLaunchAttrName, launch.getDictionary(op->getContext()));
 }
 
@@ -477,6 +486,8 @@ struct ConvertFA3ToHopperPass
           entries.set("varlen", builder.getI64IntegerAttr(1));
         if (spec->sequsedK)
           entries.set("seqused", builder.getI64IntegerAttr(1));
+        if (spec->dropout > 0)
+          entries.set("dropout", builder.getI64IntegerAttr(1));
         op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
       } else if (auto hadamard = dyn_cast<HadamardOp>(op)) {
         FailureOr<HopperHadamardSpec> spec = HopperHadamardSpec::fromOp(hadamard);

@@ -42,6 +42,7 @@
 
 #include "HopperCodegen.h"
 #include "fa3/Conversion/InlinePtx.h"
+#include "fa3/Dialect/FA3/Utils/Philox.h"
 
 #include <cmath>
 #include <cstdio>
@@ -109,6 +110,13 @@ std::string HopperAttentionGradSpec::kernelName() const {
     char capHex[16];
     std::snprintf(capHex, sizeof(capHex), "_cap%08x", capBits);
     name += capHex;
+  }
+  if (dropout > 0) {
+    uint32_t dropBits;
+    std::memcpy(&dropBits, &dropout, 4);
+    char dropHex[16];
+    std::snprintf(dropHex, sizeof(dropHex), "_drop%08x", dropBits);
+    name += dropHex;
   }
   uint32_t bits;
   std::memcpy(&bits, &scale, 4);
@@ -474,6 +482,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     params.append(s.sequsedK ? 3 : 2, globalPtr);
   if (s.deterministic)
     params.push_back(globalPtr);
+  // Dropout: the forward's Philox (seed, offset), i64 [2], last.
+  if (s.dropout > 0)
+    params.push_back(globalPtr);
   auto fn = createKernel(module, s.kernelName(), params, s.numThreads());
   passTensorMapsByValue(fn, 4);
   OpBuilder::InsertionGuard guard(b);
@@ -485,7 +496,21 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value accPtr = entry->getArgument(6), dkPtr = entry->getArgument(7);
   Value dvPtr = entry->getArgument(8);
   Value seqQ = entry->getArgument(9), seqK = entry->getArgument(10);
-  Value turnsPtr = s.deterministic ? fn.getArguments().back() : Value();
+  unsigned numArgs = fn.getNumArguments();
+  Value turnsPtr = s.deterministic
+                       ? entry->getArgument(numArgs - (s.dropout > 0 ? 2 : 1))
+                       : Value();
+  DropoutGenerator dropoutGen;
+  if (s.dropout > 0) {
+    Value rngPtr = entry->getArgument(numArgs - 1);
+    Type i64 = b.getI64Type();
+    auto word = [&](int32_t i) -> Value {
+      Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i64, rngPtr,
+                                      ArrayRef<LLVM::GEPArg>{i});
+      return LLVM::LoadOp::create(b, loc, i64, ptr, /*alignment=*/8);
+    };
+    dropoutGen = DropoutGenerator::fromSeedAndOffset(b, loc, word(0), word(1));
+  }
 
   const int64_t d = s.headDim, bm = s.blockM, bn = s.blockN;
   const int64_t group = s.numQHeads / s.numKVHeads;
@@ -812,12 +837,42 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r)
             p[r] = exp2(fsub(fmul(masked[r], cf(c)), r % 2 ? lse1 : lse0));
         }
+        // Dropout (FlashAttention-2's backward): the forward's mask Z, over
+        // 1 - p, regenerated while dPᵀ's wgmmas run; dV takes Pᵀ ∘ Z and
+        // dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − Δ). Registers 8f + e, 8f + 2 + e, 8f + 4 + e
+        // and 8f + 6 + e (e = 0, 1) are queries {i, i + 8} × keys {j, j + 8}
+        // of one Philox group (i = the step's query column 16f + e of this
+        // thread, j = keyRow[0]): one call per four registers.
+        SmallVector<Value> keepScale, pDropped = p;
+        if (s.dropout > 0) {
+          DropoutConstants constants = DropoutConstants::of(s.dropout);
+          Value threshold = ci(static_cast<int32_t>(constants.threshold));
+          Value stream = add(mul(batch, ci(s.numQHeads)), head);
+          keepScale.resize(nS);
+          for (int64_t f = 0; f < qCols / 16; ++f)
+            for (int64_t e = 0; e < 2; ++e) {
+              Value query =
+                  add(add(add(qStart, qCol0), ci(16 * f + e)), colInBlock);
+              std::array<Value, 4> words = buildDropoutGroupWords(
+                  b, loc, dropoutGen, query, keyRow[0], stream);
+              int64_t regOf[4] = {8 * f + e, 8 * f + 2 + e, 8 * f + 4 + e,
+                                  8 * f + 6 + e};
+              for (int64_t w = 0; w < 4; ++w) {
+                Value keep =
+                    cmp(arith::CmpIPredicate::uge, words[w], threshold);
+                keepScale[regOf[w]] = select(keep, cf(constants.scale), cf(0));
+                pDropped[regOf[w]] = fmul(p[regOf[w]], keepScale[regOf[w]]);
+              }
+            }
+        }
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
         for (int64_t j = 0; j < qCols / 8; ++j) {
           auto [delta0, delta1] = statPair(4 * bm, j);
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
             Value delta = r % 2 ? delta1 : delta0;
-            ds[r] = fmul(p[r], fsub(dpAcc[r], delta));
+            Value dp =
+                keepScale.empty() ? dpAcc[r] : fmul(dpAcc[r], keepScale[r]);
+            ds[r] = fmul(p[r], fsub(dp, delta));
             if (s.softcap > 0) {
               Value t = fmul(capped[r], cf(s.scale / s.softcap));
               ds[r] = fmul(ds[r], fsub(cf(1), fmul(t, t)));
@@ -826,7 +881,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         }
         SmallVector<SmallVector<Value>> pFrag, dsFrag;
         for (int64_t k = 0; k < qCols / 16; ++k) {
-          pFrag.push_back(packAFragment(p, k));
+          pFrag.push_back(packAFragment(pDropped, k));
           dsFrag.push_back(packAFragment(ds, k));
         }
 

@@ -113,6 +113,13 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_w" + bound(windowLeft) + "_" + bound(windowRight);
   if (softcap > 0)
     name += "_cap";
+  if (dropout > 0) {
+    uint32_t dropBits;
+    std::memcpy(&dropBits, &dropout, 4);
+    char dropHex[16];
+    std::snprintf(dropHex, sizeof(dropHex), "_drop%08x", dropBits);
+    name += dropHex;
+  }
   // The scale is baked in; its bits keep kernels of different scales apart.
   uint32_t bits;
   std::memcpy(&bits, &scale, 4);

@@ -42,6 +42,8 @@ struct KeyLoop {
   scf::IfOp maskIf;
   MaskOp mask;
   OnlineSoftmaxOp softmax;
+  /// Attention dropout on the softmax's P before P V (plain loop only).
+  DropoutOp dropout;
   RescaleOp rescale;
   PVOp pv;
   /// Rotated: the non-empty test.
@@ -73,6 +75,9 @@ struct TileKernel {
   WarpSpecializeOp warpSpecialize;
   ParallelStoreTileOp storeOutput;
   ParallelStoreStatsOp storeLse;
+  /// A dense forward with dropout: its fourth argument is the Philox (seed,
+  /// offset), i64 [2], which the key loop's fa3.dropout reads.
+  bool dropout = false;
   /// An fa3.attention_kvcache kernel: its fourth argument is
   /// cache_seqlens, read with tensor.extract (isLengthRead).
   bool kvCache = false;

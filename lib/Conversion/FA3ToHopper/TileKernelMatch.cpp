@@ -201,13 +201,23 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
         return fail(rescale, "the rescale must take the carried accumulator "
                              "and the softmax's correction");
       keys.rescale = rescale;
+    } else if (auto dropout = dyn_cast<DropoutOp>(op)) {
+      if (keys.dropout || !keys.softmax || !kernel.dropout ||
+          dropout.getProbs() != keys.softmax.getProbs() ||
+          dropout.getRng() != kernel.func.getArgument(3))
+        return fail(dropout, "dropout must take the softmax's P and the "
+                             "kernel's rng argument");
+      keys.dropout = dropout;
     } else if (auto pv = dyn_cast<PVOp>(op)) {
-      if (keys.pv || !keys.rescale || !keys.valueLoad ||
-          pv.getProbs() != keys.softmax.getProbs() ||
-          pv.getValue() != keys.valueLoad.result ||
+      Value probs = keys.dropout   ? keys.dropout.getResult()
+                    : keys.softmax ? keys.softmax.getProbs()
+                                   : Value();
+      if (keys.pv || !keys.rescale || !keys.valueLoad || !probs ||
+          pv.getProbs() != probs || pv.getValue() != keys.valueLoad.result ||
           pv.getAcc() != keys.rescale.getResult() || pv.getProbsScaleAttr())
-        return fail(pv, "O += P V must take the softmax's P, the value tile "
-                        "and the rescaled accumulator (no probs_scale)");
+        return fail(pv, "O += P V must take the softmax's (dropped-out) P, "
+                        "the value tile and the rescaled accumulator (no "
+                        "probs_scale)");
       keys.pv = pv;
     } else {
       return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
@@ -301,6 +311,9 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
              !pv.getProbsScaleAttr() && once(st.pv, pv);
       } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
         ok = once(st.loop, loop);
+      } else if (isa<DropoutOp>(op)) {
+        return fail(&op, "dropout is built in the plain key loop only "
+                         "(intra_wg_overlap = false)");
       } else {
         return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
       }
@@ -416,13 +429,19 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
   kernel.kvCache =
       !kernel.varlen && (numArgs == 4 || numArgs == 5) && i32Argument(3, 1);
   kernel.paged = kernel.kvCache && numArgs == 5 && i32Argument(4, 2);
-  if ((numArgs != 3 && !kernel.kvCache && !kernel.varlen) ||
+  // A dense forward with dropout takes the Philox (seed, offset) fourth.
+  if (!kernel.varlen && !kernel.kvCache && numArgs == 4)
+    if (auto rng = dyn_cast<RankedTensorType>(func.getArgument(3).getType()))
+      kernel.dropout = rng.getShape() == ArrayRef<int64_t>{2} &&
+                       rng.getElementType().isInteger(64);
+  if ((numArgs != 3 && !kernel.kvCache && !kernel.varlen && !kernel.dropout) ||
       (kernel.kvCache && numArgs == 5 && !kernel.paged) ||
       func.getNumResults() != 2)
-    return fail(func, "it must take Q, K, V (or Q, the K and V caches, i32 "
-                      "cache lengths and optionally an i32 page table; or "
-                      "packed Q, K, V, i32 cu_seqlens_q, cu_seqlens_k and "
-                      "optionally seqused_k) and return O and the LSE");
+    return fail(func, "it must take Q, K, V (and dropout's i64 [2] rng; or "
+                      "Q, the K and V caches, i32 cache lengths and "
+                      "optionally an i32 page table; or packed Q, K, V, i32 "
+                      "cu_seqlens_q, cu_seqlens_k and optionally seqused_k) "
+                      "and return O and the LSE");
   kernel.query = func.getArgument(0);
   kernel.key = func.getArgument(1);
   kernel.value = func.getArgument(2);
@@ -678,6 +697,13 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.numKVHeads = cast<RankedTensorType>(kernel.key.getType()).getDimSize(2);
   spec.varlen = kernel.varlen;
   spec.sequsedK = kernel.sequsedK;
+  if (kernel.dropout != static_cast<bool>(kernel.keys.dropout))
+    return kernel.func.emitOpError()
+           << (kernel.dropout ? "takes dropout's rng but its key loop has no "
+                                "fa3.dropout"
+                              : "has an fa3.dropout but no rng argument");
+  if (DropoutOp dropout = kernel.keys.dropout)
+    spec.dropout = dropout.getP().convertToFloat();
   if (CombineSplitsOp combine = kernel.combine) {
     auto partial = cast<RankedTensorType>(combine.getPartialOutput().getType());
     auto oTile = cast<RankedTensorType>(kernel.storeOutput.getTile().getType());

@@ -34,6 +34,7 @@
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
+#include "fa3/Dialect/FA3/Utils/Philox.h"
 
 #include "HopperCodegen.h"
 #include "TileKernel.h"
@@ -159,6 +160,9 @@ private:
   /// Persistent: the launch's tile counter (global i32, zero at launch) and
   /// the tile the producer is loading.
   Value tileCounter, currentTile;
+  /// Dropout: the Philox key and offset words, loaded at the kernel's entry
+  /// from its last parameter (the (seed, offset) i64 [2]).
+  DropoutGenerator dropoutGen;
   /// This thread's index in the CTA and lane in its warp.
   Value tid, lane;
   /// Which use of the Q tiles and of the K/V ring the current tile makes:
@@ -684,6 +688,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     params.append({globalPtr, globalPtr, globalPtr});
   if (s.sequsedK)
     params.push_back(globalPtr);
+  // Dropout: the Philox (seed, offset), i64 [2].
+  if (s.dropout > 0)
+    params.push_back(globalPtr);
   auto fnType =
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
   auto fn = LLVM::LLVMFuncOp::create(b, loc, k.func.getSymName(), fnType);
@@ -730,6 +737,22 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     tableWidth = entry->getArgument(11);
     pageSize = entry->getArgument(12);
     chunkRows = entry->getArgument(13);
+  }
+  if (s.dropout > 0) {
+    // Read once per CTA, when the kernel runs: a captured launch can have
+    // its seed and offset updated in place.
+    unsigned rngIndex = fn.getNumArguments() - 1;
+    fn.setArgAttr(rngIndex, LLVM::LLVMDialect::getNoAliasAttrName(),
+                  b.getUnitAttr());
+    Value rngPtr = entry->getArgument(rngIndex);
+    Type i64 = b.getI64Type();
+    auto word = [&](int64_t i) -> Value {
+      Value ptr =
+          LLVM::GEPOp::create(b, loc, globalPtr, i64, rngPtr,
+                              ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+      return LLVM::LoadOp::create(b, loc, i64, ptr, /*alignment=*/8);
+    };
+    dropoutGen = DropoutGenerator::fromSeedAndOffset(b, loc, word(0), word(1));
   }
 
   // Kernel-level index arithmetic, in IR order: the function body's and
@@ -981,6 +1004,36 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       });
     };
 
+    // fa3.dropout on the P fragment. This thread's S registers 8f + e,
+    // 8f + 4 + e, 8f + 2 + e and 8f + 6 + e (e = 0, 1) are rows {r, r + 8}
+    // × key columns {c, c + 8} of one Philox group (r = rowInTile, c =
+    // colInBlock + 16f + e): one call gives all four words.
+    auto dropoutFragment = [&](DropoutOp drop, SmallVector<Value> p, Value iv) {
+      DenseMap<Value, Value> local;
+      Value qStart = replay(drop.getQStart(), iv, local);
+      Value kStart = replay(drop.getKStart(), iv, local);
+      Value stream = replay(drop.getStream(), iv, local);
+      DropoutConstants constants =
+          DropoutConstants::of(drop.getP().convertToFloat());
+      Value threshold = ci(static_cast<int32_t>(constants.threshold)),
+            scale = cf(constants.scale);
+      Value row = add(qStart, rowInTile);
+      for (int64_t f = 0; f < nS / 8; ++f)
+        for (int64_t e = 0; e < 2; ++e) {
+          Value col = add(add(kStart, colInBlock), ci(16 * f + e));
+          std::array<Value, 4> words =
+              buildDropoutGroupWords(b, loc, dropoutGen, row, col, stream);
+          int64_t regOf[4] = {8 * f + e, 8 * f + 4 + e, 8 * f + 2 + e,
+                              8 * f + 6 + e};
+          for (int64_t w = 0; w < 4; ++w) {
+            Value keep = arith::CmpIOp::create(
+                b, loc, arith::CmpIPredicate::uge, words[w], threshold);
+            p[regOf[w]] = select(keep, fmul(p[regOf[w]], scale), cf(0));
+          }
+        }
+      return p;
+    };
+
     // fa3.online_softmax on the (masked) S fragment.
     struct SoftmaxStep {
       SmallVector<Value> p;
@@ -1216,12 +1269,16 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         Value probs = softmaxOp.getProbs();
         regs[probs] = step.p;
         if (llvm::any_of(probs.getUsers(), [&](Operation *user) {
-              return !isa<PVOp>(user) || user->getBlock() != op.getBlock();
+              return !isa<PVOp, DropoutOp>(user) ||
+                     user->getBlock() != op.getBlock();
             }))
           packed[probs] = packP(step.p);
         regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
         regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
         regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
+      } else if (auto drop = dyn_cast<DropoutOp>(op)) {
+        regs[drop.getResult()] =
+            dropoutFragment(drop, fragment(drop.getProbs()), iv);
       } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
         SmallVector<Value> o = fragment(rescale.getAcc());
         SmallVector<Value> alpha = fragment(rescale.getCorrection());

@@ -8,6 +8,7 @@
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
+#include "fa3/Dialect/FA3/Utils/Philox.h"
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Transforms/DialectConversion.h"
@@ -464,6 +465,55 @@ struct MaskLowering : OpConversionPattern<MaskOp> {
               b, loc,
               ValueRange{arith::SelectOp::create(b, loc, hidden, negInf(b, loc),
                                                  args[0])});
+        });
+    rewriter.replaceOp(op, result.getResults());
+    return success();
+  }
+};
+
+/// Each entry computes its own Philox call (the CPU has no thread that
+/// holds a whole 2×2 group); the bits are those of any other backend.
+struct DropoutLowering : OpConversionPattern<DropoutOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(DropoutOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    DropoutConstants constants =
+        DropoutConstants::of(op.getP().convertToFloat());
+    Type i32 = rewriter.getI32Type();
+    auto seedAt = [&](int64_t i) -> Value {
+      return tensor::ExtractOp::create(rewriter, loc, op.getRng(),
+                                       ValueRange{indexCst(rewriter, loc, i)});
+    };
+    DropoutGenerator gen = DropoutGenerator::fromSeedAndOffset(
+        rewriter, loc, seedAt(0), seedAt(1));
+    auto toI32 = [&](OpBuilder &b, Value index) -> Value {
+      return arith::IndexCastUIOp::create(b, loc, i32, index);
+    };
+    Value stream = toI32(rewriter, op.getStream());
+    Value threshold = arith::ConstantIntOp::create(
+        rewriter, loc, i32, static_cast<int32_t>(constants.threshold));
+    auto id = map(ctx, 2, {0, 1});
+    auto result = generic(
+        rewriter, loc, op.getType(), op.getProbs(),
+        emptyLike(rewriter, loc, op.getType()), {id, id}, {kPar, kPar},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value row = arith::AddIOp::create(b, loc, op.getQStart(),
+                                            linalg::IndexOp::create(b, loc, 0));
+          Value col = arith::AddIOp::create(b, loc, op.getKStart(),
+                                            linalg::IndexOp::create(b, loc, 1));
+          Value word = buildDropoutWord(b, loc, gen, toI32(b, row),
+                                        toI32(b, col), stream);
+          Value keep = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
+                                             word, threshold);
+          Value scaled = arith::MulFOp::create(b, loc, args[0],
+                                               f32Cst(b, loc, constants.scale));
+          linalg::YieldOp::create(
+              b, loc,
+              ValueRange{arith::SelectOp::create(b, loc, keep, scaled,
+                                                 f32Cst(b, loc, 0.0f))});
         });
     rewriter.replaceOp(op, result.getResults());
     return success();
@@ -981,9 +1031,9 @@ struct ConvertFA3ToLinalgPass
 void mlir::fa3::populateFA3ToLinalgConversionPatterns(
     RewritePatternSet &patterns) {
   patterns.add<LoadTileLowering, LoadPagedTileLowering, StoreTileLowering,
-               CombineSplitsLowering, LoadStatsLowering,
-               StoreStatsLowering, QKLowering, PVLowering, SoftcapLowering,
-               MaskLowering, OnlineSoftmaxLowering, RescaleLowering,
+               CombineSplitsLowering, LoadStatsLowering, StoreStatsLowering,
+               QKLowering, PVLowering, SoftcapLowering, MaskLowering,
+               DropoutLowering, OnlineSoftmaxLowering, RescaleLowering,
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,
                SoftmaxGradLowering, SoftcapGradLowering, MmaTNLowering,
                ScaleCastLowering, MmaTurnLowering, WarpSpecializeLowering>(

@@ -29,11 +29,15 @@ model it takes:
   (as transformers' FlashAttention path reads them) selects fa3's
   deterministic backward.
 
+Attention dropout while training (the config's `attention_dropout`) runs
+fa3's dropout (a fresh seed from torch's generator per call, the mask
+regenerated in the backward), as transformers' FlashAttention path does.
+
 What fa3 cannot express is an error naming the cause, never a silently
 different result: a padding (or any other explicit) attention mask, dropout
-while training, attention sinks (`s_aux`), float32 activations outside
-autocast (fa3's CUDA kernels take bf16/f16) and head dims other than 64, 128
-and 256.
+on a padding-free (packed) batch, attention sinks (`s_aux`), float32
+activations outside autocast (fa3's CUDA kernels take bf16/f16) and head
+dims other than 64, 128 and 256.
 
 Generation through fa3's KV-cache path (`fa3.attention_with_kvcache`):
 `register_kvcache()` adds "fa3_kvcache", whose attention appends each
@@ -70,9 +74,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             "fa3 attention: an explicit attention mask (padding, or a custom mask) is not expressible; fa3 "
             "takes causal, sliding-window and full attention. Pass unpadded batches, or use "
             "attn_implementation='sdpa' for this model")
-    if dropout and module.training:
-        raise ValueError(f"fa3 attention: attention dropout ({dropout}) is not supported; set the config's "
-                         "attention_dropout to 0 or call model.eval()")
+    dropout = float(dropout) if dropout and module.training else 0.0
     if kwargs.get("s_aux") is not None:
         raise ValueError("fa3 attention: attention sinks (s_aux) are not supported")
     if query.dtype == torch.float32 and torch.is_autocast_enabled(query.device.type):
@@ -102,6 +104,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         # Padding-free batches (transformers' DataCollatorWithFlattening):
         # one row of concatenated sequences, each attending to itself only.
         cu_q, cu_k, max_q, max_k = packed
+        if dropout:
+            raise ValueError(f"fa3 attention: attention dropout ({dropout}) on a padding-free (packed) batch is not "
+                             "supported; set the config's attention_dropout to 0, call model.eval() or pad the "
+                             "batch")
         out = fa3.attention_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
                                    cu_q, cu_k, max_q, max_k, causal=causal, softmax_scale=scale,
                                    window_size=window, softcap=softcap, deterministic=deterministic)
@@ -109,7 +115,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     # fa3 reads (B, S, H, D); transposing the views costs nothing (fa3 copies
     # a non-dense layout once).
     out = fa3.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=causal,
-                        softmax_scale=scale, window_size=window, softcap=softcap, deterministic=deterministic)
+                        softmax_scale=scale, window_size=window, softcap=softcap, deterministic=deterministic,
+                        dropout_p=dropout)
     return out, None
 
 

@@ -169,3 +169,4 @@ func.func @pack_gqa_group_of_three(%q: tensor<1x?x6x64xbf16>, %k: tensor<1x?x2x6
   %o, %lse = fa3.attention %q, %k, %v {pack_gqa} : (tensor<1x?x6x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>) -> (tensor<1x?x6x64xbf16>, tensor<1x6x?xf32>)
   return %o, %lse : tensor<1x?x6x64xbf16>, tensor<1x6x?xf32>
 }
+

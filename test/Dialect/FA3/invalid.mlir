@@ -783,3 +783,63 @@ func.func @pack_gqa_fp8(%q: tensor<?x?x8x64xf8E4M3FN>, %k: tensor<?x?x2x64xf8E4M
   %o, %lse = fa3.attention %q, %k, %v, %d, %d, %d {pack_gqa} : (tensor<?x?x8x64xf8E4M3FN>, tensor<?x?x2x64xf8E4M3FN>, tensor<?x?x2x64xf8E4M3FN>, tensor<?x2xf32>, tensor<?x2xf32>, tensor<?x2xf32>) -> (tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>)
   return %o, %lse : tensor<?x?x8x64xbf16>, tensor<?x8x?xf32>
 }
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @dropout_without_rng(%q: tensor<1x?x2x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>) {
+  // expected-error @+1 {{'fa3.attention' op with dropout needs an rng operand (the Philox seed and offset, tensor<2xi64>)}}
+  %o, %lse = fa3.attention %q, %k, %v {dropout = 0.1 : f32} : (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>)
+  return %o, %lse : tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>
+}
+
+// -----
+
+func.func @rng_without_dropout(%q: tensor<1x?x2x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %rng: tensor<2xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>) {
+  // expected-error @+1 {{'fa3.attention' op takes an rng operand only with a dropout probability}}
+  %o, %lse = fa3.attention %q, %k, %v rng(%rng) : (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<2xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>)
+  return %o, %lse : tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>
+}
+
+// -----
+
+func.func @dropout_one(%q: tensor<1x?x2x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %rng: tensor<2xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>) {
+  // expected-error @+1 {{'fa3.attention' op dropout must be in [0, 1), got 1.000000e+00}}
+  %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 1.0 : f32} : (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<2xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>)
+  return %o, %lse : tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>
+}
+
+// -----
+
+func.func @dropout_rng_shape(%q: tensor<1x?x2x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %rng: tensor<3xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>) {
+  // expected-error @+1 {{'fa3.attention' op expects rng as tensor<2xi64> (the Philox seed and offset), got 'tensor<3xi64>'}}
+  %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 0.5 : f32} : (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<3xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>)
+  return %o, %lse : tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>
+}
+
+// -----
+
+func.func @dropout_pack_gqa(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %rng: tensor<2xi64>) -> (tensor<1x?x8x64xbf16>, tensor<1x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention' op dropout is not implemented with pack_gqa (its mask is defined per query head and row)}}
+  %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 0.5 : f32, pack_gqa} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<2xi64>) -> (tensor<1x?x8x64xbf16>, tensor<1x8x?xf32>)
+  return %o, %lse : tensor<1x?x8x64xbf16>, tensor<1x8x?xf32>
+}
+
+// -----
+
+func.func @grad_dropout_negative(%do: tensor<1x?x2x64xbf16>, %q: tensor<1x?x2x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %o: tensor<1x?x2x64xbf16>, %lse: tensor<1x2x?xf32>, %rng: tensor<2xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>) {
+  // expected-error @+1 {{'fa3.attention_grad' op dropout must be in [0, 1), got -5.000000e-01}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse rng(%rng) {dropout = -0.5 : f32} : (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x2x?xf32>, tensor<2xi64>) -> (tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>)
+  return %dq, %dk, %dv : tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>
+}
+
+// -----
+
+func.func @dropout_tile_rng_type(%p: tensor<64x64xf32>, %rng: tensor<2xi32>, %i: index) -> tensor<64x64xf32> {
+  // expected-error @+1 {{'fa3.dropout' op operand #1 must be tensor of 64-bit signless integer values, but got 'tensor<2xi32>'}}
+  %d = fa3.dropout %p, %rng, %i, %i, %i {p = 0.5 : f32} : tensor<64x64xf32>, tensor<2xi32>
+  return %d : tensor<64x64xf32>
+}

@@ -11,7 +11,7 @@
 // CHECK: %[[O:.+]], %[[LSE:.+]] = fa3.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 1.250000e-01 : f32} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
 // CHECK: return %[[O]], %[[LSE]]
 // GENERIC-LABEL: "func.func"
-// GENERIC: %{{.+}}:2 = "fa3.attention"(%{{.+}}, %{{.+}}, %{{.+}}) <{causal, scale = 1.250000e-01 : f32}> : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
+// GENERIC: %{{.+}}:2 = "fa3.attention"(%{{.+}}, %{{.+}}, %{{.+}}) <{causal, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, scale = 1.250000e-01 : f32}> : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
 func.func @attention_causal_gqa(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32} : (tensor<2x?x8x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16>) -> (tensor<2x?x8x64xf16>, tensor<2x8x?xf32>)
   return %o, %lse : tensor<2x?x8x64xf16>, tensor<2x8x?xf32>

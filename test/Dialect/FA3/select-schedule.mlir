@@ -103,6 +103,23 @@ func.func @grad_softcap_d64(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16
   return %dq, %dk, %dv : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>
 }
 
+// Dropout's keep mask likewise keeps d64 at 64-row steps.
+// SM90-LABEL: func.func @grad_dropout_d64
+// SM90: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2
+func.func @grad_dropout_d64(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>, %rng: tensor<2xi64>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse rng(%rng) {dropout = 0.1 : f32} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>, tensor<2xi64>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
+  return %dq, %dk, %dv : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>
+}
+
+// A forward with dropout keeps warp specialization and pingpong but not
+// the intra-warpgroup overlap (its rotated key loop has no fa3.dropout).
+// SM90-LABEL: func.func @dropout_d128
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false,
+func.func @dropout_d128(%q: tensor<2x?x8x128xbf16>, %k: tensor<2x?x2x128xbf16>, %v: tensor<2x?x2x128xbf16>, %rng: tensor<2xi64>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 0.1 : f32} : (tensor<2x?x8x128xbf16>, tensor<2x?x2x128xbf16>, tensor<2x?x2x128xbf16>, tensor<2xi64>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>)
+  return %o, %lse : tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>
+}
+
 // SM90-LABEL: func.func @grad_d256
 // SM90: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 2, consumer_wgs = 2
 func.func @grad_d256(%do: tensor<2x?x8x256xbf16>, %q: tensor<2x?x8x256xbf16>, %k: tensor<2x?x2x256xbf16>, %v: tensor<2x?x2x256xbf16>, %o: tensor<2x?x8x256xbf16>, %lse: tensor<2x8x?xf32>) -> (tensor<2x?x8x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x2x256xbf16>) {

@@ -84,7 +84,12 @@ def test_fa3_run_names_a_wrong_index_type(fa3_run, tmp_path):
     proc, _ = run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.float32), offsets], 2)
     assert proc.returncode != 0
     assert "input #3" in proc.stderr and "needs an int32 .npy file" in proc.stderr, proc.stderr
-    # int64 offsets: not a dtype fa3-run reads; the error names the file.
+    # int64 offsets (a dtype fa3-run reads, for dropout's seed): still not int32.
     proc, _ = run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.int64), offsets], 2)
     assert proc.returncode != 0
-    assert "in3.npy" in proc.stderr and "unsupported dtype '<i8'" in proc.stderr, proc.stderr
+    assert "input #3" in proc.stderr and "needs an int32 .npy file" in proc.stderr and "got i64" in proc.stderr, (
+        proc.stderr)
+    # int16 offsets: not a dtype fa3-run reads; the error names the file.
+    proc, _ = run(fa3_run, tmp_path, VARLEN, "varlen", [q, k, k, offsets.astype(np.int16), offsets], 2)
+    assert proc.returncode != 0
+    assert "in3.npy" in proc.stderr and "unsupported dtype '<i2'" in proc.stderr, proc.stderr

@@ -68,6 +68,9 @@ struct HopperAttentionSpec {
   int64_t windowLeft = -1, windowRight = -1; ///< causal folds into right = 0
   float scale = 1.0f;
   float softcap = 0.0f;
+  /// Attention dropout's probability (0: off): the kernel takes the Philox
+  /// (seed, offset) as its last parameter, a global i64 [2] (fa3.dropout).
+  float dropout = 0.0f;
   int64_t blockM = 128, blockN = 128, stages = 2;
   /// Issue block i+1's QKᵀ before block i's PV and overlap its softmax
   /// with that PV (the schedule's `intra_wg_overlap`); needs registers for
@@ -222,6 +225,9 @@ struct HopperAttentionGradSpec {
   int64_t windowLeft = -1, windowRight = -1;
   float scale = 1.0f;
   float softcap = 0.0f;
+  /// Attention dropout's probability (0: off): the main kernel regenerates
+  /// the forward's mask from the Philox (seed, offset), its last parameter.
+  float dropout = 0.0f;
   /// Query rows per step (the N of the Sᵀ tile: 64, or 128 at D = 64, where
   /// the warpgroups then split dQ's query rows) and key rows per CTA (64 per
   /// warpgroup, or 64 shared by both warpgroups, which then split the head

@@ -10,6 +10,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -234,6 +235,35 @@ static SmallVector<int64_t, 4> outputShape(RankedTensorType q,
 // Shared accessors
 //===----------------------------------------------------------------------===//
 
+LogicalResult mlir::fa3::verifyDropout(Operation *op, std::optional<float> p,
+                                       Value rng) {
+  if (p.has_value() != static_cast<bool>(rng))
+    return op->emitOpError()
+           << (p ? "with dropout needs an rng operand (the Philox seed and "
+                   "offset, tensor<2xi64>)"
+                 : "takes an rng operand only with a dropout probability");
+  if (!p)
+    return success();
+  if (!(*p >= 0.0f && *p < 1.0f))
+    return op->emitOpError() << "dropout must be in [0, 1), got " << *p;
+  auto type = dyn_cast<RankedTensorType>(rng.getType());
+  if (!type || type.getRank() != 1 || type.getDimSize(0) != 2 ||
+      !type.getElementType().isInteger(64))
+    return op->emitOpError()
+           << "expects rng as tensor<2xi64> (the Philox seed and offset), got "
+           << rng.getType();
+  return success();
+}
+
+DropoutConstants DropoutConstants::of(float p) {
+  // In double: p · 2^32 is exact, and 1 / (1 - p) rounds once to f32.
+  double exact = std::floor(static_cast<double>(p) * 4294967296.0);
+  DropoutConstants c;
+  c.threshold = static_cast<uint32_t>(std::min(exact, 4294967295.0));
+  c.scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(p)));
+  return c;
+}
+
 template <typename OpTy>
 static float effectiveScale(OpTy op) {
   if (auto scale = op.getScale())
@@ -338,6 +368,12 @@ LogicalResult AttentionOp::verify() {
   if (getPackGqa() && (fp8 || getFp8Attr()))
     return emitOpError() << "pack_gqa is not implemented for FP8 attentions "
                             "(f8E4M3FN inputs or the 'fp8' attribute)";
+  if (failed(verifyDropout(*this, toFloat(getDropout()), getRng())))
+    return failure();
+  if (getDropout() && (fp8 || getFp8Attr() || getPackGqa()))
+    return emitOpError() << "dropout is not implemented with "
+                         << (getPackGqa() ? "pack_gqa" : "FP8")
+                         << " (its mask is defined per query head and row)";
   Type outElement = fp8 ? Type(BFloat16Type::get(getContext()))
                         : t->q.getElementType();
   if (failed(verifyResultType(*this, getOutput().getType(), "output",
@@ -384,7 +420,8 @@ LogicalResult AttentionGradOp::verify() {
   auto t = verifyQKV(*this, getQuery(), getKey(), getValue(),
                      toFloat(getScale()), getWindow(), toFloat(getSoftcap()),
                      getCausal());
-  if (failed(t))
+  if (failed(t) ||
+      failed(verifyDropout(*this, toFloat(getDropout()), getRng())))
     return failure();
   return verifyGradTypes(*this, *t, outputShape(t->q, t->v), lseShape(t->q));
 }

@@ -219,7 +219,18 @@ LogicalResult AttentionBlockOp::verify() {
   if (auto softcap = getSoftcap())
     if (softcap->convertToFloat() < 0)
       return emitOpError() << "softcap must be non-negative";
+  if (static_cast<bool>(getRng()) != static_cast<bool>(getDropoutStream()))
+    return emitOpError() << "takes dropout as (rng, stream): both or neither";
+  std::optional<float> dropout;
+  if (auto p = getDropout())
+    dropout = p->convertToFloat();
+  if (failed(verifyDropout(*this, dropout, getRng())))
+    return failure();
   return verifyWindowAttr(*this, getWindow());
+}
+
+LogicalResult DropoutOp::verify() {
+  return verifyDropout(*this, getP().convertToFloat(), getRng());
 }
 
 LogicalResult QKOp::verify() {

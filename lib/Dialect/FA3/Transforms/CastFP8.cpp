@@ -58,10 +58,10 @@ static void castToFP8(AttentionOp op, bool hadamard, int64_t seed,
   // the FP8 tiles.
   auto fp8 = AttentionOp::create(
       rewriter, loc, op.getOutput().getType(), op.getLse().getType(),
-      quantized[0], quantized[1], quantized[2], descales, op.getCausalAttr(),
-      op.getScaleAttr(), op.getWindowAttr(), op.getSoftcapAttr(),
-      /*schedule=*/ScheduleAttr(), /*fp8=*/FP8Attr(),
-      /*pack_gqa=*/UnitAttr());
+      quantized[0], quantized[1], quantized[2], descales, /*rng=*/Value(),
+      op.getCausalAttr(), op.getScaleAttr(), op.getWindowAttr(),
+      op.getSoftcapAttr(), /*schedule=*/ScheduleAttr(), /*fp8=*/FP8Attr(),
+      /*pack_gqa=*/UnitAttr(), /*dropout=*/FloatAttr());
   rewriter.replaceOp(op, fp8.getResults());
 }
 

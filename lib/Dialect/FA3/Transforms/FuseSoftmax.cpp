@@ -141,7 +141,14 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
             b.getF32FloatAttr(exp2Scale));
         Value acc = RescaleOp::create(b, loc, accType, iters[0],
                                       softmax.getCorrection());
-        acc = PVOp::create(b, loc, accType, softmax.getProbs(), vTile, acc,
+        // Dropout acts on what multiplies V only: the row sum (and with it
+        // the LSE) is that of the undropped probabilities.
+        Value probs = softmax.getProbs();
+        if (op.getRng())
+          probs = DropoutOp::create(b, loc, sType, probs, op.getRng(),
+                                    op.getDropoutStream(), qStart, kStart,
+                                    op.getDropoutAttr());
+        acc = PVOp::create(b, loc, accType, probs, vTile, acc,
                            op.getProbsScaleAttr());
         Value newMax = softmax.getNewMax(), newSum = softmax.getNewSum();
         scf::YieldOp::create(b, loc, ValueRange{acc, newMax, newSum});

@@ -570,15 +570,13 @@ static Miss raise(OpBuilder &b, const Attention &a, bool narrow) {
                                      elementType);
   auto lseType = RankedTensorType::get(
       {qType.getDimSize(0), qType.getDimSize(1), sq}, b.getF32Type());
-  SmallVector<NamedAttribute> attrs = {
-      b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(a.scale)))};
-  if (causal)
-    attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
-  if (right)
-    attrs.push_back(b.getNamedAttr(
-        "window", b.getDenseI64ArrayAttr({-1, *right})));
-  auto attention = AttentionOp::create(b, loc, TypeRange{oType, lseType},
-                                       ValueRange{q, k, v}, attrs);
+  auto attention = AttentionOp::create(
+      b, loc, oType, lseType, q, k, v, /*descales=*/ValueRange{},
+      /*rng=*/Value(), causal ? b.getUnitAttr() : UnitAttr(),
+      b.getF32FloatAttr(static_cast<float>(a.scale)),
+      right ? b.getDenseI64ArrayAttr({-1, *right}) : DenseI64ArrayAttr(),
+      /*softcap=*/FloatAttr(), /*schedule=*/ScheduleAttr(), /*fp8=*/FP8Attr(),
+      /*pack_gqa=*/UnitAttr(), /*dropout=*/FloatAttr());
   Value o = swapHeadsAndSequence(b, loc, attention.getOutput());
   if (truncation)
     truncation->getResult(0).replaceAllUsesWith(o);

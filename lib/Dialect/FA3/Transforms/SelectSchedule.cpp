@@ -201,7 +201,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
 FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
                                                       StringRef target,
                                                       int64_t headDim,
-                                                      bool softcap) {
+                                                      bool elementwiseState) {
   if (target == "cpu")
     return selectSchedule(context, target, headDim, Type(), false);
   if (target != "sm_90a")
@@ -211,10 +211,11 @@ FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
   // at D = 128 with 64-row steps. At D = 64 the steps take 128 query rows
   // (FA3's 128 x 128 tile), which halves the per-step barriers and waits
   // and the dQ reductions per unit of work; not with a softcap, whose
-  // derivative's 64 more registers a thread would spill (ptxas: ~0.5 KB).
+  // derivative's 64 more registers a thread would spill (ptxas: ~0.5 KB),
+  // nor with dropout's keep mask and Philox words.
   // At D = 256 the two warpgroups split the head dim of one 64-row key
   // block instead (block_n = 64).
-  int64_t blockM = headDim <= 64 && !softcap ? 128 : 64;
+  int64_t blockM = headDim <= 64 && !elementwiseState ? 128 : 64;
   int64_t blockN = headDim <= 128 ? 128 : 64;
   return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2,
                            /*consumer_wgs=*/2, /*producer_regs=*/0,
@@ -302,6 +303,16 @@ struct FA3SelectSchedulePass
               blockN > 0 ? blockN : chosen.getBlockN(), q.getDimSize(3),
               isa<Float8E4M3FNType>(q.getElementType()),
               chosen.getPersistent());
+        // Dropout's keep mask is applied between the softmax and P V, which
+        // the rotated key loop of intra-warpgroup overlap does not build.
+        if (target == "sm_90a" && attention.getEffectiveDropout() > 0 &&
+            chosen.getIntraWgOverlap())
+          chosen = ScheduleAttr::get(
+              chosen.getContext(), chosen.getBlockM(), chosen.getBlockN(),
+              chosen.getStages(), chosen.getConsumerWgs(),
+              chosen.getProducerRegs(), chosen.getConsumerRegs(),
+              chosen.getPingpong(), /*intra_wg_overlap=*/false,
+              chosen.getPersistent(), chosen.getCluster());
         attention.setScheduleAttr(applyOverrides(chosen));
       } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
         scheduleForDynamicLengths(varlen);
@@ -318,9 +329,9 @@ struct FA3SelectSchedulePass
         if (grad.getSchedule())
           return;
         auto q = cast<RankedTensorType>(grad.getQuery().getType());
-        grad.setScheduleAttr(applyOverrides(
-            *selectGradSchedule(op->getContext(), target, q.getDimSize(3),
-                                grad.getEffectiveSoftcap() > 0)));
+        grad.setScheduleAttr(applyOverrides(*selectGradSchedule(
+            op->getContext(), target, q.getDimSize(3),
+            grad.getEffectiveSoftcap() > 0 || grad.getEffectiveDropout() > 0)));
       }
     });
   }

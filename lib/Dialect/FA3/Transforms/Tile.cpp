@@ -67,8 +67,22 @@ struct TiledForward {
   UnitAttr causal;
   FloatAttr scale, softcap, probsScale;
   DenseI64ArrayAttr window;
+  /// Dropout (null: off): the probability and the Philox (seed, offset).
+  FloatAttr dropout;
+  Value rng;
 };
 } // namespace
+
+/// The dropout stream of query head `head` of batch `batch` (fa3.dropout):
+/// `batch · Hq + head`, or null without dropout.
+static Value dropoutStream(OpBuilder &b, Location loc, const TiledForward &t,
+                           Value batch, Value head) {
+  if (!t.rng)
+    return Value();
+  int64_t numQHeads = cast<RankedTensorType>(t.query.getType()).getDimSize(2);
+  IndexMath m{b, loc};
+  return m.add(m.mul(batch, m.cst(numQHeads)), head);
+}
 
 static Value indexConstant(OpBuilder &b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
@@ -154,10 +168,11 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
                         seq.qEnd, packedAttr);
                     auto block = AttentionBlockOp::create(
                         b, loc, oTileType, lseTileType, qTile, t.key, t.value,
-                        seq.tensorBatch, kvHead, qStart, seq.qLen,
-                        seq.keyStart, seq.keyLen, t.pageTable, splitBegin,
-                        splitEnd, t.causal, t.scale, t.window, t.softcap,
-                        t.schedule, t.probsScale, packedAttr);
+                        seq.tensorBatch, kvHead, qStart, seq.qLen, seq.keyStart,
+                        seq.keyLen, t.pageTable, splitBegin, splitEnd, t.rng,
+                        dropoutStream(b, loc, t, seq.tensorBatch, head),
+                        t.causal, t.scale, t.window, t.softcap, t.schedule,
+                        t.probsScale, packedAttr, t.dropout);
                     Value out = StoreTileOp::create(
                         b, loc, t.outType, block.getOutput(), iters[0],
                         storeBatch, row, head, seq.qEnd, packedAttr);
@@ -279,8 +294,9 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
   auto block = AttentionBlockOp::create(
       rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value,
       seq.tensorBatch, kvHead, qStart, seq.qLen, seq.keyStart, seq.keyLen,
-      t.pageTable, splitBegin, splitEnd, t.causal, t.scale, t.window, t.softcap,
-      t.schedule, t.probsScale, packedAttr);
+      t.pageTable, splitBegin, splitEnd, t.rng,
+      dropoutStream(rewriter, loc, t, seq.tensorBatch, head), t.causal, t.scale,
+      t.window, t.softcap, t.schedule, t.probsScale, packedAttr, t.dropout);
   rewriter.setInsertionPointToStart(inParallel.getBody());
   ValueRange shared = forall.getRegionIterArgs();
   ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
@@ -385,6 +401,10 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
                                           lseType.getElementType(), lseDynamic);
 
   setMaskAttrs(t, op, rewriter);
+  if (op.getEffectiveDropout() > 0) {
+    t.dropout = op.getDropoutAttr();
+    t.rng = op.getRng();
+  }
   t.probsScale = probsScale;
   t.value = op.getValue();
   t.outType = outType;
@@ -760,9 +780,10 @@ static AttentionOp dequantizeFP8(AttentionOp op, RewriterBase &rewriter) {
   auto outF32 = RankedTensorType::get(outType.getShape(), f32);
   auto attention = AttentionOp::create(
       rewriter, loc, outF32, op.getLse().getType(), q, k, v, ValueRange{},
-      op.getCausalAttr(), rewriter.getF32FloatAttr(op.getEffectiveScale()),
-      op.getWindowAttr(), op.getSoftcapAttr(), op.getScheduleAttr(),
-      /*fp8=*/FP8Attr(), /*pack_gqa=*/UnitAttr());
+      /*rng=*/Value(), op.getCausalAttr(),
+      rewriter.getF32FloatAttr(op.getEffectiveScale()), op.getWindowAttr(),
+      op.getSoftcapAttr(), op.getScheduleAttr(),
+      /*fp8=*/FP8Attr(), /*pack_gqa=*/UnitAttr(), /*dropout=*/FloatAttr());
   // The bf16 output.
   SmallVector<Value> dynamic;
   for (int64_t i = 0; i < outType.getRank(); ++i)

@@ -102,6 +102,10 @@ struct GradTiling {
   DenseI64ArrayAttr window;
   float scale = 1.0f, softcap = 0.0f;
   int64_t left = -1, right = -1;
+  /// Dropout (null: off): the forward's probability and Philox (seed,
+  /// offset), whose mask the backward regenerates.
+  FloatAttr dropout;
+  Value rng;
 };
 } // namespace
 
@@ -316,9 +320,24 @@ static SmallVector<Value> tileGrad(const GradTiling &t, RewriterBase &rewriter,
                           Value p = RecomputeProbsOp::create(
                               b, loc, sType, masked.getResult(0), lse,
                               b.getF32FloatAttr(exp2Scale));
+                          // With dropout, Z (the forward's mask over
+                          // 1 - p) scales P where it met V and dP where it
+                          // comes back: dV += (P ∘ Z)ᵀ dO, dS = P ∘ (Z ∘ dP
+                          // − Δ).
+                          Value stream =
+                              t.rng ? m.add(m.mul(bIdx, m.cst(numQHeads)), head)
+                                    : Value();
+                          auto drop = [&](Value x) -> Value {
+                            if (!t.rng)
+                              return x;
+                            return DropoutOp::create(b, loc, sType, x, t.rng,
+                                                     stream, qStart, kStart,
+                                                     t.dropout);
+                          };
                           Value dv = MmaTNOp::create(b, loc, acc[1].getType(),
-                                                     p, dO, acc[1]);
-                          Value dp = QKOp::create(b, loc, sType, dO, vTile);
+                                                     drop(p), dO, acc[1]);
+                          Value dp =
+                              drop(QKOp::create(b, loc, sType, dO, vTile));
                           Value ds = SoftmaxGradOp::create(b, loc, sType, p, dp,
                                                            rowDelta);
                           if (softcap > 0)
@@ -404,6 +423,10 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
   t.output = op.getOutput();
   t.lse = op.getLse();
   t.gradLse = op.getGradLse();
+  if (op.getEffectiveDropout() > 0) {
+    t.dropout = op.getDropoutAttr();
+    t.rng = op.getRng();
+  }
   t.numBatches = tensor::DimOp::create(rewriter, loc, t.query, 0);
   t.seqQ = tensor::DimOp::create(rewriter, loc, t.query, 1);
   t.seqK = tensor::DimOp::create(rewriter, loc, t.key, 1);

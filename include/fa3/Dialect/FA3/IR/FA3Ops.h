@@ -27,6 +27,21 @@ namespace mlir::fa3 {
 std::pair<int64_t, int64_t>
 resolveWindow(bool causal, std::optional<ArrayRef<int64_t>> window);
 
+/// Checks an attention's dropout: the probability `p` (absent: off) is in
+/// [0, 1), and `rng` (the Philox seed and offset, an i64 tensor [2]) is
+/// present exactly when `p` is.
+LogicalResult verifyDropout(Operation *op, std::optional<float> p, Value rng);
+
+/// What fa3.dropout compares and multiplies for probability `p`: an entry
+/// is kept when its 32-bit Philox word is >= `threshold` (min(floor(p ·
+/// 2^32), 2^32 - 1)) and then scaled by `scale` (1 / (1 - p) rounded to
+/// f32). Every backend derives both from `p` through this.
+struct DropoutConstants {
+  uint32_t threshold;
+  float scale;
+  static DropoutConstants of(float p);
+};
+
 /// The load of a key or value tile in a key loop: fa3.load_tile, or
 /// fa3.load_paged_tile with its page table (`row` then the position in the
 /// sequence). The schedule passes and the Hopper lowering read K/V loads

@@ -41,9 +41,22 @@ class FA3_AttentionOpBase<string mnemonic, list<Trait> traits = []>
     /// Whether the inputs are f8E4M3FN (with descale operands).
     bool isFP8();
   }], attentionMaskDecls);
+  code dropoutDecls = [{
+    /// The dropout probability, 0 when off.
+    float getEffectiveDropout() {
+      return getDropout() ? getDropout()->convertToFloat() : 0.0f;
+    }
+  }];
 }
 
-def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
+// Attention dropout, FlashAttention-2's `dropout_p`: the probability and the
+// Philox generator's (seed, offset), a runtime operand so that a new mask
+// per training step needs no recompilation.
+defvar FA3_DropoutOperand = (ins Optional<TensorOf<[I64]>>:$rng);
+defvar FA3_DropoutAttr = (ins OptionalAttr<F32Attr>:$dropout);
+
+def FA3_AttentionOp : FA3_AttentionOpBase<"attention",
+    [AttrSizedOperandSegments]> {
   let summary = "Scaled dot-product attention with its log-sum-exp";
   let description = [{
     `O = softmax(mask(softcap(scale · Q Kᵀ))) V` per (batch, query head), in
@@ -82,6 +95,15 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
 
     A row with no visible key gets `O = 0` and `LSE = -inf`.
 
+    **Dropout** (`dropout = p` with an `rng` operand, FlashAttention-2's
+    `dropout_p`): each probability `P[b, h, i, j]` is kept with
+    probability `1 − p` and then scaled by `1 / (1 − p)`, or dropped
+    (zeroed), before it multiplies V; the LSE is that of the softmax before
+    dropout. `rng` is an i64 tensor `[2]` holding the Philox seed and offset;
+    the mask is a pure function of them and of `(b, h, i, j)` (see
+    `fa3.dropout`), so the backward regenerates it instead of storing it.
+    The CPU pipeline builds it; other backends reject it.
+
     **FP8.** With `f8E4M3FN` query, key and value, three more operands give
     the descale factors, f32 tensors `[B, Hkv]` (per batch and key/value
     head, as FlashAttention-3's `q_descale`, `k_descale`, `v_descale`): the
@@ -110,14 +132,21 @@ def FA3_AttentionOp : FA3_AttentionOpBase<"attention"> {
   }];
   let arguments = !con((ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value,
                             Variadic<AnyTensor>:$descales),
+                       FA3_DropoutOperand,
                        FA3_AttentionAttrs,
                        (ins OptionalAttr<FA3_FP8Attr>:$fp8,
-                            UnitAttr:$pack_gqa));
+                            UnitAttr:$pack_gqa),
+                       FA3_DropoutAttr);
   let results = (outs AnyTensor:$output, AnyTensor:$lse);
-  let extraClassDeclaration = attentionExtraDecls;
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`,` $descales^)? (`rng` `(` $rng^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = !strconcat(attentionExtraDecls, dropoutDecls);
 }
 
-def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
+def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad",
+    [AttrSizedOperandSegments]> {
   let summary = "Gradients of fa3.attention with respect to Q, K and V";
   let description = [{
     The backward of `fa3.attention` with the same attributes. Operands, in
@@ -145,6 +174,11 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
     finish (FlashAttention-3's deterministic mode), at the cost of waiting
     for their turn.
 
+    `dropout` and `rng`: the forward's, whose mask the backward regenerates
+    (FlashAttention-2): with `Z` the mask scaled by `1 / (1 − p)`,
+    `dV = (P ∘ Z)ᵀ dO` and `dS = P ∘ (Z ∘ dP − Δ)`, Δ = rowsum(dO ∘ O) of
+    the dropped-out O.
+
     ```mlir
     %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal}
         : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>,
@@ -153,17 +187,27 @@ def FA3_AttentionGradOp : FA3_AttentionOpBase<"attention_grad"> {
     // with the LSE's gradient, a seventh operand:
     %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse, %dlse {causal}
         : (..., tensor<2x8x?xf32>, tensor<2x8x?xf32>) -> (...)
+    // with dropout:
+    %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse rng(%seed)
+        {dropout = 1.000000e-01 : f32} : (..., tensor<2xi64>) -> (...)
     ```
   }];
   let arguments = !con((ins AnyTensor:$grad_output, AnyTensor:$query,
                             AnyTensor:$key, AnyTensor:$value,
                             AnyTensor:$output, AnyTensor:$lse,
                             Optional<AnyTensor>:$grad_lse),
+                       FA3_DropoutOperand,
                        FA3_AttentionAttrs,
-                       (ins UnitAttr:$deterministic));
+                       (ins UnitAttr:$deterministic),
+                       FA3_DropoutAttr);
   let results = (outs AnyTensor:$grad_query, AnyTensor:$grad_key,
                       AnyTensor:$grad_value);
-  let extraClassDeclaration = attentionExtraDecls;
+  let assemblyFormat = [{
+    $grad_output `,` $query `,` $key `,` $value `,` $output `,` $lse
+    (`,` $grad_lse^)? (`rng` `(` $rng^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let extraClassDeclaration = !strconcat(attentionExtraDecls, dropoutDecls);
 }
 
 def FA3_AttentionVarlenOp : FA3_AttentionOpBase<"attention_varlen"> {

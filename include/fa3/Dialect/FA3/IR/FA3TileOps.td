@@ -306,6 +306,10 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
     split's normalized partial O) and its LSE that of its keys alone;
     `fa3.combine_splits` merges the splits.
 
+    `dropout(%rng, %stream)` with `dropout = p`: the probabilities of each
+    key block pass through `fa3.dropout` (stream `batch · Hq + query head`)
+    before they multiply V.
+
     ```mlir
     %o, %lse = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq
         {causal, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<...>}
@@ -319,20 +323,24 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
                        Optional<Index>:$key_start, Optional<Index>:$key_len,
                        Optional<FA3_PageTableTensor>:$page_table,
                        Optional<Index>:$split_begin, Optional<Index>:$split_end,
+                       Optional<TensorOf<[I64]>>:$rng,
+                       Optional<Index>:$dropout_stream,
                        UnitAttr:$causal, F32Attr:$scale,
                        OptionalAttr<DenseI64ArrayAttr>:$window,
                        OptionalAttr<F32Attr>:$softcap,
                        FA3_ScheduleAttr:$schedule,
                        OptionalAttr<F32Attr>:$probs_scale,
-                       OptionalAttr<I64Attr>:$packed_heads);
+                       OptionalAttr<I64Attr>:$packed_heads,
+                       OptionalAttr<F32Attr>:$dropout);
   let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
   let assemblyFormat = [{
     $query_tile `,` $key `,` $value `,` $batch `,` $kv_head `,` $q_start `,`
     $q_len (`key_start` $key_start^)? (`key_len` $key_len^)?
     (`pages` $page_table^)? (`split` `[` $split_begin^ `,` $split_end `]`)?
+    (`dropout` `(` $rng^ `,` $dropout_stream `)`)?
     attr-dict `:` type($query_tile) `,` type($key)
-    `,` type($value) (`,` type($page_table)^)? `->` type($output) `,`
-    type($lse)
+    `,` type($value) (`,` type($page_table)^)? (`,` type($rng)^)? `->`
+    type($output) `,` type($lse)
   }];
   let extraClassDeclaration = [{
     /// Whether the keys are read through a page table.
@@ -429,6 +437,42 @@ def FA3_OnlineSoftmaxOp : FA3_TileOp<"online_softmax", [
   let assemblyFormat = [{
     $scores `,` $row_max `,` $row_sum attr-dict `:` type($scores) `,`
     type($row_max)
+  }];
+}
+
+def FA3_DropoutOp : FA3_TileOp<"dropout",
+    [AllTypesMatch<["probs", "result"]>]> {
+  let summary = "Drop probabilities by a Philox mask, scaling the kept ones";
+  let description = [{
+    Attention dropout with probability `p`: entry `(i, j)` stands for query
+    row `r = q_start + i` and key column `c = k_start + j` of stream
+    `stream` (`batch · Hq + head`), and becomes `probs[i, j] · (1 / (1 −
+    p))` (the factor rounded to f32) when kept, 0 when dropped.
+
+    The mask is Random123's Philox4x32-10 counter-based generator, so any
+    backend (and the backward, which regenerates it) computes the same bits:
+    * key: the seed `rng[0]` as two 32-bit words (low, high);
+    * counter: `(c', r', stream, rng[1] mod 2^32)` with `r' = (r / 16) · 8 +
+      r % 8` and `c' = (c / 16) · 8 + c % 8`: the four entries `{r, r + 8} ×
+      {c, c + 8}` (r % 16 < 8, c % 16 < 8) share one Philox call, entry
+      `(r, c)` taking word `2 · ((r / 8) % 2) + (c / 8) % 2` of its four;
+      such a 2×2 group sits in one thread of a wgmma accumulator both as S
+      (forward) and as Sᵀ (backward);
+    * kept when that 32-bit word is `>= min(⌊p · 2^32⌋, 2^32 − 1)`.
+    `fa3.reference.dropout_mask` is the same function in NumPy.
+
+    ```mlir
+    %pd = fa3.dropout %p, %rng, %stream, %q0, %k0 {p = 1.000000e-01 : f32}
+        : tensor<64x64xf32>, tensor<2xi64>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$probs, TensorOf<[I64]>:$rng,
+                       Index:$stream, Index:$q_start, Index:$k_start,
+                       F32Attr:$p);
+  let results = (outs FA3_F32Tile2D:$result);
+  let assemblyFormat = [{
+    $probs `,` $rng `,` $stream `,` $q_start `,` $k_start attr-dict `:`
+    type($probs) `,` type($rng)
   }];
 }
 

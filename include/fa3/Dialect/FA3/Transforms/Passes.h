@@ -47,11 +47,12 @@ FailureOr<ScheduleAttr> selectSchedule(MLIRContext *context, StringRef target,
 
 /// The schedule of an fa3.attention_grad: `block_n` key rows own a CTA's dK
 /// and dV accumulators and `block_m` query rows are one step of its loop.
-/// With `softcap` the Hopper kernel also holds tanh's derivative per Sᵀ
-/// element, which takes the registers of 128-row steps at D = 64.
+/// `elementwiseState`: the Hopper kernel holds more per Sᵀ element (tanh's
+/// derivative with a softcap, the keep mask with dropout), which takes the
+/// registers of 128-row steps at D = 64.
 FailureOr<ScheduleAttr> selectGradSchedule(MLIRContext *context,
                                            StringRef target, int64_t headDim,
-                                           bool softcap = false);
+                                           bool elementwiseState = false);
 
 #define GEN_PASS_REGISTRATION
 #include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
