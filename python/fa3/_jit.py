@@ -150,7 +150,12 @@ def forward_schedule_fields(spec, seq_q, seq_k):
     schedule for a 16-bit forward: the cost model's for seq_q rows (seq_q·G
     with PackGQA) and seq_k keys."""
     rows = seq_q * (spec.num_heads // spec.num_kv_heads) if spec.pack_gqa else seq_q
-    return dict(_forward_fields(spec.head_dim, spec.causal, rows, seq_k))
+    fields = dict(_forward_fields(spec.head_dim, spec.causal, rows, seq_k))
+    if spec.dropout:
+        # As fa3-select-schedule: dropout's mask is built in the plain key
+        # loop, not in the intra-warpgroup overlap's rotated one.
+        fields["intra_wg_overlap"] = False
+    return fields
 
 
 def forward_schedule(spec, seq_q, seq_k):
