@@ -1794,13 +1794,13 @@ int main(int argc, char **argv) {
 // CHECK: cpu varlen run: ok
 // CHECK: cpu varlen matches the float64 reference per sequence: ok
 // CHECK: cpu varlen rejects mismatched offsets: ok
+// CHECK: split-KV rule: 14 splits for 8 tiles over 256 blocks, 1 for 256: ok
+// CHECK: PackGQA rule: decode packs, 64 queries do not: ok
 // CHECK: cpu dropout compile: 4 inputs: ok
 // CHECK: cpu dropout run: ok
 // CHECK: cpu dropout: same seed same bits, another seed another output: ok
 // CHECK: cpu dropout: the LSE does not depend on the mask: ok
 // CHECK: cpu dropout rejects an int32 rng, naming input #3: ok
-// CHECK: split-KV rule: 14 splits for 8 tiles over 256 blocks, 1 for 256: ok
-// CHECK: PackGQA rule: decode packs, 64 queries do not: ok
 // CHECK: ptx compile: ok
 // CHECK: ptx compile sets cache_hit: ok
 // CHECK: ptx targets sm_90a: ok

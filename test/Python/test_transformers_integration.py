@@ -66,7 +66,7 @@ def test_options_reach_fa3(monkeypatch):
     assert seen["softmax_scale"] == pytest.approx(0.2) and seen["softcap"] == 30.0
     assert seen["deterministic"] is False and seen["dropout_p"] == 0.0
     # Attention dropout while training only (eval: none).
-    fa3_hf.attention_forward(_Module(), q, k, v, None, dropout=0.1)
+    fa3_hf.attention_forward(_Module().eval(), q, k, v, None, dropout=0.1)
     assert seen["dropout_p"] == 0.0
     fa3_hf.attention_forward(_Module().train(), q, k, v, None, dropout=0.1)
     assert seen["dropout_p"] == pytest.approx(0.1)
@@ -106,9 +106,12 @@ def test_inexpressible_inputs_are_errors():
         fa3_hf.attention_forward(_Module(), q, k, v, None, is_causal=False, sliding_window=4)
 
 
-def _cpu_fa3(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, deterministic=False):
+def _cpu_fa3(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, deterministic=False,
+             dropout_p=0.0):
     """fa3.attention's CPU pipeline on torch CPU tensors (numpy in and out;
-    the CPU is always deterministic)."""
+    the CPU is always deterministic; these models have no attention
+    dropout)."""
+    assert dropout_p == 0.0
     out = _fa3_attention(*(np.ascontiguousarray(x.detach().float().numpy()) for x in (q, k, v)), causal=causal,
                         softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
     return torch.from_numpy(out)
