@@ -558,6 +558,25 @@ extern "C" int fa3_launch_attention_paged_kvcache_splits(
   return launchForward(kernel, entry, args, stream, error);
 }
 
+/// Whether a launch's rng matches the kernel: `entry` (the called entry
+/// point) must be `dropoutEntry` with an rng exactly when the kernel has
+/// dropout, else `plainEntry` without. Sets `*error` and returns true on a
+/// mismatch.
+static bool dropoutMismatch(const fa3_kernel *kernel, const char *entry,
+                            uint64_t rng, const char *dropoutEntry,
+                            const char *plainEntry, char **error) {
+  if (!kernel || kernel->kernel.info.dropout == static_cast<bool>(rng))
+    return false;
+  setError(error, std::string(entry) +
+                      (kernel->kernel.info.dropout
+                           ? ": the kernel has dropout; launch it with " +
+                                 std::string(dropoutEntry) +
+                                 " and its Philox (seed, offset) rng"
+                           : ": the kernel has no dropout; launch it with " +
+                                 std::string(plainEntry) + " (rng NULL)"));
+  return true;
+}
+
 /// fa3_launch_attention and fa3_launch_attention_dropout (`entry`), with
 /// the Philox (seed, offset) pointer `rng` of the latter.
 static int launchDenseForward(const fa3_kernel *kernel, const char *entry,
@@ -579,16 +598,9 @@ static int launchDenseForward(const fa3_kernel *kernel, const char *entry,
     return 1;
   }
   if (kernel && !kernel->kernel.info.backward &&
-      kernel->kernel.info.dropout != static_cast<bool>(rng)) {
-    setError(error, std::string(entry) +
-                        (kernel->kernel.info.dropout
-                             ? ": the kernel has dropout; launch it with "
-                               "fa3_launch_attention_dropout and a non-NULL "
-                               "rng"
-                             : ": the kernel has no dropout; launch it with "
-                               "fa3_launch_attention (or rng is NULL)"));
+      dropoutMismatch(kernel, entry, rng, "fa3_launch_attention_dropout",
+                      "fa3_launch_attention", error))
     return 1;
-  }
   runtime::AttentionDeviceArgs args = runtime::AttentionDeviceArgs::forward(
       q, k, v, out, lse, batch, seqQ, seqK);
   args.rng = rng;
@@ -791,16 +803,9 @@ static int launchDenseBackward(const fa3_kernel *kernel, const char *entry,
     return 1;
   }
   if (kernel && kernel->kernel.info.backward &&
-      kernel->kernel.info.dropout != static_cast<bool>(rng)) {
-    setError(error, std::string(entry) +
-                        (kernel->kernel.info.dropout
-                             ? ": the kernel has dropout; launch it with "
-                               "fa3_launch_attention_grad_dropout and the "
-                               "forward's rng"
-                             : ": the kernel has no dropout; launch it with "
-                               "fa3_launch_attention_grad (or rng is NULL)"));
+      dropoutMismatch(kernel, entry, rng, "fa3_launch_attention_grad_dropout",
+                      "fa3_launch_attention_grad", error))
     return 1;
-  }
   if (!kernel || !kernel->gradKernels) {
     using Kind = runtime::AttentionKernelInfo::Kind;
     std::string why =

@@ -11,9 +11,28 @@
 #include <limits>
 
 #include <cassert>
+#include <cstdio>
+#include <cstring>
 
 using namespace mlir;
 using namespace mlir::fa3::detail;
+
+std::string mlir::fa3::detail::floatBitsSuffix(StringRef tag, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", bits);
+  return ("_" + tag + hex).str();
+}
+
+mlir::fa3::DropoutGenerator HopperCodegen::loadDropoutGenerator(Value rngPtr) {
+  auto word = [&](int32_t i) -> Value {
+    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i64, rngPtr,
+                                    ArrayRef<LLVM::GEPArg>{i});
+    return LLVM::LoadOp::create(b, loc, i64, ptr, /*alignment=*/8);
+  };
+  return DropoutGenerator::fromSeedAndOffset(b, loc, word(0), word(1));
+}
 
 HopperCodegen::HopperCodegen(OpBuilder &b, Location loc, bool bf16, bool fp8)
     : b(b), loc(loc), bf16(bf16), fp8(fp8) {

@@ -13,6 +13,7 @@
 #define FA3_LIB_CONVERSION_FA3TOHOPPER_HOPPERCODEGEN_H
 
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
+#include "fa3/Dialect/FA3/Utils/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -22,6 +23,10 @@
 #include "mlir/IR/Builders.h"
 
 namespace mlir::fa3::detail {
+
+/// `_<tag><the 8 hex digits of v's bits>`: a kernel name's part for a float
+/// compiled into the kernel (symbol names take [A-Za-z0-9_$.] only).
+std::string floatBitsSuffix(StringRef tag, float v);
 
 /// The number of bytes in one row of a 128-byte swizzle atom, and its
 /// element count for 16-bit types.
@@ -238,6 +243,10 @@ protected:
                              Value descB);
   /// The A fragment of k-chunk `k` of a register-A wgmma made from an m64
   /// f32 accumulator fragment: registers 8k .. 8k+7, pairwise packed.
+  /// Dropout's Philox key and offset words, loaded from the kernel's (seed,
+  /// offset) parameter `rngPtr` (a global i64 [2]) when the kernel runs.
+  DropoutGenerator loadDropoutGenerator(Value rngPtr);
+
   SmallVector<Value> packAFragment(ArrayRef<Value> acc, int64_t k) {
     int64_t base = 8 * k;
     return {pack(acc[base], acc[base + 1]), pack(acc[base + 2], acc[base + 3]),

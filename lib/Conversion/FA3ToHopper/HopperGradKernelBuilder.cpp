@@ -104,25 +104,11 @@ std::string HopperAttentionGradSpec::kernelName() const {
   };
   if (windowLeft >= 0 || (!causal && windowRight >= 0))
     name += "_w" + bound(windowLeft) + "_" + bound(windowRight);
-  if (softcap > 0) {
-    uint32_t capBits;
-    std::memcpy(&capBits, &softcap, 4);
-    char capHex[16];
-    std::snprintf(capHex, sizeof(capHex), "_cap%08x", capBits);
-    name += capHex;
-  }
-  if (dropout > 0) {
-    uint32_t dropBits;
-    std::memcpy(&dropBits, &dropout, 4);
-    char dropHex[16];
-    std::snprintf(dropHex, sizeof(dropHex), "_drop%08x", dropBits);
-    name += dropHex;
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &scale, 4);
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "_s%08x", bits);
-  return name + hex;
+  if (softcap > 0)
+    name += floatBitsSuffix("cap", softcap);
+  if (dropout > 0)
+    name += floatBitsSuffix("drop", dropout);
+  return name + floatBitsSuffix("s", scale);
 }
 
 namespace {
@@ -501,16 +487,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                        ? entry->getArgument(numArgs - (s.dropout > 0 ? 2 : 1))
                        : Value();
   DropoutGenerator dropoutGen;
-  if (s.dropout > 0) {
-    Value rngPtr = entry->getArgument(numArgs - 1);
-    Type i64 = b.getI64Type();
-    auto word = [&](int32_t i) -> Value {
-      Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i64, rngPtr,
-                                      ArrayRef<LLVM::GEPArg>{i});
-      return LLVM::LoadOp::create(b, loc, i64, ptr, /*alignment=*/8);
-    };
-    dropoutGen = DropoutGenerator::fromSeedAndOffset(b, loc, word(0), word(1));
-  }
+  if (s.dropout > 0)
+    dropoutGen = loadDropoutGenerator(entry->getArgument(numArgs - 1));
 
   const int64_t d = s.headDim, bm = s.blockM, bn = s.blockN;
   const int64_t group = s.numQHeads / s.numKVHeads;

@@ -113,19 +113,10 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_w" + bound(windowLeft) + "_" + bound(windowRight);
   if (softcap > 0)
     name += "_cap";
-  if (dropout > 0) {
-    uint32_t dropBits;
-    std::memcpy(&dropBits, &dropout, 4);
-    char dropHex[16];
-    std::snprintf(dropHex, sizeof(dropHex), "_drop%08x", dropBits);
-    name += dropHex;
-  }
+  if (dropout > 0)
+    name += floatBitsSuffix("drop", dropout);
   // The scale is baked in; its bits keep kernels of different scales apart.
-  uint32_t bits;
-  std::memcpy(&bits, &scale, 4);
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "_s%08x", bits);
-  return name + hex;
+  return name + floatBitsSuffix("s", scale);
 }
 
 namespace {

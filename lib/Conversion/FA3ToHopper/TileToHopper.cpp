@@ -744,15 +744,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     unsigned rngIndex = fn.getNumArguments() - 1;
     fn.setArgAttr(rngIndex, LLVM::LLVMDialect::getNoAliasAttrName(),
                   b.getUnitAttr());
-    Value rngPtr = entry->getArgument(rngIndex);
-    Type i64 = b.getI64Type();
-    auto word = [&](int64_t i) -> Value {
-      Value ptr =
-          LLVM::GEPOp::create(b, loc, globalPtr, i64, rngPtr,
-                              ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
-      return LLVM::LoadOp::create(b, loc, i64, ptr, /*alignment=*/8);
-    };
-    dropoutGen = DropoutGenerator::fromSeedAndOffset(b, loc, word(0), word(1));
+    dropoutGen = loadDropoutGenerator(entry->getArgument(rngIndex));
   }
 
   // Kernel-level index arithmetic, in IR order: the function body's and
