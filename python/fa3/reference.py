@@ -92,15 +92,19 @@ def dropout_mask(seed, offset, batch, num_heads, seqlen_q, seqlen_k, p):
 
         key     = (seed mod 2^64) as (low 32 bits, high 32 bits)
         counter = (c, r, (b * num_heads + h) mod 2^32, offset mod 2^32)
-        r = (i >> 4) * 8 + (i & 7),  c = (j >> 4) * 8 + (j & 7)
-        x = philox4x32_10(counter, key)[((i >> 3) & 1) * 2 + ((j >> 3) & 1)]
+        r = (i >> 4) * 8 + (i & 7),  c = (j >> 4) * 4 + ((j & 7) >> 1)
+        w = philox4x32_10(counter, key)[((i >> 3) & 1) * 2 + ((j >> 3) & 1)]
+        x = (w >> (16 * (j & 1))) & 0xffff
 
-    so the 2x2 group {i, i + 8} x {j, j + 8} (i % 16 < 8, j % 16 < 8) shares
-    one Philox call, one 32-bit word each: the GPU thread layouts of the
-    forward and of the transposed backward both hold such groups, so a
-    thread's call serves 4 of its own elements in either pass. The element is
-    kept iff x >= min(floor(p32 * 2^32), 2^32 - 1) (unsigned), p32 being p
-    rounded to float32 (the kernels' dropout probability); p = 0 keeps all.
+so the 2x4 group {i, i + 8} x {j, j + 1, j + 8, j + 9} (i % 16 < 8, j % 16
+< 8, j even) shares one Philox call, 16 bits each: a forward GPU thread
+holds such a group (rows r, r + 8 and column pairs c, c + 1 and c + 8,
+c + 9 of a wgmma accumulator), and in the transposed backward the two
+threads that hold keys j and j + 1 split one call. The element is kept iff
+x >= min(floor(p32 * 2^16), 2^16 - 1), p32 being p rounded to float32 (the
+kernels' dropout probability): the keep probability is p32 rounded down to
+a multiple of 2^-16, and the kept entries are scaled by 1 / (1 - p32), so
+the expectation is off by less than 2^-16 relative. p = 0 keeps all.
 
     `seed` is a 64-bit integer in [-2^63, 2^64) (negative values as two's
     complement); `offset` likewise, of which only the low 32 bits are used
@@ -119,22 +123,23 @@ def dropout_mask(seed, offset, batch, num_heads, seqlen_q, seqlen_k, p):
     shape = (batch, num_heads, seqlen_q, seqlen_k)
     if 0 in shape:
         return np.zeros(shape)
-    threshold = min(int(np.floor(p32 * 2.0**32)), _MASK32)
+    threshold = min(int(np.floor(p32 * 2.0**16)), 0xFFFF)
     keep_scale = float(np.float32(1.0 / (1.0 - p32)))
 
     i = np.arange(seqlen_q)
     j = np.arange(seqlen_k)
     r = (i >> 4) * 8 + (i & 7)
-    c = (j >> 4) * 8 + (j & 7)
+    c = (j >> 4) * 4 + ((j & 7) >> 1)
     word = ((i >> 3) & 1)[:, None] * 2 + ((j >> 3) & 1)[None, :]
+    shift = (16 * (j & 1)).astype(np.uint32)[None, None, :]
     # One Philox call per (stream, r, c) group, then each element picks its
-    # word: 4x fewer calls than one per element.
+    # word and half: 8x fewer calls than one per element.
     stream = np.arange(batch * num_heads, dtype=np.uint64)[:, None, None]
     words = philox4x32_10((np.arange(c.max() + 1, dtype=np.uint64)[None, None, :],
                            np.arange(r.max() + 1, dtype=np.uint64)[None, :, None],
                            stream, off), (k0, k1))
     words = np.stack(words, axis=1)  # [B * H, 4, R, C]
-    x = words[:, word, r[:, None], c[None, :]]  # [B * H, Sq, Sk]
+    x = (words[:, word, r[:, None], c[None, :]] >> shift) & np.uint32(0xFFFF)  # [B * H, Sq, Sk]
     keep = x >= np.uint32(threshold)
     return np.where(keep, keep_scale, 0.0).reshape(shape)
 

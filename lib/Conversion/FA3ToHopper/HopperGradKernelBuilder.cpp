@@ -817,31 +817,65 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         }
         // Dropout (FlashAttention-2's backward): the forward's mask Z, over
         // 1 - p, regenerated while dPᵀ's wgmmas run; dV takes Pᵀ ∘ Z and
-        // dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − Δ). Registers 8f + e, 8f + 2 + e, 8f + 4 + e
-        // and 8f + 6 + e (e = 0, 1) are queries {i, i + 8} × keys {j, j + 8}
-        // of one Philox group (i = the step's query column 16f + e of this
-        // thread, j = keyRow[0]): one call per four registers.
+        // dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − Δ). Register 8f + 4·qh + 2·kh + e holds
+        // query i + 8·qh (i = the step's query column 16f + e of this
+        // thread) and key j + 8·kh (j = keyRow[0]): half j % 2 of word
+        // 2·qh + kh of query i's Philox group. The thread of key j ^ 1 (lane
+        // ^ 4) has the same queries and needs the other halves of the same
+        // calls, so each of the two computes the call of one query parity
+        // (e = j % 2) and hands the other thread its halves (two shuffles):
+        // one call per eight registers of the pair.
         SmallVector<Value> keepScale, pDropped = p;
         if (s.dropout > 0) {
           DropoutConstants constants = DropoutConstants::of(s.dropout);
           Value threshold = ci(static_cast<int32_t>(constants.threshold));
           Value stream = add(mul(batch, ci(s.numQHeads)), head);
+          Value odd = andi(keyRow[0], ci(1));
+          Value isOdd = cmp(arith::CmpIPredicate::ne, odd, ci(0));
+          Value lowMask = ci(0xFFFF), highMask = ci(static_cast<int32_t>(0xFFFF0000u));
+          auto shr16 = [&](Value x) -> Value {
+            return arith::ShRUIOp::create(b, loc, x, ci(16));
+          };
+          auto shl16 = [&](Value x) -> Value {
+            return arith::ShLIOp::create(b, loc, x, ci(16));
+          };
+          auto shuffle = [&](Value x) -> Value {
+            return NVVM::ShflOp::create(b, loc, i32, ci(-1), x, ci(4), ci(0x1f),
+                                        NVVM::ShflKind::bfly, UnitAttr());
+          };
           keepScale.resize(nS);
-          for (int64_t f = 0; f < qCols / 16; ++f)
-            for (int64_t e = 0; e < 2; ++e) {
-              Value query =
-                  add(add(add(qStart, qCol0), ci(16 * f + e)), colInBlock);
-              std::array<Value, 4> words = buildDropoutGroupWords(
-                  b, loc, dropoutGen, query, keyRow[0], stream);
-              int64_t regOf[4] = {8 * f + e, 8 * f + 2 + e, 8 * f + 4 + e,
-                                  8 * f + 6 + e};
-              for (int64_t w = 0; w < 4; ++w) {
-                Value keep =
-                    cmp(arith::CmpIPredicate::uge, words[w], threshold);
-                keepScale[regOf[w]] = select(keep, cf(constants.scale), cf(0));
-                pDropped[regOf[w]] = fmul(p[regOf[w]], keepScale[regOf[w]]);
-              }
+          for (int64_t f = 0; f < qCols / 16; ++f) {
+            Value query = add(add(add(add(qStart, qCol0), ci(16 * f)),
+                                  colInBlock),
+                              odd);
+            std::array<Value, 4> words = buildDropoutGroupWords(
+                b, loc, dropoutGen, query, keyRow[0], stream);
+            // This thread's halves (of its own query parity) and the other
+            // thread's, packed two per 32 bits: words 2·k and 2·k + 1.
+            SmallVector<Value, 4> mine, received;
+            for (int64_t w = 0; w < 4; ++w)
+              mine.push_back(select(isOdd, shr16(words[w]),
+                                    andi(words[w], lowMask)));
+            for (int64_t k = 0; k < 2; ++k) {
+              Value w0 = words[2 * k], w1 = words[2 * k + 1];
+              Value send = select(isOdd, ori(andi(w0, lowMask), shl16(w1)),
+                                  ori(shr16(w0), andi(w1, highMask)));
+              Value got = shuffle(send);
+              received.push_back(andi(got, lowMask));
+              received.push_back(shr16(got));
             }
+            for (int64_t w = 0; w < 4; ++w)
+              for (int64_t e = 0; e < 2; ++e) {
+                int64_t qh = w / 2, kh = w % 2;
+                int64_t reg = 8 * f + 4 * qh + 2 * kh + e;
+                // Query parity e is this thread's own call when e = j % 2.
+                Value value = e == 0 ? select(isOdd, received[w], mine[w])
+                                     : select(isOdd, mine[w], received[w]);
+                Value keep = cmp(arith::CmpIPredicate::uge, value, threshold);
+                keepScale[reg] = select(keep, cf(constants.scale), cf(0));
+                pDropped[reg] = fmul(p[reg], keepScale[reg]);
+              }
+          }
         }
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
         for (int64_t j = 0; j < qCols / 8; ++j) {

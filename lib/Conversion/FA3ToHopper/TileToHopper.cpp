@@ -996,10 +996,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       });
     };
 
-    // fa3.dropout on the P fragment. This thread's S registers 8f + e,
-    // 8f + 4 + e, 8f + 2 + e and 8f + 6 + e (e = 0, 1) are rows {r, r + 8}
-    // × key columns {c, c + 8} of one Philox group (r = rowInTile, c =
-    // colInBlock + 16f + e): one call gives all four words.
+    // fa3.dropout on the P fragment. This thread's S registers 8f .. 8f + 7
+    // are rows {r, r + 8} × key columns {c, c + 1, c + 8, c + 9} of one
+    // Philox group (r = rowInTile, c = colInBlock + 16f): register 8f + 4·ch
+    // + 2·rh + e (row half rh, column half ch, column parity e) takes half e
+    // of word 2·rh + ch. One call for eight registers.
     auto dropoutFragment = [&](DropoutOp drop, SmallVector<Value> p, Value iv) {
       DenseMap<Value, Value> local;
       Value qStart = replay(drop.getQStart(), iv, local);
@@ -1010,19 +1011,19 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       Value threshold = ci(static_cast<int32_t>(constants.threshold)),
             scale = cf(constants.scale);
       Value row = add(qStart, rowInTile);
-      for (int64_t f = 0; f < nS / 8; ++f)
-        for (int64_t e = 0; e < 2; ++e) {
-          Value col = add(add(kStart, colInBlock), ci(16 * f + e));
-          std::array<Value, 4> words =
-              buildDropoutGroupWords(b, loc, dropoutGen, row, col, stream);
-          int64_t regOf[4] = {8 * f + e, 8 * f + 4 + e, 8 * f + 2 + e,
-                              8 * f + 6 + e};
-          for (int64_t w = 0; w < 4; ++w) {
+      for (int64_t f = 0; f < nS / 8; ++f) {
+        Value col = add(add(kStart, colInBlock), ci(16 * f));
+        std::array<Value, 4> words =
+            buildDropoutGroupWords(b, loc, dropoutGen, row, col, stream);
+        for (int64_t w = 0; w < 4; ++w)
+          for (int64_t e = 0; e < 2; ++e) {
+            int64_t reg = 8 * f + 4 * (w % 2) + 2 * (w / 2) + e;
             Value keep = arith::CmpIOp::create(
-                b, loc, arith::CmpIPredicate::uge, words[w], threshold);
-            p[regOf[w]] = select(keep, fmul(p[regOf[w]], scale), cf(0));
+                b, loc, arith::CmpIPredicate::uge,
+                dropoutHalf(b, loc, words[w], /*high=*/e == 1), threshold);
+            p[reg] = select(keep, fmul(p[reg], scale), cf(0));
           }
-        }
+      }
       return p;
     };
 

@@ -472,7 +472,7 @@ struct MaskLowering : OpConversionPattern<MaskOp> {
 };
 
 /// Each entry computes its own Philox call (the CPU has no thread that
-/// holds a whole 2×2 group); the bits are those of any other backend.
+/// holds a whole 2×4 group); the bits are those of any other backend.
 struct DropoutLowering : OpConversionPattern<DropoutOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult

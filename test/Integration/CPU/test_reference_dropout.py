@@ -6,7 +6,8 @@ checked exactly where it can be (Random123's known-answer vectors, a scalar
 transcription of the per-element definition, the seed/offset wrap-around)
 and statistically where it is meant to look random: the keep rate, the
 difference between masks of different streams, and the independence of the
-4 words of one Philox call, which serve the 2x2 group {i, i+8} x {j, j+8}.
+16-bit halves of the 4 words of one Philox call, which serve the 2x4 group
+{i, i+8} x {j, j+1, j+8, j+9}.
 The statistical bounds are 5 binomial standard deviations (a false failure
 about once in 3.5 million runs; the inputs are fixed, so in practice never),
 while a wrong threshold, a repeated word or a stream that ignores its
@@ -67,12 +68,12 @@ def _scalar_mask_entry(seed, offset, num_heads, b, h, i, j, p):
     seed %= 1 << 64
     key = (seed & 0xFFFFFFFF, seed >> 32)
     r = (i >> 4) * 8 + (i & 7)
-    c = (j >> 4) * 8 + (j & 7)
+    c = (j >> 4) * 4 + ((j & 7) >> 1)
     w = ((i >> 3) & 1) * 2 + ((j >> 3) & 1)
     counter = (c, r, (b * num_heads + h) % (1 << 32), offset % (1 << 32))
-    x = int(reference.philox4x32_10(counter, key)[w])
+    x = (int(reference.philox4x32_10(counter, key)[w]) >> (16 * (j & 1))) & 0xFFFF
     p32 = float(np.float32(p))
-    threshold = min(int(np.floor(p32 * 2.0**32)), (1 << 32) - 1)
+    threshold = min(int(np.floor(p32 * 2.0**16)), (1 << 16) - 1)
     return float(np.float32(1.0 / (1.0 - p32))) if x >= threshold else 0.0
 
 
@@ -87,31 +88,26 @@ def test_mask_matches_elementwise_definition(seed, offset, shape, p):
     assert mask.shape == shape and mask.dtype == np.float64
     rng = np.random.default_rng(zlib.crc32(repr((seed, offset, shape)).encode()))
     positions = [tuple(int(rng.integers(n)) for n in shape) for _ in range(150)]
-    # Every word of a group: the four corners of the first 2x2 group.
-    positions += [(0, 0, i, j) for i in (0, 8) for j in (0, 8) if i < shape[2] and j < shape[3]]
+    # Every half-word of a group: the eight entries of the first 2x4 group.
+    positions += [(0, 0, i, j) for i in (0, 8) for j in (0, 1, 8, 9) if i < shape[2] and j < shape[3]]
     for b, h, i, j in positions:
         assert mask[b, h, i, j] == _scalar_mask_entry(seed, offset, shape[1], b, h, i, j, p), (b, h, i, j)
 
 
-def test_threshold_boundary_keeps_equal_word():
-    # keep iff x >= threshold: find an element whose word x has its low 8
-    # bits clear, so that p = x / 2^32 (a multiple of 2^-24 below 1) is exact
-    # in float32 and the threshold is x itself. Word 0 of the call (c, r)
-    # serves element i = (r >> 3) * 16 + (r & 7), j likewise from c.
+def test_threshold_boundary_keeps_equal_half_word():
+    # keep iff x >= threshold: with p = x / 2^16 (exact in float32) the
+    # threshold is x itself. The low half of word 0 of the call (c, r) serves
+    # element i = (r >> 3) * 16 + (r & 7), j = (c >> 2) * 16 + (c & 3) * 2.
     seed = 424242
     key = (seed & 0xFFFFFFFF, seed >> 32)
-    rc = np.arange(32, dtype=np.uint32)
-    x = reference.philox4x32_10((rc[None, :], rc[:, None], 0, 0), key)[0]
-    rs, cs = np.nonzero((x & 0xFF) == 0)
-    assert len(rs), "no word with its low byte clear among 1024 (expected ~4)"
-    r, c = int(rs[0]), int(cs[0])
-    word = int(x[r, c])
-    i, j = (r >> 3) * 16 + (r & 7), (c >> 3) * 16 + (c & 7)
-    p = word / 2.0**32
+    x = int(reference.philox4x32_10((5, 9, 0, 0), key)[0]) & 0xFFFF
+    r, c = 9, 5
+    i, j = (r >> 3) * 16 + (r & 7), (c >> 2) * 16 + (c & 3) * 2
+    p = x / 2.0**16
     assert float(np.float32(p)) == p
     assert reference.dropout_mask(seed, 0, 1, 1, 64, 64, p)[0, 0, i, j] != 0
-    # One float32 step (2^-24, 256 in the threshold) higher drops it.
-    assert reference.dropout_mask(seed, 0, 1, 1, 64, 64, (word + 256) / 2.0**32)[0, 0, i, j] == 0
+    # One step of the threshold (2^-16) higher drops it.
+    assert reference.dropout_mask(seed, 0, 1, 1, 64, 64, (x + 1) / 2.0**16)[0, 0, i, j] == 0
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
@@ -188,17 +184,21 @@ def test_masks_differ_across_seeds_offsets_heads_batches(p):
 
 
 def test_words_of_one_philox_call_are_independent():
-    # The 2x2 group {i, i+8} x {j, j+8} (i % 16 < 8, j % 16 < 8) takes the 4
-    # words of one call: their keep decisions must be uncorrelated.
+    # The 2x4 group {i, i+8} x {j, j+1, j+8, j+9} (i % 16 < 8, j % 16 < 8, j
+    # even) takes the 16-bit halves of the 4 words of one call: their keep
+    # decisions must be uncorrelated.
     p = 0.5
     keep = reference.dropout_mask(31337, 0, 2, 2, 512, 512, p) != 0
-    blocks = keep.reshape(2, 2, 32, 2, 8, 32, 2, 8)  # [b, h, i//16, (i>>3)&1, i&7, ...]
-    corner = {(a, c): blocks[:, :, :, a, :, :, c, :].ravel().astype(np.float64) for a in (0, 1) for c in (0, 1)}
-    n = corner[0, 0].size  # 262,144 groups
-    for a, b in [((0, 0), (1, 0)), ((0, 0), (0, 1)), ((0, 0), (1, 1)), ((1, 0), (0, 1))]:
-        corr = np.corrcoef(corner[a], corner[b])[0, 1]
-        # 1 / sqrt(n) ~ 0.002 is one standard deviation of the correlation.
-        assert abs(corr) < 0.01, f"words {a} and {b}: correlation {corr:.4f} over {n} groups"
+    # [b, h, i//16, (i>>3)&1, i&7, j//16, (j>>3)&1, (j&7)>>1, j&1]
+    blocks = keep.reshape(2, 2, 32, 2, 8, 32, 2, 4, 2)
+    entry = {(a, c, e): blocks[:, :, :, a, :, :, c, :, e].ravel().astype(np.float64)
+             for a in (0, 1) for c in (0, 1) for e in (0, 1)}
+    n = entry[0, 0, 0].size  # 131,072 groups
+    pairs = [((0, 0, 0), other) for other in entry if other != (0, 0, 0)] + [((1, 0, 1), (0, 1, 0))]
+    for a, b in pairs:
+        corr = np.corrcoef(entry[a], entry[b])[0, 1]
+        # 1 / sqrt(n) ~ 0.003 is one standard deviation of the correlation.
+        assert abs(corr) < 0.015, f"entries {a} and {b}: correlation {corr:.4f} over {n} groups"
     # The raw words are not equal either (equal words would give equal bits).
     words = reference.philox4x32_10((np.arange(4096, dtype=np.uint32), 1, 2, 3), (4, 5))
     for x in range(4):

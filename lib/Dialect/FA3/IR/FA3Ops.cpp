@@ -256,10 +256,10 @@ LogicalResult mlir::fa3::verifyDropout(Operation *op, std::optional<float> p,
 }
 
 DropoutConstants DropoutConstants::of(float p) {
-  // In double: p · 2^32 is exact, and 1 / (1 - p) rounds once to f32.
-  double exact = std::floor(static_cast<double>(p) * 4294967296.0);
+  // In double: p · 2^16 is exact, and 1 / (1 - p) rounds once to f32.
+  double exact = std::floor(static_cast<double>(p) * 65536.0);
   DropoutConstants c;
-  c.threshold = static_cast<uint32_t>(std::min(exact, 4294967295.0));
+  c.threshold = static_cast<uint32_t>(std::min(exact, 65535.0));
   c.scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(p)));
   return c;
 }

@@ -59,35 +59,55 @@ fa3::DropoutGenerator fa3::DropoutGenerator::fromSeedAndOffset(OpBuilder &b,
   return gen;
 }
 
-/// x → (x / 16) · 8 + x % 8: the index of x's 2-entry group {x, x + 8}.
-static Value groupOf(OpBuilder &b, Location loc, Value x) {
+/// r → (r / 16) · 8 + r % 8: the index of row r's group {r, r + 8}.
+static Value rowGroupOf(OpBuilder &b, Location loc, Value r) {
   Value high = arith::ShLIOp::create(
-      b, loc, arith::ShRUIOp::create(b, loc, x, i32Cst(b, loc, 4)),
+      b, loc, arith::ShRUIOp::create(b, loc, r, i32Cst(b, loc, 4)),
       i32Cst(b, loc, 3));
   return arith::OrIOp::create(
-      b, loc, high, arith::AndIOp::create(b, loc, x, i32Cst(b, loc, 7)));
+      b, loc, high, arith::AndIOp::create(b, loc, r, i32Cst(b, loc, 7)));
+}
+
+/// c → (c / 16) · 4 + (c % 8) / 2: the index of column c's group {c, c + 1,
+/// c + 8, c + 9} (c rounded down to even).
+static Value columnGroupOf(OpBuilder &b, Location loc, Value c) {
+  Value high = arith::ShLIOp::create(
+      b, loc, arith::ShRUIOp::create(b, loc, c, i32Cst(b, loc, 4)),
+      i32Cst(b, loc, 2));
+  Value low = arith::ShRUIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, c, i32Cst(b, loc, 7)),
+      i32Cst(b, loc, 1));
+  return arith::OrIOp::create(b, loc, high, low);
 }
 
 std::array<Value, 4>
 mlir::fa3::buildDropoutGroupWords(OpBuilder &b, Location loc,
                                   const DropoutGenerator &gen, Value row,
                                   Value col, Value stream) {
-  return buildPhilox4x32x10(
-      b, loc,
-      {groupOf(b, loc, col), groupOf(b, loc, row), stream, gen.offsetLo},
-      {gen.keyLo, gen.keyHi});
+  return buildPhilox4x32x10(b, loc,
+                            {columnGroupOf(b, loc, col), rowGroupOf(b, loc, row),
+                             stream, gen.offsetLo},
+                            {gen.keyLo, gen.keyHi});
+}
+
+Value mlir::fa3::dropoutHalf(OpBuilder &b, Location loc, Value word,
+                             bool high) {
+  if (high)
+    return arith::ShRUIOp::create(b, loc, word, i32Cst(b, loc, 16));
+  return arith::AndIOp::create(b, loc, word, i32Cst(b, loc, 0xFFFF));
 }
 
 Value mlir::fa3::buildDropoutWord(OpBuilder &b, Location loc,
                                   const DropoutGenerator &gen, Value row,
                                   Value col, Value stream) {
   Value c1 = i32Cst(b, loc, 1), c3 = i32Cst(b, loc, 3);
-  // (x / 8) % 2: which of its group's two entries x is.
+  // (x / 8) % 2: which of its group's two rows (or column pairs) x is in.
   auto halfOf = [&](Value x) -> Value {
-    return arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, x, c3),
-                                 c1);
+    return arith::AndIOp::create(b, loc,
+                                 arith::ShRUIOp::create(b, loc, x, c3), c1);
   };
-  // groupOf ignores bit 3, so the call is the group's whatever corner asks.
+  // The group functions ignore bit 3 (and bit 0 of the column), so the
+  // call is the group's whatever entry asks.
   std::array<Value, 4> words =
       buildDropoutGroupWords(b, loc, gen, row, col, stream);
   Value zero = i32Cst(b, loc, 0);
@@ -97,5 +117,11 @@ Value mlir::fa3::buildDropoutWord(OpBuilder &b, Location loc,
   Value rowHigh = isSet(halfOf(row)), colHigh = isSet(halfOf(col));
   Value low = arith::SelectOp::create(b, loc, colHigh, words[1], words[0]);
   Value high = arith::SelectOp::create(b, loc, colHigh, words[3], words[2]);
-  return arith::SelectOp::create(b, loc, rowHigh, high, low);
+  Value word = arith::SelectOp::create(b, loc, rowHigh, high, low);
+  // Odd columns take the word's high 16 bits.
+  Value shift = arith::MulIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, col, c1), i32Cst(b, loc, 16));
+  return arith::AndIOp::create(b, loc,
+                               arith::ShRUIOp::create(b, loc, word, shift),
+                               i32Cst(b, loc, 0xFFFF));
 }

@@ -33,8 +33,8 @@ resolveWindow(bool causal, std::optional<ArrayRef<int64_t>> window);
 LogicalResult verifyDropout(Operation *op, std::optional<float> p, Value rng);
 
 /// What fa3.dropout compares and multiplies for probability `p`: an entry
-/// is kept when its 32-bit Philox word is >= `threshold` (min(floor(p ·
-/// 2^32), 2^32 - 1)) and then scaled by `scale` (1 / (1 - p) rounded to
+/// is kept when its 16-bit Philox value is >= `threshold` (min(floor(p ·
+/// 2^16), 2^16 - 1)) and then scaled by `scale` (1 / (1 - p) rounded to
 /// f32). Every backend derives both from `p` through this.
 struct DropoutConstants {
   uint32_t threshold;

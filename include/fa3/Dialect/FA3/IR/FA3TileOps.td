@@ -453,12 +453,14 @@ def FA3_DropoutOp : FA3_TileOp<"dropout",
     backend (and the backward, which regenerates it) computes the same bits:
     * key: the seed `rng[0]` as two 32-bit words (low, high);
     * counter: `(c', r', stream, rng[1] mod 2^32)` with `r' = (r / 16) · 8 +
-      r % 8` and `c' = (c / 16) · 8 + c % 8`: the four entries `{r, r + 8} ×
-      {c, c + 8}` (r % 16 < 8, c % 16 < 8) share one Philox call, entry
-      `(r, c)` taking word `2 · ((r / 8) % 2) + (c / 8) % 2` of its four;
-      such a 2×2 group sits in one thread of a wgmma accumulator both as S
-      (forward) and as Sᵀ (backward);
-    * kept when that 32-bit word is `>= min(⌊p · 2^32⌋, 2^32 − 1)`.
+      r % 8` and `c' = (c / 16) · 4 + (c % 8) / 2`: the eight entries `{r, r
+      + 8} × {c, c + 1, c + 8, c + 9}` (r % 16 < 8, c % 16 < 8, c even) share
+      one Philox call, entry `(r, c)` taking the 16-bit half `c % 2` (low
+      half for even columns) of word `2 · ((r / 8) % 2) + (c / 8) % 2`; such
+      a 2×4 group sits in one thread of a wgmma accumulator as S (forward),
+      and in two neighbouring threads as Sᵀ (backward);
+    * kept when that 16-bit value is `>= min(⌊p · 2^16⌋, 2^16 − 1)`: the
+      keep probability is 1 − p with p rounded down to a multiple of 2^-16.
     `fa3.reference.dropout_mask` is the same function in NumPy.
 
     ```mlir

@@ -32,20 +32,25 @@ struct DropoutGenerator {
                                             Value seed, Value offset);
 };
 
-/// The four words of the 2×2 group whose low corner is (`row`, `col`)
-/// (row % 16 < 8, col % 16 < 8; i32 values), in the order (row, col), (row,
-/// col + 8), (row + 8, col), (row + 8, col + 8): one Philox call, for a
-/// thread that holds the whole group (a wgmma accumulator's rows r, r + 8
-/// and its column fragments c, c + 8).
+/// The four words of the Philox call of the 2×4 group {row, row + 8} ×
+/// {c, c + 1, c + 8, c + 9} that holds (`row`, `col`) (i32 values; c is
+/// `col` with bits 0 and 3 cleared), in the order rows × column pairs: (row,
+/// c..c+1), (row, c+8..c+9), (row + 8, c..c+1), (row + 8, c+8..c+9). Each
+/// word's low 16 bits serve the even column of its pair, the high 16 bits
+/// the odd one. A forward thread holds such a group (a wgmma accumulator's
+/// rows r, r + 8 and column pairs c, c + 1 and c + 8, c + 9).
 std::array<Value, 4> buildDropoutGroupWords(OpBuilder &b, Location loc,
                                             const DropoutGenerator &gen,
                                             Value row, Value col, Value stream);
 
-/// The 32-bit word fa3.dropout compares for entry (`row`, `col`) of
-/// `stream` (i32 values): word `2 · ((row / 8) % 2) + (col / 8) % 2` of the
-/// Philox call on counter `(c', r', stream, offset)` with `r' = (row / 16) ·
-/// 8 + row % 8` and `c'` likewise, so the 2×2 group {row, row + 8} × {col,
-/// col + 8} shares one call.
+/// The 16-bit half of `word` an even (`high` = false) or odd column takes,
+/// as an i32.
+Value dropoutHalf(OpBuilder &b, Location loc, Value word, bool high);
+
+/// The 16-bit value (an i32) fa3.dropout compares for entry (`row`, `col`)
+/// of `stream`: half `col % 2` of word `2 · ((row / 8) % 2) + (col / 8) % 2`
+/// of the Philox call on counter `(c', r', stream, offset)` with `r' = (row
+/// / 16) · 8 + row % 8` and `c' = (col / 16) · 4 + (col % 8) / 2`.
 Value buildDropoutWord(OpBuilder &b, Location loc, const DropoutGenerator &gen,
                        Value row, Value col, Value stream);
 
