@@ -377,6 +377,10 @@ class Kernel:
         rng = None
         if tensors[-1].dtype == torch.int64 and tuple(tensors[-1].shape) == (2,):
             tensors, rng = tensors[:-1], tensors[-1]
+        if len(tensors) not in ((6, 7) if self.backward else (3,)):
+            raise TypeError(f"this kernel takes {'dO, q, k, v, out, lse[, grad_lse]' if self.backward else 'q, k, v'}"
+                            " and, compiled with dropout, a last int64 (seed, offset) tensor of shape (2,); got "
+                            f"{len(tensors) + (rng is not None)} tensors")
         if not self.backward:
             q, k, v = tensors
             self._cuda_args(("q", "k", "v"), tensors, "calling the kernel")
