@@ -8,7 +8,9 @@ models with attn_implementation="fa3" (no download).
   where cuDNN refuses the GQA call). Bound as test_training_gpu.py's: the
   two SDPA backends measure bf16 noise on this very run (largest gap of the 10-step
   moving averages); fa3's curve stays within 2x that + 0.05 nats of both
-  and every run learns (final loss < 60% of the first).
+  and every run learns (final loss < 60% of the first). With
+  attention_dropout = 0.1 the same, against SDPA's FLASH and
+  memory-efficient backends with their own dropout.
 * Options from the config: Mistral's sliding window and Gemma 2's logit
   softcap and sliding layers, forward logits and parameter gradients of
   the bf16 model against the same model in float32 eager attention (the
@@ -48,19 +50,20 @@ def _registered():
     fa3_hf.register()
 
 
-def _llama_config():
+def _llama_config(attention_dropout=0.0):
     return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ + 1,
-                                    attention_dropout=0.0)
+                                    attention_dropout=attention_dropout)
 
 
 def _data():
     return synthetic_task.tokens(VOCAB, SEQ, BATCH, STEPS, seed=5).cuda()
 
 
-def _train(implementation, backend=None):
+def _train(implementation, backend=None, attention_dropout=0.0):
     torch.manual_seed(1234)
-    model = transformers.AutoModelForCausalLM.from_config(_llama_config(), attn_implementation=implementation).cuda()
+    model = transformers.AutoModelForCausalLM.from_config(_llama_config(attention_dropout),
+                                                          attn_implementation=implementation).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     data, losses = _data(), []
     for step in range(STEPS):
@@ -104,6 +107,31 @@ def test_llama_trains_on_the_sdpa_loss_curve():
     for name, losses in runs.items():
         assert smooth[name][-1] < 0.6 * losses[0], f"{name} did not learn"
     for peer in peers:
+        assert gap("fa3", peer) <= 2 * noise + 0.05, peer
+
+
+def test_llama_trains_with_attention_dropout():
+    """attention_dropout = 0.1 while training: fa3's dropout against SDPA's
+    FLASH and memory-efficient backends with theirs (three different masks
+    per step). The two SDPA runs measure the noise (bf16 and dropout) on
+    this very run; fa3's curve stays within 2x that + 0.05 nats of both, and
+    every run learns."""
+    runs = {"fa3": _train("fa3", attention_dropout=0.1),
+            "flash": _train("sdpa", SDPBackend.FLASH_ATTENTION, attention_dropout=0.1),
+            "efficient": _train("sdpa", SDPBackend.EFFICIENT_ATTENTION, attention_dropout=0.1)}
+    smooth = {k: _smooth(v) for k, v in runs.items()}
+
+    def gap(a, b):
+        return max(abs(x - y) for x, y in zip(smooth[a], smooth[b]))
+
+    noise = gap("flash", "efficient")
+    for step in (0, 10, 40, 80, STEPS - 1):
+        print(f"step {step:3d}: " + "  ".join(f"{k} {v[step]:.4f}" for k, v in runs.items()))
+    print(f"SDPA flash vs efficient {noise:.4f}; fa3 vs flash {gap('fa3', 'flash'):.4f}, "
+          f"vs efficient {gap('fa3', 'efficient'):.4f}")
+    for name, losses in runs.items():
+        assert smooth[name][-1] < 0.6 * losses[0], f"{name} did not learn"
+    for peer in ("flash", "efficient"):
         assert gap("fa3", peer) <= 2 * noise + 0.05, peer
 
 
