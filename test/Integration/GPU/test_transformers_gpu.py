@@ -9,8 +9,8 @@ models with attn_implementation="fa3" (no download).
   two SDPA backends measure bf16 noise on this very run (largest gap of the 10-step
   moving averages); fa3's curve stays within 2x that + 0.05 nats of both
   and every run learns (final loss < 60% of the first). With
-  attention_dropout = 0.1 the same, against SDPA's FLASH and
-  memory-efficient backends with their own dropout.
+  attention_dropout = 0.1 the same, against two runs of SDPA's FLASH
+  backend with its own dropout (two seeds).
 * Options from the config: Mistral's sliding window and Gemma 2's logit
   softcap and sliding layers, forward logits and parameter gradients of
   the bf16 model against the same model in float32 eager attention (the
@@ -60,10 +60,14 @@ def _data():
     return synthetic_task.tokens(VOCAB, SEQ, BATCH, STEPS, seed=5).cuda()
 
 
-def _train(implementation, backend=None, attention_dropout=0.0):
+def _train(implementation, backend=None, attention_dropout=0.0, dropout_seed=None):
     torch.manual_seed(1234)
     model = transformers.AutoModelForCausalLM.from_config(_llama_config(attention_dropout),
                                                           attn_implementation=implementation).cuda().train()
+    if dropout_seed is not None:
+        # The same weights, the masks of another seed (fa3 draws its Philox
+        # seeds from torch's CPU generator, SDPA from the CUDA one).
+        torch.manual_seed(dropout_seed)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     data, losses = _data(), []
     for step in range(STEPS):
@@ -111,27 +115,28 @@ def test_llama_trains_on_the_sdpa_loss_curve():
 
 
 def test_llama_trains_with_attention_dropout():
-    """attention_dropout = 0.1 while training: fa3's dropout against SDPA's
-    FLASH and memory-efficient backends with theirs (three different masks
+    """attention_dropout = 0.1 while training: fa3's dropout against two
+    runs of SDPA's FLASH backend with its own dropout under two seeds (the
+    memory-efficient backend refuses this GQA call; three different masks
     per step). The two SDPA runs measure the noise (bf16 and dropout) on
     this very run; fa3's curve stays within 2x that + 0.05 nats of both, and
     every run learns."""
-    runs = {"fa3": _train("fa3", attention_dropout=0.1),
-            "flash": _train("sdpa", SDPBackend.FLASH_ATTENTION, attention_dropout=0.1),
-            "efficient": _train("sdpa", SDPBackend.EFFICIENT_ATTENTION, attention_dropout=0.1)}
+    runs = {"fa3": _train("fa3", attention_dropout=0.1, dropout_seed=3),
+            "flash": _train("sdpa", SDPBackend.FLASH_ATTENTION, attention_dropout=0.1, dropout_seed=1),
+            "flash_seed2": _train("sdpa", SDPBackend.FLASH_ATTENTION, attention_dropout=0.1, dropout_seed=2)}
     smooth = {k: _smooth(v) for k, v in runs.items()}
 
     def gap(a, b):
         return max(abs(x - y) for x, y in zip(smooth[a], smooth[b]))
 
-    noise = gap("flash", "efficient")
+    noise = gap("flash", "flash_seed2")
     for step in (0, 10, 40, 80, STEPS - 1):
         print(f"step {step:3d}: " + "  ".join(f"{k} {v[step]:.4f}" for k, v in runs.items()))
-    print(f"SDPA flash vs efficient {noise:.4f}; fa3 vs flash {gap('fa3', 'flash'):.4f}, "
-          f"vs efficient {gap('fa3', 'efficient'):.4f}")
+    print(f"SDPA flash seeds 1 vs 2 {noise:.4f}; fa3 vs flash {gap('fa3', 'flash'):.4f}, "
+          f"vs flash_seed2 {gap('fa3', 'flash_seed2'):.4f}")
     for name, losses in runs.items():
         assert smooth[name][-1] < 0.6 * losses[0], f"{name} did not learn"
-    for peer in ("flash", "efficient"):
+    for peer in ("flash", "flash_seed2"):
         assert gap("fa3", peer) <= 2 * noise + 0.05, peer
 
 
