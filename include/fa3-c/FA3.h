@@ -53,7 +53,8 @@ void fa3_select_forward_schedule(int64_t head_dim, int fp8, int causal,
                                  fa3_schedule *out);
 
 /** Compiles `function` of `mlir_source` (a function whose body is one
- *  fa3.attention on its three arguments, returning its O and LSE) for the
+ *  fa3.attention on its three arguments, four with dropout's rng, returning
+ *  its O and LSE) for the
  *  Hopper GPU of the calling thread's current CUDA context (device 0 when it
  *  has none; PyTorch's current device, `torch.cuda.device(n)`), or loads it
  *  from the kernel cache. The kernel stays on that device: launches run in

@@ -43,12 +43,14 @@ findLaunchableAttention(mlir::func::FuncOp func) {
   auto shapeError = [&] {
     return error("'" + func.getSymName() +
                  "' cannot be compiled as one kernel: it must be one "
-                 "fa3.attention on its 3 arguments returning (O, LSE), one "
+                 "fa3.attention on its 3 arguments (4 with dropout's rng) "
+                 "returning (O, LSE), one "
                  "fa3.attention_kvcache on its 4 arguments (5 with a page "
                  "table) returning (O, LSE), one fa3.attention_varlen on "
                  "its 5 arguments (6 with seqused_k) returning (O, LSE), "
                  "one fa3.attention_grad on its "
-                 "6 arguments returning (dQ, dK, dV), one "
+                 "6 arguments (7 with dropout's rng) returning (dQ, dK, dV), "
+                 "one "
                  "fa3.attention_varlen_grad on its 8 arguments (9 with "
                  "seqused_k) returning (dQ, dK, dV), or one fa3.hadamard or "
                  "fa3.quantize on its argument");

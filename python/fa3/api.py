@@ -399,8 +399,9 @@ class Kernel:
 def compile_mlir(source, function, device="cuda", backward=False, block_m=0, block_n=0):
     """Compiles `function` of the MLIR `source` and returns a `Kernel`: for
     CUDA (or "ptx") a function whose body is one fa3.attention on its three
-    arguments returning (O, LSE), or with `backward=True` one
-    fa3.attention_grad on (dO, Q, K, V, O, LSE) returning (dQ, dK, dV) —
+    arguments (four with dropout's rng) returning (O, LSE), or with
+    `backward=True` one fa3.attention_grad on (dO, Q, K, V, O, LSE[, rng])
+    returning (dQ, dK, dV) —
     the form any schedule attribute (`#fa3.schedule<...>`) can be tried in;
     on the CPU any fa3 function. Compile errors raise fa3.Error with the
     compiler's diagnostics."""

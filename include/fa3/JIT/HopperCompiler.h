@@ -38,8 +38,8 @@ struct HopperKernel {
 
 /// Compiles `function` of `module` with fa3-hopper-pipeline (format=isa).
 /// The function's body must be one fa3.attention on its three arguments
-/// whose (O, LSE) it returns: the runtime, not compiled host code, launches
-/// the kernel. `module` is not modified.
+/// (four with dropout's rng) whose (O, LSE) it returns: the runtime, not
+/// compiled host code, launches the kernel. `module` is not modified.
 llvm::Expected<HopperKernel>
 compileHopperAttention(mlir::ModuleOp module, llvm::StringRef function,
                        const HopperCompileOptions &options = {});
