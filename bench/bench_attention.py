@@ -551,11 +551,42 @@ def bench_backward(d, causal, s, dev="cuda"):
     return row
 
 
-def bench_fp8(d, causal, s, dev="cuda"):
+def fp8_schedule_variants(d, only=None):
+    """The FP8 forward's A/B columns: the cost model's schedule at head dim
+    d with one choice changed: `no_ws` without a producer warpgroup (the
+    structure of the FP8 kernel before it went through the tile level),
+    `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
+    blocks without the overlap (d128; with it ptxas spills), `persistent` /
+    `plain_grid` on a persistent / plain grid, `sN` (and `sN_persistent`) a
+    K/V ring of N stages.
+    `only` limits the columns to these names (None: all)."""
+    from fa3 import _jit  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
+
+    default = dict(_jit._module().select_forward_schedule(d, True, False, 0, 0))
+    # A persistent grid needs the producer warpgroup.
+    variants = {"no_ws": dict(default, producer_regs=0, consumer_regs=0, pingpong=False,
+                              intra_wg_overlap=False, persistent=False),
+                "persistent": dict(default, persistent=True),
+                "plain_grid": dict(default, persistent=False)}
+    if default["intra_wg_overlap"]:
+        variants["no_overlap"] = dict(default, intra_wg_overlap=False)
+    if d == 128:
+        variants["n256"] = dict(default, block_n=256, intra_wg_overlap=False)
+    # e4m3 tiles take half the shared memory: room for deeper K/V rings.
+    for stages in (3, 4):
+        variants[f"s{stages}"] = dict(default, stages=stages)
+        variants[f"s{stages}_persistent"] = dict(default, stages=stages, persistent=True)
+    if only:
+        variants = {name: fields for name, fields in variants.items() if name in only}
+    return {name: schedules.schedule(**fields) for name, fields in variants.items()}
+
+
+def bench_fp8(d, causal, s, dev="cuda", variants=False):
     """fa3's FP8 forward (e4m3 in, per-(batch, kv-head) descales, bf16 out;
     the timed launch includes the V' layout kernel) beside fa3's bf16
     forward on the same shape, both through fa3._fa3 with preallocated
-    buffers."""
+    buffers; with `variants` (True: all; or a list of names), the
+    fp8_schedule_variants columns too."""
     from fa3 import _jit  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
     from fa3._spec import AttentionSpec  # noqa: PLC0415
 
@@ -584,7 +615,30 @@ def bench_fp8(d, causal, s, dev="cuda"):
     row["fa3_fp8"] = f / ms / 1e9
     row["fp8_over_bf16"] = row["fa3_fp8"] / row["fa3_bf16"]
     row["fp8_vs_bf16_rmse"] = (out.float() - ref).pow(2).mean().sqrt().item()
+    only = None if variants in (True, ["all"]) else variants
+    for name, schedule in (fp8_schedule_variants(d, only) if variants else {}).items():
+        try:
+            other = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda:0", "fwd",
+                             schedule=schedule)
+            ms = do_bench(lambda: other.launch_fp8(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(),
+                                                   lse.data_ptr(), descale.data_ptr(), descale.data_ptr(),
+                                                   descale.data_ptr(), ws.data_ptr(), b, s, s, stream),
+                          warmup=25, rep=100, return_mode="median")
+            row[f"fp8_{name}"] = f / ms / 1e9
+        except Exception as e:  # noqa: BLE001 (a variant the build does not support is reported, not fatal)
+            row[f"fp8_{name}"] = None
+            print(f"# fp8 variant {name} at d={d}: {e}", file=sys.stderr)
     return row
+
+
+def fp8_variant_names(rows):
+    """The fp8_schedule_variants columns present in `rows`, in first-seen order."""
+    names = []
+    for r in rows:
+        for key in r:
+            if key.startswith("fp8_") and key not in ("fp8_over_bf16", "fp8_vs_bf16_rmse") and key[4:] not in names:
+                names.append(key[4:])
+    return names
 
 
 def fp8_gemm_tflops(n=8192, dev="cuda"):
@@ -619,6 +673,8 @@ def main():
     ap.add_argument("--variants", help="comma-separated forward A/B columns (schedule_variants names; "
                     "default all, '' none)")
     ap.add_argument("--no-vit", action="store_true", help="skip the ViT shapes")
+    ap.add_argument("--fp8-variants", default="",
+                    help="with --fp8: comma-separated fp8_schedule_variants columns ('all': every one)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -670,13 +726,16 @@ def main():
         directions = []
         dims = []
     if args.fp8:
+        seqlens_fp8 = ([int(x) for x in args.seqlens.split(",")] if args.seqlens
+                       else [8192] if args.quick else [1024, 4096, 8192, 16384])
         row = {"direction": "fp8-gemm", "tflops": fp8_gemm_tflops()}
         print(json.dumps(row), flush=True)
         rows.append(row)
-        for d in (64, 128, 256):
+        for d in ([int(x) for x in args.dims.split(",")] if args.dims else (64, 128, 256)):
             for causal in (False, True):
-                for s in ([8192] if args.quick else [1024, 4096, 8192, 16384]):
-                    row = bench_fp8(d, causal, s)
+                for s in seqlens_fp8:
+                    row = bench_fp8(d, causal, s, variants=(args.fp8_variants.split(",")
+                                                            if args.fp8_variants else False))
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     torch.cuda.empty_cache()
@@ -834,11 +893,13 @@ def main():
         gemm = next((r["tflops"] for r in rows if r["direction"] == "fp8-gemm"), None)
         lines += [f"FP8 (e4m3) forward beside fa3's bf16 forward, TFLOP/s — {meta['gpu']}, {meta['date']}, "
                   f"fa3 {meta['commit'][:12]}; e4m3 GEMM (torch._scaled_mm 8192^3) in this run: {fmt(gemm)}", "",
-                  "| d | causal | seqlen | fa3 FP8 | fa3 bf16 | FP8 / bf16 | RMSE FP8 vs bf16 output |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "| d | causal | seqlen | fa3 FP8 | fa3 bf16 | FP8 / bf16 | RMSE FP8 vs bf16 output |"
+                  + "".join(f" FP8 {v} |" for v in fp8_variant_names(fp8_rows)),
+                  "| --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(fp8_variant_names(fp8_rows))]
         for r in fp8_rows:
             lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r['fa3_fp8'])} | {fmt(r['fa3_bf16'])} | "
-                         f"{r['fp8_over_bf16']:.2f} | {r['fp8_vs_bf16_rmse']:.2e} |")
+                         f"{r['fp8_over_bf16']:.2f} | {r['fp8_vs_bf16_rmse']:.2e} |"
+                         + "".join(f" {fmt(r.get('fp8_' + v))} |" for v in fp8_variant_names(fp8_rows)))
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

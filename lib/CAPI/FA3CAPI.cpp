@@ -763,6 +763,7 @@ extern "C" int fa3_launch_attention_fp8(
   args.kDescale = kDescale;
   args.vDescale = vDescale;
   args.workspace = workspace;
+  args.multiprocessors = kernel->device->getMultiprocessorCount();
   return launchOnDevice(*kernel, error, [&] {
     return runtime::launchAttentionForwardFP8(
         *kernel->valueTranspose, *kernel->function, kernel->kernel.info, args,

@@ -594,6 +594,7 @@ HopperProgram::run(const CudaDevice &device,
       args.kDescale = operand(4).buffer.ptr();
       args.vDescale = operand(5).buffer.ptr();
       args.workspace = *workspace;
+      args.multiprocessors = device.getMultiprocessorCount();
       launches.push_back(
           [transpose = *transpose, kernel = *function, &info, args]() {
             return launchAttentionForwardFP8(transpose, kernel, info, args,

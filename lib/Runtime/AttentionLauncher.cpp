@@ -209,6 +209,13 @@ namespace {
 struct SplitPartials {
   DevicePtr out = 0, lse = 0;
 };
+/// What an FP8 forward reads besides the dense forward's operands: V' [B,
+/// Hkv, D, paddedKeys] (the layout kernel's output, keys innermost) in V's
+/// place, and the q/k/v descales.
+struct FP8Operands {
+  DevicePtr valueTransposed = 0;
+  int64_t paddedKeys = 0;
+};
 } // namespace
 
 /// Bytes of a split-KV kernel's partial O, which its partial LSE follows.
@@ -251,6 +258,29 @@ static llvm::Error checkForwardOperands(const AttentionKernelInfo &info,
   return llvm::Error::success();
 }
 
+/// The TMA descriptor of an FP8 forward's V' [B, Hkv, D, paddedKeys]: boxes
+/// of 128 keys (one 128-byte atom) by all D rows (fa3.tma_load_tile
+/// {transposed}). Without keys it points at Q, which exists and is never
+/// read through it.
+static llvm::Expected<TensorMap>
+valueTransposedTensorMap(const AttentionKernelInfo &info,
+                         const AttentionDeviceArgs &args,
+                         const FP8Operands &fp8) {
+  TiledTensorMapDesc desc;
+  desc.dataType = TensorMapDataType::UInt8;
+  desc.globalAddress = args.seqK ? fp8.valueTransposed : args.q;
+  uint64_t pad = uint64_t(std::max<int64_t>(fp8.paddedKeys, 128));
+  desc.globalDims = {pad, uint64_t(info.headDim), uint64_t(info.numKVHeads),
+                     uint64_t(args.batch)};
+  desc.globalStrides = {pad, pad * info.headDim,
+                        pad * info.headDim * info.numKVHeads};
+  desc.boxDims = {128, uint32_t(info.headDim), 1, 1};
+  desc.swizzle = TensorMapSwizzle::Bytes128;
+  desc.l2Promotion = TensorMapL2Promotion::Bytes128;
+  desc.oobFill = TensorMapOOBFill::None;
+  return encodeTiledTensorMap(desc, "V'");
+}
+
 /// Encodes the TMA descriptors and launches the attention kernel. With
 /// `partials` (split-KV), parameter 3 is the partial O's address instead of
 /// O's descriptor, the LSE parameter the partial LSE's, and the grid has
@@ -259,7 +289,8 @@ static llvm::Error launchForwardTiles(const CudaKernel &kernel,
                                       const AttentionKernelInfo &info,
                                       const AttentionDeviceArgs &args,
                                       CudaStream stream,
-                                      const SplitPartials *partials) {
+                                      const SplitPartials *partials,
+                                      const FP8Operands *fp8 = nullptr) {
   if (args.batch == 0 || args.seqQ == 0)
     return llvm::Error::success();
   // A paged kernel addresses up to pageTableWidth * pageSize keys.
@@ -301,17 +332,19 @@ static llvm::Error launchForwardTiles(const CudaKernel &kernel,
   }
   // PackGQA: Q and O as [B, S, Hkv, G, D], tiles of G heads.
   int64_t group = info.packedHeads;
-  auto mapQ = bshdTensorMap(args.q, info.bf16, args.batch, args.seqQ,
-                            info.numQHeads, info.headDim, info.blockM, "Q",
-                            /*fp8=*/false, group);
+  bool e4m3 = fp8 != nullptr;
+  auto mapQ =
+      bshdTensorMap(args.q, info.bf16, args.batch, args.seqQ, info.numQHeads,
+                    info.headDim, info.blockM, "Q", e4m3, group);
   if (!mapQ)
     return mapQ.takeError();
   auto mapK = bshdTensorMap(k, info.bf16, kvBatch, kvSeq, kvHeads, info.headDim,
-                            kvRows, "K");
+                            kvRows, "K", e4m3);
   if (!mapK)
     return mapK.takeError();
-  auto mapV = bshdTensorMap(v, info.bf16, kvBatch, kvSeq, kvHeads, info.headDim,
-                            kvRows, "V");
+  auto mapV = e4m3 ? valueTransposedTensorMap(info, args, *fp8)
+                   : bshdTensorMap(v, info.bf16, kvBatch, kvSeq, kvHeads,
+                                   info.headDim, kvRows, "V");
   if (!mapV)
     return mapV.takeError();
   // O is stored by TMA in boxes of one consumer warpgroup's 64 rows; a
@@ -371,6 +404,11 @@ static llvm::Error launchForwardTiles(const CudaKernel &kernel,
   // kernel (dense) the Philox (seed, offset) pointer.
   size_t numParams = info.paged ? 14 : info.kvCache ? 10 : 9;
   llvm::SmallVector<void *, 16> launchParams(params, params + numParams);
+  // An FP8 kernel takes its q, k and v descales after those nine.
+  DevicePtr descales[3] = {args.qDescale, args.kDescale, args.vDescale};
+  if (e4m3)
+    for (DevicePtr &descale : descales)
+      launchParams.push_back(&descale);
   DevicePtr rng = args.rng;
   if (info.dropout)
     launchParams.push_back(&rng);
@@ -608,13 +646,13 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
     return error("FP8 attention needs q, k and v descale buffers");
   if (args.workspace % 256 != 0)
     return error("the FP8 workspace must be 256-byte aligned");
-  int32_t seqQ32 = int32_t(args.seqQ), seqK32 = int32_t(args.seqK);
+  int32_t seqK32 = int32_t(args.seqK);
   int64_t seqPad = paddedSeqK(info, args.seqK);
   int32_t seqPad32 = int32_t(seqPad);
   DevicePtr v = args.v, vt = args.workspace;
   if (args.seqK > 0) {
     // 128 key slots per CTA through a padded shared-memory tile (see
-    // HopperAttentionSpec::valueTransposeKernelName).
+    // mlir::fa3::buildValueTransposeKernel).
     void *params[] = {&v, &vt, &seqK32, &seqPad32};
     Dim3 grid{unsigned(seqPad / 128), unsigned(info.numKVHeads),
               unsigned(args.batch)};
@@ -623,43 +661,7 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
             params))
       return err;
   }
-  bool noKeys = args.seqK == 0;
-  DevicePtr k = noKeys ? args.q : args.k;
-  int64_t seqK = noKeys ? args.seqQ : args.seqK;
-  int64_t kvHeads = noKeys ? info.numQHeads : info.numKVHeads;
-  auto mapQ = bshdTensorMap(args.q, true, args.batch, args.seqQ,
-                            info.numQHeads, info.headDim, info.blockM, "Q",
-                            /*fp8=*/true);
-  if (!mapQ)
-    return mapQ.takeError();
-  auto mapK = bshdTensorMap(k, true, args.batch, seqK, kvHeads, info.headDim,
-                            info.blockN, "K", /*fp8=*/true);
-  if (!mapK)
-    return mapK.takeError();
-  // V' [B, Hkv, D, Skpad]: boxes of 128 keys (one atom) by all D rows.
-  TiledTensorMapDesc desc;
-  desc.dataType = TensorMapDataType::UInt8;
-  desc.globalAddress = noKeys ? args.q : vt;
-  uint64_t pad = uint64_t(std::max<int64_t>(seqPad, 128));
-  desc.globalDims = {pad, uint64_t(info.headDim), uint64_t(info.numKVHeads),
-                     uint64_t(args.batch)};
-  desc.globalStrides = {pad, pad * info.headDim,
-                        pad * info.headDim * info.numKVHeads};
-  desc.boxDims = {128, uint32_t(info.headDim), 1, 1};
-  desc.swizzle = TensorMapSwizzle::Bytes128;
-  desc.l2Promotion = TensorMapL2Promotion::Bytes128;
-  desc.oobFill = TensorMapOOBFill::None;
-  auto mapV = encodeTiledTensorMap(desc, "V'");
-  if (!mapV)
-    return mapV.takeError();
-  if (llvm::Error err = kernel.setMaxDynamicSharedMemory(info.sharedMemory))
-    return err;
-  DevicePtr out = args.out, lse = args.lse, qd = args.qDescale,
-            kd = args.kDescale, vd = args.vDescale;
-  void *params[] = {&*mapQ, &*mapK, &*mapV, &out,   &lse,
-                    &qd,    &kd,    &vd,    &seqQ32, &seqK32};
-  Dim3 grid{unsigned((args.seqQ + info.blockM - 1) / info.blockM),
-            unsigned(info.numQHeads), unsigned(args.batch)};
-  return kernel.launch(grid, Dim3{unsigned(info.threads), 1, 1},
-                       unsigned(info.sharedMemory), stream, params);
+  FP8Operands fp8{vt, seqPad};
+  return launchForwardTiles(kernel, info, args, stream, /*partials=*/nullptr,
+                            &fp8);
 }

@@ -135,22 +135,22 @@ def quantize_mlir(dtype, num_heads, num_groups, head_dim, hadamard_seed=None):
 _schedules = {}
 
 
-def _forward_fields(head_dim, causal, rows, seq_k):
+def _forward_fields(head_dim, causal, rows, seq_k, fp8=False):
     """The cost model's forward schedule fields for `rows` query rows of
     one head and `seq_k` keys (memoized)."""
-    key = (head_dim, causal, rows, seq_k)
+    key = (head_dim, causal, rows, seq_k, fp8)
     fields = _schedules.get(key)
     if fields is None:
-        fields = _schedules[key] = dict(_module().select_forward_schedule(head_dim, False, causal, rows, seq_k))
+        fields = _schedules[key] = dict(_module().select_forward_schedule(head_dim, fp8, causal, rows, seq_k))
     return fields
 
 
 def forward_schedule_fields(spec, seq_q, seq_k):
     """The fields (a dict, see `schedules.schedule`) of `forward_schedule`'s
-    schedule for a 16-bit forward: the cost model's for seq_q rows (seq_q·G
-    with PackGQA) and seq_k keys."""
+    schedule for a 16-bit or FP8 forward: the cost model's for seq_q rows
+    (seq_q·G with PackGQA) and seq_k keys."""
     rows = seq_q * (spec.num_heads // spec.num_kv_heads) if spec.pack_gqa else seq_q
-    fields = dict(_forward_fields(spec.head_dim, spec.causal, rows, seq_k))
+    fields = dict(_forward_fields(spec.head_dim, spec.causal, rows, seq_k, bool(spec.fp8)))
     if spec.dropout:
         # As fa3-select-schedule: dropout's mask is built in the plain key
         # loop, not in the intra-warpgroup overlap's rotated one.
@@ -163,10 +163,10 @@ def forward_schedule(spec, seq_q, seq_k):
     fa3._fa3) picks for the CUDA forward of `spec` at query length `seq_q`
     and key length `seq_k`, to be written into the compiled fa3.attention;
     None where the compiler picks it after the IR is rewritten (the
-    fa3-cast-fp8 chain, whose attention becomes FP8) or the FP8 forward, which
-    has one schedule for every length. With PackGQA a head's tiles hold the
-    Hq / Hkv heads of its group: the model sees seq_q times as many rows."""
-    if spec.fp8 or spec.cast_fp8:
+    fa3-cast-fp8 chain, whose attention becomes FP8). With PackGQA a head's
+    tiles hold the Hq / Hkv heads of its group: the model sees seq_q times
+    as many rows."""
+    if spec.cast_fp8:
         return None
     from .schedules import schedule  # noqa: PLC0415 (schedules imports _jit)
     return schedule(**forward_schedule_fields(spec, seq_q, seq_k))

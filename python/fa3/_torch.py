@@ -317,7 +317,10 @@ def attention_fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_desca
     """The FP8 forward (no autograd: e4m3 tensors carry no gradient). The
     launch first writes V' (V transposed, keys permuted) into a workspace."""
     spec = _make_spec(q, k, v, causal, scale, (window_left, window_right), softcap)
-    kernel = _jit.get(spec, f"cuda:{q.device.index}", "fwd")
+    # The length bucket's kernel (the cost model's persistent grid depends
+    # on the key length).
+    kernel = _jit.get(spec, f"cuda:{q.device.index}", "fwd",
+                      schedule=_jit.forward_schedule(spec, q.shape[1], k.shape[1]))
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     q_descale, k_descale, v_descale = (d.contiguous().float() for d in (q_descale, k_descale, v_descale))
     b, sq, hq, _ = q.shape

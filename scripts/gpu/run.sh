@@ -115,15 +115,20 @@ if [ "$what" = ab-bench ]; then
 import json, sys
 this, other = (json.load(open(p)) for p in sys.argv[1:3])
 key = lambda r: (r["direction"], r["d"], r["causal"], r["seqlen"])
-before = {key(r): r for r in other["rows"]}
-print("| d | causal | B x H x S | schedule | fa3, other | fa3, this bundle | change | cuDNN (this / other run) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-for r in this["rows"]:
+shapes = lambda rows: [r for r in rows if "d" in r]  # not the FP8 GEMM row
+before = {key(r): r for r in shapes(other["rows"])}
+# The FP8 rows (--fp8) compare fa3_fp8, the others fa3.
+column = lambda r: "fa3_fp8" if r["direction"] == "fwd-fp8" else "fa3"
+print("| direction | d | causal | B x H x S | schedule | fa3, other | fa3, this bundle | change | cuDNN (this / other run) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for r in shapes(this["rows"]):
     o = before.get(key(r))
-    if not o or not r.get("fa3") or not o.get("fa3"):
+    c = column(r)
+    if not o or not r.get(c) or not o.get(c):
         continue
-    print(f"| {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | {r.get('fa3_schedule')} | "
-          f"{o['fa3']:.0f} | {r['fa3']:.0f} | {100 * (r['fa3'] / o['fa3'] - 1):+.0f}% | {r['cudnn']:.0f} / {o['cudnn']:.0f} |")
+    cudnn = f"{r['cudnn']:.0f} / {o['cudnn']:.0f}" if "cudnn" in r and "cudnn" in o else "n/a"
+    print(f"| {r['direction']} | {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | "
+          f"{r.get('fa3_schedule')} | {o[c]:.0f} | {r[c]:.0f} | {100 * (r[c] / o[c] - 1):+.0f}% | {cudnn} |")
 PYEOF
 fi
 if [ "$what" = bench-cast ]; then

@@ -42,18 +42,18 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
 }
 
 def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
-  let summary = "Generate sm_90a kernels for the FP8 fa3.attention, fa3.attention_grad, fa3.hadamard and fa3.quantize from L0";
+  let summary = "Generate sm_90a kernels for fa3.attention_grad, fa3.hadamard and fa3.quantize from L0";
   let description = [{
     The Hopper kernels that do not go through the tile level yet. Each is
     emitted into `gpu.module @fa3_kernels` (targeting
     `#nvvm.target<chip = "sm_90a", features = "+ptx86">`) and its host op is
     annotated with `fa3.kernel` (the kernel symbol) and `fa3.launch`
     (threads, dynamic shared memory, tile sizes); the host side stays at the
-    tensor level. Ops that already carry `fa3.kernel` (the 16-bit forwards
-    `fa3-outline-hopper-kernels` took) are skipped; a 16-bit `fa3.attention`
+    tensor level. Ops that already carry `fa3.kernel` (the forwards
+    `fa3-outline-hopper-kernels` took) are skipped; an `fa3.attention`
     without one is an error (it is built by `convert-fa3-tile-to-hopper`).
-    Schedule fields no kernel implements (`persistent` for the FP8 forward
-    and the backward, `cluster` > 1, a
+    Schedule fields no kernel implements (`persistent` for the backward,
+    `cluster` > 1, a
     `consumer_wgs` other than `block_m` / 64, a register split that
     `setmaxnreg` cannot make) are errors.
 
@@ -74,18 +74,6 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     order (see `buildHopperAttentionGradKernels`).
     The runtime launches them in order with a workspace it sizes
     (`attentionGradWorkspaceBytes`).
-
-    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) gets a forward
-    kernel of one query tile per CTA (grid ceildiv(Sq, block_m) x Hq x B; the
-    K/V ring, warp specialization and pingpong as in
-    `convert-fa3-tile-to-hopper`, no intra-warpgroup overlap) with e4m3
-    wgmma (k32, both operands K-major) for both GEMMs, q/k descales folded into the softmax scale, P·2⁸ packed to e4m3 in
-    registers, v_descale/2⁸ in the epilogue and bf16 output, plus a layout
-    kernel `<name>_vt` writing V' (V transposed to keys-innermost, keys
-    permuted within groups of 32 to match the register fragments) into a
-    workspace; head dims 64 (64-byte swizzled Q/K tiles), 128 and 256,
-    block_n 128; the same masks, GQA and dynamic shapes as the 16-bit
-    forward.
 
     The ops `fa3-cast-fp8` inserts before an FP8 attention get kernels too:
     `fa3.hadamard` one warp per row of 32 to 256 elements (`fa3_hadamard_*`;
@@ -144,8 +132,9 @@ def FA3OutlineHopperKernels
     `fa3-hopper-pipeline` then runs `fa3-tile{grid=true}` and
     `fa3-fuse-softmax` on the function (the passes and tile ops of the CPU
     pipeline), `fa3-order-grid` (longest-first tiles for causal grids) and
-    `convert-fa3-tile-to-hopper` turns it into the kernel.
-    FP8 attentions keep `convert-fa3-to-hopper`'s kernel.
+    `convert-fa3-tile-to-hopper` turns it into the kernel. An FP8 attention
+    (f8E4M3FN inputs with descales) takes the same road with e4m3 tiles;
+    its kernel comes with a layout kernel `<name>_vt` writing V'.
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : (tensor<2x?x8x64xbf16>, ...) -> ...
@@ -211,6 +200,14 @@ def ConvertFA3TileToHopper
     with TMA, and the one that crosses the end copies its rows inside from
     the staged O tile with 16-byte stores through the O pointer; the LSE
     rows past the end are not stored.
+    An FP8 function (e4m3 Q, K, V and three f32 `[B, Hkv]` descales) adds
+    the descales' pointers after the tile counter (their `tensor.extract`
+    is an f32 load, their product an f32 `arith.mulf`), loads its V tiles
+    from V' (`fa3.tma_load_tile {transposed}`: the third tensor map
+    describes the layout kernel's V' `[B, Hkv, D, keys]`), runs both GEMMs
+    as e4m3 wgmma (k32, K-major), packs P · 2^8 (`fa3.pv`'s probs_scale) to
+    e4m3 in registers, and stages its bf16 O in a tile of its own; the
+    module gains the layout kernel `<name>_vt`.
 
     What the kernel computes is read from the IR:
     * the grid: the `scf.forall`'s induction variables are the block ids of

@@ -272,7 +272,25 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
     rewriter.setInsertionPoint(op);
     Location loc = op.getLoc();
     expectTileBytes(rewriter, loc, op.getBarrier(), op.getBytes());
-    int64_t atomBytes = static_cast<int64_t>(op.getRows()) * 128;
+    if (op.getTransposed()) {
+      // Atom a: the `cols` rows of positions row + a · atom_cols on.
+      int64_t atomBytes = static_cast<int64_t>(op.getCols()) * 128;
+      int64_t atoms = static_cast<int64_t>(op.getRows()) / op.getAtomCols();
+      for (int64_t atom = 0; atom < atoms; ++atom) {
+        Value dst = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(),
+                                atom, atomBytes);
+        Value position = arith::AddIOp::create(
+            rewriter, loc, op.getRow(),
+            constI32(rewriter, loc, atom * op.getAtomCols()));
+        loadBox(
+            rewriter, loc, dst, op.getTensorMap(),
+            {position, constI32(rewriter, loc, 0), op.getHead(), op.getBatch()},
+            op.getBarrier());
+      }
+      rewriter.eraseOp(op);
+      return success();
+    }
+    int64_t atomBytes = static_cast<int64_t>(op.getRows()) * op.getAtomBytes();
     int64_t atoms = static_cast<int64_t>(op.getCols()) / op.getAtomCols();
     for (int64_t atom = 0; atom < atoms; ++atom) {
       Value dst = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(), atom,

@@ -8,6 +8,8 @@
 #include "fa3/Conversion/Passes.h"
 #include "fa3/Dialect/FA3/IR/FA3Ops.h"
 
+#include "HopperCodegen.h"
+
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -23,6 +25,7 @@ namespace mlir::fa3 {
 
 using namespace mlir;
 using namespace mlir::fa3;
+using mlir::fa3::detail::floatBitsSuffix;
 
 /// Largest dynamic shared memory a Hopper CTA can opt into (227 KiB).
 
@@ -82,6 +85,80 @@ static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
   return success();
 }
 
+/// Dynamic shared memory of the forward with `queryTiles` Q tiles and
+/// `outputTiles` (0 or 1) O staging tiles.
+static int64_t forwardSharedMemory(const HopperAttentionSpec &spec,
+                                   int64_t queryTiles, int64_t outputTiles) {
+  int64_t tile = spec.elementBytes() * spec.headDim; // bytes per Q/K/V row
+  int64_t outputTile = 2 * spec.headDim;             // O is 16-bit
+  int64_t barriers =
+      8 * (queryTiles * (spec.persistent ? 2 : 1) + 4 * spec.stages);
+  // Persistent: the tile index beside each Q tile.
+  int64_t tileSlots = spec.persistent ? 4 * queryTiles : 0;
+  return queryTiles * spec.blockM * tile +
+         outputTiles * spec.blockM * outputTile +
+         2 * spec.stages * spec.blockN * tile + barriers + tileSlots + 1024;
+}
+
+int64_t HopperAttentionSpec::queryBuffers() const {
+  int64_t outputTiles = fp8 ? 1 : 0;
+  return persistent &&
+                 forwardSharedMemory(*this, 2, outputTiles) <= kMaxSharedMemory
+             ? 2
+             : 1;
+}
+
+bool HopperAttentionSpec::separateOutputTile() const {
+  // FP8's bf16 O does not fit its e4m3 Q tile.
+  return fp8 || (persistent && forwardSharedMemory(*this, queryBuffers(), 1) <=
+                                   kMaxSharedMemory);
+}
+
+int64_t HopperAttentionSpec::sharedMemoryBytes() const {
+  return forwardSharedMemory(*this, queryBuffers(),
+                             separateOutputTile() ? 1 : 0);
+}
+
+std::string HopperAttentionSpec::kernelName() const {
+  std::string name = "fa3_fwd_";
+  name += fp8 ? "e4m3" : bf16 ? "bf16" : "f16";
+  name += "_d" + std::to_string(headDim);
+  name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
+  name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
+          std::to_string(stages);
+  if (intraWarpgroupOverlap)
+    name += "_ov";
+  if (warpSpecialized())
+    name += "_ws" + std::to_string(producerRegs) + "x" +
+            std::to_string(consumerRegs);
+  if (pingpong)
+    name += "_pp";
+  if (persistent)
+    name += "_persistent";
+  if (packedHeads > 1)
+    name += "_pg" + std::to_string(packedHeads);
+  if (kvCache)
+    name += paged ? "_kvc_paged" : "_kvc";
+  if (numSplits > 1)
+    name += "_split" + std::to_string(numSplits);
+  if (varlen)
+    name += sequsedK ? "_varlen_used" : "_varlen";
+  if (causal)
+    name += "_causal";
+  // Symbol names take [A-Za-z0-9_$.] only: an unbounded side is "inf".
+  auto bound = [](int64_t b) {
+    return b < 0 ? std::string("inf") : std::to_string(b);
+  };
+  if (windowLeft >= 0 || (!causal && windowRight >= 0))
+    name += "_w" + bound(windowLeft) + "_" + bound(windowRight);
+  if (softcap > 0)
+    name += "_cap";
+  if (dropout > 0)
+    name += floatBitsSuffix("drop", dropout);
+  // The scale is baked in; its bits keep kernels of different scales apart.
+  return name + floatBitsSuffix("s", scale);
+}
+
 /// The forward spec of `op` (fa3.attention, or fa3.attention_kvcache with
 /// its caches as `key` and `value`).
 template <typename Op>
@@ -110,7 +187,7 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
   spec.persistent = schedule.getPersistent();
   if (failed(rejectUnbuiltScheduleFields(op, schedule,
                                          spec.fp8 ? "FP8 forward" : "forward",
-                                         /*persistentBuilt=*/!spec.fp8)))
+                                         /*persistentBuilt=*/true)))
     return failure();
   if (spec.blockM % 64 != 0 || spec.blockM > 256)
     return op.emitOpError() << "block_m must be 64, 128, 192 or 256 on "
@@ -174,14 +251,11 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
       return op.emitOpError() << "the Hopper FP8 kernel supports head dims "
                                  "64, 128 and 256, got "
                               << spec.headDim;
-    if (spec.blockN != 128)
-      return op.emitOpError() << "the Hopper FP8 kernel reads V' in blocks of "
-                                 "128 keys (one 128-byte atom); block_n must "
-                                 "be 128, got "
+    if (spec.blockN % 128 != 0)
+      return op.emitOpError() << "the Hopper FP8 kernel reads V' in atoms of "
+                                 "128 keys (128 bytes of e4m3); block_n must "
+                                 "be 128 or 256, got "
                               << spec.blockN;
-    if (spec.intraWarpgroupOverlap)
-      return op.emitOpError()
-             << "intra_wg_overlap is not implemented for the FP8 kernel";
   }
   if (op.getPackGqa()) {
     spec.packedHeads = spec.numQHeads / spec.numKVHeads;
@@ -419,27 +493,12 @@ struct ConvertFA3ToHopperPass
       if (op->hasAttr(kKernelAttrName))
         return;
       if (auto attention = dyn_cast<AttentionOp>(op)) {
-        if (!attention.isFP8()) {
-          attention.emitOpError()
-              << "a 16-bit forward is built from the tile level: run "
-                 "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "
-                 "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
-                 "fa3-hopper-pipeline does)";
-          failedAny = true;
-          return;
-        }
-        FailureOr<HopperAttentionSpec> spec =
-            HopperAttentionSpec::fromOp(attention);
-        if (failed(spec)) {
-          failedAny = true;
-          return;
-        }
-        std::string name = spec->kernelName();
-        if (!getKernels().lookupSymbol(name))
-          buildHopperAttentionKernel(builder, kernels, *spec);
-        // Grid: ceildiv(Sq, block_m) x Hq x B.
-        annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
-                 spec->blockM, spec->blockN);
+        attention.emitOpError()
+            << "the forward is built from the tile level: run "
+               "fa3-outline-hopper-kernels, fa3-tile{grid=true}, "
+               "fa3-fuse-softmax and convert-fa3-tile-to-hopper first (as "
+               "fa3-hopper-pipeline does)";
+        failedAny = true;
       } else if (isa<AttentionKVCacheOp, AttentionVarlenOp>(op)) {
         // What has no Hopper kernel says so; the rest is built from the
         // tile level.

@@ -3,11 +3,11 @@
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
-// The first step of the Hopper forward's progressive lowering: each 16-bit
-// fa3.attention gets a tensor-level kernel function in @fa3_kernels, which
-// fa3-tile{grid=true} and fa3-fuse-softmax then take to the tile level and
-// convert-fa3-tile-to-hopper to an LLVM/NVVM kernel. The host op stays at L0,
-// annotated with the kernel it launches.
+// The first step of the Hopper forward's progressive lowering: each
+// fa3.attention (16-bit or e4m3) gets a tensor-level kernel function in
+// @fa3_kernels, which fa3-tile{grid=true} and fa3-fuse-softmax then take to the
+// tile level and convert-fa3-tile-to-hopper to an LLVM/NVVM kernel. The host op
+// stays at L0, annotated with the kernel it launches.
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,10 +64,14 @@ static void outlineKernel(Operation *attention, ScheduleAttr schedule,
     results = {withDynamicDims(attention->getResult(0).getType(), {0}),
                withDynamicDims(attention->getResult(1).getType(), {1})};
   } else {
-    for (Type type : attention->getOperandTypes())
-      inputs.push_back(cast<RankedTensorType>(type).getRank() == 4
-                           ? dynamicBatchAndLength(type, 1)
+    // FP8's [B, Hkv] descales get a dynamic batch too.
+    for (Type type : attention->getOperandTypes()) {
+      int64_t rank = cast<RankedTensorType>(type).getRank();
+      inputs.push_back(rank == 4 ? dynamicBatchAndLength(type, 1)
+                       : rank == 2 && isa<AttentionOp>(attention)
+                           ? withDynamicDims(type, {0})
                            : type);
+    }
     results = {dynamicBatchAndLength(attention->getResult(0).getType(), 1),
                dynamicBatchAndLength(attention->getResult(1).getType(), 2)};
   }
@@ -111,11 +115,8 @@ struct FA3OutlineHopperKernelsPass
       // Already annotated ops keep their kernel.
       if (op->hasAttr(kKernelAttrName))
         return;
-      // FP8 keeps convert-fa3-to-hopper's kernel until it reads the tile
-      // level too. The spec runs the same checks (and diagnostics) as the
-      // L0 kernel's.
-      if (auto attention = dyn_cast<AttentionOp>(op);
-          attention && !attention.isFP8())
+      // The spec runs the backend's checks (and diagnostics) on the L0 op.
+      if (auto attention = dyn_cast<AttentionOp>(op))
         outline(attention, attention.getScheduleAttr(),
                 HopperAttentionSpec::fromOp(attention));
       else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))

@@ -94,6 +94,10 @@ struct TileKernel {
   bool varlen = false;
   /// A varlen kernel reading seqused_k, its sixth argument.
   bool sequsedK = false;
+  /// An FP8 kernel: e4m3 Q, K and V, and f32 [B, Hkv] q/k/v descales as
+  /// its fourth to sixth arguments, read with tensor.extract
+  /// (isDescaleRead).
+  bool fp8 = false;
   /// Split-KV: the forall stores f32 partials, which this op (after the
   /// forall, on their [N, B, ...] views) merges into what the function
   /// returns; null otherwise.
@@ -117,7 +121,10 @@ bool isArgumentDim(Operation *op, func::FuncOp func);
 /// tensor.extract of an i32 vector argument (a KV cache's lengths, a packed
 /// batch's offsets): a load from the kernel's pointer parameter.
 bool isLengthRead(Operation *op, func::FuncOp func);
-/// Any of the three: what the kernel emits as i32 scalar code.
+/// tensor.extract of an f32 [B, Hkv] descale argument (FP8): a load from
+/// the kernel's pointer parameter.
+bool isDescaleRead(Operation *op, func::FuncOp func);
+/// Any of these: what the kernel emits as scalar code (i32 for indices).
 bool isKernelScalar(Operation *op, func::FuncOp func);
 /// The splat float of an arith.constant dense tensor.
 std::optional<float> splatValue(Value v);

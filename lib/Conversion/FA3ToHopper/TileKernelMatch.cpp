@@ -15,6 +15,7 @@
 #include "HopperCodegen.h"
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
+#include "fa3/Dialect/FA3/Utils/E4M3.h"
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -37,7 +38,10 @@ bool fa3::detail::isScalarOp(Operation *op) {
   if (!isa<arith::ArithDialect>(op->getDialect()) || op->getNumRegions() ||
       op->getNumResults() != 1)
     return false;
-  auto scalarType = [](Type t) { return t.isIndex() || t.isInteger(1); };
+  // f32: the product of an FP8 kernel's descales.
+  auto scalarType = [](Type t) {
+    return t.isIndex() || t.isInteger(1) || t.isF32();
+  };
   return llvm::all_of(op->getOperandTypes(), scalarType) &&
          llvm::all_of(op->getResultTypes(), scalarType);
 }
@@ -52,8 +56,20 @@ bool fa3::detail::isLengthRead(Operation *op, func::FuncOp func) {
          type.getRank() == 1 && type.getElementType().isInteger(32);
 }
 
+bool fa3::detail::isDescaleRead(Operation *op, func::FuncOp func) {
+  auto extract = dyn_cast<tensor::ExtractOp>(op);
+  if (!extract)
+    return false;
+  auto arg = dyn_cast<BlockArgument>(extract.getTensor());
+  auto type = cast<RankedTensorType>(extract.getTensor().getType());
+  return arg && arg.getOwner() == &func.getBody().front() &&
+         type.getRank() == 2 && type.getElementType().isF32() &&
+         !ShapedType::isDynamic(type.getDimSize(1));
+}
+
 bool fa3::detail::isKernelScalar(Operation *op, func::FuncOp func) {
-  return isScalarOp(op) || isArgumentDim(op, func) || isLengthRead(op, func);
+  return isScalarOp(op) || isArgumentDim(op, func) || isLengthRead(op, func) ||
+         isDescaleRead(op, func);
 }
 
 bool fa3::detail::isArgumentDim(Operation *op, func::FuncOp func) {
@@ -130,6 +146,15 @@ static LogicalResult checkKeyValueLoad(KeyValueTileLoad load,
                              : "only a paged KV cache kernel reads through a "
                                "page table");
   return success();
+}
+
+/// fa3.pv's probs_scale: 2^8 in an FP8 kernel (P · 2^8 is what its e4m3
+/// wgmma reads), none otherwise.
+static bool probsScaleFits(PVOp pv, const TileKernel &kernel) {
+  FloatAttr scale = pv.getProbsScaleAttr();
+  if (!kernel.fp8)
+    return !scale;
+  return scale && scale.getValueAsDouble() == kFP8ProbsScale;
 }
 
 static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
@@ -214,10 +239,12 @@ static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
                                    : Value();
       if (keys.pv || !keys.rescale || !keys.valueLoad || !probs ||
           pv.getProbs() != probs || pv.getValue() != keys.valueLoad.result ||
-          pv.getAcc() != keys.rescale.getResult() || pv.getProbsScaleAttr())
+          pv.getAcc() != keys.rescale.getResult() ||
+          !probsScaleFits(pv, kernel))
         return fail(pv, "O += P V must take the softmax's (dropped-out) P, "
-                        "the value tile and the rescaled accumulator (no "
-                        "probs_scale)");
+                        "the value tile and the rescaled accumulator (FP8: "
+                        "probs_scale = 256, the kernel's P scaling; else "
+                        "none)");
       keys.pv = pv;
     } else {
       return fail(&op, "unexpected op '" + op.getName().getStringRef() + "'");
@@ -308,7 +335,7 @@ static FailureOr<KeyLoop> matchOverlappedKeyLoop(scf::IfOp guard,
              once(st.rescale, rescale);
       } else if (auto pv = dyn_cast<PVOp>(op)) {
         ok = st.valueLoad && pv.getValue() == st.valueLoad.result &&
-             !pv.getProbsScaleAttr() && once(st.pv, pv);
+             probsScaleFits(pv, kernel) && once(st.pv, pv);
       } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
         ok = once(st.loop, loop);
       } else if (isa<DropoutOp>(op)) {
@@ -430,14 +457,26 @@ FailureOr<TileKernel> fa3::detail::matchTileKernel(func::FuncOp func) {
       !kernel.varlen && (numArgs == 4 || numArgs == 5) && i32Argument(3, 1);
   kernel.paged = kernel.kvCache && numArgs == 5 && i32Argument(4, 2);
   // A dense forward with dropout takes the Philox (seed, offset) fourth.
+  // FP8: e4m3 Q, K, V and their f32 [B, Hkv] descales.
+  auto f32Matrix = [&](unsigned index) {
+    auto type = dyn_cast<RankedTensorType>(func.getArgument(index).getType());
+    return type && type.getRank() == 2 && type.getElementType().isF32();
+  };
+  kernel.fp8 = numArgs == 6 && !kernel.varlen &&
+               isa<Float8E4M3FNType>(
+                   cast<RankedTensorType>(func.getArgument(0).getType())
+                       .getElementType()) &&
+               f32Matrix(3) && f32Matrix(4) && f32Matrix(5);
   if (!kernel.varlen && !kernel.kvCache && numArgs == 4)
     if (auto rng = dyn_cast<RankedTensorType>(func.getArgument(3).getType()))
       kernel.dropout = rng.getShape() == ArrayRef<int64_t>{2} &&
                        rng.getElementType().isInteger(64);
-  if ((numArgs != 3 && !kernel.kvCache && !kernel.varlen && !kernel.dropout) ||
+  if ((numArgs != 3 && !kernel.kvCache && !kernel.varlen && !kernel.dropout &&
+       !kernel.fp8) ||
       (kernel.kvCache && numArgs == 5 && !kernel.paged) ||
       func.getNumResults() != 2)
-    return fail(func, "it must take Q, K, V (and dropout's i64 [2] rng; or "
+    return fail(func, "it must take Q, K, V (and dropout's i64 [2] rng, or "
+                      "FP8's three f32 [B, Hkv] descales; or "
                       "Q, the K and V caches, i32 cache lengths and "
                       "optionally an i32 page table; or packed Q, K, V, i32 "
                       "cu_seqlens_q, cu_seqlens_k and optionally seqused_k) "
@@ -666,11 +705,18 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   auto kTile = cast<RankedTensorType>(kernel.keys.keyLoad.result.getType());
   auto vTile = cast<RankedTensorType>(kernel.keys.valueLoad.result.getType());
   Type elt = qTile.getElementType();
-  if (!elt.isBF16() && !elt.isF16())
+  spec.fp8 = isa<Float8E4M3FNType>(elt);
+  if (!elt.isBF16() && !elt.isF16() && !spec.fp8)
     return kernel.queryLoad.emitOpError()
-           << "convert-fa3-tile-to-hopper implements f16 and bf16 tiles, got "
+           << "convert-fa3-tile-to-hopper implements f16, bf16 and f8E4M3FN "
+              "tiles, got "
            << elt;
-  spec.bf16 = elt.isBF16();
+  if (spec.fp8 != kernel.fp8)
+    return kernel.queryLoad.emitOpError()
+           << "e4m3 tiles come from an FP8 kernel's arguments (e4m3 Q, K, V "
+              "and three f32 [B, Hkv] descales)";
+  // FP8 writes a bf16 O.
+  spec.bf16 = elt.isBF16() || spec.fp8;
   spec.headDim = qTile.getDimSize(1);
   if (spec.headDim % 64 != 0 || vTile.getDimSize(1) != spec.headDim)
     return kernel.queryLoad.emitOpError()
@@ -704,6 +750,26 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
                               : "has an fa3.dropout but no rng argument");
   if (DropoutOp dropout = kernel.keys.dropout)
     spec.dropout = dropout.getP().convertToFloat();
+  if (spec.fp8) {
+    // The descales scale the softmax and the finalize, and nothing else
+    // reads them.
+    Value qk = kernel.finalize.getQkDescale();
+    if (!qk || kernel.keys.softmax.getDescale() != qk ||
+        (kernel.keys.softcap && kernel.keys.softcap.getDescale() != qk))
+      return kernel.finalize.emitOpError()
+             << "an FP8 kernel's softmax, softcap and finalize must take one "
+                "descale (q_descale · k_descale)";
+    if ((spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256) ||
+        spec.blockN % 128 != 0)
+      return kernel.func.emitOpError()
+             << "the Hopper FP8 forward implements D = 64, 128 and 256 with "
+                "block_n a multiple of 128 (V' atoms of 128 keys), got D = "
+             << spec.headDim << ", block_n = " << spec.blockN;
+  } else if (kernel.finalize.getQkDescale() ||
+             kernel.keys.softmax.getDescale()) {
+    return kernel.finalize.emitOpError()
+           << "descales belong to e4m3 tiles only";
+  }
   if (CombineSplitsOp combine = kernel.combine) {
     auto partial = cast<RankedTensorType>(combine.getPartialOutput().getType());
     auto oTile = cast<RankedTensorType>(kernel.storeOutput.getTile().getType());

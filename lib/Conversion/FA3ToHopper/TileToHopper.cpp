@@ -76,7 +76,8 @@ class TileKernelEmitter : public HopperCodegen {
 public:
   TileKernelEmitter(OpBuilder &b, TileKernel &kernel,
                     const HopperAttentionSpec &spec)
-      : HopperCodegen(b, kernel.func.getLoc(), spec.bf16), k(kernel), s(spec) {}
+      : HopperCodegen(b, kernel.func.getLoc(), spec.bf16, spec.fp8), k(kernel),
+        s(spec) {}
 
   LLVM::LLVMFuncOp emit(gpu::GPUModuleOp module);
 
@@ -146,10 +147,11 @@ private:
   Value tmaQ, tmaK, tmaV, tmaO, lsePtr, seqQ, seqK, batch;
   /// A split-KV kernel's f32 partial O (in the O tensor map's place).
   Value partialOutPtr;
-  /// The i32 vectors the IR reads with tensor.extract, by argument: a KV
+  /// The arguments the IR reads with tensor.extract, by number: a KV
   /// cache's cache_seqlens (argument 3), a packed batch's cu_seqlens_q,
-  /// cu_seqlens_k and seqused_k (3, 4, 5); global pointers.
-  DenseMap<unsigned, Value> i32Vectors;
+  /// cu_seqlens_k and seqused_k (3, 4, 5), an FP8 kernel's f32 [B, Hkv]
+  /// descales (3, 4, 5); global pointers.
+  DenseMap<unsigned, Value> extractedArguments;
   /// A packed batch's kernel: O as a plain pointer, for the rows of a
   /// warpgroup that ends past its sequence (the TMA store writes whole
   /// 64-row boxes).
@@ -211,11 +213,22 @@ private:
     int64_t barriers = 2 * s.queryBuffers() + 4 * s.stages;
     return smemAt(add(ci(offBar + 8 * barriers), mul(buffer, ci(4))));
   }
-  int64_t tileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
-  /// The operand types of the IR's scalar code: indices, i1 and the i32
-  /// lengths of a KV cache.
+  /// Bytes of a Q, K or V tile of `rows` rows (V' of FP8: D rows of
+  /// `rows` keys, the same bytes).
+  int64_t tileBytes(int64_t rows) const {
+    return rows * s.elementBytes() * s.headDim;
+  }
+  /// Bytes of an O tile of `rows` rows: O is 16-bit (bf16 for FP8).
+  int64_t outputTileBytes(int64_t rows) const { return rows * 2 * s.headDim; }
+  /// Bytes of a swizzle atom's row in the Q and K tiles: 128, or 64 for
+  /// e4m3 at D = 64 (the 64-byte swizzle).
+  int64_t rowAtom() const {
+    return std::min<int64_t>(kAtomBytes, s.headDim * s.elementBytes());
+  }
+  /// The operand types of the IR's scalar code: indices, i1, the i32
+  /// lengths of a KV cache and an FP8 kernel's f32 descales.
   static bool isScalarType(Type t) {
-    return t.isIndex() || t.isInteger(1) || t.isInteger(32);
+    return t.isIndex() || t.isInteger(1) || t.isInteger(32) || t.isF32();
   }
   /// PackGQA: query tile row `r` is query r / G of head r % G (relative to
   /// the tile's first query and head); unpacked, query r of one head.
@@ -233,8 +246,10 @@ private:
     return s.packedHeads > 1 ? b.getI64IntegerAttr(s.packedHeads)
                              : IntegerAttr();
   }
+  /// A K-major wgmma descriptor of a Q or K tile at `addr`: 8-row groups
+  /// of one atom row each.
   Value qkDescriptor(Value addr) {
-    return descriptor(addr, 16, 8 * kAtomBytes, kAtomBytes);
+    return descriptor(addr, 16, 8 * rowAtom(), rowAtom());
   }
 };
 
@@ -245,13 +260,19 @@ Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
   if (isa<arith::IndexCastOp>(op))
     return operands[0];
   if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
-    // cache_seqlens[b], cu_seqlens_q[b], ...: one i32 load from the kernel's
-    // pointer parameter.
+    // cache_seqlens[b], cu_seqlens_q[b], q_descale[b, h], ...: one load from
+    // the kernel's pointer parameter (the static inner dims of a 2-D
+    // argument linearize the index).
     auto arg = cast<BlockArgument>(extract.getTensor());
-    Value ptr = LLVM::GEPOp::create(b, loc, globalPtr, i32,
-                                    i32Vectors.lookup(arg.getArgNumber()),
-                                    ValueRange{operands[0]});
-    return LLVM::LoadOp::create(b, loc, i32, ptr, /*alignment=*/4);
+    auto type = cast<RankedTensorType>(arg.getType());
+    Value index = operands[0];
+    for (int64_t d = 1; d < type.getRank(); ++d)
+      index = add(mul(index, ci(type.getDimSize(d))), operands[d]);
+    Type elt = type.getElementType();
+    Value ptr = LLVM::GEPOp::create(
+        b, loc, globalPtr, elt, extractedArguments.lookup(arg.getArgNumber()),
+        ValueRange{index});
+    return LLVM::LoadOp::create(b, loc, elt, ptr, /*alignment=*/4);
   }
   if (auto dim = dyn_cast<tensor::DimOp>(op)) {
     // Dim 1 of Q is Sq, of K and V Sk (of a paged cache its page size, of
@@ -344,21 +365,33 @@ void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
                                /*element_bytes=*/2);
     return;
   }
+  // FP8 reads V through V' [B, Hkv, D, Sk] (keys innermost; the layout
+  // kernel writes it), as the D rows of the tile's keys.
   TmaLoadTileOp::create(b, loc, value ? tmaV : tmaK, row, head, batch, smem,
-                        tile, bar, s.blockN, s.headDim, /*element_bytes=*/2,
-                        /*packed_heads=*/IntegerAttr());
+                        tile, bar, s.blockN, s.headDim, s.elementBytes(),
+                        /*packed_heads=*/IntegerAttr(),
+                        /*transposed=*/value && s.fp8);
 }
 
 void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                                               Value qBuffer, Value rowInTile,
                                               Value colInBlock) {
-  // fa3.finalize: O / l and LSE = scale · m + ln(l).
-  float scale = k.finalize.getScale().convertToFloat();
+  // fa3.finalize: O / l and LSE = scale · m + ln(l). FP8 (descales): the
+  // max is in raw units (scale · qk_descale), O is v_descale · O / l, and
+  // the accumulator holds O times fa3.pv's probs_scale (P entered its e4m3
+  // wgmmas scaled by it).
+  Value lseScale = cf(k.finalize.getScale().convertToFloat());
+  Value outScale = cf(1.0f);
+  if (Value qkDescale = k.finalize.getQkDescale()) {
+    lseScale = fmul(lseScale, scalar(qkDescale));
+    float probsScale = k.keys.pv.getProbsScaleAttr().getValueAsDouble();
+    outScale = fmul(scalar(k.finalize.getVDescale()), cf(1.0f / probsScale));
+  }
   Value inv[2], lse[2];
   for (int64_t row = 0; row < 2; ++row)
     std::tie(inv[row], lse[row]) = finalizeRow(
-        results[row], results[2 + row], [&] { return cf(1.0f); },
-        [&] { return cf(scale); });
+        results[row], results[2 + row], [&] { return outScale; },
+        [&] { return lseScale; });
 
   if (s.numSplits > 1) {
     storePartialOutput(results, inv, rowInTile, colInBlock);
@@ -599,8 +632,8 @@ void TileKernelEmitter::loadQueryTile(Value use, Value batch, Value row,
   Value bar = ringBarrier(kQueryFull, use);
   Value tile = mul(buffer, ci(tileBytes(s.blockM)));
   TmaLoadTileOp::create(b, loc, tmaQ, row, tmaHead(head), batch, smem, tile,
-                        bar, s.blockM, s.headDim, /*element_bytes=*/2,
-                        packedHeadsAttr());
+                        bar, s.blockM, s.headDim, s.elementBytes(),
+                        packedHeadsAttr(), /*transposed=*/false);
 }
 
 /// The producer region of fa3.warp_specialize, op by op: its loops and
@@ -688,6 +721,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     params.append({globalPtr, globalPtr, globalPtr});
   if (s.sequsedK)
     params.push_back(globalPtr);
+  // FP8: the q, k and v descales, f32 [B, Hkv].
+  if (s.fp8)
+    params.append({globalPtr, globalPtr, globalPtr});
   // Dropout: the Philox (seed, offset), i64 [2].
   if (s.dropout > 0)
     params.push_back(globalPtr);
@@ -714,7 +750,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   batch = entry->getArgument(7);
   tileCounter = entry->getArgument(8);
   if (s.kvCache) {
-    i32Vectors[3] = entry->getArgument(9);
+    extractedArguments[3] = entry->getArgument(9);
     fn.setArgAttr(9, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
   }
   if (s.varlen) {
@@ -722,13 +758,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     for (unsigned i : {9u, 10u})
       fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(),
                     b.getUnitAttr());
-    i32Vectors[3] = entry->getArgument(9);
-    i32Vectors[4] = entry->getArgument(10);
+    extractedArguments[3] = entry->getArgument(9);
+    extractedArguments[4] = entry->getArgument(10);
     outPtr = entry->getArgument(11);
     if (s.sequsedK) {
       fn.setArgAttr(12, LLVM::LLVMDialect::getNoAliasAttrName(),
                     b.getUnitAttr());
-      i32Vectors[5] = entry->getArgument(12);
+      extractedArguments[5] = entry->getArgument(12);
     }
   }
   if (s.paged) {
@@ -738,6 +774,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     pageSize = entry->getArgument(12);
     chunkRows = entry->getArgument(13);
   }
+  if (s.fp8)
+    for (unsigned i : {9u, 10u, 11u}) {
+      fn.setArgAttr(i, LLVM::LLVMDialect::getNoAliasAttrName(),
+                    b.getUnitAttr());
+      extractedArguments[i - 6] = entry->getArgument(i);
+    }
   if (s.dropout > 0) {
     // Read once per CTA, when the kernel runs: a captured launch can have
     // its seed and offset updated in place.
@@ -887,7 +929,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   offK = s.queryBuffers() * tileBytes(s.blockM);
   offV = offK + s.stages * tileBytes(s.blockN);
   offO = offV + s.stages * tileBytes(s.blockN);
-  offBar = offO + (s.separateOutputTile() ? tileBytes(s.blockM) : 0);
+  offBar = offO + (s.separateOutputTile() ? outputTileBytes(s.blockM) : 0);
   placeRings();
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
@@ -929,7 +971,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
 
     Value qTileAddr =
         add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
-    Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * kAtomBytes)));
+    Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
 
     // Pingpong: a consumer's wgmmas of one turn are issued between
     // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
@@ -954,12 +996,14 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                             mul(stage, ci(tileBytes(s.blockN))));
       SmallVector<Value> sAcc(nS, cf(0));
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      // One wgmma K step is 32 bytes of an atom row for either type.
+      int64_t stepsPerAtom = rowAtom() / 32;
       for (int64_t kk = 0; kk < s.headDim / mmaK(); ++kk) {
-        int64_t atom = kk / 4, inAtom = (kk % 4) * 32;
+        int64_t atom = kk / stepsPerAtom, inAtom = (kk % stepsPerAtom) * 32;
         Value a = qkDescriptor(
-            add(qWgAddr, ci(atom * s.blockM * kAtomBytes + inAtom)));
+            add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
         Value bd = qkDescriptor(
-            add(kTileAddr, ci(atom * s.blockN * kAtomBytes + inAtom)));
+            add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
         sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -971,6 +1015,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       float scale = softcap.getScale().convertToFloat();
       float cap = softcap.getSoftcap().convertToFloat();
       Value in = cf(scale / cap), out = cf(cap / scale);
+      // FP8: raw scores, the scale times the descale on both sides.
+      if (Value descale = softcap.getDescale()) {
+        in = fmul(in, scalar(descale));
+        out = arith::DivFOp::create(b, loc, out, scalar(descale));
+      }
       for (Value &v : sAcc)
         v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
       return sAcc;
@@ -1041,6 +1090,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       // PV wgmmas), and c·x − c·m is one fma.
       float exp2Scale = op.getExp2Scale().convertToFloat();
       Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
+      // FP8: raw scores, c = exp2_scale · q_descale · k_descale.
+      if (Value descale = op.getDescale()) {
+        cLog2 = fmul(cLog2, scalar(descale));
+        negCLog2 = fmul(negCLog2, scalar(descale));
+      }
       SoftmaxStep step;
       Value negMScaled[2];
       SmallVector<Value> rowValues[2];
@@ -1070,10 +1124,31 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // P as the A operand of fa3.pv: the S accumulator, pairwise converted,
     // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
     // 8k+7), so P never goes through shared memory.
+    //
+    // FP8 (e4m3 V, fa3.pv's probs_scale s): the e4m3 A fragment of k-chunk c
+    // (32 keys): register i holds 4 keys of row r (i even) or r + 8 (i odd),
+    // keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
+    // 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
+    // to match (the layout kernel), so the bytes are taken in register
+    // order, after P · s.
+    float probsScale = 1.0f;
+    if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
+      probsScale = attr.getValueAsDouble();
     auto packP = [&](ArrayRef<Value> p) {
       SmallVector<Value> packed;
-      for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
-        packed.append(packAFragment(p, kk));
+      if (!s.fp8) {
+        for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
+          packed.append(packAFragment(p, kk));
+        return packed;
+      }
+      for (int64_t c = 0; c < s.blockN / 32; ++c) {
+        int64_t base = 16 * c;
+        auto q = [&](int64_t i) { return fmul(p[base + i], cf(probsScale)); };
+        packed.append({packE4M3(q(0), q(1), q(4), q(5)),
+                       packE4M3(q(2), q(3), q(6), q(7)),
+                       packE4M3(q(8), q(9), q(12), q(13)),
+                       packE4M3(q(10), q(11), q(14), q(15))});
+      }
       return packed;
     };
 
@@ -1087,9 +1162,15 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
                             mul(stage, ci(tileBytes(s.blockN))));
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
-      for (int64_t kk = 0; kk < s.blockN / 16; ++kk) {
-        Value bd = descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
-                              s.blockN * kAtomBytes, 1024);
+      for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
+        // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
+        // V'ᵀ K-major (D rows of 128-key atoms), 32 keys = 32 bytes a step.
+        Value bd = s.fp8 ? descriptor(add(vTileAddr,
+                                          ci((kk / 4) * s.headDim * kAtomBytes +
+                                             (kk % 4) * 32)),
+                                      16, 1024)
+                         : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
+                                      s.blockN * kAtomBytes, 1024);
         o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -1194,10 +1275,15 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         }
       return order;
     };
+    auto packedProbs = [&](Value probs) {
+      if (!packed.count(probs))
+        packed[probs] = packP(regs.lookup(probs));
+      return packed.lookup(probs);
+    };
     auto flatten = [&](ValueRange values, ArrayRef<unsigned> order) {
       SmallVector<Value> flat;
       for (unsigned i : order)
-        flat.append(isProbs(values[i]) ? packed.lookup(values[i])
+        flat.append(isProbs(values[i]) ? packedProbs(values[i])
                                        : fragment(values[i]));
       return flat;
     };
@@ -1258,10 +1344,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                    fragment(softmaxOp.getRowSum()));
         // P carried to a later block's PV (the rotated loop) is
         // packed here, as the loop carries it; P read by a PV of this
-        // block is packed there, after the rescale.
+        // block is packed there, after the rescale. FP8 packs carried P
+        // where the loop yields it (flatten), after this block's wait for
+        // the previous PV: its e4m3 packing otherwise overwrote registers
+        // that PV's wgmmas were still reading, and ptxas serialized them.
         Value probs = softmaxOp.getProbs();
         regs[probs] = step.p;
-        if (llvm::any_of(probs.getUsers(), [&](Operation *user) {
+        if (!s.fp8 && llvm::any_of(probs.getUsers(), [&](Operation *user) {
               return !isa<PVOp, DropoutOp>(user) ||
                      user->getBlock() != op.getBlock();
             }))
@@ -1417,6 +1506,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
   };
 
+  // The last tile's O store reads the O tile of its own until it is done;
+  // shared memory must outlive that.
+  auto waitForOutputStore = [&] {
+    if (!s.separateOutputTile())
+      return;
+    Value leader = cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
+    scf::IfOp::create(b, loc, leader, [&](OpBuilder &, Location) {
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
+      scf::YieldOp::create(b, loc);
+    });
+  };
   if (!s.warpSpecialized()) {
     // Prologue: Q, then the first `stages` key blocks; the consumers refill
     // the ring themselves (see `release`).
@@ -1435,6 +1535,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       scf::YieldOp::create(b, loc);
     });
     buildConsumer(wg);
+    waitForOutputStore();
   } else {
     // Warp specialization: warpgroup 0 produces, the others consume. Each
     // side resizes its register file first (setmaxnreg is warpgroup-wide).
@@ -1458,16 +1559,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                          NVVM::SetMaxRegisterAction::increase);
           Value consumer = sub(wg, ci(1));
           forEachConsumedTile([&] { buildConsumer(consumer); });
-          // The last tile's O store reads the O tile until it is done;
-          // shared memory must outlive that.
-          if (s.separateOutputTile()) {
-            Value leader =
-                cmp(arith::CmpIPredicate::eq, remu(tid, ci(128)), ci(0));
-            scf::IfOp::create(b, loc, leader, [&](OpBuilder &, Location) {
-              NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, b.getUnitAttr());
-              scf::YieldOp::create(b, loc);
-            });
-          }
+          waitForOutputStore();
           scf::YieldOp::create(b, loc);
         });
   }
@@ -1502,6 +1594,10 @@ struct ConvertFA3TileToHopperPass
         return signalPassFailure();
       LLVM::LLVMFuncOp fn =
           TileKernelEmitter(builder, *kernel, *spec).emit(module);
+      // FP8: the V layout kernel runs first (V' for the transposed loads).
+      if (spec->fp8)
+        buildValueTransposeKernel(builder, module, *spec,
+                                  (func.getSymName() + "_vt").str());
       // Split-KV: fa3.combine_splits is the second kernel.
       if (kernel->combine)
         buildCombineSplitsKernel(builder, module, *spec,

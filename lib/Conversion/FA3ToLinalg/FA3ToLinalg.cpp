@@ -40,11 +40,20 @@ static Value negInf(OpBuilder &b, Location loc) {
   return f32Cst(b, loc, -std::numeric_limits<float>::infinity());
 }
 
-/// Widens a scalar to f32 (no-op for f32).
+/// Widens a scalar to f32 (no-op for f32; e4m3, which LLVM has no type
+/// for, decoded from its bits).
 static Value toF32(OpBuilder &b, Location loc, Value v) {
   if (v.getType().isF32())
     return v;
+  if (isa<Float8E4M3FNType>(v.getType()))
+    return decodeE4M3(b, loc, v);
   return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
+}
+
+/// `c` times the optional f32 scalar `factor` (an FP8 descale).
+static Value scaled(OpBuilder &b, Location loc, float c, Value factor) {
+  Value v = f32Cst(b, loc, c);
+  return factor ? arith::MulFOp::create(b, loc, v, factor).getResult() : v;
 }
 
 static Value emptyLike(OpBuilder &b, Location loc, Type type) {
@@ -402,18 +411,21 @@ struct SoftcapLowering : OpConversionPattern<SoftcapOp> {
     MLIRContext *ctx = rewriter.getContext();
     float scale = op.getScale().convertToFloat();
     float cap = op.getSoftcap().convertToFloat();
+    // With a descale d the scale is scale · d on both sides.
+    Value d = op.getDescale();
     auto id = map(ctx, 2, {0, 1});
     auto result = generic(
         rewriter, loc, op.getType(), op.getScores(),
         emptyLike(rewriter, loc, op.getType()), {id, id}, {kPar, kPar},
         [&](OpBuilder &b, Location loc, ValueRange args) {
-          Value x = arith::MulFOp::create(b, loc, args[0],
-                                          f32Cst(b, loc, scale / cap));
+          Value in = scaled(b, loc, scale / cap, d);
+          Value x = arith::MulFOp::create(b, loc, args[0], in);
           Value t = math::TanhOp::create(b, loc, x);
+          Value out = f32Cst(b, loc, cap / scale);
+          if (d)
+            out = arith::DivFOp::create(b, loc, out, d);
           linalg::YieldOp::create(
-              b, loc,
-              ValueRange{arith::MulFOp::create(b, loc, t,
-                                               f32Cst(b, loc, cap / scale))});
+              b, loc, ValueRange{arith::MulFOp::create(b, loc, t, out)});
         });
     rewriter.replaceOp(op, result.getResults());
     return success();
@@ -527,7 +539,9 @@ struct OnlineSoftmaxLowering : OpConversionPattern<OnlineSoftmaxOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
-    float c = op.getExp2Scale().convertToFloat();
+    // c = exp2_scale (times the FP8 descale).
+    float exp2Scale = op.getExp2Scale().convertToFloat();
+    Value descale = op.getDescale();
     Type rowType = op.getRowMax().getType();
     Type tileType = op.getScores().getType();
     AffineMap ij = map(ctx, 2, {0, 1}), i2 = map(ctx, 2, {0}),
@@ -559,10 +573,9 @@ struct OnlineSoftmaxLowering : OpConversionPattern<OnlineSoftmaxOp> {
                                                 args[1], negInf(b, loc));
           Value base = arith::SelectOp::create(b, loc, isEmpty,
                                                f32Cst(b, loc, 0.0f), args[1]);
-          Value baseScaled =
-              arith::MulFOp::create(b, loc, base, f32Cst(b, loc, c));
-          Value oldScaled =
-              arith::MulFOp::create(b, loc, args[0], f32Cst(b, loc, c));
+          Value c = scaled(b, loc, exp2Scale, descale);
+          Value baseScaled = arith::MulFOp::create(b, loc, base, c);
+          Value oldScaled = arith::MulFOp::create(b, loc, args[0], c);
           Value alpha = math::Exp2Op::create(
               b, loc, arith::SubFOp::create(b, loc, oldScaled, baseScaled));
           Value sum = arith::MulFOp::create(b, loc, alpha, args[2]);
@@ -574,11 +587,10 @@ struct OnlineSoftmaxLowering : OpConversionPattern<OnlineSoftmaxOp> {
     // p = exp2(c * s - c * m').
     Value probs =
         generic(rewriter, loc, tileType, {op.getScores(), baseScaled},
-                emptyLike(rewriter, loc, tileType), {ij, i2, ij},
-                {kPar, kPar},
+                emptyLike(rewriter, loc, tileType), {ij, i2, ij}, {kPar, kPar},
                 [&](OpBuilder &b, Location loc, ValueRange args) {
-                  Value x = arith::MulFOp::create(b, loc, args[0],
-                                                  f32Cst(b, loc, c));
+                  Value x = arith::MulFOp::create(
+                      b, loc, args[0], scaled(b, loc, exp2Scale, descale));
                   linalg::YieldOp::create(
                       b, loc,
                       ValueRange{math::Exp2Op::create(
@@ -631,7 +643,10 @@ struct FinalizeLowering : OpConversionPattern<FinalizeOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
+    // FP8: the max in raw units (scale · qk_descale) and the values
+    // quantized (v_descale on the output).
     float scale = op.getScale().convertToFloat();
+    Value qkDescale = op.getQkDescale(), vDescale = op.getVDescale();
     Type rowType = op.getRowMax().getType();
     Type outElt =
         cast<RankedTensorType>(op.getOutput().getType()).getElementType();
@@ -646,11 +661,12 @@ struct FinalizeLowering : OpConversionPattern<FinalizeOp> {
           Value zero = f32Cst(b, loc, 0.0f);
           Value isEmpty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                                 args[1], zero);
-          Value inv = arith::DivFOp::create(b, loc, f32Cst(b, loc, 1.0f),
-                                            args[1]);
+          Value inv = arith::DivFOp::create(
+              b, loc, vDescale ? vDescale : f32Cst(b, loc, 1.0f), args[1]);
           Value lse = arith::AddFOp::create(
-              b, loc, arith::MulFOp::create(b, loc, args[0],
-                                            f32Cst(b, loc, scale)),
+              b, loc,
+              arith::MulFOp::create(b, loc, args[0],
+                                    scaled(b, loc, scale, qkDescale)),
               math::LogOp::create(b, loc, args[1]));
           linalg::YieldOp::create(
               b, loc,

@@ -103,6 +103,35 @@ llvm.func @tma_load_tile(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3
   llvm.return
 }
 
+// e4m3 at D = 64: one 64-byte atom (the 64-byte swizzle), box column 0.
+// Transposed (V' of the FP8 forward, [B, H, D, S]): atoms of 128 keys by
+// the D rows, atom a at offset + a · D · 128 with box (row + 128 a, 0, h, b).
+// CHECK-LABEL: llvm.func @tma_load_tile_e4m3
+// CHECK-SAME: (%[[MAP:.+]]: !llvm.ptr, %[[SMEM:.+]]: !llvm.ptr<3>, %[[BAR:.+]]: !llvm.ptr<3>, %[[OFF:.+]]: i32, %[[ROW:.+]]: i32, %[[H:.+]]: i32, %[[B:.+]]: i32)
+// CHECK: arith.constant 8192 : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %[[MAP]], %[[BAR]], box[%{{.+}}, %[[ROW]], %[[H]], %[[B]]]
+// CHECK-NOT: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK: arith.constant 32768 : i32
+// CHECK: %[[C0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[A0:.+]] = arith.addi %[[OFF]], %[[C0]] : i32
+// CHECK-NEXT: %[[D0:.+]] = llvm.getelementptr %[[SMEM]][%[[A0]]]
+// CHECK-NEXT: %[[K0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[P0:.+]] = arith.addi %[[ROW]], %[[K0]] : i32
+// CHECK-NEXT: %[[Z0:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[D0]], %[[MAP]], %[[BAR]], box[%[[P0]], %[[Z0]], %[[H]], %[[B]]]
+// CHECK-NEXT: %[[S1:.+]] = arith.constant 16384 : i32
+// CHECK-NEXT: %[[A1:.+]] = arith.addi %[[OFF]], %[[S1]] : i32
+// CHECK-NEXT: %[[D1:.+]] = llvm.getelementptr %[[SMEM]][%[[A1]]]
+// CHECK-NEXT: %[[K1:.+]] = arith.constant 128 : i32
+// CHECK-NEXT: %[[P1:.+]] = arith.addi %[[ROW]], %[[K1]] : i32
+// CHECK-NEXT: %[[Z1:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[D1]], %[[MAP]], %[[BAR]], box[%[[P1]], %[[Z1]], %[[H]], %[[B]]]
+llvm.func @tma_load_tile_e4m3(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %off: i32, %row: i32, %h: i32, %b: i32) {
+  fa3.tma_load_tile %map[%row, %h, %b] to %smem[%off], %bar {rows = 128 : i64, cols = 64 : i64, element_bytes = 1 : i64}
+  fa3.tma_load_tile %map[%row, %h, %b] to %smem[%off], %bar {rows = 256 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed}
+  llvm.return
+}
+
 // Packed heads (PackGQA): the box coordinates of the [B, S, H / G, G, D]
 // view, (column, 0, group, row, batch), for the load and the store alike.
 // CHECK-LABEL: llvm.func @tma_tiles_packed

@@ -579,7 +579,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
         }
         %probs, %new_max, %new_sum, %correction = fa3.online_softmax %26, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
         %27 = fa3.rescale %arg9, %correction : tensor<128x64xf32>, tensor<128xf32>
-        // expected-error @+1 {{is not the key loop convert-fa3-tile-to-hopper implements: O += P V must take the softmax's (dropped-out) P, the value tile and the rescaled accumulator (no probs_scale)}}
+        // expected-error @+1 {{is not the key loop convert-fa3-tile-to-hopper implements: O += P V must take the softmax's (dropped-out) P, the value tile and the rescaled accumulator (FP8: probs_scale = 256, the kernel's P scaling; else none)}}
         %28 = fa3.pv %probs, %18, %arg9 : tensor<128x64xf32>, tensor<64x64xbf16>, tensor<128x64xf32>
         scf.yield %28, %new_max, %new_sum : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
       }

@@ -114,3 +114,27 @@ func.func @small_tiles(%q: tensor<1x?x1x64xf32>, %k: tensor<1x?x1x64xf32>, %v: t
   %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<block_m = 32, block_n = 16, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>) -> (tensor<1x?x1x64xf32>, tensor<1x1x?xf32>)
   return %o, %lse : tensor<1x?x1x64xf32>, tensor<1x1x?xf32>
 }
+
+// FP8: the key loop keeps the e4m3 tiles; S is raw products of quantized
+// values, so the softcap and the softmax take q_descale · k_descale, P is
+// rounded to e4m3 after · 2^8 (probs_scale), and fa3.finalize applies the
+// same descale to the LSE and v_descale to O (bf16).
+// CHECK-LABEL: func.func @fp8_softcap
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x?x4x128xf8E4M3FN>, %[[K:.+]]: tensor<2x?x2x128xf8E4M3FN>, %[[V:.+]]: tensor<2x?x2x128xf8E4M3FN>, %[[QD:.+]]: tensor<2x2xf32>, %[[KD:.+]]: tensor<2x2xf32>, %[[VD:.+]]: tensor<2x2xf32>)
+// CHECK: %[[QT:.+]] = fa3.load_tile %[[Q]]{{.+}} -> tensor<64x128xf8E4M3FN>
+// CHECK-DAG: %[[KDS:.+]] = tensor.extract %[[KD]]
+// CHECK-DAG: %[[QDS:.+]] = tensor.extract %[[QD]]
+// CHECK: %[[QK:.+]] = arith.mulf %[[QDS]], %[[KDS]] : f32
+// CHECK: %[[VDS:.+]] = tensor.extract %[[VD]]
+// CHECK: scf.for
+// CHECK: %[[KT:.+]] = fa3.load_tile %[[K]]{{.+}} -> tensor<64x128xf8E4M3FN>
+// CHECK: %[[VT:.+]] = fa3.load_tile %[[V]]{{.+}} -> tensor<64x128xf8E4M3FN>
+// CHECK: %[[S:.+]] = fa3.qk %[[QT]], %[[KT]] : tensor<64x128xf8E4M3FN>, tensor<64x128xf8E4M3FN> -> tensor<64x64xf32>
+// CHECK: fa3.softcap %[[S]] descale %[[QK]] {scale = 0.0883883461 : f32, softcap = 5.000000e+00 : f32}
+// CHECK: fa3.online_softmax %{{.+}}, %{{.+}}, %{{.+}} descale %[[QK]] {exp2_scale = 0.127517432 : f32}
+// CHECK: fa3.pv %{{.+}}, %[[VT]], %{{.+}} {probs_scale = 2.560000e+02 : f32} : tensor<64x64xf32>, tensor<64x128xf8E4M3FN>, tensor<64x128xf32>
+// CHECK: fa3.finalize %{{.+}}, %{{.+}}, %{{.+}} descale(%[[QK]], %[[VDS]]) {scale = 0.0883883461 : f32} : tensor<64x128xf32>, tensor<64xf32> -> tensor<64x128xbf16>
+func.func @fp8_softcap(%q: tensor<2x?x4x128xf8E4M3FN>, %k: tensor<2x?x2x128xf8E4M3FN>, %v: tensor<2x?x2x128xf8E4M3FN>, %qd: tensor<2x2xf32>, %kd: tensor<2x2xf32>, %vd: tensor<2x2xf32>) -> (tensor<2x?x4x128xbf16>, tensor<2x4x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal, softcap = 5.0 : f32} : (tensor<2x?x4x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x?x2x128xf8E4M3FN>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> (tensor<2x?x4x128xbf16>, tensor<2x4x?xf32>)
+  return %o, %lse : tensor<2x?x4x128xbf16>, tensor<2x4x?xf32>
+}

@@ -90,6 +90,22 @@ llvm.func @tma_store_atoms_overlap(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %i: i32
 
 // -----
 
+llvm.func @tma_tile_transposed_packed(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op a transposed tile takes no packed_heads}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 1 : i64, packed_heads = 2 : i64, transposed}
+  llvm.return
+}
+
+// -----
+
+llvm.func @tma_tile_transposed_partial_atom(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op a transposed tile is whole atoms of 128 positions by at most 256 rows (TMA box dimensions), got rows = 64, cols = 128}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 64 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed}
+  llvm.return
+}
+
+// -----
+
 llvm.func @tma_tile_packed_heads_split_a_position(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
   // expected-error @+1 {{'fa3.tma_load_tile' op packed_heads must be in [1, 256] and divide the 64 rows (a box of rows / packed_heads positions), got 6}}
   fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 64 : i64, cols = 128 : i64, element_bytes = 2 : i64, packed_heads = 6 : i64}

@@ -398,7 +398,7 @@ func.func @load_tile_element_type(%q: tensor<2x?x8x64xf16>, %i: index) {
 // -----
 
 func.func @load_tile_dynamic(%q: tensor<2x?x8x64xf16>, %i: index) {
-  // expected-error @+1 {{'fa3.load_tile' op result #0 must be statically shaped 2-D tensor of f16, bf16 or f32, but got 'tensor<?x64xf16>'}}
+  // expected-error @+1 {{'fa3.load_tile' op result #0 must be statically shaped 2-D tensor of f16, bf16, f32 or f8E4M3FN, but got 'tensor<?x64xf16>'}}
   %t = fa3.load_tile %q[%i, %i, %i] : tensor<2x?x8x64xf16> -> tensor<?x64xf16>
   return
 }
@@ -432,6 +432,38 @@ func.func @block_m_vs_tile_rows(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>
 func.func @block_output_tile(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x32xf16>, %i: index) {
   // expected-error @+1 {{'fa3.attention_block' op expects an output tile of type 'tensor<64x32xf16>', got 'tensor<64x64xf16>'}}
   %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x32xf16> -> tensor<64x64xf16>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_block_without_descales(%qt: tensor<64x64xf8E4M3FN>, %k: tensor<2x?x2x64xf8E4M3FN>, %v: tensor<2x?x2x64xf8E4M3FN>, %i: index) {
+  // expected-error @+1 {{'fa3.attention_block' op has e4m3 tiles: it needs descale(%qk, %v)}}
+  %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i {probs_scale = 256.0 : f32, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN> -> tensor<64x64xbf16>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @fp8_block_without_probs_scale(%qt: tensor<64x64xf8E4M3FN>, %k: tensor<2x?x2x64xf8E4M3FN>, %v: tensor<2x?x2x64xf8E4M3FN>, %i: index, %d: f32) {
+  // expected-error @+1 {{'fa3.attention_block' op has e4m3 tiles: it needs probs_scale (P is rounded to e4m3 before it multiplies V)}}
+  %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i descale(%d, %d) {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN>, tensor<2x?x2x64xf8E4M3FN> -> tensor<64x64xbf16>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @descales_on_16_bit_block(%qt: tensor<64x64xf16>, %k: tensor<2x?x2x64xf16>, %v: tensor<2x?x2x64xf16>, %i: index, %d: f32) {
+  // expected-error @+1 {{'fa3.attention_block' op takes descale(%qk, %v) for e4m3 tiles only, got 'f16'}}
+  %o, %lse = fa3.attention_block %qt, %k, %v, %i, %i, %i, %i descale(%d, %d) {scale = 1.250000e-01 : f32, schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : tensor<64x64xf16>, tensor<2x?x2x64xf16>, tensor<2x?x2x64xf16> -> tensor<64x64xf16>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @pv_e4m3_without_probs_scale(%p: tensor<64x64xf32>, %v: tensor<64x64xf8E4M3FN>, %acc: tensor<64x64xf32>) {
+  // expected-error @+1 {{'fa3.pv' op an e4m3 value tile needs probs_scale (P is rounded to e4m3 before it multiplies V)}}
+  %a = fa3.pv %p, %v, %acc : tensor<64x64xf32>, tensor<64x64xf8E4M3FN>, tensor<64x64xf32>
   return
 }
 
@@ -519,7 +551,7 @@ func.func @finalize_shape(%acc: tensor<64x64xf32>, %m: tensor<64xf32>, %l: tenso
 
 // Tiles hold f16, bf16 or f32: the lowerings have no other element type.
 func.func @qk_integer_tiles(%q: tensor<32x64xi8>, %k: tensor<16x64xi8>) -> tensor<32x16xf32> {
-  // expected-error @+1 {{'fa3.qk' op operand #0 must be statically shaped 2-D tensor of f16, bf16 or f32, but got 'tensor<32x64xi8>'}}
+  // expected-error @+1 {{'fa3.qk' op operand #0 must be statically shaped 2-D tensor of f16, bf16, f32 or f8E4M3FN, but got 'tensor<32x64xi8>'}}
   %s = fa3.qk %q, %k : tensor<32x64xi8>, tensor<16x64xi8> -> tensor<32x16xf32>
   return %s : tensor<32x16xf32>
 }
@@ -527,7 +559,7 @@ func.func @qk_integer_tiles(%q: tensor<32x64xi8>, %k: tensor<16x64xi8>) -> tenso
 // -----
 
 func.func @finalize_f64_output(%acc: tensor<32x64xf32>, %m: tensor<32xf32>, %l: tensor<32xf32>) -> tensor<32x64xf64> {
-  // expected-error @+1 {{'fa3.finalize' op result #0 must be statically shaped 2-D tensor of f16, bf16 or f32, but got 'tensor<32x64xf64>'}}
+  // expected-error @+1 {{'fa3.finalize' op result #0 must be statically shaped 2-D tensor of f16, bf16, f32 or f8E4M3FN, but got 'tensor<32x64xf64>'}}
   %o, %lse = fa3.finalize %acc, %m, %l {scale = 1.0 : f32} : tensor<32x64xf32>, tensor<32xf32> -> tensor<32x64xf64>
   return %o : tensor<32x64xf64>
 }

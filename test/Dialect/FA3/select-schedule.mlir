@@ -51,13 +51,34 @@ func.func @d256(%q: tensor<1x?x4x256xf16>, %k: tensor<1x?x4x256xf16>, %v: tensor
   return %o, %lse : tensor<1x?x4x256xf16>, tensor<1x4x?xf32>
 }
 
-// FP8 runs without a producer warpgroup (yet): no register split, no
-// pingpong, 128-key blocks.
+// FP8 takes the 16-bit kernel structure (producer warpgroup, pingpong, the
+// intra-warpgroup overlap above d = 64) on 128-key blocks (V' atoms).
 // SM90-LABEL: func.func @fp8_d128
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
 func.func @fp8_d128(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4M3FN>, %v: tensor<1x?x4x128xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd : (tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
+}
+
+// FP8 on a persistent grid where that measured faster: d64 at any length,
+// causal d128, non-causal d128 up to 1024 keys (static here: 512).
+// SM90-LABEL: func.func @fp8_d64_persistent
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 32, consumer_regs = 160, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>
+func.func @fp8_d64_persistent(%q: tensor<1x?x4x64xf8E4M3FN>, %k: tensor<1x?x4x64xf8E4M3FN>, %v: tensor<1x?x4x64xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd : (tensor<1x?x4x64xf8E4M3FN>, tensor<1x?x4x64xf8E4M3FN>, tensor<1x?x4x64xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>
+}
+// SM90-LABEL: func.func @fp8_d128_short
+// SM90: fa3.attention {{.+}}persistent = true
+func.func @fp8_d128_short(%q: tensor<1x512x4x128xf8E4M3FN>, %k: tensor<1x512x4x128xf8E4M3FN>, %v: tensor<1x512x4x128xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x512x4x128xbf16>, tensor<1x4x512xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd : (tensor<1x512x4x128xf8E4M3FN>, tensor<1x512x4x128xf8E4M3FN>, tensor<1x512x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x512x4x128xbf16>, tensor<1x4x512xf32>)
+  return %o, %lse : tensor<1x512x4x128xbf16>, tensor<1x4x512xf32>
+}
+// SM90-LABEL: func.func @fp8_d256_long
+// SM90: fa3.attention {{.+}}persistent = false
+func.func @fp8_d256_long(%q: tensor<1x?x4x256xf8E4M3FN>, %k: tensor<1x?x4x256xf8E4M3FN>, %v: tensor<1x?x4x256xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>) {
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal} : (tensor<1x?x4x256xf8E4M3FN>, tensor<1x?x4x256xf8E4M3FN>, tensor<1x?x4x256xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>
 }
 
 // Head dims between the table's rows take the next row up: d = 96 gets the

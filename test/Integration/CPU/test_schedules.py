@@ -73,8 +73,9 @@ def test_length_bucket_is_the_pass_choice(fa3_opt, d, causal, sq, sk):
 
 def test_length_bucket_compiles_its_schedule():
     """The runtime's forward for a short key loop at d128 is the persistent
-    kernel (its PTX entry says so), the long one is not; FP8 and the
-    fa3-cast-fp8 chain leave the schedule to the compiler."""
+    kernel (its PTX entry says so), the long one is not; FP8 has length
+    buckets too (persistent at d128 non-causal up to 1024 keys), the
+    fa3-cast-fp8 chain leaves the schedule to the compiler."""
     from fa3 import _jit
     from fa3._spec import AttentionSpec
     spec = AttentionSpec("bf16", 8, 8, 128, 128, True)
@@ -84,5 +85,9 @@ def test_length_bucket_compiles_its_schedule():
     ptx = _jit.get(spec, "ptx", "fwd", schedule=short).ptx
     assert "_persistent" in ptx
     assert "_persistent" not in _jit.get(spec, "ptx", "fwd", schedule=_jit.forward_schedule(spec, 8192, 8192)).ptx
-    assert _jit.forward_schedule(AttentionSpec("f8E4M3FN", 8, 8, 128, 128), 512, 512) is None
+    fp8 = AttentionSpec("f8E4M3FN", 8, 8, 128, 128)
+    assert "persistent = true" in _jit.forward_schedule(fp8, 512, 512)
+    long_fp8 = _jit.forward_schedule(fp8, 8192, 8192)
+    assert "persistent = false" in long_fp8 and "producer_regs = 24" in long_fp8
+    assert "_persistent" in _jit.get(fp8, "ptx", "fwd", schedule=_jit.forward_schedule(fp8, 512, 512)).ptx
     assert _jit.forward_schedule(AttentionSpec("bf16", 8, 8, 128, 128, cast_fp8=True), 512, 512) is None

@@ -189,3 +189,58 @@ def test_fp8_accuracy_experiment_fa3_table3():
           f"bf16 {rmse['bf16']:.2e} (FA3 paper: FP8 baseline 2.4e-2, with incoherent processing 9.1e-3)")
     assert rmse["bf16"] < rmse["fp8"] / 4
     assert rmse["fp8+hadamard"] < rmse["fp8"]
+
+
+def _launch_fp8(kernel, q8, k8, v8, descales, out, lse):
+    b, sq, _, _ = q8.shape
+    sk = k8.shape[1]
+    ws = torch.empty(max(kernel.forward_workspace_bytes(b, sq, sk), 256), device="cuda", dtype=torch.uint8)
+    kernel.launch_fp8(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                      *(d.data_ptr() for d in descales), ws.data_ptr(), b, sq, sk,
+                      torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("d, causal", [(64, True), (128, True), (128, False), (256, True)],
+                         ids=["d64-causal", "d128-causal", "d128", "d256-causal"])
+def test_fp8_schedules_agree(d, causal):
+    """Every FP8 kernel structure a schedule can ask for computes the default
+    kernel's output: without a producer warpgroup, without the
+    intra-warpgroup overlap, on a persistent grid and on a plain one (bit
+    for bit: the same key blocks in the same order), and with 256-key
+    blocks at d128 (other P roundings: within the reference bound of the
+    test above)."""
+    from fa3 import _jit, schedules
+    from fa3._spec import AttentionSpec
+
+    b, sq, sk, hq, hkv = 2, 1000, 1037, 4, 2
+    torch.manual_seed(d + causal)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda") for s, h in ((sq, hq), (sk, hkv), (sk, hkv)))
+    (q8, qd), (k8, kd), (v8, vd) = (_quantize(x, hkv) for x in (q, k, v))
+    spec = AttentionSpec("f8E4M3FN", hq, hkv, d, d, causal, 1 / math.sqrt(d))
+    default = dict(_jit._module().select_forward_schedule(d, True, causal, 0, 0))
+    # A persistent grid needs the producer warpgroup.
+    variants = {"no_ws": dict(default, producer_regs=0, consumer_regs=0, pingpong=False, intra_wg_overlap=False,
+                              persistent=False),
+                "no_overlap": dict(default, intra_wg_overlap=False),
+                "persistent": dict(default, persistent=True),
+                "plain_grid": dict(default, persistent=False)}
+    if d == 128:
+        variants["n256"] = dict(default, block_n=256, intra_wg_overlap=False)
+    outs, lses = {}, {}
+    for name, fields in {"default": None, **variants}.items():
+        kernel = _jit.get(spec, "cuda:0", "fwd", schedule=schedules.schedule(**fields) if fields else None)
+        out = torch.full((b, sq, hq, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((b, hq, sq), float("nan"), device="cuda")
+        _launch_fp8(kernel, q8, k8, v8, (qd, kd, vd), out, lse)
+        outs[name], lses[name] = out, lse
+    for name in variants:
+        if name == "n256":
+            vq = _dequantize(v8, vd, hkv)
+            ref, _ = _attention_f64(_dequantize(q8, qd, hkv), _dequantize(k8, kd, hkv), vq, causal)
+            err = (outs[name].double() - ref)
+            assert err.pow(2).mean().sqrt().item() <= 0.02 * vq.pow(2).mean().sqrt().item()
+            assert torch.allclose(lses[name], lses["default"], rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(outs[name], outs["default"]), name
+            assert torch.equal(lses[name], lses["default"]), name

@@ -60,7 +60,7 @@ void annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
 struct HopperAttentionSpec {
   bool bf16 = true; ///< bf16, else f16 (the output type in FP8 mode: bf16)
   /// e4m3 Q, K, V with descales: e4m3 wgmma for both GEMMs, V read through
-  /// a transposed copy V' (see valueTransposeKernelName), bf16 output.
+  /// a transposed copy V' (see buildValueTransposeKernel), bf16 output.
   bool fp8 = false;
   int64_t headDim = 128;
   int64_t numQHeads = 1, numKVHeads = 1;
@@ -88,7 +88,7 @@ struct HopperAttentionSpec {
   /// the other's GEMMs occupy the tensor cores.
   bool pingpong = false;
   /// A persistent grid (the schedule's `persistent`, needs warp
-  /// specialization; bf16/f16 only): one CTA per SM takes tiles of the
+  /// specialization): one CTA per SM takes tiles of the
   /// tile-level grid from an atomic counter, in the grid's order, so the
   /// producer loads tile n + 1's Q and first K/V blocks while the consumers
   /// still finish tile n. The K/V ring's slots and phases run on across tiles;
@@ -143,18 +143,12 @@ struct HopperAttentionSpec {
   /// A kernel name unique to the spec, e.g.
   /// fa3_fwd_bf16_d128_h8x2_m128n128_causal.
   std::string kernelName() const;
-  /// FP8 only: the kernel writing V' [B, Hkv, D, roundup(Sk, block_n)]
-  /// (keys innermost, permuted within groups of 32) from V; grid
-  /// (roundup(Sk, 128) / 128, Hkv, B), 256 threads, valueTransposeSmemBytes()
-  /// of dynamic shared memory; params V, V', Sk, padded Sk.
-  std::string valueTransposeKernelName() const { return kernelName() + "_vt"; }
   /// Split-KV only: the kernel merging the partials by their LSE
   /// (buildCombineSplitsKernel) has grid (ceildiv(Sq · Hq,
   /// kCombineRowsPerCta), B) and kCombineThreads threads (a warp per
   /// (query, head) row), no shared memory; params partial O, partial LSE,
   /// O, LSE, Sq, B.
   static constexpr int64_t kCombineThreads = 128, kCombineRowsPerCta = 4;
-  int64_t valueTransposeSmemBytes() const { return 128 * (headDim + 4); }
   int64_t elementBytes() const { return fp8 ? 1 : 2; }
   int64_t numConsumerWarpgroups() const { return blockM / 64; }
   bool warpSpecialized() const { return producerRegs > 0; }
@@ -167,9 +161,10 @@ struct HopperAttentionSpec {
   /// the producer loads tile n + 1's Q while the consumers still compute
   /// tile n; one otherwise.
   int64_t queryBuffers() const;
-  /// Whether the 16-bit forward stages O for its TMA store in a tile of its
-  /// own (after the V ring) rather than in the Q tile: on a persistent grid
-  /// where it fits. There a warpgroup's O store is waited for only before
+  /// Whether the forward stages O for its TMA store in a tile of its own
+  /// (after the V ring) rather than in the Q tile: always for FP8 (its bf16
+  /// O does not fit the e4m3 Q tile), else on a persistent grid where it
+  /// fits. There a warpgroup's O store is waited for only before
   /// its next tile's epilogue writes the O tile again, and Q is released
   /// right after the key loop, so nothing of the store delays the next
   /// tile; in the Q tile, the store had to be read before Q was released.
@@ -194,15 +189,15 @@ void annotateHopperForwardLaunch(Operation *op, gpu::GPUModuleOp kernels,
                                  StringRef name,
                                  const HopperAttentionSpec &spec);
 
-/// Emits the forward kernel for `spec` into `module` as an `llvm.func` with
-/// `nvvm.kernel`. Its parameters, in order: the CUtensorMaps of Q, K and V
-/// (128 bytes each, passed by value as __grid_constant__; V' in FP8 mode),
-/// the O and LSE pointers, in FP8 mode the q/k/v descale pointers ([B, Hkv]
-/// f32), and Sq and Sk as i32. Grid: (ceildiv(Sq, blockM), Hq, B);
-/// block: numThreads(); dynamic shared memory: sharedMemoryBytes().
-LLVM::LLVMFuncOp buildHopperAttentionKernel(OpBuilder &builder,
-                                            gpu::GPUModuleOp module,
-                                            const HopperAttentionSpec &spec);
+/// FP8 only: emits the V layout kernel of `spec` into `module` as `name`
+/// (the attention kernel's name + "_vt"): V [B, Sk, Hkv, D] to V' [B, Hkv,
+/// D, roundup(Sk, block_n)] (keys innermost, permuted within groups of 32);
+/// grid (roundup(Sk, block_n) / 128, Hkv, B), 256 threads, 128 · (D + 4)
+/// bytes of dynamic shared memory; params V, V', Sk, padded Sk.
+LLVM::LLVMFuncOp buildValueTransposeKernel(OpBuilder &builder,
+                                           gpu::GPUModuleOp module,
+                                           const HopperAttentionSpec &spec,
+                                           StringRef name);
 
 /// Emits kernel `name` (the split kernel's name + "_combine") into
 /// `module`: fa3.combine_splits of a split-KV forward's f32 partials into O

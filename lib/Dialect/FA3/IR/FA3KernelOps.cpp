@@ -74,10 +74,12 @@ LogicalResult RingArriveOp::verify() { return verifyRing(*this, getStages()); }
 LogicalResult RingBarrierOp::verify() { return verifyRing(*this, getStages()); }
 
 /// The TMA tile ops' common checks: whole 128-byte atoms of 1- or 2-byte
-/// elements, and box rows within TMA's 256.
+/// elements (or, where `allow64ByteRows`, one 64-byte atom), and box rows
+/// within TMA's 256.
 static LogicalResult verifyTmaTile(Operation *op, int64_t rows, int64_t cols,
                                    int64_t elementBytes,
-                                   std::optional<uint64_t> packedHeads) {
+                                   std::optional<uint64_t> packedHeads,
+                                   bool allow64ByteRows = false) {
   if (packedHeads) {
     auto g = static_cast<int64_t>(*packedHeads);
     if (g < 1 || g > 256 || rows % g != 0)
@@ -93,6 +95,8 @@ static LogicalResult verifyTmaTile(Operation *op, int64_t rows, int64_t cols,
     return op->emitOpError()
            << "rows must be in [1, 256] (a TMA box dimension), got " << rows;
   int64_t atomCols = 128 / elementBytes;
+  if (allow64ByteRows && cols * elementBytes == 64)
+    return success();
   if (cols < 1 || cols % atomCols != 0)
     return op->emitOpError()
            << "cols must be a positive multiple of the " << atomCols
@@ -101,9 +105,27 @@ static LogicalResult verifyTmaTile(Operation *op, int64_t rows, int64_t cols,
 }
 
 LogicalResult TmaLoadTileOp::verify() {
-  return verifyTmaTile(
-      *this, static_cast<int64_t>(getRows()), static_cast<int64_t>(getCols()),
-      static_cast<int64_t>(getElementBytes()), getPackedHeads());
+  auto rows = static_cast<int64_t>(getRows());
+  auto cols = static_cast<int64_t>(getCols());
+  auto elementBytes = static_cast<int64_t>(getElementBytes());
+  if (!getTransposed())
+    return verifyTmaTile(*this, rows, cols, elementBytes, getPackedHeads(),
+                         /*allow64ByteRows=*/true);
+  // Transposed: boxes of 128 bytes of positions by `cols` rows.
+  if (getPackedHeads())
+    return emitOpError() << "a transposed tile takes no packed_heads";
+  if (elementBytes != 1 && elementBytes != 2)
+    return emitOpError() << "element_bytes must be 1 (e4m3) or 2 (bf16/f16), "
+                            "got "
+                         << elementBytes;
+  int64_t atomPositions = 128 / elementBytes;
+  if (rows < 1 || rows > 256 || rows % atomPositions != 0 || cols < 1 ||
+      cols > 256)
+    return emitOpError() << "a transposed tile is whole atoms of "
+                         << atomPositions << " positions by at most 256 rows "
+                         << "(TMA box dimensions), got rows = " << rows
+                         << ", cols = " << cols;
+  return success();
 }
 
 LogicalResult TmaLoadPagedTileOp::verify() {

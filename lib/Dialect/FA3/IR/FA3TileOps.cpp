@@ -191,8 +191,24 @@ LogicalResult AttentionBlockOp::verify() {
                          << k.getDimSize(3);
   if (static_cast<bool>(getSplitBegin()) != static_cast<bool>(getSplitEnd()))
     return emitOpError() << "takes a split as [begin, end): both or neither";
-  // A split's partial output stays in f32 until fa3.combine_splits.
-  Type outElt = getSplitBegin() ? Float32Type::get(getContext()) : elt;
+  // FP8: the descales of the block's quantized tiles, and P's e4m3 rounding.
+  bool fp8 = isa<Float8E4M3FNType>(elt);
+  if (fp8 && !getQkDescale())
+    return emitOpError() << "has e4m3 tiles: it needs descale(%qk, %v)";
+  if (!fp8 && getQkDescale())
+    return emitOpError() << "takes descale(%qk, %v) for e4m3 tiles only, got "
+                         << elt;
+  if (fp8 && !getProbsScale())
+    return emitOpError() << "has e4m3 tiles: it needs probs_scale (P is "
+                            "rounded to e4m3 before it multiplies V)";
+  if (fp8 && (getSplitBegin() || getRng() || getPackedHeads()))
+    return emitOpError() << "has e4m3 tiles, which take no split, dropout or "
+                            "packed_heads";
+  // A split's partial output stays in f32 until fa3.combine_splits; FP8's
+  // is bf16.
+  Type outElt = getSplitBegin() ? Float32Type::get(getContext())
+                : fp8           ? BFloat16Type::get(getContext())
+                                : elt;
   if (rows(getOutput()) != rows(getQueryTile()) ||
       v.isDynamicDim(3) || cols(getOutput()) != v.getDimSize(3) ||
       elementType(getOutput()) != outElt)
@@ -279,6 +295,9 @@ LogicalResult RescaleOp::verify() {
 }
 
 LogicalResult PVOp::verify() {
+  if (isa<Float8E4M3FNType>(elementType(getValue())) && !getProbsScale())
+    return emitOpError() << "an e4m3 value tile needs probs_scale (P is "
+                            "rounded to e4m3 before it multiplies V)";
   if (cols(getProbs()) != rows(getValue()))
     return emitOpError() << "probabilities have " << cols(getProbs())
                          << " columns but the value tile has "
@@ -300,6 +319,8 @@ LogicalResult FinalizeOp::verify() {
   if (n != acc.getDimSize(0))
     return emitOpError() << "accumulator has " << acc.getDimSize(0)
                          << " rows but the row statistics have " << n;
+  if (static_cast<bool>(getQkDescale()) != static_cast<bool>(getVDescale()))
+    return emitOpError() << "takes descale(%qk, %v): both or neither";
   return verifyPositive(*this, "scale", getScale().convertToFloat());
 }
 

@@ -116,8 +116,8 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
         Value scores =
             QKOp::create(b, loc, sType, op.getQueryTile(), kTile);
         if (auto softcap = op.getSoftcap())
-          scores = SoftcapOp::create(b, loc, sType, scores, op.getScaleAttr(),
-                                     op.getSoftcapAttr());
+          scores = SoftcapOp::create(b, loc, sType, scores, op.getQkDescale(),
+                                     op.getScaleAttr(), op.getSoftcapAttr());
 
         // Only blocks that cross the end of the keys, the diagonal or a
         // window edge pay for the mask.
@@ -136,8 +136,11 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
               scf::YieldOp::create(b, loc, scores);
             });
 
+        // FP8: S is raw products of quantized values, scaled by
+        // q_descale · k_descale in the softmax.
         auto softmax = OnlineSoftmaxOp::create(
-            b, loc, sType, rowType, rowType, rowType, masked.getResult(0), iters[1], iters[2],
+            b, loc, sType, rowType, rowType, rowType, masked.getResult(0),
+            iters[1], iters[2], op.getQkDescale(),
             b.getF32FloatAttr(exp2Scale));
         Value acc = RescaleOp::create(b, loc, accType, iters[0],
                                       softmax.getCorrection());
@@ -159,7 +162,7 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
   auto finalize = FinalizeOp::create(
       rewriter, loc, op.getOutput().getType(), op.getLse().getType(),
       loop.getResult(0), loop.getResult(1), loop.getResult(2),
-      op.getScaleAttr());
+      op.getQkDescale(), op.getVDescale(), op.getScaleAttr());
   rewriter.replaceOp(op, finalize.getResults());
 }
 

@@ -61,12 +61,26 @@ static constexpr int64_t kPersistentKeysD64 = 4096, kPersistentKeys = 1024,
                          kPersistentKeysCausal = 4096;
 static constexpr int64_t kPersistentMaxHeadDim = 128;
 
-/// Whether a 16-bit warp-specialized Hopper forward of head dim `headDim`
-/// over `seqLenK` keys (dynamic or <= 0: unknown, never) runs on a
-/// persistent grid.
-static bool persistentPays(int64_t headDim, bool causal, int64_t seqLenK) {
-  if (headDim > kPersistentMaxHeadDim || ShapedType::isDynamic(seqLenK) ||
-      seqLenK <= 0)
+/// The FP8 forward on a persistent grid, measured on the H100 (e4m3, Sq =
+/// Sk = 1k-16k, docs/Performance.md, "The FP8 forward through the tile
+/// level"): d64 gains at every length (+4% to +30%), d128 causal at 1k-8k
+/// (+5% to +16%; even at 16k) and non-causal at 1k (+10%; -2% to -5% from
+/// 4k), d256 loses from 4k (-1% to -11%). Half-size e4m3 tiles make the key
+/// loop's blocks cheaper, so the tile's start and end weigh more than in
+/// the 16-bit kernel at the same length.
+static constexpr int64_t kPersistentKeysFP8 = 1024;
+
+/// Whether a warp-specialized Hopper forward of head dim `headDim` over
+/// `seqLenK` keys (dynamic or <= 0: unknown) runs on a persistent grid.
+/// Where a length limit decides, an unknown length does not.
+static bool persistentPays(int64_t headDim, bool fp8, bool causal,
+                           int64_t seqLenK) {
+  bool known = !ShapedType::isDynamic(seqLenK) && seqLenK > 0;
+  if (fp8)
+    return headDim <= 64 ||
+           (headDim <= 128 &&
+            (causal || (known && seqLenK <= kPersistentKeysFP8)));
+  if (headDim > kPersistentMaxHeadDim || !known)
     return false;
   if (causal)
     return seqLenK <= kPersistentKeysCausal;
@@ -82,17 +96,18 @@ static bool persistentPays(int64_t headDim, bool causal, int64_t seqLenK) {
 /// +7-11% at d128 and d256, 2k-8k; at d64 it lost 1-2% on the 192-row
 /// tile, docs/Performance.md). One consumer (too few rows to hide the
 /// producer's cost) and four (no registers left to give) run without a
-/// producer. FP8 runs without a producer for now. `persistent` asks for a
+/// producer. FP8 takes the same structure (FlashAttention-3's FP8 forward
+/// is warp-specialized with the overlap too). `persistent` asks for a
 /// persistent grid, which only a warp-specialized kernel has.
 static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                                           int64_t blockN, int64_t headDim,
-                                          bool fp8, bool persistent = false) {
+                                          bool persistent = false) {
   int64_t consumers = blockM / 64;
   int64_t producerRegs = 0, consumerRegs = 0;
-  if (!fp8 && consumers == 2) {
+  if (consumers == 2) {
     producerRegs = 24;
     consumerRegs = 240;
-  } else if (!fp8 && consumers == 3) {
+  } else if (consumers == 3) {
     producerRegs = 32;
     consumerRegs = 160;
   }
@@ -120,13 +135,13 @@ struct ForwardTiles {
 /// block_m / rate(block_m), the rows computed (padding included) over the
 /// measured throughput per row of that tile; ties go to the larger tile.
 /// Other head dims and FP8 keep their long-sequence tile (192 at d <= 64,
-/// else 128). A warp-specialized tile (128 or 192 rows, 16-bit) runs on a
-/// persistent grid where the key loop is short (persistentPays).
+/// else 128). A warp-specialized tile (128 or 192 rows) runs on a
+/// persistent grid where that measured faster (persistentPays).
 static ForwardTiles selectHopperForwardTiles(int64_t headDim, bool fp8,
                                              bool causal, int64_t seqLenQ,
                                              int64_t seqLenK) {
   int64_t longTile = headDim <= 64 ? 192 : 128;
-  bool persistent = !fp8 && persistentPays(headDim, causal, seqLenK);
+  bool persistent = persistentPays(headDim, fp8, causal, seqLenK);
   // Only the 16-bit d <= 64 forward has measured alternatives (its 192-row
   // tile is the one short sequences waste most of).
   if (fp8 || longTile != 192 || ShapedType::isDynamic(seqLenQ) ||
@@ -194,7 +209,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // are half as large, so d256 fits 128 x 128 too.
   if (fp8)
     blockN = 128;
-  return hopperForwardSchedule(context, tiles.blockM, blockN, headDim, fp8,
+  return hopperForwardSchedule(context, tiles.blockM, blockN, headDim,
                                tiles.persistent);
 }
 
@@ -279,7 +294,7 @@ struct FA3SelectSchedulePass
         chosen = hopperForwardSchedule(
             op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
             blockN > 0 ? blockN : chosen.getBlockN(), q.getShape().back(),
-            /*fp8=*/false, chosen.getPersistent());
+            chosen.getPersistent());
       op.setScheduleAttr(applyOverrides(chosen));
     };
     getOperation()->walk([&](Operation *op) {
@@ -301,7 +316,6 @@ struct FA3SelectSchedulePass
           chosen = hopperForwardSchedule(
               op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
               blockN > 0 ? blockN : chosen.getBlockN(), q.getDimSize(3),
-              isa<Float8E4M3FNType>(q.getElementType()),
               chosen.getPersistent());
         // Dropout's keep mask is applied between the softmax and P V, which
         // the rotated key loop of intra-warpgroup overlap does not build.

@@ -70,8 +70,25 @@ struct TiledForward {
   /// Dropout (null: off): the probability and the Philox (seed, offset).
   FloatAttr dropout;
   Value rng;
+  /// FP8 (null: 16-bit or f32): the f32 [B, Hkv] descales of Q, K and V.
+  Value qDescale, kDescale, vDescale;
 };
 } // namespace
+
+/// FP8: the descale scalars of (batch, kvHead) that fa3.attention_block
+/// takes, `q_descale · k_descale` and `v_descale`; nulls otherwise.
+static std::pair<Value, Value> blockDescales(OpBuilder &b, Location loc,
+                                             const TiledForward &t, Value batch,
+                                             Value kvHead) {
+  if (!t.qDescale)
+    return {};
+  auto at = [&](Value descale) {
+    return tensor::ExtractOp::create(b, loc, descale, ValueRange{batch, kvHead})
+        .getResult();
+  };
+  Value qk = arith::MulFOp::create(b, loc, at(t.qDescale), at(t.kDescale));
+  return {qk, at(t.vDescale)};
+}
 
 /// The dropout stream of query head `head` of batch `batch` (fa3.dropout):
 /// `batch · Hq + head`, or null without dropout.
@@ -166,13 +183,16 @@ static ValueRange buildBatchLoops(OpBuilder &builder, Location loc,
                     Value qTile = LoadTileOp::create(
                         b, loc, qTileType, t.query, seq.tensorBatch, row, head,
                         seq.qEnd, packedAttr);
+                    auto [qkDescale, vDescale] =
+                        blockDescales(b, loc, t, seq.tensorBatch, kvHead);
                     auto block = AttentionBlockOp::create(
                         b, loc, oTileType, lseTileType, qTile, t.key, t.value,
                         seq.tensorBatch, kvHead, qStart, seq.qLen, seq.keyStart,
                         seq.keyLen, t.pageTable, splitBegin, splitEnd, t.rng,
                         dropoutStream(b, loc, t, seq.tensorBatch, head),
-                        t.causal, t.scale, t.window, t.softcap, t.schedule,
-                        t.probsScale, packedAttr, t.dropout);
+                        qkDescale, vDescale, t.causal, t.scale, t.window,
+                        t.softcap, t.schedule, t.probsScale, packedAttr,
+                        t.dropout);
                     Value out = StoreTileOp::create(
                         b, loc, t.outType, block.getOutput(), iters[0],
                         storeBatch, row, head, seq.qEnd, packedAttr);
@@ -291,12 +311,15 @@ static ValueRange buildGrid(RewriterBase &rewriter, Location loc,
   Value qTile =
       LoadTileOp::create(rewriter, loc, qTileType, t.query, seq.tensorBatch,
                          row, head, seq.qEnd, packedAttr);
+  auto [qkDescale, vDescale] =
+      blockDescales(rewriter, loc, t, seq.tensorBatch, kvHead);
   auto block = AttentionBlockOp::create(
       rewriter, loc, oTileType, lseTileType, qTile, t.key, t.value,
       seq.tensorBatch, kvHead, qStart, seq.qLen, seq.keyStart, seq.keyLen,
       t.pageTable, splitBegin, splitEnd, t.rng,
-      dropoutStream(rewriter, loc, t, seq.tensorBatch, head), t.causal, t.scale,
-      t.window, t.softcap, t.schedule, t.probsScale, packedAttr, t.dropout);
+      dropoutStream(rewriter, loc, t, seq.tensorBatch, head), qkDescale,
+      vDescale, t.causal, t.scale, t.window, t.softcap, t.schedule,
+      t.probsScale, packedAttr, t.dropout);
   rewriter.setInsertionPointToStart(inParallel.getBody());
   ValueRange shared = forall.getRegionIterArgs();
   ParallelStoreTileOp::create(rewriter, loc, block.getOutput(), shared[0],
@@ -350,13 +373,12 @@ static LogicalResult setPackedHeads(TiledForward &t, Operation *op) {
 }
 
 /// Builds the loops over (batch, query head, query block) and replaces `op`
-/// with their results.
-/// `probsScale`, when set, asks the fa3.pv steps to round P to e4m3 after
-/// multiplying by it (the CPU reference of an FP8 attention).
+/// with their results. An FP8 attention keeps its e4m3 tiles: its blocks
+/// take the descales of their (batch, key/value head) and round P to e4m3
+/// after multiplying by 2^8 (probs_scale), as the Hopper kernel does.
 /// With `grid`, the three loops are one scf.forall mapped to GPU blocks
 /// (query block -> x, head -> y, batch -> z).
 static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
-                                   FloatAttr probsScale = {},
                                    bool grid = false) {
   ScheduleAttr schedule = op.getScheduleAttr();
   if (!schedule)
@@ -405,7 +427,12 @@ static LogicalResult tileAttention(AttentionOp op, RewriterBase &rewriter,
     t.dropout = op.getDropoutAttr();
     t.rng = op.getRng();
   }
-  t.probsScale = probsScale;
+  if (op.isFP8()) {
+    t.probsScale = rewriter.getF32FloatAttr(kFP8ProbsScale);
+    t.qDescale = op.getDescales()[0];
+    t.kDescale = op.getDescales()[1];
+    t.vDescale = op.getDescales()[2];
+  }
   t.value = op.getValue();
   t.outType = outType;
   t.lseType = lseType;
@@ -734,81 +761,6 @@ static void lowerKVCacheAppend(KVCacheAppendOp op, RewriterBase &rewriter) {
   rewriter.replaceOp(op, batchLoop.getResults());
 }
 
-/// The CPU form of an FP8 attention: Q, K and V dequantized to f32 with
-/// their descales (one per batch and key/value head), the f32 attention of
-/// those, and the output rounded to bf16. Returns the f32 attention for
-/// fa3-tile to tile; the caller asks its fa3.pv steps to round P to e4m3 as
-/// the Hopper kernel does.
-static AttentionOp dequantizeFP8(AttentionOp op, RewriterBase &rewriter) {
-  Location loc = op.getLoc();
-  rewriter.setInsertionPoint(op);
-  MLIRContext *ctx = rewriter.getContext();
-  Type f32 = rewriter.getF32Type();
-  auto qType = cast<RankedTensorType>(op.getQuery().getType());
-  int64_t group =
-      qType.getDimSize(2) /
-      cast<RankedTensorType>(op.getKey().getType()).getDimSize(2);
-  auto dequantize = [&](Value x, Value descale, int64_t headsPerDescale) {
-    auto type = cast<RankedTensorType>(x.getType());
-    SmallVector<Value> dynamic;
-    for (int64_t i = 0; i < type.getRank(); ++i)
-      if (type.isDynamicDim(i))
-        dynamic.push_back(tensor::DimOp::create(rewriter, loc, x, i));
-    auto outType = RankedTensorType::get(type.getShape(), f32);
-    Value init = tensor::EmptyOp::create(rewriter, loc, type.getShape(), f32,
-                                         dynamic);
-    AffineExpr b = getAffineDimExpr(0, ctx), h = getAffineDimExpr(2, ctx);
-    auto identity = AffineMap::getMultiDimIdentityMap(4, ctx);
-    auto perHead = AffineMap::get(4, 0, {b, h.floorDiv(headsPerDescale)}, ctx);
-    SmallVector<utils::IteratorType> parallel(4, utils::IteratorType::parallel);
-    return linalg::GenericOp::create(
-               rewriter, loc, outType, ValueRange{x, descale}, init,
-               ArrayRef<AffineMap>{identity, perHead, identity}, parallel,
-               [&](OpBuilder &b, Location loc, ValueRange args) {
-                 Value v = decodeE4M3(b, loc, args[0]);
-                 linalg::YieldOp::create(
-                     b, loc,
-                     ValueRange{arith::MulFOp::create(b, loc, v, args[1])});
-               })
-        .getResult(0);
-  };
-  Value q = dequantize(op.getQuery(), op.getDescales()[0], group);
-  Value k = dequantize(op.getKey(), op.getDescales()[1], 1);
-  Value v = dequantize(op.getValue(), op.getDescales()[2], 1);
-
-  auto outType = cast<RankedTensorType>(op.getOutput().getType());
-  auto outF32 = RankedTensorType::get(outType.getShape(), f32);
-  auto attention = AttentionOp::create(
-      rewriter, loc, outF32, op.getLse().getType(), q, k, v, ValueRange{},
-      /*rng=*/Value(), op.getCausalAttr(),
-      rewriter.getF32FloatAttr(op.getEffectiveScale()), op.getWindowAttr(),
-      op.getSoftcapAttr(), op.getScheduleAttr(),
-      /*fp8=*/FP8Attr(), /*pack_gqa=*/UnitAttr(), /*dropout=*/FloatAttr());
-  // The bf16 output.
-  SmallVector<Value> dynamic;
-  for (int64_t i = 0; i < outType.getRank(); ++i)
-    if (outType.isDynamicDim(i))
-      dynamic.push_back(
-          tensor::DimOp::create(rewriter, loc, attention.getOutput(), i));
-  Value init = tensor::EmptyOp::create(rewriter, loc, outType.getShape(),
-                                       outType.getElementType(), dynamic);
-  auto identity = AffineMap::getMultiDimIdentityMap(4, ctx);
-  Value out =
-      linalg::GenericOp::create(
-          rewriter, loc, outType, ValueRange{attention.getOutput()}, init,
-          ArrayRef<AffineMap>{identity, identity},
-          SmallVector<utils::IteratorType>(4, utils::IteratorType::parallel),
-          [&](OpBuilder &b, Location loc, ValueRange args) {
-            linalg::YieldOp::create(
-                b, loc,
-                ValueRange{arith::TruncFOp::create(
-                    b, loc, outType.getElementType(), args[0])});
-          })
-          .getResult(0);
-  rewriter.replaceOp(op, ValueRange{out, attention.getLse()});
-  return attention;
-}
-
 namespace {
 struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
   using Base::Base;
@@ -849,16 +801,9 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
       if (failed(tiled))
         failedAny = true;
     }
-    for (AttentionOp op : ops) {
-      FloatAttr probsScale;
-      if (op.isFP8()) {
-        op = dequantizeFP8(op, rewriter);
-        probsScale = rewriter.getF32FloatAttr(kFP8ProbsScale);
-      }
-      // The FP8 reference stays serial: no Hopper kernel reads its tiles.
-      if (failed(tileAttention(op, rewriter, probsScale, grid && !probsScale)))
+    for (AttentionOp op : ops)
+      if (failed(tileAttention(op, rewriter, grid)))
         failedAny = true;
-    }
     for (AttentionGradOp op : gradOps)
       if (failed(tileAttentionGrad(op, rewriter)))
         failedAny = true;

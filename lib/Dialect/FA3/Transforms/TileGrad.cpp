@@ -301,6 +301,7 @@ static SmallVector<Value> tileGrad(const GradTiling &t, RewriterBase &rewriter,
                           Value scores = QKOp::create(b, loc, sType, q, kTile);
                           if (softcap > 0)
                             scores = SoftcapOp::create(b, loc, sType, scores,
+                                                       /*descale=*/Value(),
                                                        scaleAttr, softcapAttr);
                           Value needsMask =
                               m.blockNeedsMask(qStart, qLast, kStart, blockN,

@@ -181,6 +181,16 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
     `row + r / G`: one copy per atom with coordinates (column, 0, `head`,
     `row`, `batch`).
 
+    Rows of 64 bytes (`cols · element_bytes = 64`: e4m3 at D = 64) are one
+    atom of the 64-byte swizzle, which the tensor map then uses.
+
+    With `transposed` the tensor map views the tensor as `[B, H, D, S]`
+    (positions innermost: the V' that the FP8 forward's layout kernel
+    writes) in boxes of 128 bytes of positions × `cols` rows, and the tile
+    is stored as the `cols` rows of its `rows` positions: atom a (positions
+    `row + a · 128 / element_bytes` on) at `offset + a · cols · 128`, the
+    K-major layout of a wgmma B operand whose K runs over the positions.
+
     ```mlir
     fa3.tma_load_tile %tk[%row, %head, %batch] to %smem[%offset], %bar
         {rows = 128 : i64, cols = 128 : i64, element_bytes = 2 : i64}
@@ -191,16 +201,23 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
                        LLVM_PointerInAddressSpace<3>:$smem, I32:$offset,
                        LLVM_PointerInAddressSpace<3>:$barrier, I64Attr:$rows,
                        I64Attr:$cols, I64Attr:$element_bytes,
-                       OptionalAttr<I64Attr>:$packed_heads);
+                       OptionalAttr<I64Attr>:$packed_heads,
+                       UnitAttr:$transposed);
   let assemblyFormat = [{
     $tensor_map `[` $row `,` $head `,` $batch `]` `to` $smem `[` $offset `]`
     `,` $barrier attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Columns per 128-byte swizzle atom.
+    /// Bytes of one swizzle atom's row: 128, or 64 for a tile of 64-byte
+    /// rows (transposed: always 128, of positions).
+    int64_t getAtomBytes() {
+      int64_t rowBytes = static_cast<int64_t>(getCols() * getElementBytes());
+      return getTransposed() ? 128 : std::min<int64_t>(128, rowBytes);
+    }
+    /// Columns (transposed: positions) per swizzle atom.
     int64_t getAtomCols() {
-      return 128 / static_cast<int64_t>(getElementBytes());
+      return getAtomBytes() / static_cast<int64_t>(getElementBytes());
     }
     /// Bytes of the whole tile.
     int64_t getBytes() {

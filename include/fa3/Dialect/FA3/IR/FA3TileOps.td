@@ -21,8 +21,9 @@ include "mlir/IR/CommonTypeConstraints.td"
 def FA3_Tile2D : TypeConstraint<
     And<[HasStaticShapePred, HasAnyRankOfPred<[2]>, IsTensorTypePred,
          SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",
-                     AnyTypeOf<[F16, BF16, F32]>.predicate>]>,
-    "statically shaped 2-D tensor of f16, bf16 or f32", "::mlir::RankedTensorType">;
+                     AnyTypeOf<[F16, BF16, F32, F8E4M3FN]>.predicate>]>,
+    "statically shaped 2-D tensor of f16, bf16, f32 or f8E4M3FN",
+    "::mlir::RankedTensorType">;
 def FA3_Tile1D : TypeConstraint<
     And<[HasStaticShapePred, HasAnyRankOfPred<[1]>, IsTensorTypePred,
          SubstLeaves<"$_self", "::llvm::cast<::mlir::ShapedType>($_self).getElementType()",
@@ -310,6 +311,12 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
     key block pass through `fa3.dropout` (stream `batch · Hq + query head`)
     before they multiply V.
 
+    FP8 (e4m3 query tile, `key` and `value`): `descale(%qk, %v)` are the
+    scalars that dequantize the block, `q_descale · k_descale` and
+    `v_descale` of its (batch, key/value head): the true scores are `qk ·
+    (Q Kᵀ)` and the true values `v · V`. `probs_scale` must then be set
+    (the e4m3 rounding of P; `fa3.pv`).
+
     ```mlir
     %o, %lse = fa3.attention_block %qt, %k, %v, %b, %hkv, %q0, %sq
         {causal, scale = 1.250000e-01 : f32, schedule = #fa3.schedule<...>}
@@ -325,6 +332,7 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
                        Optional<Index>:$split_begin, Optional<Index>:$split_end,
                        Optional<TensorOf<[I64]>>:$rng,
                        Optional<Index>:$dropout_stream,
+                       Optional<F32>:$qk_descale, Optional<F32>:$v_descale,
                        UnitAttr:$causal, F32Attr:$scale,
                        OptionalAttr<DenseI64ArrayAttr>:$window,
                        OptionalAttr<F32Attr>:$softcap,
@@ -338,6 +346,7 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
     $q_len (`key_start` $key_start^)? (`key_len` $key_len^)?
     (`pages` $page_table^)? (`split` `[` $split_begin^ `,` $split_end `]`)?
     (`dropout` `(` $rng^ `,` $dropout_stream `)`)?
+    (`descale` `(` $qk_descale^ `,` $v_descale `)`)?
     attr-dict `:` type($query_tile) `,` type($key)
     `,` type($value) (`,` type($page_table)^)? (`,` type($rng)^)? `->`
     type($output) `,` type($lse)
@@ -356,7 +365,10 @@ def FA3_QKOp : FA3_TileOp<"qk"> {
   let summary = "Raw scores S = Q Kᵀ of a query tile and a key tile, in f32";
   let description = [{
     `scores[i, j] = Σ_d query[i, d] · key[j, d]`, accumulated in f32. On
-    Hopper both operands come from shared memory (SS wgmma).
+    Hopper both operands come from shared memory (SS wgmma). Both tiles have
+    one element type; e4m3 tiles give the raw products of the quantized
+    values (the descales are applied by `fa3.online_softmax` and
+    `fa3.finalize`).
 
     ```mlir
     %s = fa3.qk %qt, %kt : tensor<64x64xf16>, tensor<64x64xf16> -> tensor<64x64xf32>
@@ -375,15 +387,20 @@ def FA3_SoftcapOp : FA3_TileOp<"softcap",
   let description = [{
     `result = (softcap / scale) · tanh(scores · scale / softcap)`, so that
     `scale · result = softcap · tanh(scale · scores / softcap)`: the softmax
-    that follows keeps folding `scale` into its exp2.
+    that follows keeps folding `scale` into its exp2. With `descale %d`
+    (FP8: raw products of quantized values, whose true scores are `d ·
+    scores`) the scale is `scale · d` in both places, so the result stays in
+    raw units for the softmax that takes the same `d`.
 
     ```mlir
     %c = fa3.softcap %s {scale = 1.250000e-01 : f32, softcap = 3.000000e+01 : f32} : tensor<64x64xf32>
     ```
   }];
-  let arguments = (ins FA3_F32Tile2D:$scores, F32Attr:$scale, F32Attr:$softcap);
+  let arguments = (ins FA3_F32Tile2D:$scores, Optional<F32>:$descale,
+                       F32Attr:$scale, F32Attr:$softcap);
   let results = (outs FA3_F32Tile2D:$result);
-  let assemblyFormat = "$scores attr-dict `:` type($scores)";
+  let assemblyFormat =
+      "$scores (`descale` $descale^)? attr-dict `:` type($scores)";
 }
 
 def FA3_MaskOp : FA3_TileOp<"mask", [AllTypesMatch<["scores", "result"]>]> {
@@ -425,18 +442,23 @@ def FA3_OnlineSoftmaxOp : FA3_TileOp<"online_softmax", [
     A row whose max is still -inf subtracts 0 instead, so fully masked rows
     give zeros, never NaN.
 
+    With `descale %d` (an f32 scalar, FP8: `q_descale · k_descale`) the
+    scores are raw products of quantized values and `c = exp2_scale · d`;
+    the max stays in raw units (`fa3.finalize` takes the same `d`).
+
     ```mlir
     %p, %m1, %l1, %alpha = fa3.online_softmax %s, %m0, %l0
         {exp2_scale = 0.180336878 : f32} : tensor<64x64xf32>, tensor<64xf32>
     ```
   }];
   let arguments = (ins FA3_F32Tile2D:$scores, FA3_Tile1D:$row_max,
-                       FA3_Tile1D:$row_sum, F32Attr:$exp2_scale);
+                       FA3_Tile1D:$row_sum, Optional<F32>:$descale,
+                       F32Attr:$exp2_scale);
   let results = (outs FA3_F32Tile2D:$probs, FA3_Tile1D:$new_max,
                       FA3_Tile1D:$new_sum, FA3_Tile1D:$correction);
   let assemblyFormat = [{
-    $scores `,` $row_max `,` $row_sum attr-dict `:` type($scores) `,`
-    type($row_max)
+    $scores `,` $row_max `,` $row_sum (`descale` $descale^)? attr-dict `:`
+    type($scores) `,` type($row_max)
   }];
 }
 
@@ -502,7 +524,9 @@ def FA3_PVOp : FA3_TileOp<"pv", [AllTypesMatch<["acc", "result"]>]> {
     does when it packs P into wgmma A-operand registers. With
     `probs_scale = s` (the CPU reference of an FP8 attention), `round(P)` is
     instead `e4m3(s · P) / s`, rounded to nearest even and saturated: the
-    FP8 kernel's P, scaled by 2^8 before its cast.
+    FP8 kernel's P, scaled by 2^8 before its cast. An e4m3 `value` (the
+    quantized values; `fa3.finalize` applies their descale) needs
+    `probs_scale`.
 
     ```mlir
     %a2 = fa3.pv %p, %vt, %a1 : tensor<64x64xf32>, tensor<64x64xf16>, tensor<64x64xf32>
@@ -518,12 +542,15 @@ def FA3_PVOp : FA3_TileOp<"pv", [AllTypesMatch<["acc", "result"]>]> {
 }
 
 def FA3_FinalizeOp : FA3_TileOp<"finalize",
-    [AllTypesMatch<["row_max", "row_sum", "lse"]>]> {
+    [AllTypesMatch<["row_max", "row_sum", "lse"]>, AttrSizedOperandSegments]> {
   let summary = "Normalize the accumulator and form the LSE";
   let description = [{
     `output[i, :] = acc[i, :] / row_sum[i]` converted to the result element
     type, and `lse[i] = scale · row_max[i] + log(row_sum[i])`. Rows with
     `row_sum == 0` (no visible key) give `output = 0` and `lse = -inf`.
+    With `descale(%qk, %v)` (FP8: the max in raw units, the values
+    quantized) `lse[i] = scale · qk · row_max[i] + log(row_sum[i])` and
+    `output[i, :] = v · acc[i, :] / row_sum[i]`.
 
     ```mlir
     %o, %lse = fa3.finalize %acc, %m, %l {scale = 1.250000e-01 : f32}
@@ -531,11 +558,13 @@ def FA3_FinalizeOp : FA3_TileOp<"finalize",
     ```
   }];
   let arguments = (ins FA3_F32Tile2D:$acc, FA3_Tile1D:$row_max,
-                       FA3_Tile1D:$row_sum, F32Attr:$scale);
+                       FA3_Tile1D:$row_sum, Optional<F32>:$qk_descale,
+                       Optional<F32>:$v_descale, F32Attr:$scale);
   let results = (outs FA3_Tile2D:$output, FA3_Tile1D:$lse);
   let assemblyFormat = [{
-    $acc `,` $row_max `,` $row_sum attr-dict `:` type($acc) `,` type($row_max)
-    `->` type($output)
+    $acc `,` $row_max `,` $row_sum
+    (`descale` `(` $qk_descale^ `,` $v_descale `)`)? attr-dict `:`
+    type($acc) `,` type($row_max) `->` type($output)
   }];
 }
 

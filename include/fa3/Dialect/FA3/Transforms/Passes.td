@@ -129,14 +129,12 @@ def FA3CastFP8 : Pass<"fa3-cast-fp8"> {
        replace the original results. A `#fa3.schedule` of the bf16 op is
        dropped: FP8 tiles differ, `fa3-select-schedule` picks them.
 
-    The rest of the FP8 lowering is per backend. `convert-fa3-to-hopper`
-    arranges V K-major for the e4m3 wgmma (a layout kernel writing V'
-    before the attention kernel: see docs/Design.md §9 for that choice and
-    its cost), multiplies P by 2^8 before packing it to e4m3 and folds the
-    descales into the softmax scale (`q_descale · k_descale`) and the
-    epilogue (`v_descale / 2^8`). `fa3-tile` computes the CPU reference:
-    the attention of the dequantized inputs with P rounded to e4m3 as the
-    kernel rounds it.
+    `fa3-tile` then keeps the e4m3 tiles, with the descales on the softmax
+    (`q_descale · k_descale`) and the finalize (`v_descale`) and P rounded
+    to e4m3 after · 2^8, for the CPU and Hopper alike.
+    `convert-fa3-tile-to-hopper` arranges V K-major for the e4m3 wgmma (a
+    layout kernel writing V' before the attention kernel: see
+    docs/Design.md §9 for that choice and its cost).
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v {causal, fp8 = #fa3.fp8<hadamard = true>}
@@ -194,7 +192,10 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     separately it measured +7-14% at d128 and d256 on the H200, and -1-2%
     for d64's 192-row tile (docs/Performance.md), so d <= 64 keeps it off.
     One consumer (a `block-m=64` override) and four run without a producer.
-    FP8 (e4m3) attentions run without a producer for now.
+    FP8 (e4m3) attentions take the same structure on 128-key blocks (V'
+    atoms), on a persistent grid at d <= 64, for causal d128 and for d128
+    over at most 1024 keys (where that measured faster on the H100,
+    docs/Performance.md).
 
     Static sequence lengths in the IR refine the choice (the runtime writes
     each launch's length bucket's schedule into the attention it compiles,
@@ -282,23 +283,21 @@ def FA3Tile : Pass<"fa3-tile"> {
        stored once per key tile, so the GQA sum needs no atomics;
     3. per query tile: `dQ = scale · dQ_acc` (`fa3.scale_cast`).
 
-    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) is first
-    rewritten into the f32 attention of its dequantized inputs (a
-    `linalg.generic` per input decodes e4m3 from its bits and multiplies by
-    the descale of its batch and key/value head), tiled as above, with the
-    output rounded to bf16: the CPU reference of the FP8 mode. P is rounded
-    as the Hopper kernel rounds it (`fa3.pv` with `probs_scale = 256`:
-    e4m3 of `P · 2^8`, divided by 2^8 again); the row sums use P before
-    that rounding, as in the kernel.
+    An FP8 `fa3.attention` (f8E4M3FN inputs with descales) keeps its e4m3
+    tiles: each block reads the descales of its batch and key/value head
+    (`tensor.extract`) and takes `descale(q_descale · k_descale,
+    v_descale)` and `probs_scale = 256` (P is rounded as the Hopper kernel
+    rounds it: e4m3 of `P · 2^8`, divided by 2^8 again; the row sums use P
+    before that rounding); the output is bf16.
 
     With `grid=true` (what `fa3-hopper-pipeline` runs) the forward's three
     loops are one `scf.forall` over (query block, query head, batch; with
     `pack_gqa`, key/value head) mapped
     to `#gpu.block<x>`, `<y>` and `<z>`: the grid of the kernel, one CTA per
     query tile. Its iterations contribute their tiles with
-    `fa3.parallel_store_tile` / `fa3.parallel_store_stats`. FP8 attentions
-    and `fa3.attention_grad` keep the serial loops (their Hopper kernels do
-    not read the tile level yet).
+    `fa3.parallel_store_tile` / `fa3.parallel_store_stats`.
+    `fa3.attention_grad` keeps the serial loops (its Hopper kernels do not
+    read the tile level yet).
 
     The inference ops take the same loops, with their lengths read from
     data inside the batch loop:
