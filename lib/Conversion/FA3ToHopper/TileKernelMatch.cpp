@@ -46,24 +46,26 @@ bool fa3::detail::isScalarOp(Operation *op) {
          llvm::all_of(op->getResultTypes(), scalarType);
 }
 
-bool fa3::detail::isLengthRead(Operation *op, func::FuncOp func) {
+/// The tensor a `tensor.extract` of an argument of `func` reads (null for
+/// any other op).
+static RankedTensorType extractedArgument(Operation *op, func::FuncOp func) {
   auto extract = dyn_cast<tensor::ExtractOp>(op);
   if (!extract)
-    return false;
+    return {};
   auto arg = dyn_cast<BlockArgument>(extract.getTensor());
-  auto type = cast<RankedTensorType>(extract.getTensor().getType());
-  return arg && arg.getOwner() == &func.getBody().front() &&
-         type.getRank() == 1 && type.getElementType().isInteger(32);
+  if (!arg || arg.getOwner() != &func.getBody().front())
+    return {};
+  return cast<RankedTensorType>(arg.getType());
+}
+
+bool fa3::detail::isLengthRead(Operation *op, func::FuncOp func) {
+  RankedTensorType type = extractedArgument(op, func);
+  return type && type.getRank() == 1 && type.getElementType().isInteger(32);
 }
 
 bool fa3::detail::isDescaleRead(Operation *op, func::FuncOp func) {
-  auto extract = dyn_cast<tensor::ExtractOp>(op);
-  if (!extract)
-    return false;
-  auto arg = dyn_cast<BlockArgument>(extract.getTensor());
-  auto type = cast<RankedTensorType>(extract.getTensor().getType());
-  return arg && arg.getOwner() == &func.getBody().front() &&
-         type.getRank() == 2 && type.getElementType().isF32() &&
+  RankedTensorType type = extractedArgument(op, func);
+  return type && type.getRank() == 2 && type.getElementType().isF32() &&
          !ShapedType::isDynamic(type.getDimSize(1));
 }
 

@@ -283,8 +283,8 @@ def FA3_AttentionBlockOp : FA3_TileOp<"attention_block",
     the element type of `value`) and the natural-log LSE of each row.
     `fa3-fuse-softmax` expands it into a loop over key blocks with an online
     softmax. The attributes are those of `fa3.attention` with the scale
-    resolved and the schedule chosen; `probs_scale` (FP8 reference only) is
-    passed on to its `fa3.pv` steps.
+    resolved and the schedule chosen; `probs_scale` (FP8: the e4m3 rounding
+    of P) is passed on to its `fa3.pv` steps.
 
     Where the keys are (all three optional):
     * `key_len`: the sequence has that many keys (default `dim(key, 1)`):
@@ -522,7 +522,7 @@ def FA3_PVOp : FA3_TileOp<"pv", [AllTypesMatch<["acc", "result"]>]> {
     `result = acc + round(probs) · value`, where `round` converts the f32
     probabilities to the element type of `value` first, as the Hopper kernel
     does when it packs P into wgmma A-operand registers. With
-    `probs_scale = s` (the CPU reference of an FP8 attention), `round(P)` is
+    `probs_scale = s` (an FP8 attention), `round(P)` is
     instead `e4m3(s · P) / s`, rounded to nearest even and saturated: the
     FP8 kernel's P, scaled by 2^8 before its cast. An e4m3 `value` (the
     quantized values; `fa3.finalize` applies their descale) needs
