@@ -6,7 +6,9 @@
 
 Without --schedule the kernel is the one fa3.attention runs for the shape
 (its length bucket's schedule). --cudnn launches PyTorch's cuDNN SDPA on the
-same shape instead, for the peer's profile (`-k regex:cudnn|sm90`).
+same shape instead, for the peer's profile (`-k regex:cudnn|sm90`). --fp8
+launches the FP8 (e4m3) forward of the shape through fa3.attention (its V'
+layout kernel first: profile `-k regex:fa3_fwd_e4m3.*[^t]$` or skip it).
 """
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -21,9 +23,19 @@ from fa3._spec import AttentionSpec  # noqa: E402
 def main():
     ap = profile_parser("profile PyTorch's cuDNN SDPA instead")
     ap.add_argument("--schedule", default=None)
+    ap.add_argument("--fp8", action="store_true", help="the FP8 (e4m3) forward (its length bucket's schedule)")
     args = ap.parse_args()
     b, h, s, d = paper_shape(args)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if args.fp8:
+        q8, k8, v8 = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v))
+        descale = torch.full((b, h), 1.0 / 64, device="cuda")
+        for _ in range(args.launches):
+            fa3.attention(q8, k8, v8, causal=args.causal, q_descale=descale, k_descale=descale,
+                          v_descale=descale)
+        torch.cuda.synchronize()
+        print("FP8 forward launched", args.launches, "times")
+        return
     if args.cudnn:
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
