@@ -169,10 +169,9 @@ Value HopperCodegen::keyHidden(Value query, Value key, Value seqK,
   return hidden;
 }
 
-std::pair<Value, Value>
-HopperCodegen::finalizeRow(Value m, Value partialSum,
-                           llvm::function_ref<Value()> makeNumerator,
-                           llvm::function_ref<Value()> makeScale) {
+std::pair<Value, Value> HopperCodegen::finalizeRow(
+    Value m, Value partialSum, llvm::function_ref<Value()> makeNumerator,
+    llvm::function_ref<Value()> makeScale, float lnOffset) {
   Value l = quadReduce(partialSum, /*isMax=*/false);
   Value empty =
       arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
@@ -181,6 +180,8 @@ HopperCodegen::finalizeRow(Value m, Value partialSum,
              arith::DivFOp::create(b, loc, makeNumerator(), l).getResult());
   Value ln = fmul(ptxUnary("lg2.approx.f32 $0, $1;", l),
                   cf(static_cast<float>(M_LN2)));
+  if (lnOffset != 0.0f)
+    ln = fsub(ln, cf(lnOffset));
   Value lse = select(empty, cf(-std::numeric_limits<float>::infinity()),
                      fadd(fmul(m, makeScale()), ln));
   return {inv, lse};

@@ -377,21 +377,23 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
                                               Value qBuffer, Value rowInTile,
                                               Value colInBlock) {
   // fa3.finalize: O / l and LSE = scale · m + ln(l). FP8 (descales): the
-  // max is in raw units (scale · qk_descale), O is v_descale · O / l, and
-  // the accumulator holds O times fa3.pv's probs_scale (P entered its e4m3
-  // wgmmas scaled by it).
+  // max is in raw units (scale · qk_descale) and O is v_descale · O / l;
+  // P, its row sum l and with them O are kept times fa3.pv's probs_scale s
+  // (the softmax's exp2 adds log2 s), so O / l needs no correction and the
+  // LSE subtracts ln s.
   Value lseScale = cf(k.finalize.getScale().convertToFloat());
   Value outScale = cf(1.0f);
+  float lnOffset = 0.0f;
   if (Value qkDescale = k.finalize.getQkDescale()) {
     lseScale = fmul(lseScale, scalar(qkDescale));
-    float probsScale = k.keys.pv.getProbsScaleAttr().getValueAsDouble();
-    outScale = fmul(scalar(k.finalize.getVDescale()), cf(1.0f / probsScale));
+    outScale = scalar(k.finalize.getVDescale());
+    lnOffset = std::log(k.keys.pv.getProbsScaleAttr().getValueAsDouble());
   }
   Value inv[2], lse[2];
   for (int64_t row = 0; row < 2; ++row)
     std::tie(inv[row], lse[row]) = finalizeRow(
         results[row], results[2 + row], [&] { return outScale; },
-        [&] { return lseScale; });
+        [&] { return lseScale; }, lnOffset);
 
   if (s.numSplits > 1) {
     storePartialOutput(results, inv, rowInTile, colInBlock);
@@ -1076,6 +1078,15 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       return p;
     };
 
+    // FP8: fa3.pv's probs_scale s (a power of two). P enters the e4m3
+    // wgmma as P · s; the softmax computes that product in its exp2 (log2 s
+    // added to the exponent: no multiply per element), and its row sum, the
+    // accumulator and l carry the same factor (emitFinalizeAndStores).
+    float probsScale = 1.0f;
+    if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
+      probsScale = attr.getValueAsDouble();
+    float probsLog2Offset = std::log2(probsScale);
+
     // fa3.online_softmax on the (masked) S fragment.
     struct SoftmaxStep {
       SmallVector<Value> p;
@@ -1110,9 +1121,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       }
       step.p.resize(nS);
       SmallVector<Value> rowProbs[2];
+      Value probsBase[2] = {negMScaled[0], negMScaled[1]};
+      if (probsLog2Offset != 0.0f)
+        for (Value &base : probsBase)
+          base = fadd(base, cf(probsLog2Offset));
       for (int64_t r = 0; r < nS; ++r) {
         int64_t row = (r % 4) / 2;
-        step.p[r] = exp2(fma(sv[r], cLog2, negMScaled[row]));
+        step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
         rowProbs[row].push_back(step.p[r]);
       }
       for (int64_t row = 0; row < 2; ++row)
@@ -1130,10 +1145,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     // keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
     // 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
     // to match (the layout kernel), so the bytes are taken in register
-    // order, after P · s.
-    float probsScale = 1.0f;
-    if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
-      probsScale = attr.getValueAsDouble();
+    // order (P · s already, see probsLog2Offset).
     auto packP = [&](ArrayRef<Value> p) {
       SmallVector<Value> packed;
       if (!s.fp8) {
@@ -1143,7 +1155,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       }
       for (int64_t c = 0; c < s.blockN / 32; ++c) {
         int64_t base = 16 * c;
-        auto q = [&](int64_t i) { return fmul(p[base + i], cf(probsScale)); };
+        auto q = [&](int64_t i) { return p[base + i]; };
         packed.append({packE4M3(q(0), q(1), q(4), q(5)),
                        packE4M3(q(2), q(3), q(6), q(7)),
                        packE4M3(q(8), q(9), q(12), q(13)),
