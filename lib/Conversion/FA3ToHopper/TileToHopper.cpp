@@ -20,6 +20,8 @@
 // How the kernel computes the rest comes from the function's
 // #fa3.schedule: the K/V ring depth; the persistent tile loop comes from
 // fa3-persistent-grid's #fa3.persistent_block mapping of the grid.
+// e4m3 tiles (an FP8 kernel) take the descales the IR reads, e4m3 wgmma
+// and V through V' (the layout kernel's transposed copy).
 //
 // Register fragments: each consumer warpgroup owns 64 rows of the query
 // tile; a thread holds two of them (lane / 4 and lane / 4 + 8 of its warp's
