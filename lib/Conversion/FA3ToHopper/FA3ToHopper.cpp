@@ -25,6 +25,7 @@ namespace mlir::fa3 {
 
 using namespace mlir;
 using namespace mlir::fa3;
+using mlir::fa3::detail::attentionKernelNamePrefix;
 using mlir::fa3::detail::floatBitsSuffix;
 
 /// Largest dynamic shared memory a Hopper CTA can opt into (227 KiB).
@@ -120,12 +121,12 @@ int64_t HopperAttentionSpec::sharedMemoryBytes() const {
 }
 
 std::string HopperAttentionSpec::kernelName() const {
-  std::string name = "fa3_fwd_";
-  name += fp8 ? "e4m3" : bf16 ? "bf16" : "f16";
-  name += "_d" + std::to_string(headDim);
-  name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
-  name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
-          std::to_string(stages);
+  std::string name = attentionKernelNamePrefix("fwd",
+                                               fp8    ? "e4m3"
+                                               : bf16 ? "bf16"
+                                                      : "f16",
+                                               headDim, numQHeads, numKVHeads,
+                                               blockM, blockN, stages);
   if (intraWarpgroupOverlap)
     name += "_ov";
   if (warpSpecialized())

@@ -17,6 +17,15 @@
 using namespace mlir;
 using namespace mlir::fa3::detail;
 
+std::string mlir::fa3::detail::attentionKernelNamePrefix(
+    StringRef direction, StringRef type, int64_t headDim, int64_t numQHeads,
+    int64_t numKVHeads, int64_t blockM, int64_t blockN, int64_t stages) {
+  return ("fa3_" + direction + "_" + type + "_d" + Twine(headDim) + "_h" +
+          Twine(numQHeads) + "x" + Twine(numKVHeads) + "_m" + Twine(blockM) +
+          "n" + Twine(blockN) + "s" + Twine(stages))
+      .str();
+}
+
 std::string mlir::fa3::detail::floatBitsSuffix(StringRef tag, float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);

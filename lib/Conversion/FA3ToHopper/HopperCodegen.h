@@ -28,6 +28,13 @@ namespace mlir::fa3::detail {
 /// compiled into the kernel (symbol names take [A-Za-z0-9_$.] only).
 std::string floatBitsSuffix(StringRef tag, float v);
 
+/// The start every attention kernel's name shares:
+/// `fa3_<direction>_<type>_d<D>_h<Hq>x<Hkv>_m<block_m>n<block_n>s<stages>`.
+std::string attentionKernelNamePrefix(StringRef direction, StringRef type,
+                                      int64_t headDim, int64_t numQHeads,
+                                      int64_t numKVHeads, int64_t blockM,
+                                      int64_t blockN, int64_t stages);
+
 /// The number of bytes in one row of a 128-byte swizzle atom, and its
 /// element count for 16-bit types.
 inline constexpr int64_t kAtomBytes = 128;

@@ -87,12 +87,9 @@ int64_t HopperAttentionGradSpec::sharedMemoryBytes() const {
 }
 
 std::string HopperAttentionGradSpec::kernelName() const {
-  std::string name = "fa3_bwd_";
-  name += bf16 ? "bf16" : "f16";
-  name += "_d" + std::to_string(headDim);
-  name += "_h" + std::to_string(numQHeads) + "x" + std::to_string(numKVHeads);
-  name += "_m" + std::to_string(blockM) + "n" + std::to_string(blockN) + "s" +
-          std::to_string(stages);
+  std::string name =
+      attentionKernelNamePrefix("bwd", bf16 ? "bf16" : "f16", headDim,
+                                numQHeads, numKVHeads, blockM, blockN, stages);
   if (causal)
     name += "_causal";
   if (deterministic)
