@@ -11,15 +11,20 @@ import pytest
 from fa3 import schedules
 
 
-def _pass_schedule(fa3_opt, d, causal=False, sq="?", sk="?"):
+def _pass_schedule(fa3_opt, d, causal=False, sq="?", sk="?", fp8=False):
     """The #fa3.schedule fa3-select-schedule (sm_90a) writes on a bf16
-    attention of head dim d with these lengths ("?": dynamic)."""
-    q, k = f"tensor<2x{sq}x8x{d}xbf16>", f"tensor<2x{sk}x8x{d}xbf16>"
-    lt = f"tensor<2x8x{sq}xf32>"
+    attention (with `fp8`, an e4m3 one with its descales) of head dim d with
+    these lengths ("?": dynamic)."""
+    elt = "f8E4M3FN" if fp8 else "bf16"
+    q, k = f"tensor<2x{sq}x8x{d}x{elt}>", f"tensor<2x{sk}x8x{d}x{elt}>"
+    o, lt = f"tensor<2x{sq}x8x{d}xbf16>", f"tensor<2x8x{sq}xf32>"
+    ds = "tensor<2x8xf32>"
     attrs = " {causal}" if causal else ""
-    source = (f"func.func @f(%q: {q}, %k: {k}, %v: {k}) -> ({q}, {lt}) {{\n"
-              f"  %o, %lse = fa3.attention %q, %k, %v{attrs} : ({q}, {k}, {k}) -> ({q}, {lt})\n"
-              f"  return %o, %lse : {q}, {lt}\n}}\n")
+    args, operands, types = ((f", %qd: {ds}, %kd: {ds}, %vd: {ds}", ", %qd, %kd, %vd", f", {ds}, {ds}, {ds}")
+                             if fp8 else ("", "", ""))
+    source = (f"func.func @f(%q: {q}, %k: {k}, %v: {k}{args}) -> ({o}, {lt}) {{\n"
+              f"  %o, %lse = fa3.attention %q, %k, %v{operands}{attrs} : ({q}, {k}, {k}{types}) -> ({o}, {lt})\n"
+              f"  return %o, %lse : {o}, {lt}\n}}\n")
     out = subprocess.run([fa3_opt, "--fa3-select-schedule=target=sm_90a"], input=source,
                          capture_output=True, text=True, check=True).stdout
     return re.search(r"#fa3\.schedule<[^>]*>", out).group(0)
@@ -69,6 +74,18 @@ def test_length_bucket_is_the_pass_choice(fa3_opt, d, causal, sq, sk):
     from fa3._spec import AttentionSpec
     spec = AttentionSpec("bf16", 8, 8, d, d, causal)
     assert _jit.forward_schedule(spec, sq, sk) == _pass_schedule(fa3_opt, d, causal, sq, sk)
+
+
+@pytest.mark.parametrize("d,causal,sq,sk", [
+    (64, False, 8192, 8192), (128, False, 512, 512), (128, False, 8192, 8192), (128, True, 8192, 8192),
+    (256, True, 1024, 1024)])
+def test_fp8_length_bucket_is_the_pass_choice(fa3_opt, d, causal, sq, sk):
+    """The FP8 forward's length bucket is fa3-select-schedule's choice for
+    those lengths too (the persistent grid depends on them)."""
+    from fa3 import _jit
+    from fa3._spec import AttentionSpec
+    spec = AttentionSpec("f8E4M3FN", 8, 8, d, d, causal)
+    assert _jit.forward_schedule(spec, sq, sk) == _pass_schedule(fa3_opt, d, causal, sq, sk, fp8=True)
 
 
 def test_length_bucket_compiles_its_schedule():
