@@ -551,6 +551,48 @@ def bench_backward(d, causal, s, dev="cuda"):
     return row
 
 
+def bench_llama_step(b=2, s=4096, hq=32, hkv=8, d=128, dev="cuda"):
+    """Issue #12's Llama-shaped training step of one attention layer: the
+    forward and backward of causal GQA attention (B=2, S=4096, 32 query over
+    8 key/value heads, d128) through autograd, in milliseconds: fa3.attention
+    beside SDPA cuDNN and FLASH (enable_gqa; a backend that refuses GQA runs
+    on K/V expanded outside the timed step)."""
+    torch.manual_seed(0)
+    q, do = (torch.randn(b, s, hq, d, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(b, s, hkv, d, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    row = {"direction": "llama-step", "d": d, "seqlen": s, "batch": b, "heads": hq, "kv_heads": hkv,
+           "causal": True}
+
+    def timed(step):
+        step()
+        return do_bench(step, warmup=25, rep=100, return_mode="median")
+
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        for expanded in (False, True):
+            try:
+                kv = (k, v) if not expanded else tuple(x.repeat_interleave(hq // hkv, dim=2) for x in (k, v))
+                leaves = [x.detach().clone().requires_grad_() for x in (q, *kv)]
+
+                def step(leaves=leaves, expanded=expanded, backend=backend):
+                    with sdpa_kernel([backend]):
+                        out = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
+                                                             is_causal=True, enable_gqa=not expanded)
+                    return torch.autograd.grad(out, leaves, do.transpose(1, 2))
+                row[name + "_ms"] = timed(step)
+                row[name + "_kv"] = "expanded" if expanded else "gqa"
+                break
+            except Exception as e:  # noqa: BLE001
+                row[name + "_error"] = repr(e)[:200]
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+
+    def step():
+        return torch.autograd.grad(fa3.attention(*leaves, causal=True), leaves, do)
+    row["fa3_ms"] = timed(step)
+    if row.get("cudnn_ms"):
+        row["fa3_over_cudnn_time"] = row["fa3_ms"] / row["cudnn_ms"]
+    return row
+
+
 def fp8_schedule_variants(d, only=None):
     """The FP8 forward's A/B columns: the cost model's schedule at head dim
     d with one choice changed: `no_ws` without a producer warpgroup (the
@@ -666,6 +708,9 @@ def main():
     only.add_argument("--varlen", action="store_true",
                       help="the packed-batch forward only (mixed lengths, 16k tokens, d128, H16) beside padded "
                       "cuDNN and FLASH, causal and not")
+    only.add_argument("--llama", action="store_true",
+                      help="the Llama-shaped attention step only (B=2, S=4096, GQA 32:8, d128, causal; "
+                           "forward + backward through autograd, ms)")
     only.add_argument("--tiles", action="store_true",
                       help="d64 forward by query tile (block_m 64/128/192, 128 also persistent) on the FA3 and ViT shapes only")
     ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
@@ -715,6 +760,12 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
+        directions = []
+        dims = []
+    if args.llama:
+        row = bench_llama_step()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
         directions = []
         dims = []
     if args.varlen:
@@ -821,6 +872,22 @@ def main():
             lines.append(f"| {r['d']} | {r['causal']} | {r['seqlen']} | {fmt(r.get('fa3'))} | "
                          f"{fmt(r.get('fa3_deterministic'))} | {fmt(r.get('cudnn'))} | "
                          f"{fmt(r.get('flash'))} | {ratio} | {diff} |")
+    llama_rows = [r for r in rows if r["direction"] == "llama-step"]
+    if llama_rows:
+        if lines:
+            lines.append("")
+        lines += [f"Llama-shaped attention step (forward + backward through autograd), ms — {meta['gpu']}, "
+                  f"{meta['date']}, fa3 {meta['commit'][:12]}, torch {meta['torch']}", "",
+                  "| B x Hq:Hkv x S, d, causal | fa3 | cuDNN | FLASH | fa3 / cuDNN (time) |",
+                  "| --- | --- | --- | --- | --- |"]
+        for r in llama_rows:
+            def ms(name):
+                x = r.get(name + "_ms")
+                kv = r.get(name + "_kv")
+                return "n/a" if x is None else f"{x:.3f}" + (" (K/V expanded)" if kv == "expanded" else "")
+            ratio = f"{r['fa3_over_cudnn_time']:.2f}" if r.get("fa3_over_cudnn_time") else "n/a"
+            lines.append(f"| {r['batch']} x {r['heads']}:{r['kv_heads']} x {r['seqlen']}, d{r['d']} | "
+                         f"{ms('fa3')} | {ms('cudnn')} | {ms('flash')} | {ratio} |")
     decode_rows = [r for r in rows if r["direction"] == "decode" and r.get("shape") != "small-batch"]
     small_rows = [r for r in rows if r["direction"] == "decode" and r.get("shape") == "small-batch"]
     if decode_rows:

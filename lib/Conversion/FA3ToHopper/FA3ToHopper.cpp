@@ -86,6 +86,38 @@ static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
   return success();
 }
 
+/// producer_regs/consumer_regs of a kernel with `consumerWgs` consumer
+/// warpgroups: both 0 (no producer warpgroup) or a split setmaxnreg can make.
+static LogicalResult checkRegisterSplit(Operation *op, int64_t producerRegs,
+                                        int64_t consumerRegs,
+                                        int64_t consumerWgs) {
+  if ((producerRegs == 0) != (consumerRegs == 0))
+    return op->emitOpError()
+           << "producer_regs and consumer_regs turn warp specialization on "
+              "together (both 0: off), got "
+           << producerRegs << " and " << consumerRegs;
+  if (producerRegs == 0)
+    return success();
+  // setmaxnreg moves registers between warpgroups of a CTA that starts with
+  // 64 Ki / threads each (in steps of 8): the producer can only shrink, the
+  // consumers only grow, and the total must fit the register file.
+  int64_t threads = 128 * (consumerWgs + 1);
+  int64_t atLaunch = std::min<int64_t>(256, (65536 / threads) / 8 * 8);
+  if (producerRegs > atLaunch || consumerRegs < atLaunch)
+    return op->emitOpError()
+           << "with " << threads << " threads a warpgroup starts with "
+           << atLaunch << " registers a thread; setmaxnreg needs "
+           << "producer_regs <= " << atLaunch << " <= consumer_regs, got "
+           << producerRegs << " and " << consumerRegs;
+  int64_t total = 128 * (producerRegs + consumerWgs * consumerRegs);
+  if (total > 65536)
+    return op->emitOpError()
+           << "producer_regs + consumer_wgs x consumer_regs = " << total / 128
+           << " registers a thread exceeds the 512 (64 Ki per CTA) of the "
+              "register file";
+  return success();
+}
+
 /// Dynamic shared memory of the forward with `queryTiles` Q tiles and
 /// `outputTiles` (0 or 1) O staging tiles.
 static int64_t forwardSharedMemory(const HopperAttentionSpec &spec,
@@ -199,30 +231,9 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
            << "consumer_wgs must be block_m / 64 on Hopper (each consumer "
               "warpgroup owns 64 query rows), got consumer_wgs = "
            << schedule.getConsumerWgs() << " with block_m = " << spec.blockM;
-  if ((spec.producerRegs == 0) != (spec.consumerRegs == 0))
-    return op.emitOpError()
-           << "producer_regs and consumer_regs turn warp specialization on "
-              "together (both 0: off), got "
-           << spec.producerRegs << " and " << spec.consumerRegs;
-  if (spec.warpSpecialized()) {
-    // setmaxnreg moves registers between warpgroups of a CTA that starts with
-    // 64 Ki / threads each (in steps of 8): the producer can only shrink,
-    // the consumers only grow, and the total must fit the register file.
-    int64_t atLaunch = std::min<int64_t>(256, (65536 / spec.numThreads()) / 8 * 8);
-    if (spec.producerRegs > atLaunch || spec.consumerRegs < atLaunch)
-      return op.emitOpError()
-             << "with " << spec.numThreads() << " threads a warpgroup starts "
-             << "with " << atLaunch << " registers a thread; setmaxnreg needs "
-             << "producer_regs <= " << atLaunch << " <= consumer_regs, got "
-             << spec.producerRegs << " and " << spec.consumerRegs;
-    int64_t total = 128 * (spec.producerRegs +
-                           spec.numConsumerWarpgroups() * spec.consumerRegs);
-    if (total > 65536)
-      return op.emitOpError()
-             << "producer_regs + consumer_wgs x consumer_regs = " << total / 128
-             << " registers a thread exceeds the 512 (64 Ki per CTA) of the "
-                "register file";
-  }
+  if (failed(checkRegisterSplit(op, spec.producerRegs, spec.consumerRegs,
+                                spec.numConsumerWarpgroups())))
+    return failure();
   if (spec.pingpong &&
       (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2))
     return op.emitOpError()
@@ -361,12 +372,11 @@ static FailureOr<HopperAttentionGradSpec> gradSpec(Op op) {
     return op.emitOpError() << "the Hopper backward runs two warpgroups; "
                                "consumer_wgs must be 2, got "
                             << schedule.getConsumerWgs();
-  if (schedule.getProducerRegs() != 0 || schedule.getConsumerRegs() != 0)
-    return op.emitOpError()
-           << "the Hopper backward has no producer warpgroup; producer_regs "
-              "and consumer_regs must be 0, got "
-           << schedule.getProducerRegs() << " and "
-           << schedule.getConsumerRegs();
+  spec.producerRegs = schedule.getProducerRegs();
+  spec.consumerRegs = schedule.getConsumerRegs();
+  if (failed(checkRegisterSplit(op, spec.producerRegs, spec.consumerRegs,
+                                HopperAttentionGradSpec::kNumWarpgroups)))
+    return failure();
   if (schedule.getPingpong() || schedule.getIntraWgOverlap())
     return op.emitOpError() << "pingpong and intra_wg_overlap are not "
                                "implemented by the Hopper backward";

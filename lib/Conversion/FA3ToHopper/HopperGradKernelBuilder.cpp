@@ -90,6 +90,9 @@ std::string HopperAttentionGradSpec::kernelName() const {
   std::string name =
       attentionKernelNamePrefix("bwd", bf16 ? "bf16" : "f16", headDim,
                                 numQHeads, numKVHeads, blockM, blockN, stages);
+  if (hasProducer())
+    name += "_ws" + std::to_string(producerRegs) + "x" +
+            std::to_string(consumerRegs);
   if (causal)
     name += "_causal";
   if (deterministic)
@@ -170,6 +173,10 @@ private:
   }
 
   const HopperAttentionGradSpec &s;
+  /// Named barriers of the main kernel: 1 after the dSᵀ stores, 2 and 3
+  /// the dQ staging tiles of consumer warpgroups 0 and 1, 4 the consumers'
+  /// CTA-wide barrier where a producer warpgroup does not take part.
+  static constexpr int64_t kConsumerBarrier = 4;
 };
 
 } // namespace
@@ -469,6 +476,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   if (s.dropout > 0)
     params.push_back(globalPtr);
   auto fn = createKernel(module, s.kernelName(), params, s.numThreads());
+  // setmaxnreg needs the register count at entry, which ptxas derives from
+  // the threads and the CTAs per SM: without .minnctapersm it may ignore
+  // every setmaxnreg (C7508; seen at D = 64 with a softcap) and compile the
+  // consumers with the 168 registers of 384 threads.
+  if (s.hasProducer())
+    fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+                b.getI32IntegerAttr(1));
   passTensorMapsByValue(fn, 4);
   OpBuilder::InsertionGuard guard(b);
   Block *entry = &fn.getBody().front();
@@ -494,9 +508,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value kBlock = NVVM::BlockIdXOp::create(b, loc, i32);
   Value kvHead = NVVM::BlockIdYOp::create(b, loc, i32);
   Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
-  Value wg = divu(tid, ci(128));
-  Value warp = divu(remu(tid, ci(128)), ci(32));
-  Value lane = remu(tid, ci(32));
+  // With a producer warpgroup (warpgroup 0) the consumers are threads 128 on;
+  // `ctid` numbers the consumer threads from 0 (the producer's is unused).
+  const bool producer = s.hasProducer();
+  Value ctid = producer ? sub(tid, ci(128)) : tid;
+  Value wg = divu(ctid, ci(128));
+  Value warp = divu(remu(ctid, ci(128)), ci(32));
+  Value lane = remu(ctid, ci(32));
   // Which 64 key rows this warpgroup owns and which head-dim slice of dK/dV.
   Value slab = s.keySlabs() == 2 ? wg : ci(0);
   Value slice = s.keySlabs() == 2 ? ci(0) : wg;
@@ -597,11 +615,19 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   };
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
+  Value isConsumer0 = cmp(arith::CmpIPredicate::eq, ctid, ci(0));
+  // A barrier of the consumer threads (all threads without a producer).
+  auto consumerBarrier = [&] {
+    if (producer)
+      namedBarrier(kConsumerBarrier, s.numConsumerThreads());
+    else
+      NVVM::Barrier0Op::create(b, loc);
+  };
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     barrierInit(barKV(), 1);
     for (int64_t st = 0; st < s.stages; ++st) {
       barrierInit(barFull(ci(st)), 1);
-      barrierInit(barEmpty(ci(st)), s.numThreads());
+      barrierInit(barEmpty(ci(st)), s.numConsumerThreads());
     }
     NVVM::FenceMbarrierInitOp::create(b, loc);
     scf::YieldOp::create(b, loc);
@@ -662,7 +688,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
              elemPtr(deltaPtr, f32, statIdx), 4 * bm, bar);
   };
 
-  scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+  auto loadKeysAndValues = [&] {
     expectTx(barKV(), 2 * bn * tile);
     for (auto [map, base] : {std::pair<Value, int64_t>{tmaK, offK},
                              {tmaV, offV}})
@@ -671,15 +697,51 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                 {ci(atom * kAtomCols), s.varlen ? add(kRow0, kStart) : kStart,
                  kvHead, tmaBatch},
                 barKV());
-    for (int64_t st = 0; st < s.stages; ++st) {
-      Value has = cmp(arith::CmpIPredicate::slt, ci(st), numIters);
-      scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
-        issueStep(ci(st), ci(st));
-        scf::YieldOp::create(b, loc);
-      });
-    }
-    scf::YieldOp::create(b, loc);
-  });
+  };
+  if (!producer) {
+    // Thread 0 fills the ring's first slots; warp 0 refills each slot at
+    // the end of the step that releases it (below).
+    scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+      loadKeysAndValues();
+      for (int64_t st = 0; st < s.stages; ++st) {
+        Value has = cmp(arith::CmpIPredicate::slt, ci(st), numIters);
+        scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
+          issueStep(ci(st), ci(st));
+          scf::YieldOp::create(b, loc);
+        });
+      }
+      scf::YieldOp::create(b, loc);
+    });
+  }
+  // Everything below is the consumers': with a producer, the else branch of
+  // the warpgroup split; the split's then branch is the producer's loop.
+  if (producer) {
+    auto split = scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::ult, tid, ci(128)),
+        /*withElseRegion=*/true);
+    b.setInsertionPointToStart(split.thenBlock());
+    NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
+                                   NVVM::SetMaxRegisterAction::decrease);
+    // The producer's first thread: K and V, then every step's Q, dO, LSE₂
+    // and Δ as soon as the consumers released the slot's previous use.
+    scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+      loadKeysAndValues();
+      scf::ForOp::create(
+          b, loc, ci(0), numIters, ci(1), ValueRange{},
+          [&](OpBuilder &, Location, Value it, ValueRange) {
+            // The empty ring, by its first barrier: use `it` waits for the
+            // release of use it - stages (the first `stages` do not wait).
+            RingWaitOp::create(b, loc, barEmpty(ci(0)), it, s.stages,
+                               /*previous=*/true);
+            issueStep(remu(it, ci(s.stages)), it);
+            scf::YieldOp::create(b, loc);
+          });
+      scf::YieldOp::create(b, loc);
+    });
+    b.setInsertionPointToStart(split.elseBlock());
+    NVVM::SetMaxRegisterOp::create(b, loc, s.consumerRegs,
+                                   NVVM::SetMaxRegisterAction::increase);
+  }
   waitParity(barKV(), ci(0));
 
   // Fragment coordinates of an m64 accumulator: this thread's two rows and
@@ -980,7 +1042,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         };
         if (!doubleDS) {
           waitStagingRead();
-          namedBarrier(1, s.numThreads());
+          namedBarrier(1, s.numConsumerThreads());
         }
         if (splitQueries)
           storeTile(pFrag, offP);
@@ -988,7 +1050,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         fenceProxyAsyncShared();
         if (doubleDS)
           waitStagingRead();
-        namedBarrier(1, s.numThreads());
+        namedBarrier(1, s.numConsumerThreads());
         if (splitQueries)
           issueDV();
 
@@ -1022,7 +1084,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                     sext64(qb));
           }
           turnPtr = elemPtr(turnsPtr, i32, index);
-          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+          scf::IfOp::create(b, loc, isConsumer0, [&](OpBuilder &, Location) {
             auto spin = scf::WhileOp::create(
                 b, loc, TypeRange{}, ValueRange{},
                 [&](OpBuilder &, Location, ValueRange) {
@@ -1040,7 +1102,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
             (void)spin;
             scf::YieldOp::create(b, loc);
           });
-          NVVM::Barrier0Op::create(b, loc);
+          consumerBarrier();
         }
 
         // dQ += dS K for this warpgroup's share, 64 columns at a time; dS
@@ -1146,16 +1208,16 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                                   addPartial();
                                   scf::YieldOp::create(b, loc);
                                 });
-              NVVM::Barrier0Op::create(b, loc);
+              consumerBarrier();
             }
           }
         }
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
         if (s.deterministic) {
-          // Every thread's adds are done (the barrier); thread 0 makes them
-          // visible at GPU scope and passes the turn on.
-          NVVM::Barrier0Op::create(b, loc);
-          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+          // Every thread's adds are done (the barrier); consumer thread 0
+          // makes them visible at GPU scope and passes the turn on.
+          consumerBarrier();
+          scf::IfOp::create(b, loc, isConsumer0, [&](OpBuilder &, Location) {
             inlinePtx(b, loc, Type(), ValueRange{turnPtr},
                       "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 "
                       "[$0], 1;",
@@ -1164,19 +1226,22 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           });
         }
 
-        // Release the ring slot; warp 0 refills it once every thread is done.
+        // Release the ring slot. Without a producer, warp 0 refills it once
+        // every thread is done.
         arrive(barEmpty(stage));
-        Value next = add(it, ci(s.stages));
-        Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                            cmp(arith::CmpIPredicate::slt, next, numIters));
-        scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-          waitParity(barEmpty(stage), parity);
-          scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-            issueStep(stage, next);
+        if (!producer) {
+          Value next = add(it, ci(s.stages));
+          Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                              cmp(arith::CmpIPredicate::slt, next, numIters));
+          scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+            waitParity(barEmpty(stage), parity);
+            scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+              issueStep(stage, next);
+              scf::YieldOp::create(b, loc);
+            });
             scf::YieldOp::create(b, loc);
           });
-          scf::YieldOp::create(b, loc);
-        });
+        }
         SmallVector<Value> yields(dK);
         yields.append(dV);
         scf::YieldOp::create(b, loc, yields);

@@ -132,9 +132,17 @@ func.func @overlap_without_producer(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4
 
 // -----
 
-func.func @grad_producer(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>, %o: tensor<1x?x4x128xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) {
-  // expected-error @+1 {{the Hopper backward has no producer warpgroup; producer_regs and consumer_regs must be 0, got 24 and 240}}
-  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)
+func.func @grad_producer_without_consumer_regs(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>, %o: tensor<1x?x4x128xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) {
+  // expected-error @+1 {{producer_regs and consumer_regs turn warp specialization on together (both 0: off), got 24 and 0}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)
+  return %dq, %dk, %dv : tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
+}
+
+// -----
+
+func.func @grad_registers_over_budget(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>, %o: tensor<1x?x4x128xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) {
+  // expected-error @+1 {{producer_regs + consumer_wgs x consumer_regs = 536 registers a thread exceeds the 512 (64 Ki per CTA) of the register file}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 256, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)
   return %dq, %dk, %dv : tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
 }
 

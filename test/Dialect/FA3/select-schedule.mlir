@@ -105,11 +105,11 @@ func.func @keep_existing(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v:
 
 // The backward gets its own schedule: on the CPU the forward's 64 x 64; on
 // Hopper 64 query rows per step (128 at d64) against 128 key rows per CTA
-// (64 at d256).
+// (64 at d256), with a producer warpgroup (24/240 registers).
 // CPU-LABEL: func.func @grad_scheduled
 // CPU: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 1, consumer_wgs = 1
 // SM90-LABEL: func.func @grad_scheduled
-// SM90: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2
+// SM90: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false
 func.func @grad_scheduled(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
   return %dq, %dk, %dv : tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>
@@ -142,7 +142,7 @@ func.func @dropout_d128(%q: tensor<2x?x8x128xbf16>, %k: tensor<2x?x2x128xbf16>, 
 }
 
 // SM90-LABEL: func.func @grad_d256
-// SM90: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 2, consumer_wgs = 2
+// SM90: fa3.attention_grad {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false
 func.func @grad_d256(%do: tensor<2x?x8x256xbf16>, %q: tensor<2x?x8x256xbf16>, %k: tensor<2x?x2x256xbf16>, %v: tensor<2x?x2x256xbf16>, %o: tensor<2x?x8x256xbf16>, %lse: tensor<2x8x?xf32>) -> (tensor<2x?x8x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x2x256xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse : (tensor<2x?x8x256xbf16>, tensor<2x?x8x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x8x256xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x2x256xbf16>)
   return %dq, %dk, %dv : tensor<2x?x8x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x2x256xbf16>

@@ -1,18 +1,26 @@
 // RUN: fa3-run %s --function=bwd_d64 --emit=ptx > %t.d64.ptx
-// RUN: FileCheck %s --check-prefixes=PTX,D64 < %t.d64.ptx
-// RUN: fa3-run %s --function=bwd_d128_window --emit=ptx | FileCheck %s --check-prefixes=PTX,DISJOINT
-// RUN: fa3-run %s --function=bwd_d64_128rows --emit=ptx | FileCheck %s --check-prefixes=PTX,DISJOINT
+// RUN: FileCheck %s --check-prefixes=PTX,D64,NOWS < %t.d64.ptx
+// RUN: fa3-run %s --function=bwd_d128_window --emit=ptx | FileCheck %s --check-prefixes=PTX,DISJOINT,WS
+// RUN: fa3-run %s --function=bwd_d64_128rows --emit=ptx | FileCheck %s --check-prefixes=PTX,DISJOINT,WS
 // RUN: %if ptxas %{ %ptxas -arch=sm_90a -v %t.d64.ptx -o %t.d64.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS %}
 
 // The deterministic backward (`deterministic` on fa3.attention_grad): the
 // main kernel takes the dQ turn counters as a twelfth parameter; before a
 // step's dQ adds, thread 0 spins on its (head, query block) counter with
 // acquire loads until the key block's turn comes, and after them passes the
-// turn on (a GPU-scope fence and a relaxed add).
+// turn on (a GPU-scope fence and a relaxed add). The consumers meet at a
+// CTA barrier after the spin: bar.sync 0 without a producer warpgroup (the
+// d64 case's schedule has none), named barrier 4 of the 256 consumer threads
+// with one (the producer takes no part).
 // PTX: .entry fa3_bwd_bf16_{{.+}}_det
 // PTX: _param_11
+// WS: setmaxnreg.inc.sync.aligned.u32 240;
+// WS-NOT: bar.sync 0;
 // PTX: ld.acquire.gpu.global.u32
-// PTX: bar.sync 0;
+// NOWS: bar.sync 0;
+// WS-NOT: bar.sync 0;
+// WS: mov.b32 [[ID:%r[0-9]+]], 4;
+// WS: bar.sync [[ID]], %r{{[0-9]+}};
 // Each warpgroup's bulk reduce of its dQ tile completes (wait_group 0, not
 // .read) before the turn passes on. At D = 64 with 64-row steps both
 // warpgroups add to the same dQ elements: warpgroup 0's bulk reduce, a CTA
@@ -29,7 +37,8 @@
 // DISJOINT: cp.async.bulk.wait_group 0;
 // DISJOINT-NOT: bar.sync 0;
 // DISJOINT: wgmma.wait_group.sync.aligned 0;
-// PTX: bar.sync 0;
+// NOWS: bar.sync 0;
+// WS: bar.sync %r{{[0-9]+}}, %r{{[0-9]+}};
 // PTX: fence.acq_rel.gpu;
 // PTX-NEXT: red.relaxed.gpu.global.add.u32
 

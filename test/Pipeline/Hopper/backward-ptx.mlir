@@ -5,6 +5,9 @@
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefixes=COMMON,OWNROWS,D128
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d64_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,OWNROWS,D64
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefixes=COMMON,D256
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefix=D256ST
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefix=LOADS
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefix=LOADS
 
 // COMMON: .target sm_90a
 // COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m{{64|128}}n{{64|128}}s2{{.*}}_pre(
@@ -24,9 +27,27 @@
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_1[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_2[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_3[128],
-// K and V once, then Q/dO tiles and their LSE₂/Δ rows (1-D bulk copies).
+// A producer warpgroup and two consumer warpgroups. The producer
+// (warpgroup 0) gives up registers to the consumers; its first thread loads
+// K and V once, then each step's Q/dO tiles and their LSE₂/Δ rows (1-D bulk
+// copies) as soon as the consumers released the slot's previous use.
+// COMMON: .maxntid 384, 1, 1
+// COMMON: setmaxnreg.dec.sync.aligned.u32 24;
 // COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
 // COMMON: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
+// COMMON: mbarrier.try_wait.parity.shared.b64
+// COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
+// The consumers load nothing: they wait for the ring's full barriers and
+// release each slot with one arrival a thread.
+// COMMON: setmaxnreg.inc.sync.aligned.u32 240;
+// LOADS: setmaxnreg.inc.sync.aligned.u32 240;
+// LOADS-NOT: cp.async.bulk.tensor.4d.shared::cta.global
+// LOADS-NOT: cp.async.bulk.shared::cluster.global
+// LOADS: mbarrier.arrive.shared.b64
+// LOADS-NOT: cp.async.bulk.tensor.4d.shared::cta.global
+// LOADS-NOT: cp.async.bulk.shared::cluster.global
+// LOADS: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
+// D256ST: setmaxnreg.inc.sync.aligned.u32 240;
 // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, both K-major, as two commit groups: Pᵀ's exp2
 // runs after the first wait (Sᵀ done) while dPᵀ's wgmmas do, dSᵀ after the
 // second. A warpgroup with its own 64 key rows (D64, D128) takes all the
@@ -35,15 +56,20 @@
 // (m64n32).
 // D128: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
 // D64: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// D256: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{(%[rf][0-9]+, ){15}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// COMMON: wgmma.commit_group.sync.aligned;
+// D256ST: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{(%[rf][0-9]+, ){15}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// OWNROWS: wgmma.commit_group.sync.aligned;
+// D256ST: wgmma.commit_group.sync.aligned;
 // D128: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
 // D64: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// D256: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{(%[rf][0-9]+, ){15}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
-// COMMON: wgmma.commit_group.sync.aligned;
-// COMMON-NEXT: wgmma.wait_group.sync.aligned 1;
+// D256ST: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{(%[rf][0-9]+, ){15}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// OWNROWS: wgmma.commit_group.sync.aligned;
+// OWNROWS-NEXT: wgmma.wait_group.sync.aligned 1;
+// D256ST: wgmma.commit_group.sync.aligned;
+// D256ST-NEXT: wgmma.wait_group.sync.aligned 1;
 // COMMON: ex2.approx.ftz.f32
 // COMMON: wgmma.wait_group.sync.aligned 0;
+// (At D256 the Sᵀ/dPᵀ wgmmas above are laid out after the rest of the step:
+// the D256ST run checks them.)
 // dSᵀ (at D256 also Pᵀ) goes to shared memory: one of two buffers by step
 // parity, so no barrier comes before the stores; one after them (at D <=
 // 128 the issuer first waits for the last step's dQ bulk reduce to have

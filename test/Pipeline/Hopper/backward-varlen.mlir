@@ -16,14 +16,14 @@
 // as B + 1), seqused when the op has seqused_k, deterministic when it is.
 // LAUNCH-LABEL: func.func @varlen_causal
 // LAUNCH: fa3.attention_varlen_grad
-// LAUNCH-SAME: fa3.kernel = @fa3_kernels::@fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}
-// LAUNCH-SAME: fa3.launch = {block_m = 64 : i64, block_n = 128 : i64, shared_memory = {{[0-9]+}} : i64, threads = 256 : i64, varlen = 1 : i64}
+// LAUNCH-SAME: fa3.kernel = @fa3_kernels::@fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_varlen_s{{[0-9a-f]+}}
+// LAUNCH-SAME: fa3.launch = {block_m = 64 : i64, block_n = 128 : i64, shared_memory = {{[0-9]+}} : i64, threads = 384 : i64, varlen = 1 : i64}
 // LAUNCH-LABEL: func.func @varlen_used_det
-// LAUNCH: fa3.launch = {block_m = 64 : i64, block_n = 128 : i64, deterministic = 1 : i64, seqused = 1 : i64, shared_memory = {{[0-9]+}} : i64, threads = 256 : i64, varlen = 1 : i64}
+// LAUNCH: fa3.launch = {block_m = 64 : i64, block_n = 128 : i64, deterministic = 1 : i64, seqused = 1 : i64, shared_memory = {{[0-9]+}} : i64, threads = 384 : i64, varlen = 1 : i64}
 
 // The preprocessing takes cu_seqlens_q after Sq; grid z is the B sequences
 // (the accumulator has only their rows).
-// PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}_pre(
+// PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_varlen_s{{[0-9a-f]+}}_pre(
 // PTX: .param .u32 {{.*}}_pre_param_7,
 // PTX-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_pre_param_8
 // PTX-NEXT: )
@@ -34,7 +34,7 @@
 // PTX: mov.u32 %r{{[0-9]+}}, %nctaid.z;
 // PTX: and.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, -64;
 // The main kernel: the dense parameters, then cu_seqlens_q and cu_seqlens_k.
-// PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}(
+// PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_varlen_s{{[0-9a-f]+}}(
 // PTX: .param .u32 {{.*}}_param_10,
 // PTX-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_param_11,
 // PTX-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_param_12
@@ -61,7 +61,7 @@
 // PTX: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32
 // The postprocessing: (accumulator, dQ, Tq, cu_seqlens_q); its last grid z
 // zeroes the dQ rows past cu_seqlens_q[B], striding over their pairs.
-// PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_causal_varlen_s{{[0-9a-f]+}}_post(
+// PTX: .visible .entry fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_varlen_s{{[0-9a-f]+}}_post(
 // PTX: .param .u32 {{.*}}_post_param_2,
 // PTX-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_post_param_3
 // PTX-NEXT: )
@@ -74,7 +74,7 @@
 
 // With seqused_k it is the main kernel's parameter 13; the turn counters of
 // the deterministic form come last.
-// USED: .visible .entry fa3_bwd_f16_d64_h4x4_m64n128s2_det_varlen_used_w16_40_cap41f00000_s{{[0-9a-f]+}}(
+// USED: .visible .entry fa3_bwd_f16_d64_h4x4_m64n128s2_ws24x240_det_varlen_used_w16_40_cap41f00000_s{{[0-9a-f]+}}(
 // USED: .param .u64 .ptr .global .align 1 {{.*}}_param_13,
 // USED-NEXT: .param .u64 .ptr .global .align 1 {{.*}}_param_14
 // USED-NEXT: )
@@ -82,7 +82,7 @@
 // USED: ld.acquire.gpu.global.u32
 // USED: fence.acq_rel.gpu;
 
-// PTXAS-NOT: {{C7517|C7519|C7520|error}}
+// PTXAS-NOT: {{C7508|C7517|C7519|C7520|error}}
 // PTXAS: Compiling entry function 'fa3_bwd_{{[a-z0-9_]+}}_s{{[0-9a-f]+}}' for 'sm_90a'
 // NOSPILL: Function properties for fa3_bwd_{{[a-z0-9_]+}}_s{{[0-9a-f]+$}}
 // NOSPILL-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

@@ -29,13 +29,13 @@
 
 // The backward's main kernel (after its _pre companion): 11 parameters and
 // the rng; a deterministic one has the dQ turn counters before it.
-// BWD: .visible .entry [[K:fa3_bwd_bf16_d128_h16x4_m64n128s2_causal_drop3dcccccd_s3db504f3]](
+// BWD: .visible .entry [[K:fa3_bwd_bf16_d128_h16x4_m64n128s2_ws24x240_causal_drop3dcccccd_s3db504f3]](
 // BWD: .param .u32 [[K]]_param_10,
 // BWD-NEXT: .param .u64 .ptr .global .align 1 [[K]]_param_11
 // BWD-NEXT: )
 // BWD: ld.param.b64 %rd[[RNG:[0-9]+]], {{\[}}[[K]]_param_11{{\]}};
 
-// DET: .visible .entry [[K:fa3_bwd_bf16_d256_h4x4_m64n64s2_det_drop3e800000_s3d800000]](
+// DET: .visible .entry [[K:fa3_bwd_bf16_d256_h4x4_m64n64s2_ws24x240_det_drop3e800000_s3d800000]](
 // DET: .param .u64 .ptr .global .align 1 [[K]]_param_11,
 // DET-NEXT: .param .u64 .ptr .global .align 1 [[K]]_param_12
 // DET-NEXT: )

@@ -13,7 +13,7 @@
 // RUN: fa3-run %S/Inputs/dropout.mlir --function=bwd_d256_det --emit=ptx > %t.det.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.det.ptx -o %t.det.cubin 2>&1 | FileCheck %s --check-prefix=BWD
 
-// FWD-NOT: {{C7517|C7519|C7520|error}}
+// FWD-NOT: {{C7508|C7517|C7519|C7520|error}}
 // FWD: Compiling entry function 'fa3_fwd_{{[a-z0-9_]+}}_drop{{[0-9a-f]+}}_s{{[0-9a-f]+}}' for 'sm_90a'
-// BWD-NOT: {{C7517|C7519|C7520|error}}
+// BWD-NOT: {{C7508|C7517|C7519|C7520|error}}
 // BWD: Compiling entry function 'fa3_bwd_{{[a-z0-9_]+}}_drop{{[0-9a-f]+}}_s{{[0-9a-f]+}}' for 'sm_90a'

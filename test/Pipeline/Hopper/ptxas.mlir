@@ -17,8 +17,9 @@
 // RUN: %ptxas -arch=sm_90a -v %t.d256c.ptx -o %t.d256c.cubin 2>&1 | FileCheck %s
 
 // No injected warpgroup.arrive/wait serializing the wgmmas (C7517, C7519,
-// C7520): the A fragments of P are written before wgmma.fence.
-// CHECK-NOT: {{C7517|C7519|C7520|error}}
+// C7520): the A fragments of P are written before wgmma.fence. No ignored
+// setmaxnreg (C7508).
+// CHECK-NOT: {{C7508|C7517|C7519|C7520|error}}
 // CHECK: Compiling entry function 'fa3_fwd_bf16_d
 // CHECK: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
@@ -29,7 +30,7 @@
 // RUN: %ptxas -arch=sm_90a -v %t.fp8d256.ptx -o %t.fp8d256.cubin 2>&1 | FileCheck %s --check-prefix=FP8
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d64_causal --emit=ptx > %t.fp8d64.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.fp8d64.ptx -o %t.fp8d64.cubin 2>&1 | FileCheck %s --check-prefix=FP8
-// FP8-NOT: {{C7517|C7519|C7520|error}}
+// FP8-NOT: {{C7508|C7517|C7519|C7520|error}}
 // FP8: Function properties for fa3_fwd_e4m3_{{[a-z0-9_]+}}_s{{[0-9a-f]+$}}
 // FP8-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 

@@ -245,6 +245,13 @@ struct HopperAttentionGradSpec {
   /// A varlen backward with seqused_k: keys past seqused_k[b] are hidden
   /// (and get zero gradients).
   bool sequsedK = false;
+  /// The schedule's producer_regs/consumer_regs (both 0: no producer). With
+  /// them the main kernel has a producer warpgroup (warpgroup 0, as in the
+  /// forward) whose first thread loads K, V and the Q/dO/LSE₂/Δ ring for the
+  /// consumers, which never wait for a slot's release themselves; setmaxnreg
+  /// gives it `producerRegs` registers a thread and the two consumer
+  /// warpgroups `consumerRegs`.
+  int64_t producerRegs = 0, consumerRegs = 0;
 
   static FailureOr<HopperAttentionGradSpec> fromOp(AttentionGradOp op);
   static FailureOr<HopperAttentionGradSpec> fromOp(AttentionVarlenGradOp op);
@@ -252,8 +259,13 @@ struct HopperAttentionGradSpec {
   std::string kernelName() const;
   std::string preprocessKernelName() const { return kernelName() + "_pre"; }
   std::string postprocessKernelName() const { return kernelName() + "_post"; }
+  /// Consumer warpgroups of the main kernel.
   static constexpr int64_t kNumWarpgroups = 2;
-  int64_t numThreads() const { return kNumWarpgroups * 128; }
+  bool hasProducer() const { return producerRegs > 0; }
+  int64_t numConsumerThreads() const { return kNumWarpgroups * 128; }
+  int64_t numThreads() const {
+    return numConsumerThreads() + (hasProducer() ? 128 : 0);
+  }
   /// Key-row slabs of 64: 2 when each warpgroup owns its own rows.
   int64_t keySlabs() const { return blockN / 64; }
   /// Head-dim columns of dK/dV each warpgroup accumulates.

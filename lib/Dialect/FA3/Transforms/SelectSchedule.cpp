@@ -230,11 +230,13 @@ FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
   // nor with dropout's keep mask and Philox words.
   // At D = 256 the two warpgroups split the head dim of one 64-row key
   // block instead (block_n = 64).
+  // A producer warpgroup (FA3's 24/240 split) loads K, V and the Q/dO ring,
+  // so no consumer warp waits for the slot's release to refill it.
   int64_t blockM = headDim <= 64 && !elementwiseState ? 128 : 64;
   int64_t blockN = headDim <= 128 ? 128 : 64;
   return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2,
-                           /*consumer_wgs=*/2, /*producer_regs=*/0,
-                           /*consumer_regs=*/0, /*pingpong=*/false,
+                           /*consumer_wgs=*/2, /*producer_regs=*/24,
+                           /*consumer_regs=*/240, /*pingpong=*/false,
                            /*intra_wg_overlap=*/false, /*persistent=*/false,
                            /*cluster=*/1);
 }

@@ -41,12 +41,12 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
 
     | field | Hopper forward | Hopper backward |
     | --- | --- | --- |
-    | `block_m`, `block_n`, `stages` | yes | `block_m` = 64, `block_n` 64/128 |
+    | `block_m`, `block_n`, `stages` | yes | `block_m` 64 (128 at D = 64), `block_n` 64/128 |
     | `consumer_wgs` | must be `block_m` / 64 | must be 2 |
-    | `producer_regs`, `consumer_regs` | yes (warp specialization) | must be 0 |
+    | `producer_regs`, `consumer_regs` | yes (warp specialization) | yes (a producer warpgroup loads K, V and the Q/dO ring) |
     | `pingpong` | with a producer and 2 consumers | must be false |
-    | `intra_wg_overlap` | yes (16-bit types) | must be false |
-    | `persistent` | with a producer (16-bit types) | must be false |
+    | `intra_wg_overlap` | with a producer | must be false |
+    | `persistent` | with a producer | must be false |
     | `cluster` | must be 1 | must be 1 |
 
     The CPU lowering uses `block_m`, `block_n` and `intra_wg_overlap` (the
