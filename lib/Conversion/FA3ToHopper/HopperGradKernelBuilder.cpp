@@ -31,7 +31,8 @@
 //     A from there. The wgmma groups are FA3's: Pᵀ is computed while dPᵀ's
 //     wgmmas run, dV's while dSᵀ is stored, dK's while dQ is added.
 //   * `_post`, a CTA per 64-row block: dQ = scale · accumulator, rounded to
-//     the storage type.
+//     the storage type, through a shared tile so that dQ is written in whole
+//     16-byte pieces of rows.
 //
 // dK/dV accumulate in registers across the whole GQA group, so they need no
 // atomics; memory beyond the tensors is O(N) (the accumulator, Δ, LSE₂).
@@ -415,42 +416,91 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
         varlenStatRow(head, paddedStatRows(seqQ, numSeqs), seqOffset, blockRow);
   }
 
-  // Slot `tid` of each 8-column block j of each 64-column chunk holds rows
-  // r and r + 8, columns c and c + 1 (the wgmma accumulator fragment).
+  // The block's 64 × D tile goes through shared memory, as FA3's dQ
+  // conversion does: each thread first loads all of its fragment slots (16
+  // bytes a thread and 8-column block, a warp's 512 contiguous bytes; every
+  // load before any store, so they are in flight together), scales and
+  // rounds them and stores them row-major; after a barrier it writes whole
+  // 16-byte pieces of rows to dQ, a warp 512 contiguous bytes (two rows at
+  // D = 128). Storing each slot's two 4-byte pairs straight to dQ wrote 16
+  // of every 32 bytes of a sector and, as the slots' loads could not pass
+  // the stores before them, kept one load a thread in flight. Rows are
+  // padded by 16 bytes, so the 8 rows of one slot store fall in distinct
+  // banks.
+  const int64_t rowBytes = 2 * d + 16, piecesPerRow = 2 * d / 16;
+  std::string tileName = s.postprocessKernelName() + "_tile";
+  {
+    OpBuilder::InsertionGuard moduleGuard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    LLVM::GlobalOp::create(
+        b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 64 * rowBytes),
+        /*isConstant=*/false, LLVM::Linkage::Internal, tileName, Attribute(),
+        /*alignment=*/16, /*addrSpace=*/3);
+  }
+  Value tile = LLVM::AddressOfOp::create(b, loc, smemPtr, tileName);
+  auto tileAt = [&](Value byte) {
+    return LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), tile,
+                               ValueRange{byte});
+  };
+  // The CTA takes this branch as a whole (blockRow is the CTA's), so the
+  // barrier inside is uniform.
   Value active = cmp(arith::CmpIPredicate::slt, blockRow, length);
   scf::IfOp::create(b, loc, active, [&](OpBuilder &, Location) {
+    // Slot `tid` of each 8-column block j of each 64-column chunk holds
+    // rows r and r + 8 of the block, columns c and c + 1 (the wgmma
+    // accumulator fragment).
     Value warp = divu(tid, ci(32)), lane = remu(tid, ci(32));
-    Value r = add(add(blockRow, mul(warp, ci(16))), divu(lane, ci(4)));
+    Value r = add(mul(warp, ci(16)), divu(lane, ci(4)));
     Value c = mul(remu(lane, ci(4)), ci(2));
     Value block = mul(statRow0, cl(d));
+    SmallVector<Value> slots;
     for (int64_t chunk = 0; chunk < d / 64; ++chunk)
       for (int64_t j = 0; j < 8; ++j) {
         Value slot = add(block, cl(chunk * 64 * 64 + j * 128 * 4));
-        Value v = LLVM::LoadOp::create(
+        slots.push_back(LLVM::LoadOp::create(
             b, loc, VectorType::get({4}, f32),
             elemPtr(accPtr, f32, add(slot, mul(zext64(tid), cl(4)))),
-            /*alignment=*/16);
+            /*alignment=*/16));
+      }
+    for (int64_t chunk = 0; chunk < d / 64; ++chunk)
+      for (int64_t j = 0; j < 8; ++j) {
+        Value v = slots[chunk * 8 + j];
         Value col = add(c, ci(chunk * 64 + 8 * j));
         for (int64_t half = 0; half < 2; ++half) {
-          Value row = add(r, ci(8 * half));
-          Value inside = cmp(arith::CmpIPredicate::slt, row, length);
-          scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-            Value x = LLVM::ExtractElementOp::create(b, loc, v, ci(2 * half));
-            Value y =
-                LLVM::ExtractElementOp::create(b, loc, v, ci(2 * half + 1));
-            Value index =
-                add(mul(add(mul(add(token0, sext64(row)), cl(s.numQHeads)),
-                            sext64(head)),
-                        cl(d)),
-                    zext64(col));
-            Value pair = arith::DivUIOp::create(b, loc, index, cl(2));
-            LLVM::StoreOp::create(
-                b, loc, pack(fmul(x, cf(s.scale)), fmul(y, cf(s.scale))),
-                elemPtr(dqPtr, i32, pair), /*alignment=*/4);
-            scf::YieldOp::create(b, loc);
-          });
+          Value x = LLVM::ExtractElementOp::create(b, loc, v, ci(2 * half));
+          Value y = LLVM::ExtractElementOp::create(b, loc, v, ci(2 * half + 1));
+          Value byte =
+              add(mul(add(r, ci(8 * half)), ci(rowBytes)), mul(col, ci(2)));
+          LLVM::StoreOp::create(
+              b, loc, pack(fmul(x, cf(s.scale)), fmul(y, cf(s.scale))),
+              tileAt(byte), /*alignment=*/4);
         }
       }
+    NVVM::Barrier0Op::create(b, loc);
+    // Piece p of the tile: row p / piecesPerRow, bytes 16 · (p %
+    // piecesPerRow) on; rows past the sequence are not written.
+    for (int64_t i = 0;
+         i < 64 * piecesPerRow / HopperAttentionGradSpec::kPostThreads; ++i) {
+      Value p = add(tid, ci(i * HopperAttentionGradSpec::kPostThreads));
+      Value row = divu(p, ci(piecesPerRow));
+      Value piece = remu(p, ci(piecesPerRow));
+      Value v = LLVM::LoadOp::create(
+          b, loc, VectorType::get({4}, i32),
+          tileAt(add(mul(row, ci(rowBytes)), mul(piece, ci(16)))),
+          /*alignment=*/16);
+      Value seqRow = add(blockRow, row);
+      Value inside = cmp(arith::CmpIPredicate::slt, seqRow, length);
+      scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+        Value index =
+            add(mul(add(mul(add(token0, sext64(seqRow)), cl(s.numQHeads)),
+                        sext64(head)),
+                    cl(d)),
+                zext64(mul(piece, ci(8))));
+        LLVM::StoreOp::create(b, loc, v, elemPtr(dqPtr, elt, index),
+                              /*alignment=*/16);
+        scf::YieldOp::create(b, loc);
+      });
+    }
     scf::YieldOp::create(b, loc);
   });
   b.setInsertionPointToEnd(entry);
@@ -716,9 +766,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   // Everything below is the consumers': with a producer, the else branch of
   // the warpgroup split; the split's then branch is the producer's loop.
   if (producer) {
-    auto split = scf::IfOp::create(
-        b, loc, cmp(arith::CmpIPredicate::ult, tid, ci(128)),
-        /*withElseRegion=*/true);
+    auto split =
+        scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::ult, tid, ci(128)),
+                          /*withElseRegion=*/true);
     b.setInsertionPointToStart(split.thenBlock());
     NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
                                    NVVM::SetMaxRegisterAction::decrease);
@@ -726,16 +776,17 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     // and Δ as soon as the consumers released the slot's previous use.
     scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
       loadKeysAndValues();
-      scf::ForOp::create(
-          b, loc, ci(0), numIters, ci(1), ValueRange{},
-          [&](OpBuilder &, Location, Value it, ValueRange) {
-            // The empty ring, by its first barrier: use `it` waits for the
-            // release of use it - stages (the first `stages` do not wait).
-            RingWaitOp::create(b, loc, barEmpty(ci(0)), it, s.stages,
-                               /*previous=*/true);
-            issueStep(remu(it, ci(s.stages)), it);
-            scf::YieldOp::create(b, loc);
-          });
+      scf::ForOp::create(b, loc, ci(0), numIters, ci(1), ValueRange{},
+                         [&](OpBuilder &, Location, Value it, ValueRange) {
+                           // The empty ring, by its first barrier: use `it`
+                           // waits for the release of use it - stages (the
+                           // first `stages` do not wait).
+                           RingWaitOp::create(b, loc, barEmpty(ci(0)), it,
+                                              s.stages,
+                                              /*previous=*/true);
+                           issueStep(remu(it, ci(s.stages)), it);
+                           scf::YieldOp::create(b, loc);
+                         });
       scf::YieldOp::create(b, loc);
     });
     b.setInsertionPointToStart(split.elseBlock());

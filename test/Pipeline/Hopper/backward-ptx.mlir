@@ -127,10 +127,22 @@
 // D256-NOT: cp.reduce.async.bulk
 // D256: red.global.add.v4.f32 [%rd{{[0-9]+}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}};
 // D256-NOT: red.global.add.v2.f32
-// The postprocessing reads a fragment slot (16 bytes) per thread and 8-column
-// block of a 64-row block: (dQ accumulator, dQ, Sq).
+// The postprocessing (dQ accumulator, dQ, Sq) takes a 64-row block through
+// a shared tile (64 rows of 2·D + 16 bytes): every fragment slot of the
+// thread is loaded first (16 bytes per 8-column block: 8 loads at D = 64,
+// 16 at D = 128, 32 at D = 256), scaled, rounded and stored row-major; after
+// the CTA barrier each thread writes 16-byte pieces of dQ rows.
 // COMMON: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
 // COMMON: .param .u32 {{.*}}_post_param_2
 // COMMON-NEXT: )
-// COMMON: ld.global.v4.b32
+// COMMON: .shared .align 16 .b8 fa3_bwd_{{[a-z0-9_]+}}_post_tile[{{9216|17408|33792}}];
+// D64-COUNT-8: ld.global.v4.b32
+// D128-COUNT-16: ld.global.v4.b32
+// D256-COUNT-32: ld.global.v4.b32
+// COMMON-NOT: st.global
 // COMMON: cvt.rn.{{b?f16}}x2.f32
+// COMMON: st.shared.b32
+// COMMON-NOT: st.global
+// COMMON: bar.sync 0;
+// COMMON: ld.shared.v4.b32
+// COMMON: st.global.v4.b32
