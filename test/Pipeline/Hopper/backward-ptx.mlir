@@ -8,6 +8,7 @@
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefix=D256ST
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefix=LOADS
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefix=LOADS
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128_mha_causal --emit=ptx | FileCheck %s --check-prefix=MHA
 
 // COMMON: .target sm_90a
 // COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m{{64|128}}n{{64|128}}s2{{.*}}_pre(
@@ -32,6 +33,19 @@
 // K and V once, then each step's Q/dO tiles and their LSE₂/Δ rows (1-D bulk
 // copies) as soon as the consumers released the slot's previous use.
 // COMMON: .maxntid 384, 1, 1
+// Causal GQA grids run longest first: a CTA's (key block, key/value head,
+// batch) come from its linear index in dispatch order, key block-major
+// within chunks of (head, batch) pairs whose Q and dO fit 32 MB: 32 MB /
+// (4 query heads · D · 4 bytes) / Sq pairs. The non-causal D128 kernel and
+// a causal MHA one (MHA below) keep the grid's own indices.
+// D64: mov.u32 %r{{[0-9]+}}, %nctaid.x;
+// D64: div.u32 %r{{[0-9]+}}, 32768, %r{{[0-9]+}};
+// D256: mov.u32 %r{{[0-9]+}}, %nctaid.x;
+// D256: div.u32 %r{{[0-9]+}}, 8192, %r{{[0-9]+}};
+// D128-NOT: nctaid
+// MHA: .visible .entry fa3_bwd_bf16_d128_h4x4_m64n128s2_ws24x240_causal_s{{[0-9a-f]+}}(
+// MHA-NOT: nctaid
+// MHA: setmaxnreg.dec.sync.aligned.u32 24;
 // COMMON: setmaxnreg.dec.sync.aligned.u32 24;
 // COMMON: cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes
 // COMMON: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes

@@ -19,3 +19,8 @@ func.func @bwd_d128_window_softcap(%do: tensor<?x?x4x128xf16>, %q: tensor<?x?x4x
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {window = array<i64: 64, 32>, softcap = 30.0 : f32} : (tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>, tensor<?x4x?xf32>) -> (tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>)
   return %dq, %dk, %dv : tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>, tensor<?x?x4x128xf16>
 }
+
+func.func @bwd_d128_mha_causal(%do: tensor<?x?x4x128xbf16>, %q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: tensor<?x?x4x128xbf16>, %o: tensor<?x?x4x128xbf16>, %lse: tensor<?x4x?xf32>) -> (tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal} : (tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x4x?xf32>) -> (tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>)
+  return %dq, %dk, %dv : tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>, tensor<?x?x4x128xbf16>
+}
