@@ -27,6 +27,7 @@ using namespace mlir;
 using namespace mlir::fa3;
 using mlir::fa3::detail::attentionKernelNamePrefix;
 using mlir::fa3::detail::floatBitsSuffix;
+using mlir::fa3::detail::registerSplitSuffix;
 
 /// Largest dynamic shared memory a Hopper CTA can opt into (227 KiB).
 
@@ -161,9 +162,7 @@ std::string HopperAttentionSpec::kernelName() const {
                                                blockM, blockN, stages);
   if (intraWarpgroupOverlap)
     name += "_ov";
-  if (warpSpecialized())
-    name += "_ws" + std::to_string(producerRegs) + "x" +
-            std::to_string(consumerRegs);
+  name += registerSplitSuffix(producerRegs, consumerRegs);
   if (pingpong)
     name += "_pp";
   if (persistent)

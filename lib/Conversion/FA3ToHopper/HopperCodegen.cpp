@@ -26,6 +26,13 @@ std::string mlir::fa3::detail::attentionKernelNamePrefix(
       .str();
 }
 
+std::string mlir::fa3::detail::registerSplitSuffix(int64_t producerRegs,
+                                                   int64_t consumerRegs) {
+  if (producerRegs == 0)
+    return "";
+  return ("_ws" + Twine(producerRegs) + "x" + Twine(consumerRegs)).str();
+}
+
 std::string mlir::fa3::detail::floatBitsSuffix(StringRef tag, float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);

@@ -35,6 +35,10 @@ std::string attentionKernelNamePrefix(StringRef direction, StringRef type,
                                       int64_t numKVHeads, int64_t blockM,
                                       int64_t blockN, int64_t stages);
 
+/// `_ws<producer_regs>x<consumer_regs>` for a kernel with a producer
+/// warpgroup (the setmaxnreg split), "" without one.
+std::string registerSplitSuffix(int64_t producerRegs, int64_t consumerRegs);
+
 /// The number of bytes in one row of a 128-byte swizzle atom, and its
 /// element count for 16-bit types.
 inline constexpr int64_t kAtomBytes = 128;

@@ -92,9 +92,7 @@ std::string HopperAttentionGradSpec::kernelName() const {
   std::string name =
       attentionKernelNamePrefix("bwd", bf16 ? "bf16" : "f16", headDim,
                                 numQHeads, numKVHeads, blockM, blockN, stages);
-  if (hasProducer())
-    name += "_ws" + std::to_string(producerRegs) + "x" +
-            std::to_string(consumerRegs);
+  name += registerSplitSuffix(producerRegs, consumerRegs);
   if (causal)
     name += "_causal";
   if (deterministic)
