@@ -71,9 +71,10 @@ def schedule_variants(d, only=None):
     warpgroup, `ws_no_pp` warp specialization without pingpong (two
     consumers only), `ws_overlap` / `ws_no_overlap` with intra-warpgroup
     overlap switched on (d64, whose default lacks it) or off (d128, d256),
-    `persistent` the default on a persistent grid, and at d128
+    `persistent` the default on a persistent grid, at d128
     `n176_overlap` FlashAttention-3's non-causal 128 x 176 tile with
-    overlap."""
+    overlap, and when asked for by name `lazy_rescale` (rescale_threshold
+    = 8)."""
     default = schedules.hopper_forward_fields(d)
     names = ["no_ws", "ws_no_overlap" if default["intra_wg_overlap"] else "ws_overlap", "persistent"]
     if default["consumer_wgs"] == 2:
@@ -81,6 +82,8 @@ def schedule_variants(d, only=None):
     if d == 128:
         names.append("n176_overlap")
     if only is not None:
+        # Columns only asked for by name: lazy rescaling.
+        names += [name for name in ("lazy_rescale",) if name in only]
         names = [name for name in names if name in only]
     return {name: schedules.hopper_forward(d, name) for name in names}
 
@@ -600,7 +603,7 @@ def fp8_schedule_variants(d, only=None):
     `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
     blocks without the overlap (d128; with it ptxas spills), `persistent` /
     `plain_grid` on a persistent / plain grid, `sN` (and `sN_persistent`) a
-    K/V ring of N stages.
+    K/V ring of N stages, `lrN` lazy rescaling with rescale_threshold = N.
     `only` limits the columns to these names (None: all)."""
     from fa3 import _jit  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
 
@@ -614,6 +617,9 @@ def fp8_schedule_variants(d, only=None):
         variants["no_overlap"] = dict(default, intra_wg_overlap=False)
     if d == 128:
         variants["n256"] = dict(default, block_n=256, intra_wg_overlap=False)
+    # Lazy rescaling with P · 2^(8 - τ) in e4m3 (fa3-lazy-rescale).
+    for threshold in (4, 8):
+        variants[f"lr{threshold}"] = dict(default, rescale_threshold=threshold)
     # e4m3 tiles take half the shared memory: room for deeper K/V rings.
     for stages in (3, 4):
         variants[f"s{stages}"] = dict(default, stages=stages)

@@ -36,6 +36,8 @@ void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
   if (options.grid)
     pm.addPass(createFA3SerializeGrid());
   pm.addPass(createFA3FuseSoftmax());
+  // A schedule's rescale_threshold keeps row maxima here as on Hopper.
+  pm.addPass(createFA3LazyRescale());
   // A schedule with intra_wg_overlap rotates the key loop here as on Hopper
   // (the same arithmetic, so the CPU checks the rotated loop's numbers).
   pm.addPass(createFA3IntraWarpgroupOverlap());

@@ -39,10 +39,11 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   tile.grid = true;
   kernelFunctions.addPass(createFA3Tile(tile));
   kernelFunctions.addPass(createFA3FuseSoftmax());
-  // The schedule's ideas, each a pass on the tile level: producer_regs (a
-  // producer region filling the K/V rings, the tile ops in the consumers
-  // region), intra_wg_overlap (the key loop rotated by one stage) and
-  // pingpong (each consumer turn's MMAs).
+  // The schedule's ideas, each a pass on the tile level: rescale_threshold
+  // (kept row maxima), producer_regs (a producer region filling the K/V
+  // rings, the tile ops in the consumers region), intra_wg_overlap (the key
+  // loop rotated by one stage) and pingpong (each consumer turn's MMAs).
+  kernelFunctions.addPass(createFA3LazyRescale());
   kernelFunctions.addPass(createFA3WarpSpecialize());
   kernelFunctions.addPass(createFA3IntraWarpgroupOverlap());
   kernelFunctions.addPass(createFA3Pingpong());

@@ -14,10 +14,14 @@ same names:
 * `ws_no_overlap`: without intra-warpgroup overlap;
 * `n176_overlap`: ws_overlap with FlashAttention-3's 176-key block (d128);
 * `persistent`: the default on a persistent grid (one CTA per SM walks the
-  tiles).
+  tiles);
+* `lazy_rescale`: the default with `rescale_threshold = 8` (a row keeps its
+  softmax max until a key block raises it by more than 2^8, and O's rescale
+  is skipped meanwhile; `fa3-lazy-rescale`).
 """
 
-STRUCTURES = ("default", "no_ws", "ws_no_pp", "ws_overlap", "ws_no_overlap", "n176_overlap", "persistent")
+STRUCTURES = ("default", "no_ws", "ws_no_pp", "ws_overlap", "ws_no_overlap", "n176_overlap", "persistent",
+              "lazy_rescale")
 
 
 def _flag(value):
@@ -25,13 +29,15 @@ def _flag(value):
 
 
 def schedule(block_m, block_n, consumer_wgs, producer_regs=0, consumer_regs=0, pingpong=False,
-             intra_wg_overlap=False, persistent=False, stages=2, cluster=1):
-    """The `#fa3.schedule<...>` attribute with these fields."""
+             intra_wg_overlap=False, persistent=False, stages=2, cluster=1, rescale_threshold=0):
+    """The `#fa3.schedule<...>` attribute with these fields
+    (`rescale_threshold` written only when set, as the compiler prints it)."""
+    lazy = f", rescale_threshold = {rescale_threshold}" if rescale_threshold else ""
     return (f"#fa3.schedule<block_m = {block_m}, block_n = {block_n}, stages = {stages}, "
             f"consumer_wgs = {consumer_wgs}, producer_regs = {producer_regs}, "
             f"consumer_regs = {consumer_regs}, pingpong = {_flag(pingpong)}, "
             f"intra_wg_overlap = {_flag(intra_wg_overlap)}, persistent = {_flag(persistent)}, "
-            f"cluster = {cluster}>")
+            f"cluster = {cluster}{lazy}>")
 
 
 def hopper_forward_fields(d):
@@ -69,4 +75,6 @@ def hopper_forward(d, structure="default"):
         fields["intra_wg_overlap"] = False
     elif structure == "persistent":
         fields["persistent"] = True
+    elif structure == "lazy_rescale":
+        fields["rescale_threshold"] = 8
     return schedule(**fields)

@@ -165,6 +165,8 @@ std::string HopperAttentionSpec::kernelName() const {
   name += registerSplitSuffix(producerRegs, consumerRegs);
   if (pingpong)
     name += "_pp";
+  if (rescaleThreshold > 0)
+    name += "_lr" + std::to_string(rescaleThreshold);
   if (persistent)
     name += "_persistent";
   if (packedHeads > 1)
@@ -213,6 +215,7 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
            << spec.headDim;
   ScheduleAttr schedule = op.getScheduleAttr();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  spec.rescaleThreshold = schedule.getRescaleThreshold();
   spec.producerRegs = schedule.getProducerRegs();
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();

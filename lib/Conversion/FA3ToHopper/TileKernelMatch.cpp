@@ -24,6 +24,8 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Matchers.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
@@ -150,13 +152,18 @@ static LogicalResult checkKeyValueLoad(KeyValueTileLoad load,
   return success();
 }
 
-/// fa3.pv's probs_scale: 2^8 in an FP8 kernel (P · 2^8 is what its e4m3
-/// wgmma reads), none otherwise.
+/// fa3.pv's probs_scale: a power of two up to 2^8 in an FP8 kernel (P · s
+/// is what its e4m3 wgmma reads; specOf checks s against the softmax's
+/// rescale_threshold), none otherwise.
 static bool probsScaleFits(PVOp pv, const TileKernel &kernel) {
   FloatAttr scale = pv.getProbsScaleAttr();
   if (!kernel.fp8)
     return !scale;
-  return scale && scale.getValueAsDouble() == kFP8ProbsScale;
+  if (!scale)
+    return false;
+  int exponent;
+  double mantissa = std::frexp(scale.getValueAsDouble(), &exponent);
+  return mantissa == 0.5 && exponent >= 1 && exponent <= 9;
 }
 
 static FailureOr<KeyLoop> matchKeyLoop(scf::ForOp loop, TileKernel &kernel) {
@@ -738,6 +745,7 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
+  spec.rescaleThreshold = schedule.getRescaleThreshold();
   spec.persistent = isPersistentGrid(kernel.grid);
   spec.kvCache = kernel.kvCache;
   spec.paged = kernel.paged;
@@ -811,6 +819,26 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
                          "intra_wg_overlap = false"
                        : "has intra_wg_overlap = true in its schedule but a "
                          "plain key loop: run fa3-intra-wg-overlap first");
+  // Lazy rescaling is fa3-lazy-rescale's threshold on the softmax.
+  int64_t softmaxThreshold = static_cast<int64_t>(
+      kernel.keys.softmax.getRescaleThreshold().value_or(0));
+  if (softmaxThreshold != spec.rescaleThreshold)
+    return kernel.func.emitOpError()
+           << "has rescale_threshold = " << spec.rescaleThreshold
+           << " in its schedule but its fa3.online_softmax has "
+           << softmaxThreshold << ": run fa3-lazy-rescale first";
+  // FP8: P reaches 2^τ under a kept max, so P · s stays within 2^8 (e4m3
+  // saturates at 448) with s = 2^(8 − τ), fa3-lazy-rescale's choice.
+  if (spec.fp8) {
+    double scale = kernel.keys.pv.getProbsScaleAttr().getValueAsDouble();
+    double expected = std::ldexp(kFP8ProbsScale, -spec.rescaleThreshold);
+    if (scale != expected)
+      return kernel.func.emitOpError()
+             << "has an e4m3 P scale (fa3.pv's probs_scale) of " << scale
+             << " with rescale_threshold = " << spec.rescaleThreshold
+             << "; the FP8 kernel takes 2^(8 - rescale_threshold) = "
+             << expected;
+  }
   // The persistent grid is fa3-persistent-grid's mapping.
   if (schedule.getPersistent() != spec.persistent)
     return kernel.grid.emitOpError()

@@ -1028,6 +1028,35 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
       return sAcc;
     };
+    // fa3.rescale: O times each row's correction. Under lazy rescaling
+    // (`lazy`) most corrections are exactly 1, and a thread whose two rows
+    // both kept their max branches around the multiplies; a warp skips them
+    // when all its threads do (nO multiplies on the path from the softmax to
+    // the P V wgmma).
+    auto rescaleFragment = [&](SmallVector<Value> o, ArrayRef<Value> alpha,
+                               bool lazy) {
+      auto scaled = [&] {
+        SmallVector<Value> acc = o;
+        for (int64_t r = 0; r < nO; ++r)
+          acc[r] = fmul(acc[r], alpha[(r % 4) / 2]);
+        return acc;
+      };
+      if (!lazy)
+        return scaled();
+      auto moved = [&](int64_t row) {
+        return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE,
+                                     alpha[row], cf(1.0f));
+      };
+      auto branch = scf::IfOp::create(b, loc, SmallVector<Type>(nO, f32),
+                                      ori(moved(0), moved(1)),
+                                      /*addElseBlock=*/true);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(branch.thenBlock());
+      scf::YieldOp::create(b, loc, scaled());
+      b.setInsertionPointToStart(branch.elseBlock());
+      scf::YieldOp::create(b, loc, o);
+      return SmallVector<Value>(branch.getResults());
+    };
     // The masking scf.if around fa3.mask, for the key block whose IR
     // induction variable is `iv`: everything the mask reads is replayed
     // before its branch.
@@ -1113,13 +1142,26 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       SmallVector<Value> rowValues[2];
       for (int64_t r = 0; r < nS; ++r)
         rowValues[(r % 4) / 2].push_back(sv[r]);
+      std::optional<int64_t> threshold = op.getRescaleThreshold();
       for (int64_t row = 0; row < 2; ++row) {
         Value mx = fmax(mOld[row], treeReduce(rowValues[row], /*isMax=*/true));
         step.m[row] = quadReduce(mx, /*isMax=*/true);
+        // Lazy rescaling keeps the old max while c·(m' − m) <= τ (never
+        // after -inf: +inf and NaN fail <=), with a correction of exactly 1,
+        // which the accumulator's rescale tests for.
+        Value keep;
+        if (threshold) {
+          Value growth = fmul(fsub(step.m[row], mOld[row]), cLog2);
+          keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE,
+                                       growth, cf(float(*threshold)));
+          step.m[row] = select(keep, mOld[row], step.m[row]);
+        }
         Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                             step.m[row], cf(negInf));
         negMScaled[row] = fmul(select(empty, cf(0), step.m[row]), negCLog2);
         step.alpha[row] = exp2(fma(mOld[row], cLog2, negMScaled[row]));
+        if (keep)
+          step.alpha[row] = select(keep, cf(1.0f), step.alpha[row]);
       }
       step.p.resize(nS);
       SmallVector<Value> rowProbs[2];
@@ -1378,9 +1420,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
         SmallVector<Value> o = fragment(rescale.getAcc());
         SmallVector<Value> alpha = fragment(rescale.getCorrection());
-        for (int64_t r = 0; r < nO; ++r)
-          o[r] = fmul(o[r], alpha[(r % 4) / 2]);
-        regs[rescale.getResult()] = o;
+        regs[rescale.getResult()] =
+            rescaleFragment(o, alpha, s.rescaleThreshold > 0);
       } else if (auto pv = dyn_cast<PVOp>(op)) {
         SmallVector<Value> acc = fragment(pv.getAcc());
         if (!packed.count(pv.getProbs()))

@@ -559,30 +559,53 @@ struct OnlineSoftmaxLowering : OpConversionPattern<OnlineSoftmaxOp> {
                 })
             .getResult(0);
 
-    // Per row: the max to subtract (0 while the row is all -inf, so that
-    // exp2(-inf - -inf) never makes a NaN), the correction factor and the
-    // rescaled running sum.
+    // Per row: the max to keep (m' or, under a rescale_threshold τ, m while
+    // c·m' − c·m <= τ), the max to subtract (0 while the row is all -inf,
+    // so that exp2(-inf - -inf) never makes a NaN), the correction factor (1
+    // exactly for a kept m) and the rescaled running sum.
+    std::optional<int64_t> threshold = op.getRescaleThreshold();
+    int64_t numOutputs = threshold ? 4 : 3;
+    SmallVector<Value> inits;
+    for (int64_t i = 0; i < numOutputs; ++i)
+      inits.push_back(emptyLike(rewriter, loc, rowType));
     auto rowStep = generic(
-        rewriter, loc, {rowType, rowType, rowType},
-        {op.getRowMax(), newMax, op.getRowSum()},
-        {emptyLike(rewriter, loc, rowType), emptyLike(rewriter, loc, rowType),
-         emptyLike(rewriter, loc, rowType)},
-        {i1, i1, i1, i1, i1, i1}, {kPar},
+        rewriter, loc, SmallVector<Type>(numOutputs, rowType),
+        {op.getRowMax(), newMax, op.getRowSum()}, inits,
+        SmallVector<AffineMap>(3 + numOutputs, i1), {kPar},
         [&](OpBuilder &b, Location loc, ValueRange args) {
-          Value isEmpty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                                args[1], negInf(b, loc));
+          Value kept = args[1], keep;
+          if (threshold) {
+            // -inf (nothing seen yet) never keeps: +inf or NaN fail <=.
+            Value growth = arith::MulFOp::create(
+                b, loc, arith::SubFOp::create(b, loc, args[1], args[0]),
+                scaled(b, loc, exp2Scale, descale));
+            keep = arith::CmpFOp::create(
+                b, loc, arith::CmpFPredicate::OLE, growth,
+                f32Cst(b, loc, static_cast<float>(*threshold)));
+            kept = arith::SelectOp::create(b, loc, keep, args[0], args[1]);
+          }
+          Value isEmpty = arith::CmpFOp::create(
+              b, loc, arith::CmpFPredicate::OEQ, kept, negInf(b, loc));
           Value base = arith::SelectOp::create(b, loc, isEmpty,
-                                               f32Cst(b, loc, 0.0f), args[1]);
+                                               f32Cst(b, loc, 0.0f), kept);
           Value c = scaled(b, loc, exp2Scale, descale);
           Value baseScaled = arith::MulFOp::create(b, loc, base, c);
           Value oldScaled = arith::MulFOp::create(b, loc, args[0], c);
           Value alpha = math::Exp2Op::create(
               b, loc, arith::SubFOp::create(b, loc, oldScaled, baseScaled));
+          if (keep)
+            alpha = arith::SelectOp::create(b, loc, keep, f32Cst(b, loc, 1.0f),
+                                            alpha);
           Value sum = arith::MulFOp::create(b, loc, alpha, args[2]);
-          linalg::YieldOp::create(b, loc, ValueRange{baseScaled, alpha, sum});
+          SmallVector<Value> results = {baseScaled, alpha, sum};
+          if (keep)
+            results.push_back(kept);
+          linalg::YieldOp::create(b, loc, results);
         });
     Value baseScaled = rowStep.getResult(0);
     Value correction = rowStep.getResult(1);
+    if (threshold)
+      newMax = rowStep.getResult(3);
 
     // p = exp2(c * s - c * m').
     Value probs =

@@ -356,6 +356,13 @@ func.func @schedule_cluster() attributes {s = #fa3.schedule<block_m = 128, block
 
 // -----
 
+// expected-error @+1 {{rescale_threshold must be in [0, 8] (log2 of how far a kept row max may lag), got 9}}
+func.func @schedule_rescale_threshold() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, rescale_threshold = 9>} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{pingpong needs at least 2 consumer warpgroups, got 1}}
 func.func @schedule_pingpong() attributes {s = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 1, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>} {
   return
@@ -528,6 +535,22 @@ func.func @mask_window(%s: tensor<64x64xf32>, %i: index) {
 func.func @online_softmax_rows(%s: tensor<64x64xf32>, %m: tensor<32xf32>, %l: tensor<32xf32>) {
   // expected-error @+1 {{'fa3.online_softmax' op scores have 64 rows but the row statistics have 32}}
   %p, %m1, %l1, %a = fa3.online_softmax %s, %m, %l {exp2_scale = 0.18 : f32} : tensor<64x64xf32>, tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @online_softmax_threshold(%s: tensor<64x64xf32>, %m: tensor<64xf32>, %l: tensor<64xf32>) {
+  // expected-error @+1 {{'fa3.online_softmax' op rescale_threshold must be in [1, 8], got 0}}
+  %p, %m1, %l1, %a = fa3.online_softmax %s, %m, %l {exp2_scale = 0.18 : f32, rescale_threshold = 0 : i64} : tensor<64x64xf32>, tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @grad_rescale_threshold(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>, %o: tensor<2x?x8x64xbf16>, %lse: tensor<2x8x?xf32>) {
+  // expected-error @+1 {{'fa3.attention_grad' op has rescale_threshold = 8 in its schedule; a backward recomputes P from the LSE and has no online softmax to rescale lazily (must be 0)}}
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1, rescale_threshold = 8>} : (tensor<2x?x8x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) -> (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>)
   return
 }
 

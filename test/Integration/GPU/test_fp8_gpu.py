@@ -208,8 +208,8 @@ def test_fp8_schedules_agree(d, causal):
     kernel's output: without a producer warpgroup, without the
     intra-warpgroup overlap, on a persistent grid and on a plain one (bit
     for bit: the same key blocks in the same order), and with 256-key
-    blocks at d128 (other P roundings: within the reference bound of the
-    test above)."""
+    blocks at d128 and lazy rescaling (other P roundings: within the
+    reference bound of the test above)."""
     from fa3 import _jit, schedules
     from fa3._spec import AttentionSpec
 
@@ -227,6 +227,9 @@ def test_fp8_schedules_agree(d, causal):
                 "plain_grid": dict(default, persistent=False)}
     if d == 128:
         variants["n256"] = dict(default, block_n=256, intra_wg_overlap=False)
+    # Lazy rescaling: kept maxima, P · 2^(8 - τ) in e4m3 (other P roundings).
+    for threshold in (4, 8):
+        variants[f"lr{threshold}"] = dict(default, rescale_threshold=threshold)
     outs, lses = {}, {}
     for name, fields in {"default": None, **variants}.items():
         kernel = _jit.get(spec, "cuda:0", "fwd", schedule=schedules.schedule(**fields) if fields else None)
@@ -235,7 +238,7 @@ def test_fp8_schedules_agree(d, causal):
         _launch_fp8(kernel, q8, k8, v8, (qd, kd, vd), out, lse)
         outs[name], lses[name] = out, lse
     for name in variants:
-        if name == "n256":
+        if name == "n256" or name.startswith("lr"):
             vq = _dequantize(v8, vd, hkv)
             ref, _ = _attention_f64(_dequantize(q8, qd, hkv), _dequantize(k8, kd, hkv), vq, causal)
             err = (outs[name].double() - ref)

@@ -76,6 +76,11 @@ struct HopperAttentionSpec {
   /// with that PV (the schedule's `intra_wg_overlap`); needs registers for
   /// two S tiles.
   bool intraWarpgroupOverlap = false;
+  /// Lazy rescaling (the schedule's `rescale_threshold` τ, 0 = off; the key
+  /// loop's fa3.online_softmax carries it): a row keeps its max until a
+  /// block raises c · max by more than τ, and O's rescale is skipped where
+  /// a warp's rows all kept theirs.
+  int64_t rescaleThreshold = 0;
   /// Warp specialization (the schedule's `producer_regs`/`consumer_regs`,
   /// 0 = off): warpgroup 0 becomes a producer that only issues the TMA
   /// loads of Q and of the K/V ring and gives its registers away with

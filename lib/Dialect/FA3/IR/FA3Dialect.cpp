@@ -35,12 +35,13 @@ void FA3Dialect::initialize() {
 // ScheduleAttr
 //===----------------------------------------------------------------------===//
 
-LogicalResult
-ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                     int64_t blockM, int64_t blockN, int64_t stages,
-                     int64_t consumerWgs, int64_t producerRegs,
-                     int64_t consumerRegs, bool pingpong, bool intraWgOverlap,
-                     bool persistent, int64_t cluster) {
+LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   int64_t blockM, int64_t blockN,
+                                   int64_t stages, int64_t consumerWgs,
+                                   int64_t producerRegs, int64_t consumerRegs,
+                                   bool pingpong, bool intraWgOverlap,
+                                   bool persistent, int64_t cluster,
+                                   int64_t rescaleThreshold) {
   if (blockM <= 0 || blockN <= 0)
     return emitError() << "block_m and block_n must be positive, got "
                        << blockM << " and " << blockN;
@@ -65,6 +66,12 @@ ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << consumerWgs;
   if (cluster != 1 && cluster != 2)
     return emitError() << "cluster must be 1 or 2, got " << cluster;
+  // P grows up to 2^τ under a kept max: FP8's e4m3 P (at most 448) has
+  // 2^8 of room above 1.
+  if (rescaleThreshold < 0 || rescaleThreshold > 8)
+    return emitError() << "rescale_threshold must be in [0, 8] (log2 of how "
+                          "far a kept row max may lag), got "
+                       << rescaleThreshold;
   return success();
 }
 

@@ -413,6 +413,13 @@ static LogicalResult verifyGradTypes(OpTy op, const AttentionTypes &t,
       failed(verifyResultType(op, op.getGradValue().getType(), "grad_value",
                               t.v.getShape(), elt)))
     return failure();
+  // A backward recomputes P from the LSE: it has no running max to keep.
+  if (ScheduleAttr schedule = op.getScheduleAttr();
+      schedule && schedule.getRescaleThreshold() != 0)
+    return op.emitOpError()
+           << "has rescale_threshold = " << schedule.getRescaleThreshold()
+           << " in its schedule; a backward recomputes P from the LSE and "
+              "has no online softmax to rescale lazily (must be 0)";
   return success();
 }
 

@@ -283,6 +283,10 @@ LogicalResult OnlineSoftmaxOp::verify() {
   if (statRows != rows(getScores()))
     return emitOpError() << "scores have " << rows(getScores())
                          << " rows but the row statistics have " << statRows;
+  if (std::optional<int64_t> threshold = getRescaleThreshold())
+    if (*threshold < 1 || *threshold > 8)
+      return emitOpError() << "rescale_threshold must be in [1, 8], got "
+                           << *threshold;
   return verifyPositive(*this, "exp2_scale", getExp2Scale().convertToFloat());
 }
 

@@ -140,8 +140,8 @@ static void fuseSoftmax(AttentionBlockOp op, RewriterBase &rewriter) {
         // q_descale · k_descale in the softmax.
         auto softmax = OnlineSoftmaxOp::create(
             b, loc, sType, rowType, rowType, rowType, masked.getResult(0),
-            iters[1], iters[2], op.getQkDescale(),
-            b.getF32FloatAttr(exp2Scale));
+            iters[1], iters[2], op.getQkDescale(), b.getF32FloatAttr(exp2Scale),
+            /*rescale_threshold=*/IntegerAttr());
         Value acc = RescaleOp::create(b, loc, accType, iters[0],
                                       softmax.getCorrection());
         // Dropout acts on what multiplies V only: the row sum (and with it

@@ -35,6 +35,11 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
       `fa3-order-grid`); `fa3-persistent-grid` maps the grid to
       `#fa3.persistent_block`.
     * `cluster`: CTAs per cluster sharing K/V by TMA multicast (1 = off).
+    * `rescale_threshold` (τ, 0 to 8, default 0; omitted when 0): lazy
+      rescaling of the online softmax (`fa3-lazy-rescale`). A row keeps its
+      running max until a key block raises `c · max` by more than τ, so
+      most blocks skip the accumulator's rescale; P is then at most 2^τ
+      (FP8 lowers P's e4m3 scale by 2^τ to keep P · scale within 2^8).
 
     What each backend builds, and rejects with a diagnostic otherwise (a
     schedule never describes a kernel that is not built):
@@ -48,11 +53,13 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     | `intra_wg_overlap` | with a producer | must be false |
     | `persistent` | with a producer | must be false |
     | `cluster` | must be 1 | must be 1 |
+    | `rescale_threshold` | yes (16-bit and FP8) | must be 0 (P comes from the LSE) |
 
-    The CPU lowering uses `block_m`, `block_n` and `intra_wg_overlap` (the
+    The CPU lowering uses `block_m`, `block_n`, `intra_wg_overlap` (the
     key loop rotated by `fa3-intra-wg-overlap`, with the same arithmetic, so
-    the CPU checks the rotated loop bit for bit); the other fields describe
-    GPU kernels and do not change what the CPU computes.
+    the CPU checks the rotated loop bit for bit) and `rescale_threshold`
+    (the same kept maxima); the other fields describe GPU kernels and do
+    not change what the CPU computes.
 
     ```mlir
     #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2,
@@ -70,7 +77,8 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     "bool":$pingpong,
     "bool":$intra_wg_overlap,
     "bool":$persistent,
-    "int64_t":$cluster);
+    "int64_t":$cluster,
+    DefaultValuedParameter<"int64_t", "0">:$rescale_threshold);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

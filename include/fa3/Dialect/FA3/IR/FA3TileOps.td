@@ -446,6 +446,13 @@ def FA3_OnlineSoftmaxOp : FA3_TileOp<"online_softmax", [
     scores are raw products of quantized values and `c = exp2_scale · d`;
     the max stays in raw units (`fa3.finalize` takes the same `d`).
 
+    With `rescale_threshold = τ` (lazy rescaling, `fa3-lazy-rescale`; 1 to
+    8) a row keeps its running max while the block raises it by little:
+    where `c · m' - c · row_max <= τ`, `new_max = row_max` and
+    `correction = 1` exactly (P is then at most 2^τ); elsewhere, as
+    without it. O / l and the LSE are the same functions of the kept max,
+    and the accumulator's rescale by 1 can be skipped.
+
     ```mlir
     %p, %m1, %l1, %alpha = fa3.online_softmax %s, %m0, %l0
         {exp2_scale = 0.180336878 : f32} : tensor<64x64xf32>, tensor<64xf32>
@@ -453,7 +460,8 @@ def FA3_OnlineSoftmaxOp : FA3_TileOp<"online_softmax", [
   }];
   let arguments = (ins FA3_F32Tile2D:$scores, FA3_Tile1D:$row_max,
                        FA3_Tile1D:$row_sum, Optional<F32>:$descale,
-                       F32Attr:$exp2_scale);
+                       F32Attr:$exp2_scale,
+                       OptionalAttr<I64Attr>:$rescale_threshold);
   let results = (outs FA3_F32Tile2D:$probs, FA3_Tile1D:$new_max,
                       FA3_Tile1D:$new_sum, FA3_Tile1D:$correction);
   let assemblyFormat = [{

@@ -481,6 +481,37 @@ def FA3IntraWarpgroupOverlap : Pass<"fa3-intra-wg-overlap"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def FA3LazyRescale : Pass<"fa3-lazy-rescale"> {
+  let summary = "Keep a row's softmax max until a key block raises it by more than 2^τ";
+  let description = [{
+    Lazy rescaling of the online softmax (FlashAttention-4's conditional
+    rescaling): for each key loop whose `fa3.schedule` has
+    `rescale_threshold = τ > 0`, sets `rescale_threshold = τ` on its
+    `fa3.online_softmax`. A row then keeps its running max m unless a block
+    raises `c · m` by more than τ, and its correction is exactly 1 while it
+    does: on Hopper a warp whose rows all kept their max skips the
+    accumulator's rescale (one multiply per accumulator element and key
+    block, on the path from the softmax to the P V wgmma). The result is
+    the same function of the kept max (O / l, and the LSE from m and l);
+    P is at most 2^τ instead of 1.
+
+    FP8: P enters the e4m3 P V as P · s (`fa3.pv`'s `probs_scale`, 2^8),
+    and e4m3 saturates at 448, so the pass lowers s to 2^(8 − τ): P · s
+    stays within 2^8.
+
+    ```mlir
+    // rescale_threshold = 8 in the loop's schedule:
+    %p, %m1, %l1, %alpha = fa3.online_softmax %s, %m0, %l0
+        {exp2_scale = 0.180336878 : f32, rescale_threshold = 8 : i64} : ...
+    ```
+
+    It runs after `fa3-fuse-softmax` (on the one key loop, before
+    `fa3-intra-wg-overlap` copies the softmax into a prologue) in both
+    pipelines, so the CPU computes the kept maxima the GPU does.
+  }];
+  let dependentDialects = ["::mlir::fa3::FA3Dialect"];
+}
+
 def FA3Pingpong : Pass<"fa3-pingpong"> {
   let summary = "Group the key loop's MMAs into the turns two consumer warpgroups take";
   let description = [{
