@@ -74,7 +74,10 @@ def quantize(x32, groups):
 
 
 def fp8_attention(q8, k8, v8, qd, kd, vd, causal=False, window=(-1, -1), softcap=0.0,
-                  block_n=64, round_p=True):
+                  block_n=64, round_p=True, rescale_threshold=0):
+    """With `rescale_threshold` τ (fa3-lazy-rescale) a row keeps its max while
+    a block raises it by at most τ in log2 units, and P is rounded as
+    e4m3(P · 2^(8 - τ)) relative to the kept max, as the kernels do."""
     b, sq, hq, d = q8.shape
     sk, hkv = k8.shape[1], k8.shape[2]
     group = hq // hkv
@@ -95,12 +98,17 @@ def fp8_attention(q8, k8, v8, qd, kd, vd, causal=False, window=(-1, -1), softcap
             for k0 in range(0, sk, block_n):
                 sb = s[:, k0:k0 + block_n]
                 m_new = np.maximum(m, sb.max(axis=1))
+                if rescale_threshold:
+                    with np.errstate(invalid="ignore"):
+                        keep = (m_new - m) * np.log2(np.e) <= rescale_threshold
+                    m_new = np.where(keep, m, m_new)
                 m_safe = np.where(np.isinf(m_new), 0.0, m_new)
                 p = np.exp(sb - m_safe[:, None])
                 alpha = np.exp(m - m_safe)
                 l = l * alpha + p.sum(axis=1)
                 if round_p:
-                    p = e4m3(p * 256) / 256
+                    p_scale = 2.0 ** (8 - rescale_threshold)
+                    p = e4m3(p * p_scale) / p_scale
                 acc = acc * alpha[:, None] + p @ vv[k0:k0 + block_n]
                 m = m_new
             out[bi, :, h] = acc / np.where(l > 0, l, 1)[:, None]

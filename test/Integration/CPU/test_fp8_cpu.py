@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fa3 import reference
+from fa3 import reference, schedules
 
 import fp8_model
 
@@ -34,6 +34,10 @@ CASES = [  # b, sq, sk, hq, hkv, d, attrs
     (1, 17, 17, 4, 4, 64, {}),
     (1, 1, 300, 2, 1, 256, {"window": (32, 8)}),
     (3, 200, 64, 4, 2, 128, {"causal": True, "softcap": 5.0}),
+    # Lazy rescaling (fa3-lazy-rescale): kept maxima, P rounded as e4m3 of
+    # P · 2^(8 - τ) relative to them (fp8_model does the same).
+    (2, 100, 300, 8, 2, 128, {"causal": True, "rescale_threshold": 4}),
+    (1, 64, 1000, 4, 4, 64, {"rescale_threshold": 8}),
 ]
 
 
@@ -61,6 +65,9 @@ def test_fp8_cpu_matches_dequantized_reference(case, fa3_run, tmp_path):
         a.append(f"window = array<i64: {attrs['window'][0]}, {attrs['window'][1]}>")
     if "softcap" in attrs:
         a.append(f"softcap = {attrs['softcap']!r} : f32")
+    if "rescale_threshold" in attrs:
+        a.append("schedule = " + schedules.schedule(64, 64, consumer_wgs=1, stages=1,
+                                                     rescale_threshold=attrs["rescale_threshold"]))
     a = " {" + ", ".join(a) + "}" if a else ""
     src = tmp_path / "fp8.mlir"
     src.write_text(f"func.func @f(%q: {qt}, %k: {kt}, %v: {kt}, %qd: {dt}, %kd: {dt}, %vd: {dt}) -> ({ot}, {lt}) {{\n"
@@ -87,7 +94,7 @@ def test_fp8_cpu_matches_dequantized_reference(case, fa3_run, tmp_path):
                                      window=attrs.get("window", (-1, -1)), softcap=attrs.get("softcap", 0.0))
     assert not np.isnan(o).any()
     model = dict(causal=attrs.get("causal", False), window=attrs.get("window", (-1, -1)),
-                 softcap=attrs.get("softcap", 0.0))
+                 softcap=attrs.get("softcap", 0.0), rescale_threshold=attrs.get("rescale_threshold", 0))
     q8, k8, v8 = _e4m3(q), _e4m3(k), _e4m3(v)
     ref_o = fp8_model.fp8_attention(q8, k8, v8, qd, kd, vd, **model)
     vmax = np.abs(vv).max()
