@@ -74,8 +74,7 @@ def schedule_variants(d, only=None):
     `persistent` the default on a persistent grid, at d128
     `n176_overlap` FlashAttention-3's non-causal 128 x 176 tile with
     overlap, and when asked for by name `lazy_rescale` (rescale_threshold
-    = 8), `exp2_emulation` (4 of 16 exponentials as a polynomial) and
-    `lazy_exp2` (both)."""
+    = 8)."""
     default = schedules.hopper_forward_fields(d)
     names = ["no_ws", "ws_no_overlap" if default["intra_wg_overlap"] else "ws_overlap", "persistent"]
     if default["consumer_wgs"] == 2:
@@ -84,7 +83,7 @@ def schedule_variants(d, only=None):
         names.append("n176_overlap")
     if only is not None:
         # Columns only asked for by name: lazy rescaling.
-        names += [name for name in ("lazy_rescale", "exp2_emulation", "lazy_exp2") if name in only]
+        names += [name for name in ("lazy_rescale",) if name in only]
         names = [name for name in names if name in only]
     return {name: schedules.hopper_forward(d, name) for name in names}
 
@@ -604,8 +603,7 @@ def fp8_schedule_variants(d, only=None):
     `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
     blocks without the overlap (d128; with it ptxas spills), `persistent` /
     `plain_grid` on a persistent / plain grid, `sN` (and `sN_persistent`) a
-    K/V ring of N stages, `lrN` lazy rescaling with rescale_threshold = N,
-    `em4` exp2_emulation = 4 (`lr4em4` both).
+    K/V ring of N stages, `lrN` lazy rescaling with rescale_threshold = N.
     `only` limits the columns to these names (None: all)."""
     from fa3 import _jit  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
 
@@ -622,10 +620,6 @@ def fp8_schedule_variants(d, only=None):
     # Lazy rescaling with P · 2^(8 - τ) in e4m3 (fa3-lazy-rescale).
     for threshold in (4, 8):
         variants[f"lr{threshold}"] = dict(default, rescale_threshold=threshold)
-    # exp2 emulation (4 of 16 exponentials on the FMA pipe), alone and with
-    # lazy rescaling.
-    variants["em4"] = dict(default, exp2_emulation=4)
-    variants["lr4em4"] = dict(default, rescale_threshold=4, exp2_emulation=4)
     # e4m3 tiles take half the shared memory: room for deeper K/V rings.
     for stages in (3, 4):
         variants[f"s{stages}"] = dict(default, stages=stages)

@@ -17,14 +17,11 @@ same names:
   tiles);
 * `lazy_rescale`: the default with `rescale_threshold = 8` (a row keeps its
   softmax max until a key block raises it by more than 2^8, and O's rescale
-  is skipped meanwhile; `fa3-lazy-rescale`);
-* `exp2_emulation`: the default with `exp2_emulation = 4` (4 of every 16
-  exponentials of P a polynomial on the FMA pipe instead of MUFU.EX2);
-* `lazy_exp2`: both.
+  is skipped meanwhile; `fa3-lazy-rescale`).
 """
 
 STRUCTURES = ("default", "no_ws", "ws_no_pp", "ws_overlap", "ws_no_overlap", "n176_overlap", "persistent",
-              "lazy_rescale", "exp2_emulation", "lazy_exp2")
+              "lazy_rescale")
 
 
 def _flag(value):
@@ -32,13 +29,10 @@ def _flag(value):
 
 
 def schedule(block_m, block_n, consumer_wgs, producer_regs=0, consumer_regs=0, pingpong=False,
-             intra_wg_overlap=False, persistent=False, stages=2, cluster=1, rescale_threshold=0,
-             exp2_emulation=0):
+             intra_wg_overlap=False, persistent=False, stages=2, cluster=1, rescale_threshold=0):
     """The `#fa3.schedule<...>` attribute with these fields
-    (`rescale_threshold` and `exp2_emulation` written only when set, as the
-    compiler prints them)."""
+    (`rescale_threshold` written only when set, as the compiler prints it)."""
     lazy = f", rescale_threshold = {rescale_threshold}" if rescale_threshold else ""
-    lazy += f", exp2_emulation = {exp2_emulation}" if exp2_emulation else ""
     return (f"#fa3.schedule<block_m = {block_m}, block_n = {block_n}, stages = {stages}, "
             f"consumer_wgs = {consumer_wgs}, producer_regs = {producer_regs}, "
             f"consumer_regs = {consumer_regs}, pingpong = {_flag(pingpong)}, "
@@ -83,8 +77,4 @@ def hopper_forward(d, structure="default"):
         fields["persistent"] = True
     elif structure == "lazy_rescale":
         fields["rescale_threshold"] = 8
-    elif structure == "exp2_emulation":
-        fields["exp2_emulation"] = 4
-    elif structure == "lazy_exp2":
-        fields.update(rescale_threshold=8, exp2_emulation=4)
     return schedule(**fields)

@@ -167,8 +167,6 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_pp";
   if (rescaleThreshold > 0)
     name += "_lr" + std::to_string(rescaleThreshold);
-  if (exp2Emulation > 0)
-    name += "_em" + std::to_string(exp2Emulation);
   if (persistent)
     name += "_persistent";
   if (packedHeads > 1)
@@ -218,7 +216,6 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
   ScheduleAttr schedule = op.getScheduleAttr();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.rescaleThreshold = schedule.getRescaleThreshold();
-  spec.exp2Emulation = schedule.getExp2Emulation();
   spec.producerRegs = schedule.getProducerRegs();
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();
@@ -385,11 +382,6 @@ static FailureOr<HopperAttentionGradSpec> gradSpec(Op op) {
   if (schedule.getPingpong() || schedule.getIntraWgOverlap())
     return op.emitOpError() << "pingpong and intra_wg_overlap are not "
                                "implemented by the Hopper backward";
-  if (schedule.getExp2Emulation() != 0)
-    return op.emitOpError()
-           << "exp2_emulation = " << schedule.getExp2Emulation()
-           << ": the Hopper backward computes every "
-              "exponential with MUFU.EX2 (must be 0)";
   if (spec.sharedMemoryBytes() > kMaxSharedMemory)
     return op.emitOpError()
            << "the backward schedule needs " << spec.sharedMemoryBytes()

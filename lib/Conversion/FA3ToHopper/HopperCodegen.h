@@ -112,33 +112,6 @@ protected:
                ValueRange{x})
         .getResult(0);
   }
-  /// 2^x on the FMA and integer pipes instead of MUFU.EX2
-  /// (FlashAttention-4's emulation, for a softmax whose exponentials keep
-  /// up with the tensor cores only just): x = j + f with j = floor(x) (an
-  /// add rounding down against 1.5 · 2^23 leaves j in the low mantissa
-  /// bits), 2^f by a degree-3 polynomial on [0, 1) (a minimax fit of the
-  /// relative error, below 9e-5; p(0) = 1 exactly), and j added to the
-  /// exponent bits. x is clamped at -127, where the result is exactly +0
-  /// (p(0) = 1 and j = -127 cancel the exponent): a masked score (-inf)
-  /// gives P = 0 as MUFU.EX2.FTZ does. Valid for x <= 127.
-  Value exp2Emulated(Value x) {
-    const float roundMagic = 12582912.0f; // 1.5 · 2^23
-    Value clamped = fmax(x, cf(-127.0f));
-    Value rounded = LLVM::CallIntrinsicOp::create(
-                        b, loc, f32, b.getStringAttr("llvm.nvvm.add.rm.f"),
-                        ValueRange{clamped, cf(roundMagic)})
-                        .getResult(0);
-    Value frac = fsub(clamped, fsub(rounded, cf(roundMagic)));
-    Value poly = fma(fma(fma(cf(0.0770651996f), frac, cf(0.227647007f)), frac,
-                         cf(0.695116341f)),
-                     frac, cf(1.0f));
-    auto bits = [&](Value v) {
-      return LLVM::BitcastOp::create(b, loc, i32, v);
-    };
-    Value exponent = arith::ShLIOp::create(b, loc, bits(rounded), ci(23));
-    return LLVM::BitcastOp::create(
-        b, loc, f32, arith::AddIOp::create(b, loc, bits(poly), exponent));
-  }
   Value zext64(Value x) { return arith::ExtUIOp::create(b, loc, i64, x); }
   Value sext64(Value x) { return arith::ExtSIOp::create(b, loc, i64, x); }
 

@@ -746,7 +746,6 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.rescaleThreshold = schedule.getRescaleThreshold();
-  spec.exp2Emulation = schedule.getExp2Emulation();
   spec.persistent = isPersistentGrid(kernel.grid);
   spec.kvCache = kernel.kvCache;
   spec.paged = kernel.paged;

@@ -1171,9 +1171,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           base = fadd(base, cf(probsLog2Offset));
       for (int64_t r = 0; r < nS; ++r) {
         int64_t row = (r % 4) / 2;
-        // exp2_emulation: registers r % 16 < k on the FMA pipe.
-        Value x = fma(sv[r], cLog2, probsBase[row]);
-        step.p[r] = r % 16 < s.exp2Emulation ? exp2Emulated(x) : exp2(x);
+        step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
         rowProbs[row].push_back(step.p[r]);
       }
       for (int64_t row = 0; row < 2; ++row)

@@ -156,14 +156,6 @@ func.func @grad_pingpong(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>
 
 // -----
 
-func.func @grad_exp2_emulation(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>, %o: tensor<1x?x4x128xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) {
-  // expected-error @+1 {{exp2_emulation = 4: the Hopper backward computes every exponential with MUFU.EX2 (must be 0)}}
-  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1, exp2_emulation = 4>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)
-  return %dq, %dk, %dv : tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
-}
-
-// -----
-
 func.func @grad_persistent(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>, %o: tensor<1x?x4x128xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) {
   // expected-error @+1 {{persistent = true: the Hopper backward kernel has no persistent tile scheduler (one CTA per tile)}}
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 0, consumer_regs = 0, pingpong = false, intra_wg_overlap = false, persistent = true, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)

@@ -356,13 +356,6 @@ func.func @schedule_cluster() attributes {s = #fa3.schedule<block_m = 128, block
 
 // -----
 
-// expected-error @+1 {{exp2_emulation must be in [0, 16] (of every 16 exponentials, how many are emulated), got 17}}
-func.func @schedule_exp2_emulation() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, exp2_emulation = 17>} {
-  return
-}
-
-// -----
-
 // expected-error @+1 {{rescale_threshold must be in [0, 8] (log2 of how far a kept row max may lag), got 9}}
 func.func @schedule_rescale_threshold() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, rescale_threshold = 9>} {
   return

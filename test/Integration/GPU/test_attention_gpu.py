@@ -91,8 +91,7 @@ def _cases():
     # where the default lacks it (d64) or has it (d128, d256).
     structure_dims = {"no_ws": (64, 128, 256), "ws_no_pp": (64, 128, 256), "ws_overlap": (64,),
                       "ws_no_overlap": (128, 256), "n176_overlap": (128,), "persistent": (64, 128, 256),
-                      "lazy_rescale": (64, 128, 256), "exp2_emulation": (64, 128, 256),
-                      "lazy_exp2": (64, 128)}
+                      "lazy_rescale": (64, 128, 256)}
     for structure, dims in structure_dims.items():
         for d in dims:
             cases.append(GpuCase(b=3, sq=1000, sk=1000, d=d, causal=True, structure=structure))

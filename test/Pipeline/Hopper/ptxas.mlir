@@ -23,14 +23,11 @@
 // CHECK: Compiling entry function 'fa3_fwd_bf16_d
 // CHECK: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
-// Lazy rescaling's branch around the accumulator's rescale (16-bit and FP8)
-// and exp2 emulation.
-// RUN: fa3-run %S/Inputs/softmax.mlir --function=lr_d128 --emit=ptx > %t.lr.ptx
+// Lazy rescaling's branch around the accumulator's rescale (16-bit and FP8).
+// RUN: fa3-run %S/Inputs/lazy-rescale.mlir --function=lr_d128 --emit=ptx > %t.lr.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.lr.ptx -o %t.lr.cubin 2>&1 | FileCheck %s
-// RUN: fa3-run %S/Inputs/softmax.mlir --function=lr_fp8 --emit=ptx > %t.lrfp8.ptx
+// RUN: fa3-run %S/Inputs/lazy-rescale.mlir --function=lr_fp8 --emit=ptx > %t.lrfp8.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.lrfp8.ptx -o %t.lrfp8.cubin 2>&1 | FileCheck %s --check-prefix=FP8
-// RUN: fa3-run %S/Inputs/softmax.mlir --function=em_d64 --emit=ptx > %t.em.ptx
-// RUN: %ptxas -arch=sm_90a -v %t.em.ptx -o %t.em.cubin 2>&1 | FileCheck %s
 
 // The FP8 kernels too (no spills at d64, d128 and d256).
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_causal --emit=ptx > %t.fp8d128.ptx

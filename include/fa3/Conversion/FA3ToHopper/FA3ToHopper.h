@@ -81,10 +81,6 @@ struct HopperAttentionSpec {
   /// block raises c · max by more than τ, and O's rescale is skipped where
   /// a warp's rows all kept theirs.
   int64_t rescaleThreshold = 0;
-  /// The schedule's `exp2_emulation`: of every 16 exponentials of P a thread
-  /// computes, this many run as a polynomial on the FMA pipe (0 = all on
-  /// MUFU.EX2).
-  int64_t exp2Emulation = 0;
   /// Warp specialization (the schedule's `producer_regs`/`consumer_regs`,
   /// 0 = off): warpgroup 0 becomes a producer that only issues the TMA
   /// loads of Q and of the K/V ring and gives its registers away with

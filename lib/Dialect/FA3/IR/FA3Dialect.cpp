@@ -35,11 +35,13 @@ void FA3Dialect::initialize() {
 // ScheduleAttr
 //===----------------------------------------------------------------------===//
 
-LogicalResult ScheduleAttr::verify(
-    function_ref<InFlightDiagnostic()> emitError, int64_t blockM,
-    int64_t blockN, int64_t stages, int64_t consumerWgs, int64_t producerRegs,
-    int64_t consumerRegs, bool pingpong, bool intraWgOverlap, bool persistent,
-    int64_t cluster, int64_t rescaleThreshold, int64_t exp2Emulation) {
+LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   int64_t blockM, int64_t blockN,
+                                   int64_t stages, int64_t consumerWgs,
+                                   int64_t producerRegs, int64_t consumerRegs,
+                                   bool pingpong, bool intraWgOverlap,
+                                   bool persistent, int64_t cluster,
+                                   int64_t rescaleThreshold) {
   if (blockM <= 0 || blockN <= 0)
     return emitError() << "block_m and block_n must be positive, got "
                        << blockM << " and " << blockN;
@@ -70,10 +72,6 @@ LogicalResult ScheduleAttr::verify(
     return emitError() << "rescale_threshold must be in [0, 8] (log2 of how "
                           "far a kept row max may lag), got "
                        << rescaleThreshold;
-  if (exp2Emulation < 0 || exp2Emulation > 16)
-    return emitError() << "exp2_emulation must be in [0, 16] (of every 16 "
-                          "exponentials, how many are emulated), got "
-                       << exp2Emulation;
   return success();
 }
 

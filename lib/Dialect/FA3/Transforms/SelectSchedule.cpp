@@ -116,8 +116,7 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                            producerRegs, consumerRegs, pingpong,
                            /*intra_wg_overlap=*/pingpong && headDim > 64,
                            /*persistent=*/persistent && producerRegs > 0,
-                           /*cluster=*/1, /*rescale_threshold=*/0,
-                           /*exp2_emulation=*/0);
+                           /*cluster=*/1, /*rescale_threshold=*/0);
 }
 
 namespace {
@@ -197,7 +196,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
                              /*producer_regs=*/0, /*consumer_regs=*/0,
                              /*pingpong=*/false, /*intra_wg_overlap=*/false,
                              /*persistent=*/false, /*cluster=*/1,
-                             /*rescale_threshold=*/0, /*exp2_emulation=*/0);
+                             /*rescale_threshold=*/0);
   if (target != "sm_90a")
     return failure();
   // FlashAttention-3's forward tiles (see the pass description for why):
@@ -240,8 +239,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
                            /*consumer_wgs=*/2, /*producer_regs=*/24,
                            /*consumer_regs=*/240, /*pingpong=*/false,
                            /*intra_wg_overlap=*/false, /*persistent=*/false,
-                           /*cluster=*/1, /*rescale_threshold=*/0,
-                           /*exp2_emulation=*/0);
+                           /*cluster=*/1, /*rescale_threshold=*/0);
 }
 
 namespace {
@@ -282,8 +280,7 @@ struct FA3SelectSchedulePass
           chosen.getConsumerWgs(), chosen.getProducerRegs(),
           chosen.getConsumerRegs(), chosen.getPingpong(),
           chosen.getIntraWgOverlap(), chosen.getPersistent(),
-          chosen.getCluster(), chosen.getRescaleThreshold(),
-          chosen.getExp2Emulation());
+          chosen.getCluster(), chosen.getRescaleThreshold());
     };
     // Varlen and KV-cache attentions: their per-sequence lengths are data,
     // so they take the schedule of dynamic lengths.
@@ -333,7 +330,7 @@ struct FA3SelectSchedulePass
               chosen.getProducerRegs(), chosen.getConsumerRegs(),
               chosen.getPingpong(), /*intra_wg_overlap=*/false,
               chosen.getPersistent(), chosen.getCluster(),
-              chosen.getRescaleThreshold(), chosen.getExp2Emulation());
+              chosen.getRescaleThreshold());
         attention.setScheduleAttr(applyOverrides(chosen));
       } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
         scheduleForDynamicLengths(varlen);

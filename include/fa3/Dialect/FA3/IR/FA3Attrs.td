@@ -40,11 +40,6 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
       running max until a key block raises `c · max` by more than τ, so
       most blocks skip the accumulator's rescale; P is then at most 2^τ
       (FP8 lowers P's e4m3 scale by 2^τ to keep P · scale within 2^8).
-    * `exp2_emulation` (0 to 16, default 0; omitted when 0): of every 16
-      exponentials of P a thread computes, this many are a polynomial on
-      the FMA pipe instead of MUFU.EX2 (FlashAttention-4's emulation: the
-      softmax's exponentials run at the tensor cores' rate at FP8 d128 and
-      bf16 d64, so moving some off the MUFU unit shortens the softmax).
 
     What each backend builds, and rejects with a diagnostic otherwise (a
     schedule never describes a kernel that is not built):
@@ -59,7 +54,6 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     | `persistent` | with a producer | must be false |
     | `cluster` | must be 1 | must be 1 |
     | `rescale_threshold` | yes (16-bit and FP8) | must be 0 (P comes from the LSE) |
-    | `exp2_emulation` | yes (16-bit and FP8) | must be 0 |
 
     The CPU lowering uses `block_m`, `block_n`, `intra_wg_overlap` (the
     key loop rotated by `fa3-intra-wg-overlap`, with the same arithmetic, so
@@ -84,8 +78,7 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     "bool":$intra_wg_overlap,
     "bool":$persistent,
     "int64_t":$cluster,
-    DefaultValuedParameter<"int64_t", "0">:$rescale_threshold,
-    DefaultValuedParameter<"int64_t", "0">:$exp2_emulation);
+    DefaultValuedParameter<"int64_t", "0">:$rescale_threshold);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }
