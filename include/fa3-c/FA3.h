@@ -28,6 +28,7 @@ typedef struct fa3_schedule {
       consumer_regs;
   int pingpong, intra_wg_overlap, persistent;
   int64_t cluster;
+  int64_t rescale_threshold; /* lazy rescaling's τ, 0 = off */
 } fa3_schedule;
 
 /** The forward schedule fa3-select-schedule picks on sm_90a for head dim

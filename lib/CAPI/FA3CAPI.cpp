@@ -101,16 +101,12 @@ extern "C" void fa3_select_forward_schedule(int64_t head_dim, int fp8,
       &context, "sm_90a", head_dim, element, causal != 0,
       seq_q > 0 ? seq_q : mlir::ShapedType::kDynamic,
       seq_k > 0 ? seq_k : mlir::ShapedType::kDynamic);
-  *out = fa3_schedule{chosen.getBlockM(),
-                      chosen.getBlockN(),
-                      chosen.getStages(),
-                      chosen.getConsumerWgs(),
-                      chosen.getProducerRegs(),
-                      chosen.getConsumerRegs(),
-                      chosen.getPingpong(),
-                      chosen.getIntraWgOverlap(),
-                      chosen.getPersistent(),
-                      chosen.getCluster()};
+  *out = fa3_schedule{chosen.getBlockM(),          chosen.getBlockN(),
+                      chosen.getStages(),          chosen.getConsumerWgs(),
+                      chosen.getProducerRegs(),    chosen.getConsumerRegs(),
+                      chosen.getPingpong(),        chosen.getIntraWgOverlap(),
+                      chosen.getPersistent(),      chosen.getCluster(),
+                      chosen.getRescaleThreshold()};
 }
 
 /// The kind of function an entry point compiles.

@@ -413,7 +413,9 @@ PYBIND11_MODULE(_fa3, m) {
   m.def(
       "select_forward_schedule",
       [](int64_t headDim, bool fp8, bool causal, int64_t seqQ, int64_t seqK) {
-        fa3_schedule chosen;
+        // Zeroed: a libfa3.so of an older C API (the A/B benchmark swaps
+        // them) fills fewer fields.
+        fa3_schedule chosen{};
         fa3_select_forward_schedule(headDim, fp8 ? 1 : 0, causal ? 1 : 0, seqQ,
                                     seqK, &chosen);
         py::dict fields;
@@ -427,6 +429,7 @@ PYBIND11_MODULE(_fa3, m) {
         fields["intra_wg_overlap"] = chosen.intra_wg_overlap != 0;
         fields["persistent"] = chosen.persistent != 0;
         fields["cluster"] = chosen.cluster;
+        fields["rescale_threshold"] = chosen.rescale_threshold;
         return fields;
       },
       py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),
