@@ -831,7 +831,7 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   // saturates at 448) with s = 2^(8 − τ), fa3-lazy-rescale's choice.
   if (spec.fp8) {
     double scale = kernel.keys.pv.getProbsScaleAttr().getValueAsDouble();
-    double expected = std::ldexp(kFP8ProbsScale, -spec.rescaleThreshold);
+    double expected = fp8ProbsScale(spec.rescaleThreshold);
     if (scale != expected)
       return kernel.func.emitOpError()
              << "has an e4m3 P scale (fa3.pv's probs_scale) of " << scale

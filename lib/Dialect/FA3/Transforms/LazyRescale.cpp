@@ -12,8 +12,6 @@
 
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
 
-#include <cmath>
-
 namespace mlir::fa3 {
 #define GEN_PASS_DEF_FA3LAZYRESCALE
 #include "fa3/Dialect/FA3/Transforms/Passes.h.inc"
@@ -42,8 +40,7 @@ struct FA3LazyRescalePass
           // FP8: P · s within 2^8 although P reaches 2^τ.
           if (FloatAttr scale = pv.getProbsScaleAttr();
               scale && scale.getValueAsDouble() == kFP8ProbsScale)
-            pv.setProbsScaleAttr(b.getF32FloatAttr(
-                std::ldexp(kFP8ProbsScale, -static_cast<int>(threshold))));
+            pv.setProbsScaleAttr(b.getF32FloatAttr(fp8ProbsScale(threshold)));
         }
       }
     }

@@ -14,6 +14,8 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <cmath>
+
 namespace mlir::fa3 {
 
 /// e4m3's largest finite magnitude.
@@ -24,6 +26,11 @@ inline constexpr float kMinDescale = 1e-12f;
 /// uses 2^8), so that small probabilities keep mantissa bits; the epilogue
 /// divides it out again.
 inline constexpr float kFP8ProbsScale = 256.0f;
+/// That scale under lazy rescaling with threshold τ (fa3-lazy-rescale): P
+/// reaches 2^τ, so P · 2^(8 - τ) stays within 2^8 (e4m3 saturates at 448).
+inline float fp8ProbsScale(int64_t rescaleThreshold) {
+  return std::ldexp(kFP8ProbsScale, -static_cast<int>(rescaleThreshold));
+}
 
 /// The f32 value of an f8E4M3FN scalar (its bits decoded; NaN for 0x7f/0xff).
 Value decodeE4M3(OpBuilder &b, Location loc, Value f8);
