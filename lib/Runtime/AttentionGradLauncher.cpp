@@ -151,10 +151,10 @@ llvm::Error fa3::runtime::launchAttentionBackward(
     return error("sequence lengths must fit in 32 bits");
   if (args.workspace % 256 != 0)
     return error("the backward workspace must be 256-byte aligned");
-  if (args.gradQ % 16 != 0)
+  if (args.gradQ % 16 != 0 || args.gradK % 16 != 0 || args.gradV % 16 != 0)
     return error("kernel " + info.name +
-                 ": dQ must be 16-byte aligned (the dQ conversion stores "
-                 "16-byte pieces of its rows)");
+                 ": dQ, dK and dV must be 16-byte aligned (the kernels store "
+                 "16-byte pieces of their rows)");
   int64_t seqPad = paddedSeqQ(info, args.seqQ);
   GradWorkspaceLayout layout = gradWorkspaceLayout(info, args.batch, args.seqQ);
   DevicePtr acc = args.workspace, lse2 = args.workspace + layout.lse2,
@@ -275,10 +275,10 @@ llvm::Error fa3::runtime::launchAttentionVarlenBackward(
                  " bytes (attentionGradWorkspaceBytes)");
   if (args.workspace % 256 != 0)
     return error("the backward workspace must be 256-byte aligned");
-  if (args.gradQ % 16 != 0)
+  if (args.gradQ % 16 != 0 || args.gradK % 16 != 0 || args.gradV % 16 != 0)
     return error("kernel " + info.name +
-                 ": dQ must be 16-byte aligned (the dQ conversion stores "
-                 "16-byte pieces of its rows)");
+                 ": dQ, dK and dV must be 16-byte aligned (the kernels store "
+                 "16-byte pieces of their rows)");
   DevicePtr acc = args.workspace, lse2 = args.workspace + layout.lse2,
             delta = args.workspace + layout.delta,
             turns = args.workspace + layout.turns;

@@ -1496,8 +1496,15 @@ static int testGpuVarlenGrad(CuMemAlloc cuMemAlloc, CuMemFree cuMemFree,
                                              dlse, 0, dcq, dck, 0, dgq + 2, dgk,
                                              dgv, workspace, kSeqs, kTq, kTk,
                                              1000, 200, NULL, &error) != 0 &&
-                errorContains(error, "dQ must be 16-byte aligned"),
+                errorContains(error, "dQ, dK and dV must be 16-byte aligned"),
             "gpu: the varlen backward launch refuses a dQ off 16 bytes");
+      error = NULL;
+      check(fa3_launch_attention_varlen_grad(
+                kernel, ddo, dq, dk, dv, dout, dlse, 0, dcq, dck, 0, dgq, dgk,
+                dgv + 4, workspace, kSeqs, kTq, kTk, 1000, 200, NULL,
+                &error) != 0 &&
+                errorContains(error, "dQ, dK and dV must be 16-byte aligned"),
+            "gpu: the varlen backward launch refuses a dV off 16 bytes");
       error = NULL;
       check(fa3_launch_attention_varlen_grad(kernel, ddo, dq, dk, dv, dout,
                                              dlse, 0, dcq, dck, 0, dgq, dgk,

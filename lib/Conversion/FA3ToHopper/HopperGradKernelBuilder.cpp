@@ -1348,22 +1348,50 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     });
 
   // Epilogue: dK = scale · acc and dV, rows past the keys skipped (varlen:
-  // the keys past seqused_k are stored, as zeros).
+  // the keys past seqused_k are stored, as zeros). Like the dQ conversion,
+  // through shared memory: the fragments go row-major (rows padded by 16
+  // bytes, so a store's 8 rows fall in distinct banks) into the K/V tiles'
+  // space, free once both warpgroups are past their last step's wgmmas,
+  // and each row then leaves in 16-byte pieces, a warp's 512 contiguous
+  // bytes, instead of 4-byte pairs that fill half of each sector.
   SmallVector<Value> res(loop.getResults());
+  const int64_t epilogueRow = 2 * d + 16, pieces = 2 * d / 16;
+  const int64_t epilogueTile = bn * epilogueRow;
+  assert(2 * epilogueTile <= offDQ && "dK/dV tiles overlap the dQ staging");
+  consumerBarrier();
   for (int64_t half = 0; half < 2; ++half) {
-    Value key = keyRow[half];
+    Value rowOff = mul(sub(keyRow[half], kStart), ci(epilogueRow));
+    for (int64_t j = 0; j < sliceW / 8; ++j) {
+      int64_t r = 4 * j + 2 * half;
+      Value col = add(add(mul(slice, ci(sliceW)), ci(8 * j)), colInBlock);
+      Value byte = add(rowOff, mul(col, ci(2)));
+      Value dk = pack(fmul(res[r], cf(s.scale)), fmul(res[r + 1], cf(s.scale)));
+      Value dv = pack(res[nAcc + r], res[nAcc + r + 1]);
+      LLVM::StoreOp::create(b, loc, dk, smemAt(byte), /*alignment=*/4);
+      LLVM::StoreOp::create(b, loc, dv, smemAt(add(byte, ci(epilogueTile))),
+                            /*alignment=*/4);
+    }
+  }
+  consumerBarrier();
+  for (int64_t i = 0; i < 2 * bn * pieces / s.numConsumerThreads(); ++i) {
+    // Piece p of the two tiles: tensor p / (bn · pieces), then row and
+    // 16-byte piece within the row.
+    int64_t perTensor = bn * pieces / s.numConsumerThreads();
+    bool isValue = i >= perTensor;
+    Value p = add(ctid, ci((i % perTensor) * s.numConsumerThreads()));
+    Value row = divu(p, ci(pieces)), piece = remu(p, ci(pieces));
+    Value v = LLVM::LoadOp::create(
+        b, loc, VectorType::get({4}, i32),
+        smemAt(add(add(mul(row, ci(epilogueRow)), mul(piece, ci(16))),
+                   ci(isValue ? epilogueTile : 0))),
+        /*alignment=*/16);
+    Value key = add(kStart, row);
     Value inside = cmp(arith::CmpIPredicate::slt, key, storedKeys);
     scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-      Value rowIndex = rowOfKey(key);
-      Value rowElem = add(mul(rowIndex, cl(d)), zext64(mul(slice, ci(sliceW))));
-      for (int64_t j = 0; j < sliceW / 8; ++j) {
-        int64_t r = 4 * j + 2 * half;
-        Value idx = add(rowElem, zext64(add(ci(8 * j), colInBlock)));
-        Value dk = pack(fmul(res[r], cf(s.scale)), fmul(res[r + 1], cf(s.scale)));
-        Value dv = pack(res[nAcc + r], res[nAcc + r + 1]);
-        LLVM::StoreOp::create(b, loc, dk, elemPtr(dkPtr, elt, idx), 4);
-        LLVM::StoreOp::create(b, loc, dv, elemPtr(dvPtr, elt, idx), 4);
-      }
+      Value idx = add(mul(rowOfKey(key), cl(d)), zext64(mul(piece, ci(8))));
+      LLVM::StoreOp::create(b, loc, v,
+                            elemPtr(isValue ? dvPtr : dkPtr, elt, idx),
+                            /*alignment=*/16);
       scf::YieldOp::create(b, loc);
     });
   }

@@ -9,6 +9,9 @@
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefix=LOADS
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefix=LOADS
 // RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128_mha_causal --emit=ptx | FileCheck %s --check-prefix=MHA
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d128 --emit=ptx | FileCheck %s --check-prefix=EPI
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d64_causal --emit=ptx | FileCheck %s --check-prefix=EPI
+// RUN: fa3-run %S/Inputs/backward.mlir --function=bwd_d256_causal --emit=ptx | FileCheck %s --check-prefix=EPI
 
 // COMMON: .target sm_90a
 // COMMON: .visible .entry fa3_bwd_{{b?f16}}_d{{[0-9]+}}_h{{[0-9x]+}}_m{{64|128}}n{{64|128}}s2{{.*}}_pre(
@@ -62,6 +65,15 @@
 // LOADS-NOT: cp.async.bulk.shared::cluster.global
 // LOADS: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
 // D256ST: setmaxnreg.inc.sync.aligned.u32 240;
+// dK and dV leave through shared memory: the consumers write their
+// fragments row-major there (4-byte shared stores) and then store 16-byte
+// pieces of rows; no 4-byte global store is left in the main kernel.
+// EPI: setmaxnreg.inc.sync.aligned.u32 240;
+// EPI-NOT: st.global.b32
+// EPI: ld.shared.v4.b32
+// EPI: st.global.v4.b32
+// EPI-NOT: st.global.b32
+// EPI: .visible .entry fa3_bwd_{{[a-z0-9_]+}}_post(
 // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, both K-major, as two commit groups: Pᵀ's exp2
 // runs after the first wait (Sᵀ done) while dPᵀ's wgmmas do, dSᵀ after the
 // second. A warpgroup with its own 64 key rows (D64, D128) takes all the
