@@ -646,6 +646,10 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
     return error("FP8 attention needs q, k and v descale buffers");
   if (args.workspace % 256 != 0)
     return error("the FP8 workspace must be 256-byte aligned");
+  if (args.v % 16 != 0)
+    return error("kernel " + info.name +
+                 ": V must be 16-byte aligned (the V' layout kernel reads "
+                 "16-byte pieces of its rows)");
   int32_t seqK32 = int32_t(args.seqK);
   int64_t seqPad = paddedSeqK(info, args.seqK);
   int32_t seqPad32 = int32_t(seqPad);
