@@ -153,10 +153,8 @@ def forward_schedule_fields(spec, seq_q, seq_k):
     fields = dict(_forward_fields(spec.head_dim, spec.causal, rows, seq_k, bool(spec.fp8)))
     if spec.dropout:
         # As fa3-select-schedule: dropout's mask is built in the plain key
-        # loop, not in the intra-warpgroup overlap's rotated one, and lazy
-        # rescaling was not measured with it.
+        # loop, not in the intra-warpgroup overlap's rotated one.
         fields["intra_wg_overlap"] = False
-        fields["rescale_threshold"] = 0
     return fields
 
 

@@ -44,9 +44,8 @@ func.func @d128(%q: tensor<1x?x16x128xbf16>, %k: tensor<1x?x16x128xbf16>, %v: te
 
 // CPU-LABEL: func.func @d256
 // CPU: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 64, block_n = 64,
-// d256 rescales lazily (τ = 8; docs/Performance.md), d64 and d128 do not.
 // SM90-LABEL: func.func @d256
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, rescale_threshold = 8>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
 func.func @d256(%q: tensor<1x?x4x256xf16>, %k: tensor<1x?x4x256xf16>, %v: tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal} : (tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>, tensor<1x?x4x256xf16>) -> (tensor<1x?x4x256xf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x256xf16>, tensor<1x4x?xf32>
@@ -75,9 +74,8 @@ func.func @fp8_d128_short(%q: tensor<1x512x4x128xf8E4M3FN>, %k: tensor<1x512x4x1
   %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd : (tensor<1x512x4x128xf8E4M3FN>, tensor<1x512x4x128xf8E4M3FN>, tensor<1x512x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x512x4x128xbf16>, tensor<1x4x512xf32>)
   return %o, %lse : tensor<1x512x4x128xbf16>, tensor<1x4x512xf32>
 }
-// FP8 d256 rescales lazily with τ = 4 (P scaled by 2^(8-4) in e4m3).
 // SM90-LABEL: func.func @fp8_d256_long
-// SM90: fa3.attention {{.+}}persistent = false, cluster = 1, rescale_threshold = 4>
+// SM90: fa3.attention {{.+}}persistent = false
 func.func @fp8_d256_long(%q: tensor<1x?x4x256xf8E4M3FN>, %k: tensor<1x?x4x256xf8E4M3FN>, %v: tensor<1x?x4x256xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal} : (tensor<1x?x4x256xf8E4M3FN>, tensor<1x?x4x256xf8E4M3FN>, tensor<1x?x4x256xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>
@@ -141,21 +139,6 @@ func.func @grad_dropout_d64(%do: tensor<2x?x8x64xbf16>, %q: tensor<2x?x8x64xbf16
 func.func @dropout_d128(%q: tensor<2x?x8x128xbf16>, %k: tensor<2x?x2x128xbf16>, %v: tensor<2x?x2x128xbf16>, %rng: tensor<2xi64>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 0.1 : f32} : (tensor<2x?x8x128xbf16>, tensor<2x?x2x128xbf16>, tensor<2x?x2x128xbf16>, tensor<2xi64>) -> (tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>)
   return %o, %lse : tensor<2x?x8x128xbf16>, tensor<2x8x?xf32>
-}
-
-// Nor does it rescale lazily (d256 would without dropout, as would a
-// packed batch: neither was measured with it).
-// SM90-LABEL: func.func @dropout_d256
-// SM90: fa3.attention {{.+}}intra_wg_overlap = false, persistent = false, cluster = 1>
-func.func @dropout_d256(%q: tensor<2x?x8x256xbf16>, %k: tensor<2x?x2x256xbf16>, %v: tensor<2x?x2x256xbf16>, %rng: tensor<2xi64>) -> (tensor<2x?x8x256xbf16>, tensor<2x8x?xf32>) {
-  %o, %lse = fa3.attention %q, %k, %v rng(%rng) {dropout = 0.1 : f32} : (tensor<2x?x8x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2x?x2x256xbf16>, tensor<2xi64>) -> (tensor<2x?x8x256xbf16>, tensor<2x8x?xf32>)
-  return %o, %lse : tensor<2x?x8x256xbf16>, tensor<2x8x?xf32>
-}
-// SM90-LABEL: func.func @varlen_d256
-// SM90: fa3.attention_varlen {{.+}}intra_wg_overlap = true, persistent = false, cluster = 1>
-func.func @varlen_d256(%q: tensor<?x4x256xbf16>, %k: tensor<?x4x256xbf16>, %v: tensor<?x4x256xbf16>, %cq: tensor<?xi32>, %ck: tensor<?xi32>) -> (tensor<?x4x256xbf16>, tensor<4x?xf32>) {
-  %o, %lse = fa3.attention_varlen %q, %k, %v, %cq, %ck : (tensor<?x4x256xbf16>, tensor<?x4x256xbf16>, tensor<?x4x256xbf16>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x256xbf16>, tensor<4x?xf32>)
-  return %o, %lse : tensor<?x4x256xbf16>, tensor<4x?xf32>
 }
 
 // SM90-LABEL: func.func @grad_d256

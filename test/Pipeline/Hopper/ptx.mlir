@@ -27,7 +27,7 @@
 // NOPP-NOT: bar.arrive
 
 // RUN: fa3-run %S/Inputs/kernels.mlir --function=d256_window --emit=ptx | FileCheck %s --check-prefix=WINDOW
-// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_ov_ws24x240_pp_lr8_winf_64_s{{[0-9a-f]+}}(
+// WINDOW: .visible .entry fa3_fwd_f16_d256_h8x2_m128n80s2_ov_ws24x240_pp_winf_64_s{{[0-9a-f]+}}(
 // WINDOW: wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16
 
 // COMMON: .target sm_90a

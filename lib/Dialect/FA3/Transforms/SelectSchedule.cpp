@@ -87,21 +87,6 @@ static bool persistentPays(int64_t headDim, bool fp8, bool causal,
   return seqLenK <= (headDim <= 64 ? kPersistentKeysD64 : kPersistentKeys);
 }
 
-/// The lazy rescaling threshold τ (fa3-lazy-rescale) of a warp-specialized
-/// Hopper forward of head dim `headDim`, measured against the same schedule
-/// without it (docs/Performance.md, "Lazy rescaling"): d256 +0-7% (bf16,
-/// τ = 8; there O's rescale is 128 multiplies a thread per key block) and
-/// +3-7% (FP8, τ = 4: P's e4m3 scale 2^(8-τ) keeps four more bits of P than
-/// τ = 8 would). At d64 and d128, bf16 and FP8, the runs moved between -4%
-/// and +4%, within their noise, so those keep τ = 0, as do tiles without a
-/// producer warpgroup (not measured).
-static int64_t defaultRescaleThreshold(int64_t headDim, bool fp8,
-                                       int64_t producerRegs) {
-  if (producerRegs == 0 || headDim <= 128)
-    return 0;
-  return fp8 ? 4 : 8;
-}
-
 /// The Hopper forward's kernel structure for `blockM` query rows (one
 /// consumer warpgroup per 64): with two or three consumers a producer
 /// warpgroup issues the loads and the register file is split as in
@@ -116,7 +101,7 @@ static int64_t defaultRescaleThreshold(int64_t headDim, bool fp8,
 /// persistent grid, which only a warp-specialized kernel has.
 static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                                           int64_t blockN, int64_t headDim,
-                                          bool fp8, bool persistent = false) {
+                                          bool persistent = false) {
   int64_t consumers = blockM / 64;
   int64_t producerRegs = 0, consumerRegs = 0;
   if (consumers == 2) {
@@ -131,8 +116,7 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                            producerRegs, consumerRegs, pingpong,
                            /*intra_wg_overlap=*/pingpong && headDim > 64,
                            /*persistent=*/persistent && producerRegs > 0,
-                           /*cluster=*/1,
-                           defaultRescaleThreshold(headDim, fp8, producerRegs));
+                           /*cluster=*/1, /*rescale_threshold=*/0);
 }
 
 namespace {
@@ -226,7 +210,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // are half as large, so d256 fits 128 x 128 too.
   if (fp8)
     blockN = 128;
-  return hopperForwardSchedule(context, tiles.blockM, blockN, headDim, fp8,
+  return hopperForwardSchedule(context, tiles.blockM, blockN, headDim,
                                tiles.persistent);
 }
 
@@ -256,17 +240,6 @@ FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
                            /*consumer_regs=*/240, /*pingpong=*/false,
                            /*intra_wg_overlap=*/false, /*persistent=*/false,
                            /*cluster=*/1, /*rescale_threshold=*/0);
-}
-
-/// `schedule` with rescale_threshold = `threshold`.
-static ScheduleAttr withRescaleThreshold(ScheduleAttr schedule,
-                                         int64_t threshold) {
-  return ScheduleAttr::get(
-      schedule.getContext(), schedule.getBlockM(), schedule.getBlockN(),
-      schedule.getStages(), schedule.getConsumerWgs(),
-      schedule.getProducerRegs(), schedule.getConsumerRegs(),
-      schedule.getPingpong(), schedule.getIntraWgOverlap(),
-      schedule.getPersistent(), schedule.getCluster(), threshold);
 }
 
 namespace {
@@ -324,9 +297,8 @@ struct FA3SelectSchedulePass
         chosen = hopperForwardSchedule(
             op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
             blockN > 0 ? blockN : chosen.getBlockN(), q.getShape().back(),
-            isa<Float8E4M3FNType>(q.getElementType()), chosen.getPersistent());
-      // Lazy rescaling was neither tested nor measured on these kernels.
-      op.setScheduleAttr(withRescaleThreshold(applyOverrides(chosen), 0));
+            chosen.getPersistent());
+      op.setScheduleAttr(applyOverrides(chosen));
     };
     getOperation()->walk([&](Operation *op) {
       if (auto attention = dyn_cast<AttentionOp>(op)) {
@@ -347,19 +319,18 @@ struct FA3SelectSchedulePass
           chosen = hopperForwardSchedule(
               op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
               blockN > 0 ? blockN : chosen.getBlockN(), q.getDimSize(3),
-              isa<Float8E4M3FNType>(q.getElementType()),
               chosen.getPersistent());
         // Dropout's keep mask is applied between the softmax and P V, which
-        // the rotated key loop of intra-warpgroup overlap does not build;
-        // lazy rescaling was not measured with dropout.
-        if (target == "sm_90a" && attention.getEffectiveDropout() > 0)
+        // the rotated key loop of intra-warpgroup overlap does not build.
+        if (target == "sm_90a" && attention.getEffectiveDropout() > 0 &&
+            chosen.getIntraWgOverlap())
           chosen = ScheduleAttr::get(
               chosen.getContext(), chosen.getBlockM(), chosen.getBlockN(),
               chosen.getStages(), chosen.getConsumerWgs(),
               chosen.getProducerRegs(), chosen.getConsumerRegs(),
               chosen.getPingpong(), /*intra_wg_overlap=*/false,
               chosen.getPersistent(), chosen.getCluster(),
-              /*rescale_threshold=*/0);
+              chosen.getRescaleThreshold());
         attention.setScheduleAttr(applyOverrides(chosen));
       } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
         scheduleForDynamicLengths(varlen);
