@@ -194,8 +194,15 @@ def test_attention_gpu_matches_reference(case, fa3_run, tmp_path):
         v.repeat_interleave(group, 2).transpose(1, 2), attn_mask=mask).transpose(1, 2).double()
     sdpa_err = (sdpa - ref_o).abs()[seen_rows].max().item() if seen.any() else 0.0
     fa3_err = (o - ref_o).abs()[seen_rows].max().item() if seen.any() else 0.0
-    bound = 2 * sdpa_err + 1e-5
-    assert fa3_err <= bound, f"O error {fa3_err:.3g} > 2 x SDPA's {sdpa_err:.3g} + 1e-5 (seed {seed})"
+    # Lazy rescaling keeps a row's max while a block raises it by up to 2^8,
+    # so the row's largest probability (exactly 1 in the eager kernel and in
+    # SDPA) is rounded to bf16/f16 too: up to one more rounding of the
+    # dominant term, about SDPA's own output rounding. Measured on an H100
+    # (fa3 / SDPA max error, 16 seeds, Sq = Sk = 4096, d256): median 1.34,
+    # max 1.65, against 1.00 / 1.07 eagerly; one run of this test 2.29.
+    factor = 3 if case.structure == "lazy_rescale" else 2
+    bound = factor * sdpa_err + 1e-5
+    assert fa3_err <= bound, f"O error {fa3_err:.3g} > {factor} x SDPA's {sdpa_err:.3g} + 1e-5 (seed {seed})"
 
     # LSE: f32 scores and approximate exp2/log2 on the GPU; 1e-3 relative
     # bounds rounding of any score by 2^-10 (far above f32 accumulation over
