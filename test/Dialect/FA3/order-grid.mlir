@@ -7,12 +7,12 @@
 // What fa3-outline-hopper-kernels, fa3-tile{grid=true}, fa3-fuse-softmax
 // and canonicalize make of a causal GQA attention (Hq = 4, Hkv = 2, D = 64,
 // block_m = 128, block_n = 64).
-// The head group at the function level: max(1, (32 MiB / 256 bytes a key)
+// The head group at the function level: max(1, (8 MiB / 256 bytes a key)
 // / max(Sk, 1)) K/V heads, times Hq / Hkv = 2 query heads each, at most
 // B * Hq.
 // CHECK: %[[SK:.+]] = tensor.dim %arg1, %{{.+}} : tensor<?x?x2x64xbf16>
 // CHECK: %[[SK1:.+]] = arith.maxui %[[SK]], %{{.+}} : index
-// CHECK: %[[C:.+]] = arith.constant 131072 : index
+// CHECK: %[[C:.+]] = arith.constant 32768 : index
 // CHECK: %[[KV:.+]] = arith.divui %[[C]], %[[SK1]] : index
 // CHECK: %[[KV1:.+]] = arith.maxui %[[KV]], %{{.+}} : index
 // CHECK: %[[BH:.+]] = arith.muli %[[C4:.+]], %[[B:.+]] : index
