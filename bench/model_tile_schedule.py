@@ -1,7 +1,7 @@
 """A model of how well a forward grid's tiles are spread over the SMs: no
 GPU, no fa3. Each tile costs its key blocks + 1 (the +1 for the prologue
 and epilogue), in fa3-order-grid's order (the heads in groups whose K and V
-fit 8 MiB of L2, the longest query tile first, heads fastest); it prints
+fit the L2 budget (8 MiB up to 1024 keys, 32 MiB beyond), the longest query tile first, heads fastest); it prints
 the makespan against the ideal (total cost / SMs) for
 
   greedy      the next tile to the first CTA that is free: what the GPU's
@@ -24,10 +24,11 @@ import heapq
 
 def ordered_tiles(batch, heads, seqlen, head_dim, block_m, group=None):
     """(head·batch, query tile) in fa3-order-grid's order for Sq = Sk, with
-    `group` heads a group (default: as many as fit 8 MiB of K and V)."""
+    `group` heads a group (default: fa3-order-grid's L2 rule)."""
     tiles_per_head = -(-seqlen // block_m)
     kv_bytes = seqlen * head_dim * 2 * 2
-    group = group or max(1, (8 << 20) // kv_bytes)
+    budget = (8 << 20) if seqlen <= 1024 else (32 << 20)
+    group = group or max(1, budget // kv_bytes)
     out = []
     for first in range(0, batch * heads, group):
         members = range(first, min(batch * heads, first + group))

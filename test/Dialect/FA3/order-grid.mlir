@@ -7,12 +7,16 @@
 // What fa3-outline-hopper-kernels, fa3-tile{grid=true}, fa3-fuse-softmax
 // and canonicalize make of a causal GQA attention (Hq = 4, Hkv = 2, D = 64,
 // block_m = 128, block_n = 64).
-// The head group at the function level: max(1, (8 MiB / 256 bytes a key)
-// / max(Sk, 1)) K/V heads, times Hq / Hkv = 2 query heads each, at most
-// B * Hq.
+// The head group at the function level: max(1, (L2 budget / 256 bytes a
+// key) / max(Sk, 1)) K/V heads, the budget 8 MiB up to 1024 keys and 32 MiB
+// beyond, times Hq / Hkv = 2 query heads each, at most B * Hq.
 // CHECK: %[[SK:.+]] = tensor.dim %arg1, %{{.+}} : tensor<?x?x2x64xbf16>
 // CHECK: %[[SK1:.+]] = arith.maxui %[[SK]], %{{.+}} : index
-// CHECK: %[[C:.+]] = arith.constant 32768 : index
+// CHECK-DAG: %[[SHORT:.+]] = arith.constant 32768 : index
+// CHECK-DAG: %[[LONG:.+]] = arith.constant 131072 : index
+// CHECK-DAG: %[[C1024:.+]] = arith.constant 1024 : index
+// CHECK: %[[ISLONG:.+]] = arith.cmpi sgt, %[[SK1]], %[[C1024]] : index
+// CHECK: %[[C:.+]] = arith.select %[[ISLONG]], %[[LONG]], %[[SHORT]] : index
 // CHECK: %[[KV:.+]] = arith.divui %[[C]], %[[SK1]] : index
 // CHECK: %[[KV1:.+]] = arith.maxui %[[KV]], %{{.+}} : index
 // CHECK: %[[BH:.+]] = arith.muli %[[C4:.+]], %[[B:.+]] : index

@@ -40,7 +40,7 @@
 // CHECK-LABEL: IR Dump After FA3Pingpong
 // CHECK: fa3.mma_turn
 // CHECK-LABEL: IR Dump After FA3OrderGrid
-// CHECK: %[[BUDGET:.+]] = arith.constant 16384 : index
+// CHECK: %[[BUDGET:.+]] = arith.select %{{.+}}, %{{.+}}, %{{.+}} : index
 // CHECK: arith.divui %[[BUDGET]],
 // CHECK: scf.forall
 // CHECK-LABEL: IR Dump After FA3PersistentGrid

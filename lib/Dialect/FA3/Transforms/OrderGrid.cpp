@@ -33,19 +33,22 @@ namespace mlir::fa3 {
 using namespace mlir;
 using namespace mlir::fa3;
 
-/// The L2 budget for the K and V of one head group. FlashAttention-3's LPT
-/// scheduler takes 32 MiB of the H100/H200's 50 MB; fa3 took it too, and
-/// its causal 512 forward (d128, B = 32, H = 16) then read 343 MB from DRAM
-/// for 268 MB of Q, K, V and O (ncu on an H100: 83% of DRAM peak, L2 hit
-/// rate 33% against cuDNN's 45% with 260 MB; docs/Performance.md): with 128
-/// heads a group, a head's last query tile comes ~3 waves after its first,
-/// and in between Q and O stream through the L2 beside 32 MiB of K/V. With 8
-/// MiB a group is about one wave of tiles at d128 (32 heads x 4 tiles at
-/// 512 keys, 2 x 64 at 8k), so a head's tiles run together and share its
-/// K/V in L2, and the greedy dispatch of a group in longest-first order
-/// still reaches 0.98-1.00 of the ideal makespan at 512-8k
-/// (bench/model_tile_schedule.py).
-static constexpr int64_t kL2Budget = 8 << 20;
+/// The L2 budget for the K and V of one head group, by key length.
+/// FlashAttention-3's LPT scheduler takes 32 MiB of the H100/H200's 50 MB.
+/// fa3 took it everywhere, and its causal 512 forward (d128, B = 32, H = 16)
+/// then read 343 MB from DRAM for 268 MB of Q, K, V and O (ncu on an H100:
+/// 83% of DRAM peak, L2 hit rate 33%; cuDNN moved 260 MB;
+/// docs/Performance.md): with 128 heads a group, a head's last query tile
+/// comes ~3 waves after its first, and in between Q and O stream through the
+/// L2 beside 32 MiB of K/V. With 8 MiB (32 heads x 4 tiles at 512 keys,
+/// d128) a head's tiles run together and share its K/V in the L2: DRAM reads
+/// 285 -> 206 MB, causal 512 +5% (d64), +23% (d128), +22% (d256), 1k +3-4%.
+/// Short key loops are memory-bound, so that pays there; from 2k keys on the
+/// kernels are compute-bound and the smaller groups' coarser longest-first
+/// balance cost 2-5% at 4k (d128, d256), so longer key loops keep 32 MiB.
+static constexpr int64_t kL2BudgetShortKeys = 8 << 20,
+                         kL2BudgetLongKeys = 32 << 20;
+static constexpr int64_t kShortKeysMax = 1024;
 
 namespace {
 /// The 3-D grid forall of a causal forward kernel and its induction
@@ -113,14 +116,19 @@ struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
     for (OpFoldResult ub : forall.getMixedUpperBound())
       extents.push_back(getValueOrCreateConstantIndexOp(b, loc, ub));
     fa3::detail::IndexMath m{b, loc};
-    // Heads a group: as many K/V heads as fit the budget (at least one),
-    // each shared by Hq / Hkv query heads, and no more than B · Hq.
+    // Heads a group: as many K/V heads as fit the budget of the key length
+    // (at least one), each shared by Hq / Hkv query heads, and no more than
+    // B · Hq.
     // (budget / bytes a key) / Sk: no product that could overflow the i32
     // the kernel computes indices in.
     Value seqK = tensor::DimOp::create(b, loc, func.getArgument(1), 1);
     int64_t keyBytes = (k.getDimSize(3) + v.getDimSize(3)) * 2;
     Value keys = m.maxU(seqK, m.cst(1));
-    Value kvHeads = m.maxU(m.divU(m.cst(kL2Budget / keyBytes), keys), m.cst(1));
+    Value budgetKeys = arith::SelectOp::create(
+        b, loc, m.gt(keys, m.cst(kShortKeysMax)),
+        m.cst(kL2BudgetLongKeys / keyBytes),
+        m.cst(kL2BudgetShortKeys / keyBytes));
+    Value kvHeads = m.maxU(m.divU(budgetKeys, keys), m.cst(1));
     Value tiles = extents[grid->tileDim];
     Value heads = extents[grid->headDim];
     Value headsTimesBatch = m.mul(heads, extents[grid->batchDim]);

@@ -563,13 +563,15 @@ def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
         tile    = T − 1 − r / g        (longest first within the group)
         head·batch = group · G + r % g
 
-    The heads are taken in groups of `G = max(1, 8 MiB / (Sk · 2 · D · 2
-    bytes)) · (Hq / Hkv)`: the K and V of one group take 8 MiB of the L2,
-    about one wave of tiles at d128 (32 heads of 4 tiles at 512 keys), so a
-    head's query tiles run at about the same time and share its K/V in the
-    L2 while Q and O stream past. (FlashAttention-3's LPT scheduler budgets
-    32 MiB; with it a causal 512 forward read 28% more from DRAM than its
-    tensors hold.) The map is a bijection of the same grid:
+    The heads are taken in groups of `G = max(1, budget / (Sk · 2 · D · 2
+    bytes)) · (Hq / Hkv)`, the budget 8 MiB of the L2 up to 1024 keys and
+    32 MiB (FlashAttention-3's budget for its LPT scheduler) beyond. Short
+    key loops are memory-bound: with 8 MiB a group is about one wave of
+    tiles (32 heads of 4 tiles at 512 keys, d128), so a head's query tiles
+    run together and share its K/V in the L2 while Q and O stream past
+    (with 32 MiB a causal 512 forward read 28% more from DRAM than its
+    tensors hold). Longer key loops are compute-bound, and there the larger
+    groups balance the SMs better. The map is a bijection of the same grid:
     the launch is unchanged. Non-causal grids (every tile the same work)
     are left as they are.
 
