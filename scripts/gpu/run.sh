@@ -6,8 +6,8 @@
 # `tests FILE...` runs only those test files, `bench ARGS...` the benchmark
 # with those arguments (e.g. --varlen, --decode), `bench-dropout ARGS...`
 # bench/bench_dropout.py (dropout's cost), `bench-cast` the fa3-cast-fp8
-# chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the forward benchmark
-# with this bundle and then with another build's libfa3.so). Logs go to
+# chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the benchmark
+# with this bundle and another build's libfa3.so in alternating rounds). Logs go to
 # $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -92,44 +92,36 @@ if [ "$what" = bench-dispatch ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = ab-bench ]; then
-  # ab-bench OTHER_LIBFA3.so[.xz] [bench_attention.py args]: the forward
-  # benchmark with this bundle's libfa3.so, then with OTHER swapped in (the
-  # same fa3._fa3, the same machine, each with its own kernel cache), then a
-  # table of both fa3 columns. OTHER must have this bundle's C API.
+  # ab-bench OTHER_LIBFA3.so[.xz] [bench_attention.py args]: the benchmark
+  # with this bundle's libfa3.so and with OTHER swapped in (the same
+  # fa3._fa3, the same machine, each side with its own kernel cache), in
+  # AB_ROUNDS (default 2) rounds that alternate the sides, then a table of
+  # both fa3 columns per round and the change of the means
+  # (scripts/gpu/ab_table.py). OTHER must have this bundle's C API.
   other="${tests[0]:?ab-bench needs the other libfa3.so(.xz)}"
   bench_args=("${tests[@]:1}")
   [ ${#bench_args[@]} -gt 0 ] || bench_args=(--fwd-only --variants '' --no-vit)
-  echo "== A/B benchmark: this bundle, then $other"
+  rounds="${AB_ROUNDS:-2}"
+  echo "== A/B benchmark: this bundle and $other, $rounds alternating rounds"
   cp "$bin/libfa3.so" /tmp/fa3-ab-this.so
   case "$other" in
     *.xz) xz -dc "$other" > /tmp/fa3-ab-other.so ;;
     *) cp "$other" /tmp/fa3-ab-other.so ;;
   esac
-  for side in this other; do
-    cp "/tmp/fa3-ab-$side.so" "$bin/libfa3.so"
-    FA3_CACHE_DIR="/tmp/fa3-cache-ab-$side" "$PY" bench/bench_attention.py "${bench_args[@]}" \
-      --out "$out/ab-$side" > "$out/ab-$side.txt" 2>&1 || status=1
+  # Each run's bench.json under /tmp (few files come back through $OUT):
+  # $OUT gets ab.md and ab-runs.txt, every run's rows in turn.
+  ab=/tmp/fa3-ab
+  rm -rf "$ab" && mkdir -p "$ab"
+  for round in $(seq 1 "$rounds"); do
+    for side in this other; do
+      cp "/tmp/fa3-ab-$side.so" "$bin/libfa3.so"
+      echo "== $side, round $round" >> "$out/ab-runs.txt"
+      FA3_CACHE_DIR="/tmp/fa3-cache-ab-$side" "$PY" bench/bench_attention.py "${bench_args[@]}" \
+        --out "$ab/$side-$round" >> "$out/ab-runs.txt" 2>&1 || status=1
+    done
   done
   cp /tmp/fa3-ab-this.so "$bin/libfa3.so"
-  "$PY" - "$out/ab-this/bench.json" "$out/ab-other/bench.json" <<'PYEOF' | tee "$out/ab.md"
-import json, sys
-this, other = (json.load(open(p)) for p in sys.argv[1:3])
-key = lambda r: (r["direction"], r["d"], r["causal"], r["seqlen"])
-shapes = lambda rows: [r for r in rows if "d" in r]  # not the FP8 GEMM row
-before = {key(r): r for r in shapes(other["rows"])}
-# The FP8 rows (--fp8) compare fa3_fp8, the others fa3.
-column = lambda r: "fa3_fp8" if r["direction"] == "fwd-fp8" else "fa3"
-print("| direction | d | causal | B x H x S | schedule | fa3, other | fa3, this bundle | change | cuDNN (this / other run) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for r in shapes(this["rows"]):
-    o = before.get(key(r))
-    c = column(r)
-    if not o or not r.get(c) or not o.get(c):
-        continue
-    cudnn = f"{r['cudnn']:.0f} / {o['cudnn']:.0f}" if "cudnn" in r and "cudnn" in o else "n/a"
-    print(f"| {r['direction']} | {r['d']} | {r['causal']} | {r['batch']}x{r['heads']}x{r['seqlen']} | "
-          f"{r.get('fa3_schedule')} | {o[c]:.0f} | {r[c]:.0f} | {100 * (r[c] / o[c] - 1):+.0f}% | {cudnn} |")
-PYEOF
+  "$PY" scripts/gpu/ab_table.py "$ab" "$rounds" | tee "$out/ab.md"
 fi
 if [ "$what" = bench-cast ]; then
   echo "== fa3-cast-fp8 chain benchmark"
