@@ -37,6 +37,22 @@ fa3::runtime::getAttentionGradKernels(const CudaModule &module,
   return AttentionGradKernels{*pre, *main, *post};
 }
 
+/// The dense and the packed backward store dQ, dK and dV in 16-byte pieces
+/// of their rows: an error naming the first output off 16 bytes.
+static llvm::Error checkGradAlignment(const AttentionKernelInfo &info,
+                                      DevicePtr gradQ, DevicePtr gradK,
+                                      DevicePtr gradV) {
+  for (auto [name, ptr] : {std::pair<const char *, DevicePtr>{"dQ", gradQ},
+                           {"dK", gradK},
+                           {"dV", gradV}})
+    if (ptr % 16 != 0)
+      return error("kernel " + info.name +
+                   ": dQ, dK and dV must be 16-byte aligned (the kernels "
+                   "store 16-byte pieces of their rows); " +
+                   name + " is not");
+  return llvm::Error::success();
+}
+
 /// Query rows padded to whole backward steps, so that the per-step LSE and
 /// Δ rows are 16-byte aligned bulk copies.
 static int64_t paddedSeqQ(const AttentionKernelInfo &info, int64_t seqQ) {
@@ -151,10 +167,9 @@ llvm::Error fa3::runtime::launchAttentionBackward(
     return error("sequence lengths must fit in 32 bits");
   if (args.workspace % 256 != 0)
     return error("the backward workspace must be 256-byte aligned");
-  if (args.gradQ % 16 != 0 || args.gradK % 16 != 0 || args.gradV % 16 != 0)
-    return error("kernel " + info.name +
-                 ": dQ, dK and dV must be 16-byte aligned (the kernels store "
-                 "16-byte pieces of their rows)");
+  if (llvm::Error err =
+          checkGradAlignment(info, args.gradQ, args.gradK, args.gradV))
+    return err;
   int64_t seqPad = paddedSeqQ(info, args.seqQ);
   GradWorkspaceLayout layout = gradWorkspaceLayout(info, args.batch, args.seqQ);
   DevicePtr acc = args.workspace, lse2 = args.workspace + layout.lse2,
@@ -275,10 +290,9 @@ llvm::Error fa3::runtime::launchAttentionVarlenBackward(
                  " bytes (attentionGradWorkspaceBytes)");
   if (args.workspace % 256 != 0)
     return error("the backward workspace must be 256-byte aligned");
-  if (args.gradQ % 16 != 0 || args.gradK % 16 != 0 || args.gradV % 16 != 0)
-    return error("kernel " + info.name +
-                 ": dQ, dK and dV must be 16-byte aligned (the kernels store "
-                 "16-byte pieces of their rows)");
+  if (llvm::Error err =
+          checkGradAlignment(info, args.gradQ, args.gradK, args.gradV))
+    return err;
   DevicePtr acc = args.workspace, lse2 = args.workspace + layout.lse2,
             delta = args.workspace + layout.delta,
             turns = args.workspace + layout.turns;
