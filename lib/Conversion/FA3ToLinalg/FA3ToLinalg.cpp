@@ -10,6 +10,8 @@
 #include "fa3/Dialect/FA3/Utils/E4M3.h"
 #include "fa3/Dialect/FA3/Utils/Philox.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Transforms/DialectConversion.h"
 
@@ -87,7 +89,9 @@ static std::pair<Value, Value> rowsInRange(OpBuilder &b, Location loc,
 /// so that a bad limit never reaches outside the tensor.
 static Value rowEnd(OpBuilder &b, Location loc, Value tensor, int64_t dim,
                     Value limit) {
-  Value extent = tensor::DimOp::create(b, loc, tensor, dim);
+  Value extent = isa<MemRefType>(tensor.getType())
+                     ? memref::DimOp::create(b, loc, tensor, dim).getResult()
+                     : tensor::DimOp::create(b, loc, tensor, dim).getResult();
   if (!limit)
     return extent;
   Value end = arith::MinSIOp::create(b, loc, limit, extent);
@@ -273,6 +277,54 @@ struct StoreTileLowering : OpConversionPattern<StoreTileOp> {
               {one, one, one, one});
         });
     rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+/// dest[batch, row + i, head, :] += tile[i, :] on the buffer: the in-range
+/// rows of the tile as a buffer, added into the buffer's rows by a
+/// linalg.generic (serial on the CPU, so `ordered` holds as is).
+struct AccumulateTileLowering : OpConversionPattern<AccumulateTileOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(AccumulateTileOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto tileType = cast<RankedTensorType>(op.getTile().getType());
+    int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
+    Value seqLen = rowEnd(rewriter, loc, op.getDest(), 1, op.getLimit());
+    auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
+    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    OpFoldResult width = rewriter.getIndexAttr(cols);
+    Value part = tensor::ExtractSliceOp::create(
+        rewriter, loc,
+        RankedTensorType::get({ShapedType::kDynamic, cols},
+                              tileType.getElementType()),
+        op.getTile(), {zero, zero}, {n, width}, {one, one});
+    auto destType = cast<MemRefType>(op.getDest().getType());
+    SmallVector<OpFoldResult> offsets = {op.getBatch(), start, op.getHead(),
+                                         zero};
+    SmallVector<OpFoldResult> sizes = {one, n, one, width};
+    SmallVector<OpFoldResult> strides = {one, one, one, one};
+    auto rowsType = cast<MemRefType>(memref::SubViewOp::inferRankReducedResultType(
+        {ShapedType::kDynamic, cols}, destType, offsets, sizes, strides));
+    Value dest = memref::SubViewOp::create(rewriter, loc, rowsType,
+                                           op.getDest(), offsets, sizes,
+                                           strides);
+    Value partBuffer = bufferization::ToBufferOp::create(
+        rewriter, loc,
+        MemRefType::get({ShapedType::kDynamic, cols},
+                        tileType.getElementType()),
+        part, /*readOnly=*/true);
+    MLIRContext *ctx = rewriter.getContext();
+    generic(rewriter, loc, TypeRange(), partBuffer, dest,
+            {map(ctx, 2, {0, 1}), map(ctx, 2, {0, 1})}, {kPar, kPar},
+            [](OpBuilder &b, Location loc, ValueRange args) {
+              linalg::YieldOp::create(
+                  b, loc,
+                  ValueRange{arith::AddFOp::create(b, loc, args[1], args[0])});
+            });
+    rewriter.eraseOp(op);
     return success();
   }
 };
@@ -1070,7 +1122,7 @@ struct ConvertFA3ToLinalgPass
 void mlir::fa3::populateFA3ToLinalgConversionPatterns(
     RewritePatternSet &patterns) {
   patterns.add<LoadTileLowering, LoadPagedTileLowering, StoreTileLowering,
-               CombineSplitsLowering, LoadStatsLowering, StoreStatsLowering,
+               AccumulateTileLowering, CombineSplitsLowering, LoadStatsLowering, StoreStatsLowering,
                QKLowering, PVLowering, SoftcapLowering, MaskLowering,
                DropoutLowering, OnlineSoftmaxLowering, RescaleLowering,
                FinalizeLowering, RowDotLowering, RecomputeProbsLowering,

@@ -674,6 +674,26 @@ func.func @quantize_hadamard_power_of_two(%x: tensor<2x16x6x48xbf16>) {
 // -----
 
 //===----------------------------------------------------------------------===//
+// fa3.accumulate_tile
+//===----------------------------------------------------------------------===//
+
+func.func @accumulate_columns(%t: tensor<64x64xf32>, %acc: memref<?x?x2x128xf32>, %i: index) {
+  // expected-error @+1 {{'fa3.accumulate_tile' op tile has 64 columns but the buffer's head dim is 128}}
+  fa3.accumulate_tile %t into %acc[%i, %i, %i] : tensor<64x64xf32> into memref<?x?x2x128xf32>
+  return
+}
+
+// -----
+
+func.func @accumulate_f16(%t: tensor<64x64xf16>, %acc: memref<?x?x2x64xf16>, %i: index) {
+  // expected-error @+1 {{operand #0 must be statically shaped 2-D tensor of f32}}
+  fa3.accumulate_tile %t into %acc[%i, %i, %i] : tensor<64x64xf16> into memref<?x?x2x64xf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
 // fa3.parallel_store_tile / fa3.parallel_store_stats
 //===----------------------------------------------------------------------===//
 

@@ -4,6 +4,7 @@
 // RUN: fa3-opt %t/grad_lse.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=GRAD-LSE
 // RUN: fa3-opt %t/grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true | FileCheck %s --check-prefix=GRID
 // RUN: fa3-opt %t/grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true --fa3-fuse-softmax | FileCheck %s --check-prefix=GRID-FUSED
+// RUN: fa3-opt %t/grad_grid.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true --canonicalize --cse | FileCheck %s --check-prefix=GRAD-GRID
 // RUN: not fa3-opt %t/unscheduled.mlir --fa3-tile 2>&1 | FileCheck %s --check-prefix=NOSCHED
 // RUN: fa3-opt %t/packed.mlir --fa3-select-schedule=target=sm_90a --fa3-tile=grid=true | FileCheck %s --check-prefix=PACKED
 // RUN: fa3-opt %t/packed.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=PACKED-CPU
@@ -101,7 +102,6 @@ func.func @dv_ne_d_schedule(%q: tensor<?x?x2x192xbf16>, %k: tensor<?x?x2x192xbf1
 // GRAD: %[[DOT:.+]] = fa3.load_tile {{.+}} -> tensor<64x64xbf16>
 // GRAD: %[[LSE:.+]] = fa3.load_stats {{.+}} -> tensor<64xf32>
 // GRAD: %[[DELTA:.+]] = fa3.load_stats {{.+}} -> tensor<64xf32>
-// GRAD: %[[DQ:.+]] = fa3.load_tile {{.+}} : tensor<2x?x8x64xf32> -> tensor<64x64xf32>
 // GRAD: %[[S:.+]] = fa3.qk %[[QT]], %[[KT]] : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
 // GRAD: fa3.mask %[[S]], {{.+}} {causal}
 // GRAD: %[[P:.+]] = fa3.recompute_probs %{{.+}}, %[[LSE]] {exp2_scale = 0.180336878 : f32}
@@ -109,6 +109,7 @@ func.func @dv_ne_d_schedule(%q: tensor<?x?x2x192xbf16>, %k: tensor<?x?x2x192xbf1
 // GRAD: %[[DP:.+]] = fa3.qk %[[DOT]], %[[VT]]
 // GRAD: %[[DS:.+]] = fa3.softmax_grad %[[P]], %[[DP]], %[[DELTA]]
 // GRAD: fa3.mma_tn %[[DS]], %[[QT]], %{{.+}}
+// GRAD: %[[DQ:.+]] = fa3.load_tile {{.+}} : tensor<2x?x8x64xf32> -> tensor<64x64xf32>
 // GRAD: %[[DQ1:.+]] = fa3.pv %[[DS]], %[[KT]], %[[DQ]]
 // GRAD: fa3.store_tile %[[DQ1]] into {{.+}} : tensor<64x64xf32> into tensor<2x?x8x64xf32>
 // GRAD: fa3.scale_cast %{{.+}} {scale = 1.250000e-01 : f32} : tensor<64x64xf32> -> tensor<64x64xbf16>
@@ -187,6 +188,60 @@ func.func @unscheduled(%q: tensor<2x?x8x64xf16>, %k: tensor<2x?x2x64xf16>, %v: t
 func.func @causal_gqa(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v {causal, scale = 1.250000e-01 : f32} : (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x64xbf16>) -> (tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>)
   return %o, %lse : tensor<2x?x8x64xbf16>, tensor<2x8x?xf32>
+}
+
+//--- grad_grid.mlir
+
+// grid=true on the backward: three scf.foralls mapped to the GPU grid, one
+// per kernel of the Hopper backward. Δ per (query block, query head,
+// batch); dK and dV per (key block, key/value head, batch), each key block
+// adding its dQ = dS K partials into the f32 accumulator, a zero-filled
+// buffer (fa3.accumulate_tile: atomic adds from every key block, `ordered`
+// with `deterministic`); dQ = scale · accumulator per query tile after the
+// key blocks are done.
+// GRAD-GRID-LABEL: func.func @grad_grid
+// GRAD-GRID-SAME: (%[[DO:[^:]+]]: tensor<?x?x8x128xbf16>, %[[Q:[^:]+]]: tensor<?x?x8x128xbf16>, %[[K:[^:]+]]: tensor<?x?x2x128xbf16>, %[[V:[^:]+]]: tensor<?x?x2x128xbf16>, %[[O:[^:]+]]: tensor<?x?x8x128xbf16>, %[[LSE:[^:]+]]: tensor<?x8x?xf32>)
+// GRAD-GRID-DAG: %[[ZERO:.+]] = arith.constant 0.000000e+00 : f32
+// GRAD-GRID-DAG: %[[B:.+]] = tensor.dim %[[Q]], %c0
+// GRAD-GRID-DAG: %[[SQ:.+]] = tensor.dim %[[Q]], %c1
+// GRAD-GRID-DAG: %[[SK:.+]] = tensor.dim %[[K]], %c1
+// GRAD-GRID: %[[ACC:.+]] = memref.alloc(%[[B]], %[[SQ]]) : memref<?x?x8x128xf32>
+// GRAD-GRID: linalg.fill ins(%[[ZERO]] : f32) outs(%[[ACC]] : memref<?x?x8x128xf32>)
+// GRAD-GRID: %[[NQB:.+]] = arith.ceildivsi %[[SQ]], %c64
+// GRAD-GRID: %[[NKB:.+]] = arith.ceildivsi %[[SK]], %c128
+// GRAD-GRID: %[[DELTA:.+]] = scf.forall (%[[QB:.+]], %[[H:.+]], %[[BI:.+]]) in (%[[NQB]], 8, %[[B]]) shared_outs(%[[D:.+]] = %{{.+}}) -> (tensor<?x8x?xf32>) {
+// GRAD-GRID: %[[ROW:.+]] = arith.muli %[[QB]], %c64
+// GRAD-GRID: %[[DOT:.+]] = fa3.load_tile %[[DO]][%[[BI]], %[[ROW]], %[[H]]]
+// GRAD-GRID: %[[OT:.+]] = fa3.load_tile %[[O]][%[[BI]], %[[ROW]], %[[H]]]
+// GRAD-GRID: %[[RD:.+]] = fa3.row_dot %[[DOT]], %[[OT]]
+// GRAD-GRID: scf.forall.in_parallel {
+// GRAD-GRID-NEXT: fa3.parallel_store_stats %[[RD]] into %[[D]][%[[BI]], %[[H]], %[[ROW]]]
+// GRAD-GRID: } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+// GRAD-GRID: %[[KV:.+]]:2 = scf.forall (%[[KB:.+]], %[[HKV:.+]], %[[BK:.+]]) in (%[[NKB]], 2, %[[B]]) shared_outs(%[[DK:.+]] = %{{.+}}, %[[DV:.+]] = %{{.+}}) -> (tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
+// GRAD-GRID: %[[K0:.+]] = arith.muli %[[KB]], %c128
+// GRAD-GRID: %[[KT:.+]] = fa3.load_tile %[[K]][%[[BK]], %[[K0]], %[[HKV]]] : tensor<?x?x2x128xbf16> -> tensor<128x128xbf16>
+// GRAD-GRID: scf.for
+// GRAD-GRID: scf.for
+// GRAD-GRID: fa3.load_stats %[[DELTA]]
+// GRAD-GRID: %[[DS:.+]] = fa3.softmax_grad
+// GRAD-GRID: %[[DQ:.+]] = fa3.pv %[[DS]], %[[KT]], %cst{{.*}} : tensor<64x128xf32>, tensor<128x128xbf16>, tensor<64x128xf32>
+// GRAD-GRID: fa3.accumulate_tile %[[DQ]] into %[[ACC]][%[[BK]], %{{.+}}, %{{.+}}] {ordered} : tensor<64x128xf32> into memref<?x?x8x128xf32>
+// GRAD-GRID: %[[DKT:.+]] = fa3.scale_cast
+// GRAD-GRID: %[[DVT:.+]] = fa3.scale_cast
+// GRAD-GRID: scf.forall.in_parallel {
+// GRAD-GRID-NEXT: fa3.parallel_store_tile %[[DKT]] into %[[DK]][%[[BK]], %[[K0]], %[[HKV]]]
+// GRAD-GRID-NEXT: fa3.parallel_store_tile %[[DVT]] into %[[DV]][%[[BK]], %[[K0]], %[[HKV]]]
+// GRAD-GRID: } {mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]}
+// GRAD-GRID: %[[ACCT:.+]] = bufferization.to_tensor %[[ACC]] restrict
+// GRAD-GRID: %[[DQR:.+]] = scf.forall (%[[PB:.+]], %[[PH:.+]], %[[PBI:.+]]) in (%[[NQB]], 8, %[[B]])
+// GRAD-GRID: %[[PROW:.+]] = arith.muli %[[PB]], %c64
+// GRAD-GRID: %[[AT:.+]] = fa3.load_tile %[[ACCT]][%[[PBI]], %[[PROW]], %[[PH]]] : tensor<?x?x8x128xf32> -> tensor<64x128xf32>
+// GRAD-GRID: %[[DQT:.+]] = fa3.scale_cast %[[AT]]
+// GRAD-GRID: fa3.parallel_store_tile %[[DQT]]
+// GRAD-GRID: return %[[DQR]], %[[KV]]#0, %[[KV]]#1
+func.func @grad_grid(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
+  return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>
 }
 
 //--- packed.mlir

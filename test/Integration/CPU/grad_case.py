@@ -34,10 +34,11 @@ def _round32(x, dtype):
     return to_storage(x, dtype).astype(np.float32)
 
 
-def run_fa3(fa3_run, tmp_path, mlir, function, inputs, outputs, block_m=0, block_n=0):
+def run_fa3(fa3_run, tmp_path, mlir, function, inputs, outputs, block_m=0, block_n=0, extra=()):
     """Runs `function` of `mlir` on the named input arrays; returns the named
     outputs. Output files are poisoned with NaN first: a run that writes
-    nothing must not pass on stale or default data."""
+    nothing must not pass on stale or default data. `extra`: more fa3-run
+    flags (e.g. --grid)."""
     src = tmp_path / f"{function}.mlir"
     src.write_text(mlir)
     cmd = [fa3_run, str(src), f"--function={function}", "--device=cpu"]
@@ -53,6 +54,7 @@ def run_fa3(fa3_run, tmp_path, mlir, function, inputs, outputs, block_m=0, block
         cmd.append(f"--block-m={block_m}")
     if block_n:
         cmd.append(f"--block-n={block_n}")
+    cmd += list(extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"fa3-run failed:\n{proc.stderr}"
     return [np.load(path) for path in out_paths]
@@ -135,12 +137,15 @@ class GradCase(Case):
         o, lse = reference.attention(*(x.astype(np.float64) for x in (q, k, v)), **self.kwargs())
         return to_storage(o, self.dtype), lse.astype(np.float32)
 
-    def run(self, fa3_run, tmp_path, rng):
-        """Runs @attn_bwd; returns ((q, k, v, do, o, lse), (dq, dk, dv))."""
+    def run(self, fa3_run, tmp_path, rng, extra=()):
+        """Runs @attn_bwd (with more fa3-run flags `extra`); returns ((q, k,
+        v, do, o, lse), (dq, dk, dv))."""
         q, k, v, do = self.grad_inputs(rng)
         o, lse = self.forward_reference(q, k, v)
         inputs = (("do", do), ("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse))
-        grads = run_fa3(fa3_run, tmp_path, self.mlir(), "attn_bwd", inputs, GRAD_NAMES, self.block_m, self.block_n)
+        grads = run_fa3(
+            fa3_run, tmp_path, self.mlir(), "attn_bwd", inputs, GRAD_NAMES, self.block_m, self.block_n, extra
+        )
         return (q, k, v, do, o, lse), grads
 
     def run_train_step(self, fa3_run, tmp_path, rng):

@@ -7,10 +7,14 @@ under the f32 bound of the CPU suite (|O - ref| <= 1e-5 (1 + max|V|): f32
 arithmetic over at most a few hundred keys), and, where the tiles and key
 blocks are the same, bit for bit against the serial tiling (both run the
 same tile ops on the same tiles, in another order). Small tiles
-(--block-m/--block-n 16) put many tile edges inside sequences."""
+(--block-m/--block-n 16) put many tile edges inside sequences. The
+backward's grid is checked under the backward's bounds (GradCase)."""
+
+import zlib
 
 import numpy as np
 import pytest
+from grad_case import GradCase
 from npy_run import run
 
 from fa3 import reference
@@ -154,3 +158,28 @@ def test_dense_grid_matches_float64(fa3_run, tmp_path, causal):
     serial_o, serial_lse = _run(fa3_run, tmp_path, source, "attn", [q, k, v], 2, tiles)
     np.testing.assert_array_equal(o, serial_o)
     np.testing.assert_array_equal(lse, serial_lse)
+
+
+# The backward's grid (fa3-tile{grid=true} of fa3.attention_grad: three
+# scf.foralls, the key blocks adding their dQ partials into a buffer with
+# fa3.accumulate_tile), serialized and run: against the float64 gradient
+# under the CPU suite's backward bounds (GradCase.check, docs/Testing.md).
+# Not bit for bit against the serial tiling: there a step folds dS K into
+# the accumulator tile (acc + dS K), here it adds a partial (acc + (dS K)),
+# as the Hopper kernel does.
+GRAD_GRID_CASES = [
+    GradCase(sq=100, sk=83, causal=True, block_m=16, block_n=32),
+    GradCase(sq=17, sk=300, causal=True, dtype="bf16", hq=4, hkv=2, b=2, block_m=16, block_n=16),
+    GradCase(sq=1, sk=17, dtype="f32"),
+    GradCase(sq=150, sk=100, window=(-1, 8), dtype="bf16", block_m=32, block_n=16),
+    GradCase(sq=90, sk=60, softcap=5.0, dtype="bf16", window=(20, 20), block_m=16, block_n=16),
+    GradCase(sq=60, sk=80, hq=8, hkv=1, b=3, d=128, dtype="bf16", block_m=16, block_n=32),
+    GradCase(sq=17, sk=0, dtype="bf16", causal=True),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_GRID_CASES, ids=[c.id() for c in GRAD_GRID_CASES])
+def test_grad_grid_matches_float64(fa3_run, tmp_path, case):
+    rng = np.random.default_rng(zlib.crc32(case.id().encode()))
+    (q, k, v, do, _, _), grads = case.run(fa3_run, tmp_path, rng, extra=["--grid"])
+    case.check(q, k, v, do, grads)

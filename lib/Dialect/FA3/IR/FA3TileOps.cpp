@@ -160,6 +160,15 @@ Operation *ParallelStoreTileOp::getIteratingParent() {
   return iteratingForall(*this);
 }
 
+LogicalResult AccumulateTileOp::verify() {
+  auto dest = cast<MemRefType>(getDest().getType());
+  if (dest.isDynamicDim(3) || cols(getTile()) != dest.getDimSize(3))
+    return emitOpError() << "tile has " << cols(getTile())
+                         << " columns but the buffer's head dim is "
+                         << dest.getDimSize(3);
+  return success();
+}
+
 LogicalResult ParallelStoreStatsOp::verify() {
   auto tile = cast<RankedTensorType>(getTile().getType());
   if (failed(verifyPackedHeads(*this, getPackedHeads(), tile.getDimSize(0))) ||

@@ -784,8 +784,9 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
       if (grid && !isa<AttentionKVCacheOp, AttentionVarlenOp>(op)) {
         op->emitOpError()
             << "has no grid (GPU) tiling yet: fa3-tile{grid=true} "
-               "tiles fa3.attention, fa3.attention_varlen and "
-               "fa3.attention_kvcache; the CPU pipeline runs it";
+               "tiles fa3.attention, fa3.attention_grad, "
+               "fa3.attention_varlen and fa3.attention_kvcache; the CPU "
+               "pipeline runs it";
         failedAny = true;
         continue;
       }
@@ -805,7 +806,7 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
       if (failed(tileAttention(op, rewriter, grid)))
         failedAny = true;
     for (AttentionGradOp op : gradOps)
-      if (failed(tileAttentionGrad(op, rewriter)))
+      if (failed(tileAttentionGrad(op, rewriter, grid)))
         failedAny = true;
     if (failedAny)
       signalPassFailure();

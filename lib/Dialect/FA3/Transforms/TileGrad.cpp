@@ -16,7 +16,10 @@
 #include "IndexMath.h"
 #include "PackedSequences.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
@@ -106,6 +109,8 @@ struct GradTiling {
   /// offset), whose mask the backward regenerates.
   FloatAttr dropout;
   Value rng;
+  /// Δ, once phase 1 built it.
+  Value delta;
 };
 } // namespace
 
@@ -141,259 +146,448 @@ static Value maybeZero(OpBuilder &b, Location loc, Value init, bool zero) {
   return linalg::FillOp::create(b, loc, v, init).getResult(0);
 }
 
-/// FlashAttention-2's backward over `t`'s tensors; returns (dQ, dK, dV) in
-/// the 4-D form.
-static SmallVector<Value> tileGrad(const GradTiling &t, RewriterBase &rewriter,
+namespace {
+/// The tile shapes of a backward, and how its three phases build one
+/// iteration each (shared by the serial loops and the grid).
+struct GradPhases {
+  GradPhases(const GradTiling &t, OpBuilder &b) : t(t) {
+    auto qType = cast<RankedTensorType>(t.query.getType());
+    auto kType = cast<RankedTensorType>(t.key.getType());
+    auto vType = cast<RankedTensorType>(t.value.getType());
+    numQHeads = qType.getDimSize(2);
+    numKVHeads = kType.getDimSize(2);
+    groupSize = numQHeads / numKVHeads;
+    headDim = qType.getDimSize(3);
+    headDimV = vType.getDimSize(3);
+    blockM = t.schedule.getBlockM();
+    blockN = t.schedule.getBlockN();
+    f32 = b.getF32Type();
+    elt = qType.getElementType();
+    rowType = RankedTensorType::get({blockM}, f32);
+    sType = tile(blockM, blockN, f32);
+    scaleAttr = b.getF32FloatAttr(t.scale);
+    softcapAttr = b.getF32FloatAttr(t.softcap);
+  }
+  RankedTensorType tile(int64_t rows, int64_t cols, Type type) const {
+    return RankedTensorType::get({rows, cols}, type);
+  }
+
+  /// Phase 1 at query rows [row, row + block_m) of `head`: Δ = rowsum(dO ∘
+  /// O), or Δ − dLSE when the LSE has a gradient.
+  Value delta(OpBuilder &b, Location loc, const GradSequence &seq, Value head,
+              Value row) const {
+    auto oTileType = tile(blockM, headDimV, elt);
+    Value dO = LoadTileOp::create(b, loc, oTileType, t.gradOutput,
+                                  seq.tensorBatch, row, head, seq.qEnd);
+    Value o = LoadTileOp::create(b, loc, oTileType, t.output, seq.tensorBatch,
+                                 row, head, seq.qEnd);
+    Value gradLse;
+    if (t.gradLse)
+      gradLse = LoadStatsOp::create(b, loc, rowType, t.gradLse,
+                                    seq.tensorBatch, head, row, seq.qEnd);
+    return RowDotOp::create(b, loc, rowType, dO, o, gradLse);
+  }
+
+  /// How a step adds dQ = dS K into the accumulator: it gets dS, the key
+  /// tile, the step's query row and head and the carried values (the
+  /// serial form carries the accumulator tensor) and returns the next.
+  using AddDQ = function_ref<SmallVector<Value>(
+      OpBuilder &, Location, Value ds, Value kTile, Value qRow, Value head,
+      ValueRange carried)>;
+
+  /// Phase 2 for key block `kBlock` of `kvHead`: dK and dV (converted, and
+  /// dK scaled) over the query heads of the group and the query blocks that
+  /// see the block, with `carried` threaded through `addDQ`; returns (dK
+  /// tile, dV tile, the block's first key row, the carried values).
+  std::tuple<Value, Value, Value, SmallVector<Value>>
+  keyBlock(OpBuilder &b, Location loc, const GradSequence &seq, Value kvHead,
+           Value kBlock, ValueRange carried, AddDQ addDQ) const;
+
+  /// Phase 3 at query rows [row, row + block_m) of `head`: dQ = scale ·
+  /// accumulator, in the storage type.
+  Value gradQuery(OpBuilder &b, Location loc, const GradSequence &seq,
+                  Value dqAcc, Value head, Value row) const {
+    Value acc = LoadTileOp::create(b, loc, tile(blockM, headDim, f32), dqAcc,
+                                   seq.tensorBatch, row, head, seq.qEnd);
+    return ScaleCastOp::create(b, loc, tile(blockM, headDim, elt), acc,
+                               scaleAttr);
+  }
+
+  const GradTiling &t;
+  int64_t numQHeads, numKVHeads, groupSize, headDim, headDimV, blockM, blockN;
+  Type f32, elt;
+  RankedTensorType rowType, sType;
+  FloatAttr scaleAttr, softcapAttr;
+};
+} // namespace
+
+std::tuple<Value, Value, Value, SmallVector<Value>>
+GradPhases::keyBlock(OpBuilder &b, Location loc, const GradSequence &seq,
+                     Value kvHead, Value kBlock, ValueRange carried,
+                     AddDQ addDQ) const {
+  IndexMath m{b, loc};
+  int64_t left = t.left, right = t.right;
+  Value seqQ = seq.qLen, seqK = seq.kLen;
+  // Row r's diagonal is column r + offset (sequence coordinates).
+  Value offset = m.sub(seqK, seqQ);
+  Value bIdx = seq.tensorBatch;
+  Value kStart = m.mul(kBlock, m.cst(blockN));
+  Value kRow = rowOf(m, seq.kBegin, kStart);
+  Value kTile = LoadTileOp::create(b, loc, tile(blockN, headDim, elt), t.key,
+                                   bIdx, kRow, kvHead, seq.kEnd);
+  Value vTile = LoadTileOp::create(b, loc, tile(blockN, headDimV, elt),
+                                   t.value, bIdx, kRow, kvHead, seq.kEnd);
+  // The query rows that see some key of this block: those whose window
+  // [r + offset - left, r + offset + right] meets it.
+  Value kLast = m.sub(m.min(m.add(kStart, m.cst(blockN)), seqK), m.cst(1));
+  Value rowLo = m.cst(0), rowHi = seqQ;
+  if (right >= 0)
+    rowLo = m.max(rowLo, m.sub(m.sub(kStart, offset), m.cst(right)));
+  if (left >= 0)
+    rowHi = m.min(rowHi, m.add(m.sub(kLast, offset), m.cst(left + 1)));
+  Value qbLo = m.floorDiv(rowLo, blockM);
+  Value qbHi = m.max(qbLo, m.ceilDiv(rowHi, blockM));
+
+  SmallVector<Value> init = {zeroTile(b, loc, {blockN, headDim}),
+                             zeroTile(b, loc, {blockN, headDimV})};
+  llvm::append_range(init, carried);
+  Value c1 = m.cst(1);
+  auto groupLoop = scf::ForOp::create(
+      b, loc, m.cst(0), m.cst(groupSize), c1, init,
+      [&](OpBuilder &b, Location loc, Value g, ValueRange groupIters) {
+        IndexMath m{b, loc};
+        Value head = m.add(m.mul(kvHead, m.cst(groupSize)), g);
+        auto qLoop = scf::ForOp::create(
+            b, loc, qbLo, qbHi, m.cst(1), groupIters,
+            [&](OpBuilder &b, Location loc, Value qb, ValueRange acc) {
+              IndexMath m{b, loc};
+              Value qStart = m.mul(qb, m.cst(blockM));
+              Value qRow = rowOf(m, seq.qBegin, qStart);
+              Value qLast =
+                  m.sub(m.min(m.add(qStart, m.cst(blockM)), seqQ), m.cst(1));
+              Value q = LoadTileOp::create(b, loc, tile(blockM, headDim, elt),
+                                           t.query, bIdx, qRow, head, seq.qEnd);
+              Value dO =
+                  LoadTileOp::create(b, loc, tile(blockM, headDimV, elt),
+                                     t.gradOutput, bIdx, qRow, head, seq.qEnd);
+              Value lse = LoadStatsOp::create(b, loc, rowType, t.lse, bIdx,
+                                              head, qRow, seq.qEnd);
+              Value rowDelta = LoadStatsOp::create(b, loc, rowType, t.delta,
+                                                   bIdx, head, qRow, seq.qEnd);
+
+              Value scores = QKOp::create(b, loc, sType, q, kTile);
+              if (t.softcap > 0)
+                scores = SoftcapOp::create(b, loc, sType, scores,
+                                           /*descale=*/Value(), scaleAttr,
+                                           softcapAttr);
+              Value needsMask = m.blockNeedsMask(qStart, qLast, kStart, blockN,
+                                                 seqK, offset, left, right);
+              auto masked = scf::IfOp::create(
+                  b, loc, needsMask,
+                  [&](OpBuilder &b, Location loc) {
+                    Value s = MaskOp::create(b, loc, sType, scores, qStart,
+                                             kStart, seqQ, seqK, t.causal,
+                                             t.window,
+                                             /*packed_heads=*/IntegerAttr());
+                    scf::YieldOp::create(b, loc, s);
+                  },
+                  [&](OpBuilder &b, Location loc) {
+                    scf::YieldOp::create(b, loc, scores);
+                  });
+              Value p = RecomputeProbsOp::create(
+                  b, loc, sType, masked.getResult(0), lse,
+                  b.getF32FloatAttr(t.scale * static_cast<float>(M_LOG2E)));
+              // With dropout, Z (the forward's mask over 1 - p) scales P
+              // where it met V and dP where it comes back: dV += (P ∘ Z)ᵀ
+              // dO, dS = P ∘ (Z ∘ dP − Δ).
+              Value stream =
+                  t.rng ? m.add(m.mul(bIdx, m.cst(numQHeads)), head) : Value();
+              auto drop = [&](Value x) -> Value {
+                if (!t.rng)
+                  return x;
+                return DropoutOp::create(b, loc, sType, x, t.rng, stream,
+                                         qStart, kStart, t.dropout);
+              };
+              Value dv = MmaTNOp::create(b, loc, acc[1].getType(), drop(p), dO,
+                                         acc[1]);
+              Value dp = drop(QKOp::create(b, loc, sType, dO, vTile));
+              Value ds = SoftmaxGradOp::create(b, loc, sType, p, dp, rowDelta);
+              if (t.softcap > 0)
+                ds = SoftcapGradOp::create(b, loc, sType, ds, scores, scaleAttr,
+                                           softcapAttr);
+              Value dk =
+                  MmaTNOp::create(b, loc, acc[0].getType(), ds, q, acc[0]);
+              SmallVector<Value> next = {dk, dv};
+              llvm::append_range(
+                  next, addDQ(b, loc, ds, kTile, qRow, head, acc.drop_front(2)));
+              scf::YieldOp::create(b, loc, next);
+            });
+        scf::YieldOp::create(b, loc, qLoop.getResults());
+      });
+  Value dkTile = ScaleCastOp::create(b, loc, tile(blockN, headDim, elt),
+                                     groupLoop.getResult(0), scaleAttr);
+  Value dvTile =
+      ScaleCastOp::create(b, loc, tile(blockN, headDimV, elt),
+                          groupLoop.getResult(1), b.getF32FloatAttr(1.0f));
+  SmallVector<Value> carriedOut(groupLoop.getResults().drop_front(2));
+  return {dkTile, dvTile, kRow, carriedOut};
+}
+
+/// The empty (or, for a packed batch, zero-filled) dQ, dK and dV in the
+/// 4-D form.
+static SmallVector<Value> gradientInits(OpBuilder &b, Location loc,
+                                        const GradTiling &t,
+                                        const GradPhases &g, Value batch) {
+  IndexMath m{b, loc};
+  auto init = [&](Value like, Value rows, int64_t heads, int64_t dim) {
+    auto type = cast<RankedTensorType>(like.getType());
+    return maybeZero(
+        b, loc, emptyTensor(b, loc, type, {batch, rows, m.cst(heads), m.cst(dim)}),
+        t.zeroInit);
+  };
+  return {init(t.query, t.seqQ, g.numQHeads, g.headDim),
+          init(t.key, t.seqK, g.numKVHeads, g.headDim),
+          init(t.value, t.seqK, g.numKVHeads, g.headDimV)};
+}
+
+/// FlashAttention-2's backward over `t`'s tensors as serial loops; returns
+/// (dQ, dK, dV) in the 4-D form.
+static SmallVector<Value> tileGrad(GradTiling &t, RewriterBase &rewriter,
                                    Location loc) {
   IndexMath m{rewriter, loc};
-  auto qType = cast<RankedTensorType>(t.query.getType());
-  auto kType = cast<RankedTensorType>(t.key.getType());
-  auto vType = cast<RankedTensorType>(t.value.getType());
-  auto lseType = cast<RankedTensorType>(t.lse.getType());
-  int64_t numQHeads = qType.getDimSize(2), numKVHeads = kType.getDimSize(2);
-  int64_t groupSize = numQHeads / numKVHeads;
-  int64_t headDim = qType.getDimSize(3), headDimV = vType.getDimSize(3);
-  int64_t blockM = t.schedule.getBlockM(), blockN = t.schedule.getBlockN();
-  int64_t left = t.left, right = t.right;
-  float scale = t.scale, softcap = t.softcap;
-  Type f32 = rewriter.getF32Type();
-  Type elt = qType.getElementType();
+  GradPhases g(t, rewriter);
   Value batch = tensor::DimOp::create(rewriter, loc, t.query, 0);
-
-  auto tile = [&](int64_t rows, int64_t cols, Type type) {
-    return RankedTensorType::get({rows, cols}, type);
-  };
-  auto rowType = RankedTensorType::get({blockM}, f32);
-  auto sType = tile(blockM, blockN, f32);
-  Value dqInit = maybeZero(
-      rewriter, loc,
-      emptyTensor(rewriter, loc, qType,
-                  {batch, t.seqQ, m.cst(numQHeads), m.cst(headDim)}),
-      t.zeroInit);
-  Value dkInit = maybeZero(
-      rewriter, loc,
-      emptyTensor(rewriter, loc, kType,
-                  {batch, t.seqK, m.cst(numKVHeads), m.cst(headDim)}),
-      t.zeroInit);
-  Value dvInit = maybeZero(
-      rewriter, loc,
-      emptyTensor(rewriter, loc, vType,
-                  {batch, t.seqK, m.cst(numKVHeads), m.cst(headDimV)}),
-      t.zeroInit);
+  SmallVector<Value> inits = gradientInits(rewriter, loc, t, g, batch);
   // The f32 workspace: Δ per query row and the dQ accumulator.
-  Value deltaInit =
-      emptyTensor(rewriter, loc, lseType, {batch, m.cst(numQHeads), t.seqQ});
-  auto dqAccType = RankedTensorType::get(qType.getShape(), f32);
+  auto lseType = cast<RankedTensorType>(t.lse.getType());
+  Value deltaInit = emptyTensor(rewriter, loc, lseType,
+                                {batch, m.cst(g.numQHeads), t.seqQ});
+  auto dqAccType = RankedTensorType::get(
+      cast<RankedTensorType>(t.query.getType()).getShape(), g.f32);
   Value dqAccInit = emptyTensor(
       rewriter, loc, dqAccType,
-      {batch, t.seqQ, m.cst(numQHeads), m.cst(headDim)});
+      {batch, t.seqQ, m.cst(g.numQHeads), m.cst(g.headDim)});
 
-  // Phase 1, per query tile: Δ = rowsum(dO ∘ O) (− dLSE) and a zeroed dQ
-  // accumulator.
+  // Phase 1, per query tile: Δ and a zeroed dQ accumulator tile.
   ValueRange pre = forEachBatch(
       rewriter, loc, t, ValueRange{deltaInit, dqAccInit},
       [&](OpBuilder &b, Location loc, const GradSequence &seq,
           ValueRange batchIters) {
         IndexMath m{b, loc};
         return llvm::to_vector(buildLoopNest(
-            b, loc, {m.cst(numQHeads), seq.numQBlocks}, batchIters,
+            b, loc, {m.cst(g.numQHeads), seq.numQBlocks}, batchIters,
             [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
               IndexMath m{b, loc};
-              Value bIdx = seq.tensorBatch, head = ivs[0];
-              Value row = rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(blockM)));
-              auto oTileType = tile(blockM, headDimV, elt);
-              Value dO = LoadTileOp::create(b, loc, oTileType, t.gradOutput,
-                                            bIdx, row, head, seq.qEnd);
-              Value o = LoadTileOp::create(b, loc, oTileType, t.output, bIdx,
-                                           row, head, seq.qEnd);
-              // Δ = rowsum(dO ∘ O), or Δ − dLSE when the LSE has a gradient.
-              Value gradLse;
-              if (t.gradLse)
-                gradLse = LoadStatsOp::create(b, loc, rowType, t.gradLse, bIdx,
-                                              head, row, seq.qEnd);
-              Value rowDot = RowDotOp::create(b, loc, rowType, dO, o, gradLse);
+              Value head = ivs[0];
+              Value row =
+                  rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(g.blockM)));
               Value delta =
-                  StoreStatsOp::create(b, loc, lseType, rowDot, iters[0], bIdx,
-                                       head, row, seq.qEnd);
+                  StoreStatsOp::create(b, loc, lseType,
+                                       g.delta(b, loc, seq, head, row),
+                                       iters[0], seq.tensorBatch, head, row,
+                                       seq.qEnd);
               Value dqAcc = StoreTileOp::create(
-                  b, loc, dqAccType, zeroTile(b, loc, {blockM, headDim}),
-                  iters[1], bIdx, row, head, seq.qEnd);
+                  b, loc, dqAccType, zeroTile(b, loc, {g.blockM, g.headDim}),
+                  iters[1], seq.tensorBatch, row, head, seq.qEnd);
               return SmallVector<Value>{delta, dqAcc};
             }));
       });
-  Value delta = pre[0];
+  t.delta = pre[0];
 
   // Phase 2, per key tile: dK and dV over the visible query tiles of every
-  // query head in the group; dQ += dS K into the accumulator.
-  float exp2Scale = scale * static_cast<float>(M_LOG2E);
-  FloatAttr scaleAttr = rewriter.getF32FloatAttr(scale);
-  FloatAttr softcapAttr = rewriter.getF32FloatAttr(softcap);
+  // query head in the group; dQ += dS K into the accumulator tensor, which
+  // the loops carry.
   ValueRange main = forEachBatch(
-      rewriter, loc, t, ValueRange{dkInit, dvInit, pre[1]},
+      rewriter, loc, t, ValueRange{inits[1], inits[2], pre[1]},
       [&](OpBuilder &b, Location loc, const GradSequence &seq,
           ValueRange batchIters) {
         IndexMath m{b, loc};
-        Value seqQ = seq.qLen, seqK = seq.kLen;
-        // Row r's diagonal is column r + offset (sequence coordinates).
-        Value offset = m.sub(seqK, seqQ);
         return llvm::to_vector(buildLoopNest(
-            b, loc, {m.cst(numKVHeads), seq.numKBlocks}, batchIters,
+            b, loc, {m.cst(g.numKVHeads), seq.numKBlocks}, batchIters,
             [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
-              IndexMath m{b, loc};
-              Value bIdx = seq.tensorBatch, kvHead = ivs[0];
-              Value kStart = m.mul(ivs[1], m.cst(blockN));
-              Value kRow = rowOf(m, seq.kBegin, kStart);
-              Value kTile =
-                  LoadTileOp::create(b, loc, tile(blockN, headDim, elt), t.key,
-                                     bIdx, kRow, kvHead, seq.kEnd);
-              Value vTile =
-                  LoadTileOp::create(b, loc, tile(blockN, headDimV, elt),
-                                     t.value, bIdx, kRow, kvHead, seq.kEnd);
-              // The query rows that see some key of this block: those whose
-              // window [r + offset - left, r + offset + right] meets it.
-              Value kLast =
-                  m.sub(m.min(m.add(kStart, m.cst(blockN)), seqK), m.cst(1));
-              Value rowLo = m.cst(0), rowHi = seqQ;
-              if (right >= 0)
-                rowLo =
-                    m.max(rowLo, m.sub(m.sub(kStart, offset), m.cst(right)));
-              if (left >= 0)
-                rowHi = m.min(rowHi,
-                              m.add(m.sub(kLast, offset), m.cst(left + 1)));
-              Value qbLo = m.floorDiv(rowLo, blockM);
-              Value qbHi = m.max(qbLo, m.ceilDiv(rowHi, blockM));
-
-              Value c1 = m.cst(1);
-              auto groupLoop = scf::ForOp::create(
-                  b, loc, m.cst(0), m.cst(groupSize), c1,
-                  ValueRange{zeroTile(b, loc, {blockN, headDim}),
-                             zeroTile(b, loc, {blockN, headDimV}), iters[2]},
-                  [&](OpBuilder &b, Location loc, Value g,
-                      ValueRange groupIters) {
-                    IndexMath m{b, loc};
-                    Value head = m.add(m.mul(kvHead, m.cst(groupSize)), g);
-                    auto qLoop = scf::ForOp::create(
-                        b, loc, qbLo, qbHi, m.cst(1), groupIters,
-                        [&](OpBuilder &b, Location loc, Value qb,
-                            ValueRange acc) {
-                          IndexMath m{b, loc};
-                          Value qStart = m.mul(qb, m.cst(blockM));
-                          Value qRow = rowOf(m, seq.qBegin, qStart);
-                          Value qLast = m.sub(
-                              m.min(m.add(qStart, m.cst(blockM)), seqQ),
-                              m.cst(1));
-                          Value q = LoadTileOp::create(
-                              b, loc, tile(blockM, headDim, elt), t.query,
-                              bIdx, qRow, head, seq.qEnd);
-                          Value dO = LoadTileOp::create(
-                              b, loc, tile(blockM, headDimV, elt),
-                              t.gradOutput, bIdx, qRow, head, seq.qEnd);
-                          Value lse =
-                              LoadStatsOp::create(b, loc, rowType, t.lse, bIdx,
-                                                  head, qRow, seq.qEnd);
-                          Value rowDelta =
-                              LoadStatsOp::create(b, loc, rowType, delta, bIdx,
-                                                  head, qRow, seq.qEnd);
-                          Value dq = LoadTileOp::create(
-                              b, loc, tile(blockM, headDim, f32), acc[2], bIdx,
-                              qRow, head, seq.qEnd);
-
-                          Value scores = QKOp::create(b, loc, sType, q, kTile);
-                          if (softcap > 0)
-                            scores = SoftcapOp::create(b, loc, sType, scores,
-                                                       /*descale=*/Value(),
-                                                       scaleAttr, softcapAttr);
-                          Value needsMask =
-                              m.blockNeedsMask(qStart, qLast, kStart, blockN,
-                                               seqK, offset, left, right);
-                          auto masked = scf::IfOp::create(
-                              b, loc, needsMask,
-                              [&](OpBuilder &b, Location loc) {
-                                Value s = MaskOp::create(
-                                    b, loc, sType, scores, qStart, kStart, seqQ,
-                                    seqK, t.causal, t.window,
-                                    /*packed_heads=*/IntegerAttr());
-                                scf::YieldOp::create(b, loc, s);
-                              },
-                              [&](OpBuilder &b, Location loc) {
-                                scf::YieldOp::create(b, loc, scores);
-                              });
-                          Value p = RecomputeProbsOp::create(
-                              b, loc, sType, masked.getResult(0), lse,
-                              b.getF32FloatAttr(exp2Scale));
-                          // With dropout, Z (the forward's mask over
-                          // 1 - p) scales P where it met V and dP where it
-                          // comes back: dV += (P ∘ Z)ᵀ dO, dS = P ∘ (Z ∘ dP
-                          // − Δ).
-                          Value stream =
-                              t.rng ? m.add(m.mul(bIdx, m.cst(numQHeads)), head)
-                                    : Value();
-                          auto drop = [&](Value x) -> Value {
-                            if (!t.rng)
-                              return x;
-                            return DropoutOp::create(b, loc, sType, x, t.rng,
-                                                     stream, qStart, kStart,
-                                                     t.dropout);
-                          };
-                          Value dv = MmaTNOp::create(b, loc, acc[1].getType(),
-                                                     drop(p), dO, acc[1]);
-                          Value dp =
-                              drop(QKOp::create(b, loc, sType, dO, vTile));
-                          Value ds = SoftmaxGradOp::create(b, loc, sType, p, dp,
-                                                           rowDelta);
-                          if (softcap > 0)
-                            ds = SoftcapGradOp::create(b, loc, sType, ds,
-                                                       scores, scaleAttr,
-                                                       softcapAttr);
-                          Value dk = MmaTNOp::create(b, loc, acc[0].getType(),
-                                                     ds, q, acc[0]);
-                          dq = PVOp::create(b, loc, dq.getType(), ds, kTile, dq,
-                                            /*probs_scale=*/FloatAttr());
-                          Value dqAcc =
-                              StoreTileOp::create(b, loc, dqAccType, dq, acc[2],
-                                                  bIdx, qRow, head, seq.qEnd);
-                          scf::YieldOp::create(b, loc,
-                                               ValueRange{dk, dv, dqAcc});
-                        });
-                    scf::YieldOp::create(b, loc, qLoop.getResults());
-                  });
-              Value dkTile =
-                  ScaleCastOp::create(b, loc, tile(blockN, headDim, elt),
-                                      groupLoop.getResult(0), scaleAttr);
-              Value dvTile = ScaleCastOp::create(
-                  b, loc, tile(blockN, headDimV, elt), groupLoop.getResult(1),
-                  b.getF32FloatAttr(1.0f));
-              Value dk = StoreTileOp::create(b, loc, kType, dkTile, iters[0],
-                                             bIdx, kRow, kvHead, seq.kEnd);
-              Value dv = StoreTileOp::create(b, loc, vType, dvTile, iters[1],
-                                             bIdx, kRow, kvHead, seq.kEnd);
-              return SmallVector<Value>{dk, dv, groupLoop.getResult(2)};
+              auto addDQ = [&](OpBuilder &b, Location loc, Value ds,
+                               Value kTile, Value qRow, Value head,
+                               ValueRange carried) -> SmallVector<Value> {
+                Value dq = LoadTileOp::create(
+                    b, loc, g.tile(g.blockM, g.headDim, g.f32), carried[0],
+                    seq.tensorBatch, qRow, head, seq.qEnd);
+                dq = PVOp::create(b, loc, dq.getType(), ds, kTile, dq,
+                                  /*probs_scale=*/FloatAttr());
+                return {StoreTileOp::create(b, loc, dqAccType, dq, carried[0],
+                                            seq.tensorBatch, qRow, head,
+                                            seq.qEnd)};
+              };
+              auto [dkTile, dvTile, kRow, carried] = g.keyBlock(
+                  b, loc, seq, ivs[0], ivs[1], iters[2], addDQ);
+              Value dk = StoreTileOp::create(b, loc, iters[0].getType(), dkTile,
+                                             iters[0], seq.tensorBatch, kRow,
+                                             ivs[0], seq.kEnd);
+              Value dv = StoreTileOp::create(b, loc, iters[1].getType(), dvTile,
+                                             iters[1], seq.tensorBatch, kRow,
+                                             ivs[0], seq.kEnd);
+              return SmallVector<Value>{dk, dv, carried[0]};
             }));
       });
 
   // Phase 3, per query tile: dQ = scale · accumulator, in the storage type.
   Value dqAcc = main[2];
   ValueRange post = forEachBatch(
-      rewriter, loc, t, ValueRange{dqInit},
+      rewriter, loc, t, ValueRange{inits[0]},
       [&](OpBuilder &b, Location loc, const GradSequence &seq,
           ValueRange batchIters) {
         IndexMath m{b, loc};
         return llvm::to_vector(buildLoopNest(
-            b, loc, {m.cst(numQHeads), seq.numQBlocks}, batchIters,
+            b, loc, {m.cst(g.numQHeads), seq.numQBlocks}, batchIters,
             [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
               IndexMath m{b, loc};
-              Value bIdx = seq.tensorBatch, head = ivs[0];
-              Value row = rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(blockM)));
-              Value acc =
-                  LoadTileOp::create(b, loc, tile(blockM, headDim, f32), dqAcc,
-                                     bIdx, row, head, seq.qEnd);
-              Value dq = ScaleCastOp::create(
-                  b, loc, tile(blockM, headDim, elt), acc, scaleAttr);
+              Value head = ivs[0];
+              Value row =
+                  rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(g.blockM)));
               return SmallVector<Value>{StoreTileOp::create(
-                  b, loc, qType, dq, iters[0], bIdx, row, head, seq.qEnd)};
+                  b, loc, iters[0].getType(),
+                  g.gradQuery(b, loc, seq, dqAcc, head, row), iters[0],
+                  seq.tensorBatch, row, head, seq.qEnd)};
             }));
       });
   return {post[0], main[0], main[1]};
+}
+
+/// An scf.forall over (x, y, z) = `bounds` mapped to #gpu.block<x/y/z>, with
+/// `shared` as its shared outputs; `body` builds an iteration before the
+/// in_parallel region, given the induction variables, and returns the
+/// contributions that `store` puts into the region (one per shared output,
+/// in order).
+static scf::ForallOp
+buildGradGrid(OpBuilder &b, Location loc, ArrayRef<OpFoldResult> bounds,
+              ValueRange shared,
+              function_ref<void(OpBuilder &, ValueRange ivs, ValueRange outs,
+                                SmallVectorImpl<std::function<void()>> &)>
+                  body) {
+  MLIRContext *ctx = b.getContext();
+  auto mapping =
+      b.getArrayAttr({gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
+                      gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
+                      gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
+  auto forall = scf::ForallOp::create(b, loc, bounds, shared, mapping);
+  OpBuilder::InsertionGuard guard(b);
+  scf::InParallelOp inParallel = forall.getTerminator();
+  b.setInsertionPoint(inParallel);
+  SmallVector<std::function<void()>> stores;
+  body(b, forall.getInductionVars(), forall.getRegionIterArgs(), stores);
+  b.setInsertionPointToStart(inParallel.getBody());
+  for (auto &store : stores)
+    store();
+  return forall;
+}
+
+/// The backward of a dense batch as the grid the Hopper kernels are built
+/// from (see the fa3-tile description): three scf.foralls, their iterations
+/// contributing tiles with parallel stores, and the dQ accumulator a buffer
+/// (memref.alloc, zero-filled) that the key blocks add to with
+/// fa3.accumulate_tile. Returns (dQ, dK, dV).
+static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
+                                       Location loc, bool deterministic) {
+  IndexMath m{rewriter, loc};
+  GradPhases g(t, rewriter);
+  Value batch = t.numBatches;
+  SmallVector<Value> inits = gradientInits(rewriter, loc, t, g, batch);
+  auto lseType = cast<RankedTensorType>(t.lse.getType());
+  Value deltaInit = emptyTensor(rewriter, loc, lseType,
+                                {batch, m.cst(g.numQHeads), t.seqQ});
+  auto qType = cast<RankedTensorType>(t.query.getType());
+  auto accType = MemRefType::get(qType.getShape(), g.f32);
+  SmallVector<Value> accSizes = {batch, t.seqQ}, accDynamic;
+  for (auto [i, size] : llvm::enumerate(accSizes))
+    if (accType.isDynamicDim(i))
+      accDynamic.push_back(size);
+  Value acc = memref::AllocOp::create(rewriter, loc, accType, accDynamic);
+  linalg::FillOp::create(
+      rewriter, loc,
+      ValueRange{arith::ConstantOp::create(rewriter, loc,
+                                           rewriter.getF32FloatAttr(0.0f))},
+      ValueRange{acc});
+  Value numQBlocks = m.ceilDiv(t.seqQ, g.blockM);
+  Value numKBlocks = m.ceilDiv(t.seqK, g.blockN);
+  auto sequenceOf = [&](Value bIdx) {
+    GradSequence seq;
+    seq.tensorBatch = bIdx;
+    seq.qLen = t.seqQ;
+    seq.kLen = t.seqK;
+    return seq;
+  };
+
+  // Phase 1: (query block, query head, batch).
+  auto pre = buildGradGrid(
+      rewriter, loc, {numQBlocks, rewriter.getIndexAttr(g.numQHeads), batch},
+      deltaInit,
+      [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
+          SmallVectorImpl<std::function<void()>> &stores) {
+        IndexMath m{b, loc};
+        GradSequence seq = sequenceOf(ivs[2]);
+        Value row = m.mul(ivs[0], m.cst(g.blockM));
+        Value delta = g.delta(b, loc, seq, ivs[1], row);
+        Value dest = outs[0], batch = seq.tensorBatch, head = ivs[1];
+        stores.push_back([&b, loc, delta, dest, batch, head, row] {
+          ParallelStoreStatsOp::create(b, loc, delta, dest, batch, head, row,
+                                       Value(), IntegerAttr());
+        });
+      });
+  t.delta = pre.getResult(0);
+
+  // Phase 2: (key block, key/value head, batch).
+  auto main = buildGradGrid(
+      rewriter, loc,
+      {numKBlocks, rewriter.getIndexAttr(g.numKVHeads), batch},
+      ValueRange{inits[1], inits[2]},
+      [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
+          SmallVectorImpl<std::function<void()>> &stores) {
+        GradSequence seq = sequenceOf(ivs[2]);
+        auto addDQ = [&](OpBuilder &b, Location loc, Value ds, Value kTile,
+                         Value qRow, Value head,
+                         ValueRange) -> SmallVector<Value> {
+          Value dq = PVOp::create(
+              b, loc, g.tile(g.blockM, g.headDim, g.f32), ds, kTile,
+              zeroTile(b, loc, {g.blockM, g.headDim}),
+              /*probs_scale=*/FloatAttr());
+          auto add = AccumulateTileOp::create(b, loc, dq, acc, seq.tensorBatch,
+                                              qRow, head, Value());
+          if (deterministic)
+            add.setOrdered(true);
+          return {};
+        };
+        auto [dkTile, dvTile, kRow, carried] =
+            g.keyBlock(b, loc, seq, ivs[1], ivs[0], ValueRange(), addDQ);
+        Value dk = dkTile, dv = dvTile, row = kRow, kvHead = ivs[1];
+        Value dkDest = outs[0], dvDest = outs[1], batch = seq.tensorBatch;
+        stores.push_back([&b, loc, dk, dv, row, kvHead, dkDest, dvDest, batch] {
+          ParallelStoreTileOp::create(b, loc, dk, dkDest, batch, row, kvHead,
+                                      Value(), IntegerAttr());
+          ParallelStoreTileOp::create(b, loc, dv, dvDest, batch, row, kvHead,
+                                      Value(), IntegerAttr());
+        });
+      });
+
+  // Phase 3: (query block, query head, batch), after every key block added
+  // its share.
+  Value accTensor = bufferization::ToTensorOp::create(
+      rewriter, loc, memref::getTensorTypeFromMemRefType(accType), acc,
+      /*restrict=*/true, /*writable=*/false);
+  auto post = buildGradGrid(
+      rewriter, loc, {numQBlocks, rewriter.getIndexAttr(g.numQHeads), batch},
+      inits[0],
+      [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
+          SmallVectorImpl<std::function<void()>> &stores) {
+        IndexMath m{b, loc};
+        GradSequence seq = sequenceOf(ivs[2]);
+        Value row = m.mul(ivs[0], m.cst(g.blockM));
+        Value dq = g.gradQuery(b, loc, seq, accTensor, ivs[1], row);
+        Value dest = outs[0], batch = seq.tensorBatch, head = ivs[1];
+        stores.push_back([&b, loc, dq, dest, batch, head, row] {
+          ParallelStoreTileOp::create(b, loc, dq, dest, batch, row, head,
+                                      Value(), IntegerAttr());
+        });
+      });
+  return {post.getResult(0), main.getResult(0), main.getResult(1)};
 }
 
 /// The mask and scale fields of `t` from a backward op.
@@ -408,7 +602,7 @@ static void setMaskFields(GradTiling &t, OpTy op, RewriterBase &rewriter) {
 }
 
 LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
-                                           RewriterBase &rewriter) {
+                                           RewriterBase &rewriter, bool grid) {
   if (!op.getScheduleAttr())
     return op.emitOpError()
            << "has no #fa3.schedule; run fa3-select-schedule first";
@@ -442,6 +636,10 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
     seq.numKBlocks = numKBlocks;
     return seq;
   };
+  if (grid) {
+    rewriter.replaceOp(op, tileGradGrid(t, rewriter, loc, op.getDeterministic()));
+    return success();
+  }
   rewriter.replaceOp(op, tileGrad(t, rewriter, loc));
   return success();
 }

@@ -16,8 +16,11 @@ namespace mlir::fa3 {
 /// Replaces a scheduled fa3.attention_grad with its three tiled phases (see
 /// the fa3-tile pass description): Δ and the zeroed dQ accumulator, the loop
 /// over key blocks accumulating dK/dV per block and dQ in f32, and dQ's
-/// conversion.
-LogicalResult tileAttentionGrad(AttentionGradOp op, RewriterBase &rewriter);
+/// conversion. With `grid`, each phase is an scf.forall mapped to GPU
+/// blocks and the dQ accumulator a buffer the key blocks add to
+/// (fa3.accumulate_tile): the form the Hopper kernels are built from.
+LogicalResult tileAttentionGrad(AttentionGradOp op, RewriterBase &rewriter,
+                                bool grid = false);
 
 /// The same for fa3.attention_varlen_grad: each packed sequence's backward,
 /// its rows bounded by the sequence offsets; rows outside every sequence get

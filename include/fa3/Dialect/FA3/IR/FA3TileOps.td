@@ -244,6 +244,39 @@ def FA3_ParallelStoreStatsOp : FA3_Op<"parallel_store_stats", [
   let hasVerifier = 1;
 }
 
+def FA3_AccumulateTileOp : FA3_Op<"accumulate_tile", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Add an f32 tile into rows of a shared [B, S, H, D] buffer";
+  let description = [{
+    `dest[batch, row + i, head, :] += tile[i, :]` for the rows with
+    `row + i < end` (`end` as in `fa3.store_tile`: `dim(dest, 1)`, or
+    `min(limit, dim(dest, 1))`). `dest` is a buffer, not a tensor: the
+    iterations of a grid `scf.forall` (`fa3-tile{grid=true}` of
+    `fa3.attention_grad`: every key block adds its share of dQ = dS K to the
+    query rows it saw) add to the same rows, and their additions are
+    atomic, in no particular order, which tensor semantics cannot say. On
+    Hopper each is a `cp.reduce.async.bulk ... add.f32` of a shared-memory
+    tile (or `red.global.add`).
+
+    `ordered`: the additions into one tile's rows land in the order of the
+    grid's key block (the enclosing forall's first induction variable), so
+    that the sums are bit-identical from run to run (`deterministic`).
+
+    ```mlir
+    fa3.accumulate_tile %dq into %acc[%b, %row, %h] : tensor<64x128xf32> into memref<?x?x8x128xf32>
+    ```
+  }];
+  let arguments = (ins FA3_F32Tile2D:$tile,
+                       Arg<MemRefRankOf<[F32], [4]>, "", [MemRead, MemWrite]>:$dest,
+                       Index:$batch, Index:$row, Index:$head,
+                       Optional<Index>:$limit, UnitAttr:$ordered);
+  let assemblyFormat = [{
+    $tile `into` $dest `[` $batch `,` $row `,` $head `]` (`limit` $limit^)?
+    attr-dict `:` type($tile) `into` type($dest)
+  }];
+  let hasVerifier = 1;
+}
+
 def FA3_LoadPagedTileOp : FA3_TileOp<"load_paged_tile"> {
   let summary = "Load keys [row, row + R) of one sequence from a paged cache";
   let description = [{

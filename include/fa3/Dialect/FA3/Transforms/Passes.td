@@ -296,8 +296,18 @@ def FA3Tile : Pass<"fa3-tile"> {
     to `#gpu.block<x>`, `<y>` and `<z>`: the grid of the kernel, one CTA per
     query tile. Its iterations contribute their tiles with
     `fa3.parallel_store_tile` / `fa3.parallel_store_stats`.
-    `fa3.attention_grad` keeps the serial loops (its Hopper kernels do not
-    read the tile level yet).
+    `fa3.attention_grad` (dense) becomes its three phases as three such
+    foralls, the grids of the Hopper backward's three kernels: Δ per
+    (query block, query head, batch); dK and dV per (key block, key/value
+    head, batch), stored with parallel stores; dQ per (query block, query
+    head, batch). The dQ accumulator is a zero-filled f32 buffer
+    (`memref.alloc` + `linalg.fill`) to which each step of a key block adds
+    its partial `dS K` with `fa3.accumulate_tile` (`ordered` with
+    `deterministic`): the key blocks of one query tile run in parallel and
+    add to the same rows, which the value semantics of a forall's shared
+    outputs cannot express. The third forall reads it through
+    `bufferization.to_tensor`. `fa3.attention_varlen_grad` has no grid form
+    yet.
 
     The inference ops take the same loops, with their lengths read from
     data inside the batch loop:
@@ -333,11 +343,14 @@ def FA3Tile : Pass<"fa3-tile"> {
   }];
   let options = [
     Option<"grid", "grid", "bool", /*default=*/"false",
-           "Tile the forward into an scf.forall mapped to GPU blocks">,
+           "Tile into scf.foralls mapped to GPU blocks (the Hopper kernels' "
+           "grids)">,
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::bufferization::BufferizationDialect",
                            "::mlir::gpu::GPUDialect",
                            "::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::tensor::TensorDialect"];
 }
