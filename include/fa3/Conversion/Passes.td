@@ -44,7 +44,7 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
 }
 
 def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
-  let summary = "Generate sm_90a kernels for fa3.attention_grad, fa3.hadamard and fa3.quantize from L0";
+  let summary = "Generate sm_90a kernels for fa3.attention_varlen_grad, fa3.hadamard and fa3.quantize from L0";
   let description = [{
     The Hopper kernels that do not go through the tile level yet. Each is
     emitted into `gpu.module @fa3_kernels` (targeting
@@ -53,13 +53,17 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     (threads, dynamic shared memory, tile sizes); the host side stays at the
     tensor level. Ops that already carry `fa3.kernel` (the forwards
     `fa3-outline-hopper-kernels` took) are skipped; an `fa3.attention`
-    without one is an error (it is built by `convert-fa3-tile-to-hopper`).
+    without one is an error (it is built by `convert-fa3-tile-to-hopper`),
+    and so is an `fa3.attention_grad` (dense) without one: its kernels come
+    from its tile-level grids (`convert-fa3-tile-to-hopper`) as well.
     Schedule fields no kernel implements (`persistent` for the backward,
     `cluster` > 1, a
     `consumer_wgs` other than `block_m` / 64, a register split that
     `setmaxnreg` cannot make) are errors.
 
-    Each `fa3.attention_grad` becomes three kernels named after its spec:
+    Each `fa3.attention_varlen_grad` becomes three kernels named after its
+    spec (the dense `fa3.attention_grad` gets the same three kernels from
+    `convert-fa3-tile-to-hopper`):
     `<name>_pre` (one warp per query row: Δ = rowsum(dO ∘ O), the LSE in
     base 2, a zeroed row of the f32 dQ accumulator), `<name>` (one CTA per key
     block of `block_n` rows, two warpgroups: K/V loaded once, Q/dO tiles of
@@ -162,8 +166,23 @@ def FA3OutlineHopperKernels
 
 def ConvertFA3TileToHopper
     : Pass<"convert-fa3-tile-to-hopper", "::mlir::gpu::GPUModuleOp"> {
-  let summary = "Turn tile-level forward kernel functions into sm_90a kernels";
+  let summary = "Turn tile-level kernel functions into sm_90a kernels";
   let description = [{
+    A backward's function (`fa3-tile{grid=true}` of an outlined
+    `fa3.attention_grad`: three `#gpu.block` grids sharing the dQ
+    accumulator of `fa3.accumulate_tile`) is read for its spec: the element
+    type and heads from the arguments, `block_m` and `block_n` from the Q
+    and K tiles of the key-block grid, `causal` and the window from its
+    `fa3.mask`, the softcap from `fa3.softcap`, the scale from the dQ
+    conversion's `fa3.scale_cast`, dropout from `fa3.dropout` and
+    `deterministic` from `ordered`, with the checks of
+    `convert-fa3-to-hopper`; a function that reads as another spec than its
+    name (the kernel the launch calls) is an error. It becomes the
+    backward's three kernels, `<name>_pre`, `<name>` and `<name>_post` (see
+    `convert-fa3-to-hopper` for what they do); their code is still the
+    backward kernel builder's, not yet emitted op by op from the grids.
+
+    The forward:
     Converts each function with an `fa3.schedule` in the kernel module (made
     by `fa3-outline-hopper-kernels`, then `fa3-tile{grid=true}` and
     `fa3-fuse-softmax`) into an `llvm.func` kernel of the same name with the

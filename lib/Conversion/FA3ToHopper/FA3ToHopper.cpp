@@ -333,6 +333,51 @@ HopperAttentionSpec::fromOp(AttentionVarlenOp op) {
   return spec;
 }
 
+LogicalResult mlir::fa3::checkHopperGradSpec(Operation *op,
+                                             ScheduleAttr schedule,
+                                             HopperAttentionGradSpec &spec) {
+  if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
+    return op->emitOpError()
+           << "the Hopper backward supports head dims 64, 128 and 256 (the "
+              "CPU pipeline takes any), got "
+           << spec.headDim;
+  if (spec.blockM != 64 && !(spec.blockM == 128 && spec.headDim == 64))
+    return op->emitOpError()
+           << "the Hopper backward steps over 64 query rows (128 at D = 64, "
+              "where Sᵀ, dPᵀ, dK and dV fit the registers); block_m = "
+           << spec.blockM << " is not built at D = " << spec.headDim;
+  if (spec.blockN != 64 && spec.blockN != 128)
+    return op->emitOpError() << "the Hopper backward's block_n (key rows per "
+                               "CTA) must be 64 or 128, got "
+                            << spec.blockN;
+  if (spec.blockN == 64 && spec.headDim < 128)
+    return op->emitOpError() << "block_n = 64 splits the head dim across the "
+                               "two warpgroups and needs D >= 128, got "
+                            << spec.headDim;
+  if (spec.stages < 1 || spec.stages > 4)
+    return op->emitOpError() << "stages must be 1 to 4, got " << spec.stages;
+  if (failed(rejectUnbuiltScheduleFields(op, schedule, "backward")))
+    return failure();
+  if (schedule.getConsumerWgs() != HopperAttentionGradSpec::kNumWarpgroups)
+    return op->emitOpError() << "the Hopper backward runs two warpgroups; "
+                               "consumer_wgs must be 2, got "
+                            << schedule.getConsumerWgs();
+  spec.producerRegs = schedule.getProducerRegs();
+  spec.consumerRegs = schedule.getConsumerRegs();
+  if (failed(checkRegisterSplit(op, spec.producerRegs, spec.consumerRegs,
+                                HopperAttentionGradSpec::kNumWarpgroups)))
+    return failure();
+  if (schedule.getPingpong() || schedule.getIntraWgOverlap())
+    return op->emitOpError() << "pingpong and intra_wg_overlap are not "
+                               "implemented by the Hopper backward";
+  if (spec.sharedMemoryBytes() > kMaxSharedMemory)
+    return op->emitOpError()
+           << "the backward schedule needs " << spec.sharedMemoryBytes()
+           << " bytes of shared memory, more than the 232448 a Hopper CTA has";
+  return success();
+}
+
+
 /// The backward spec of `op` (fa3.attention_grad or
 /// fa3.attention_varlen_grad): what both read and check.
 template <typename Op>
@@ -346,46 +391,9 @@ static FailureOr<HopperAttentionGradSpec> gradSpec(Op op) {
   spec.bf16 = elt.isBF16();
   if (failed(readSharedSpec(op, op.getKey(), op.getValue(), spec, "backward")))
     return failure();
-  if (spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256)
-    return op.emitOpError()
-           << "the Hopper backward supports head dims 64, 128 and 256 (the "
-              "CPU pipeline takes any), got "
-           << spec.headDim;
   spec.deterministic = op.getDeterministic();
-  if (spec.blockM != 64 && !(spec.blockM == 128 && spec.headDim == 64))
-    return op.emitOpError()
-           << "the Hopper backward steps over 64 query rows (128 at D = 64, "
-              "where Sᵀ, dPᵀ, dK and dV fit the registers); block_m = "
-           << spec.blockM << " is not built at D = " << spec.headDim;
-  if (spec.blockN != 64 && spec.blockN != 128)
-    return op.emitOpError() << "the Hopper backward's block_n (key rows per "
-                               "CTA) must be 64 or 128, got "
-                            << spec.blockN;
-  if (spec.blockN == 64 && spec.headDim < 128)
-    return op.emitOpError() << "block_n = 64 splits the head dim across the "
-                               "two warpgroups and needs D >= 128, got "
-                            << spec.headDim;
-  if (spec.stages < 1 || spec.stages > 4)
-    return op.emitOpError() << "stages must be 1 to 4, got " << spec.stages;
-  ScheduleAttr schedule = op.getScheduleAttr();
-  if (failed(rejectUnbuiltScheduleFields(op, schedule, "backward")))
+  if (failed(checkHopperGradSpec(op, op.getScheduleAttr(), spec)))
     return failure();
-  if (schedule.getConsumerWgs() != HopperAttentionGradSpec::kNumWarpgroups)
-    return op.emitOpError() << "the Hopper backward runs two warpgroups; "
-                               "consumer_wgs must be 2, got "
-                            << schedule.getConsumerWgs();
-  spec.producerRegs = schedule.getProducerRegs();
-  spec.consumerRegs = schedule.getConsumerRegs();
-  if (failed(checkRegisterSplit(op, spec.producerRegs, spec.consumerRegs,
-                                HopperAttentionGradSpec::kNumWarpgroups)))
-    return failure();
-  if (schedule.getPingpong() || schedule.getIntraWgOverlap())
-    return op.emitOpError() << "pingpong and intra_wg_overlap are not "
-                               "implemented by the Hopper backward";
-  if (spec.sharedMemoryBytes() > kMaxSharedMemory)
-    return op.emitOpError()
-           << "the backward schedule needs " << spec.sharedMemoryBytes()
-           << " bytes of shared memory, more than the 232448 a Hopper CTA has";
   return spec;
 }
 
@@ -479,6 +487,28 @@ void mlir::fa3::annotateHopperForwardLaunch(Operation *op,
   op->setAttr(kLaunchAttrName, launch.getDictionary(op->getContext()));
 }
 
+void mlir::fa3::annotateHopperGradLaunch(Operation *op,
+                                         gpu::GPUModuleOp kernels,
+                                         const HopperAttentionGradSpec &spec) {
+  // Main grid: ceildiv(Sk, block_n) x Hkv x B (varlen: B + 1); the _pre and
+  // _post kernels are named after it.
+  annotateHopperLaunch(op, kernels, spec.kernelName(), spec.numThreads(),
+                       spec.sharedMemoryBytes(), spec.blockM, spec.blockN);
+  // The runtime zeroes the dQ turn counters and passes them
+  // (deterministic), and passes the sequence offsets (varlen).
+  Builder builder(op->getContext());
+  NamedAttrList entries(op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
+  if (spec.deterministic)
+    entries.set("deterministic", builder.getI64IntegerAttr(1));
+  if (spec.varlen)
+    entries.set("varlen", builder.getI64IntegerAttr(1));
+  if (spec.sequsedK)
+    entries.set("seqused", builder.getI64IntegerAttr(1));
+  if (spec.dropout > 0)
+    entries.set("dropout", builder.getI64IntegerAttr(1));
+  op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
+}
+
 namespace {
 struct ConvertFA3ToHopperPass
     : public fa3::impl::ConvertFA3ToHopperBase<ConvertFA3ToHopperPass> {
@@ -530,37 +560,26 @@ struct ConvertFA3ToHopperPass
         op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
                              "(fa3-cpu-pipeline) runs it";
         failedAny = true;
-      } else if (isa<AttentionGradOp, AttentionVarlenGradOp>(op)) {
+      } else if (isa<AttentionGradOp>(op)) {
         FailureOr<HopperAttentionGradSpec> spec =
-            isa<AttentionGradOp>(op)
-                ? HopperAttentionGradSpec::fromOp(cast<AttentionGradOp>(op))
-                : HopperAttentionGradSpec::fromOp(
-                      cast<AttentionVarlenGradOp>(op));
+            HopperAttentionGradSpec::fromOp(cast<AttentionGradOp>(op));
+        if (succeeded(spec))
+          op->emitOpError()
+              << "is built from the tile level: run "
+                 "fa3-outline-hopper-kernels, fa3-tile{grid=true} and "
+                 "convert-fa3-tile-to-hopper first (as fa3-hopper-pipeline "
+                 "does)";
+        failedAny = true;
+      } else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op)) {
+        FailureOr<HopperAttentionGradSpec> spec =
+            HopperAttentionGradSpec::fromOp(varlenGrad);
         if (failed(spec)) {
           failedAny = true;
           return;
         }
-        std::string name = spec->kernelName();
-        if (!getKernels().lookupSymbol(name))
+        if (!getKernels().lookupSymbol(spec->kernelName()))
           buildHopperAttentionGradKernels(builder, kernels, *spec);
-        // Main grid: ceildiv(Sk, block_n) x Hkv x B (varlen: B + 1); the
-        // _pre and _post kernels are named after it.
-        annotate(op, name, spec->numThreads(), spec->sharedMemoryBytes(),
-                 spec->blockM, spec->blockN);
-        // The runtime zeroes the dQ turn counters and passes them
-        // (deterministic), and passes the sequence offsets (varlen).
-        Builder builder(op->getContext());
-        NamedAttrList entries(
-            op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
-        if (spec->deterministic)
-          entries.set("deterministic", builder.getI64IntegerAttr(1));
-        if (spec->varlen)
-          entries.set("varlen", builder.getI64IntegerAttr(1));
-        if (spec->sequsedK)
-          entries.set("seqused", builder.getI64IntegerAttr(1));
-        if (spec->dropout > 0)
-          entries.set("dropout", builder.getI64IntegerAttr(1));
-        op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
+        annotateHopperGradLaunch(op, kernels, *spec);
       } else if (auto hadamard = dyn_cast<HadamardOp>(op)) {
         FailureOr<HopperHadamardSpec> spec = HopperHadamardSpec::fromOp(hadamard);
         if (failed(spec)) {

@@ -44,7 +44,8 @@ static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
 
 /// Creates `@name(q, k, v) -> (o, lse)` in `kernels` (a KV cache's:
 /// `@name(q, k_cache, v_cache, cache_seqlens[, page_table])`, a packed
-/// batch's `@name(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])`):
+/// batch's `@name(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])`, a
+/// backward's `@name(do, q, k, v, o, lse[, dlse][, rng]) -> (dq, dk, dv)`):
 /// `attention` on dynamic batch and lengths, with the schedule also kept on
 /// the function (the tile level's ops do not carry it).
 static void outlineKernel(Operation *attention, ScheduleAttr schedule,
@@ -63,6 +64,17 @@ static void outlineKernel(Operation *attention, ScheduleAttr schedule,
       inputs.push_back(withDynamicDims(type, {0}));
     results = {withDynamicDims(attention->getResult(0).getType(), {0}),
                withDynamicDims(attention->getResult(1).getType(), {1})};
+  } else if (isa<AttentionGradOp>(attention)) {
+    // The backward: dO, Q, K, V, O [B, S, H, D], the LSE (and dLSE) [B, H,
+    // S], the Philox (seed, offset) as is; dQ, dK, dV like Q, K, V.
+    for (Type type : attention->getOperandTypes()) {
+      int64_t rank = cast<RankedTensorType>(type).getRank();
+      inputs.push_back(rank == 4   ? dynamicBatchAndLength(type, 1)
+                       : rank == 3 ? dynamicBatchAndLength(type, 2)
+                                   : type);
+    }
+    for (Type type : attention->getResultTypes())
+      results.push_back(dynamicBatchAndLength(type, 1));
   } else {
     // FP8's [B, Hkv] descales get a dynamic batch too.
     for (Type type : attention->getOperandTypes()) {
@@ -111,6 +123,21 @@ struct FA3OutlineHopperKernelsPass
         outlineKernel(attention, schedule, kernels, name);
       annotateHopperForwardLaunch(attention, kernels, name, *spec);
     };
+    // The backward (dense): a kernel function of its own, which
+    // convert-fa3-tile-to-hopper turns into its three kernels.
+    auto outlineGrad = [&](AttentionGradOp grad) {
+      FailureOr<HopperAttentionGradSpec> spec =
+          HopperAttentionGradSpec::fromOp(grad);
+      if (failed(spec)) {
+        failedAny = true;
+        return;
+      }
+      gpu::GPUModuleOp kernels = getOrCreateHopperKernelModule(module, chip);
+      std::string name = spec->kernelName();
+      if (!kernels.lookupSymbol(name))
+        outlineKernel(grad, grad.getScheduleAttr(), kernels, name);
+      annotateHopperGradLaunch(grad, kernels, *spec);
+    };
     module.walk([&](Operation *op) {
       // Already annotated ops keep their kernel.
       if (op->hasAttr(kKernelAttrName))
@@ -125,6 +152,8 @@ struct FA3OutlineHopperKernelsPass
       else if (auto varlen = dyn_cast<AttentionVarlenOp>(op))
         outline(varlen, varlen.getScheduleAttr(),
                 HopperAttentionSpec::fromOp(varlen));
+      else if (auto grad = dyn_cast<AttentionGradOp>(op))
+        outlineGrad(grad);
     });
     if (failedAny)
       signalPassFailure();

@@ -113,6 +113,15 @@ FailureOr<TileKernel> matchTileKernel(func::FuncOp func);
 /// attention; here they guard hand-written tile-level input).
 FailureOr<HopperAttentionSpec> specOf(TileKernel &kernel);
 
+/// Whether `func` is a backward's tile-level kernel function (it adds into
+/// the dQ accumulator with fa3.accumulate_tile).
+bool isTileGradKernel(func::FuncOp func);
+
+/// The spec of the backward whose tile-level kernel function `func` is (its
+/// three grids; TileGradKernelMatch.cpp), with the checks of the L0 op's,
+/// or a diagnostic on what is not in that form.
+FailureOr<HopperAttentionGradSpec> matchTileGradKernel(func::FuncOp func);
+
 /// Index (or i1) arithmetic that the kernel emits in i32, and the
 /// index_cast of an i32 length to an index.
 bool isScalarOp(Operation *op);

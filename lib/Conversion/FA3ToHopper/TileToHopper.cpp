@@ -1641,6 +1641,16 @@ struct ConvertFA3TileToHopperPass
       if (func->hasAttr(kScheduleAttrName))
         kernels.push_back(func);
     for (func::FuncOp func : kernels) {
+      // The backward: its three kernels from the spec its grids read as
+      // (the kernels take the function's name, so it goes first).
+      if (isTileGradKernel(func)) {
+        FailureOr<HopperAttentionGradSpec> spec = matchTileGradKernel(func);
+        if (failed(spec))
+          return signalPassFailure();
+        func.erase();
+        buildHopperAttentionGradKernels(builder, module, *spec);
+        continue;
+      }
       FailureOr<TileKernel> kernel = matchTileKernel(func);
       if (failed(kernel))
         return signalPassFailure();

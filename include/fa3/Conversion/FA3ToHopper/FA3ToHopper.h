@@ -28,6 +28,7 @@ class AttentionVarlenOp;
 class AttentionVarlenGradOp;
 class HadamardOp;
 class QuantizeOp;
+class ScheduleAttr;
 
 /// The `gpu.module` that holds fa3's kernels, and the attributes naming a
 /// host op's kernel (a symbol ref into it) and its launch (threads, dynamic
@@ -337,6 +338,19 @@ struct HopperAttentionGradSpec {
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
                                      const HopperAttentionGradSpec &spec);
+
+/// The checks of a backward spec that do not depend on where it was read
+/// (the L0 op, or the tile-level kernel function): head dim, tiles, stages,
+/// the schedule's fields, the register split (which it fills in) and the
+/// shared memory. Diagnostics go to `op`.
+LogicalResult checkHopperGradSpec(Operation *op, ScheduleAttr schedule,
+                                  HopperAttentionGradSpec &spec);
+
+/// annotateHopperLaunch for the backward kernels of `spec`: the main
+/// kernel's name, threads, shared memory and tiles, and the flags the
+/// runtime's launch reads (deterministic, varlen, seqused, dropout).
+void annotateHopperGradLaunch(Operation *op, gpu::GPUModuleOp kernels,
+                              const HopperAttentionGradSpec &spec);
 
 /// The element types the FP8 preparation kernels read and write.
 enum class HopperScalar { F32, BF16, F16 };

@@ -1,0 +1,139 @@
+//===- TileGradKernelMatch.cpp - The tile-level backward, matched ---------===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// convert-fa3-tile-to-hopper reads the backward's kernel function (what
+// fa3-tile{grid=true} made of an outlined fa3.attention_grad): its three
+// #gpu.block grids, the dQ accumulator they share, and from the tile ops the
+// kernels' spec: the element type and heads from the arguments, block_m
+// and block_n from the Q and K tiles of the key-block grid, causal and the
+// window from its fa3.mask, the softcap from fa3.softcap, the scale from
+// the dQ conversion's fa3.scale_cast, dropout from fa3.dropout and
+// `deterministic` from fa3.accumulate_tile's `ordered`. Any other form is
+// a diagnostic.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TileKernel.h"
+
+#include "fa3/Dialect/FA3/Utils/GridMapping.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+
+using namespace mlir;
+using namespace mlir::fa3;
+
+bool mlir::fa3::detail::isTileGradKernel(func::FuncOp func) {
+  bool found = false;
+  func.walk([&](AccumulateTileOp) { found = true; });
+  return found;
+}
+
+/// The single op of type OpTy in `root`, or null (none, or several: set
+/// `several`).
+template <typename OpTy>
+static OpTy singleOp(Operation *root, bool &several) {
+  OpTy found;
+  root->walk([&](OpTy op) {
+    several |= static_cast<bool>(found);
+    found = op;
+  });
+  return several ? OpTy() : found;
+}
+
+FailureOr<HopperAttentionGradSpec>
+mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
+  auto schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
+  if (!schedule)
+    return func.emitOpError() << "has no #fa3.schedule";
+  auto grids = llvm::to_vector(func.getBody().front().getOps<scf::ForallOp>());
+  if (grids.size() != 3 || !llvm::all_of(grids, isBlockGrid))
+    return func.emitOpError()
+           << "is not the backward's grid form: expected three scf.foralls "
+              "mapped to #gpu.block (fa3-tile{grid=true} of "
+              "fa3.attention_grad), got "
+           << grids.size();
+  // (dO, Q, K, V, O, LSE[, dLSE][, rng]).
+  if (func.getNumArguments() < 6)
+    return func.emitOpError() << "expected the backward's arguments (dO, Q, "
+                                 "K, V, O, LSE[, dLSE][, rng]), got "
+                              << func.getNumArguments();
+  auto q = cast<RankedTensorType>(func.getArgument(1).getType());
+  auto k = cast<RankedTensorType>(func.getArgument(2).getType());
+  auto v = cast<RankedTensorType>(func.getArgument(3).getType());
+  HopperAttentionGradSpec spec;
+  Type elt = q.getElementType();
+  if (!elt.isBF16() && !elt.isF16())
+    return func.emitOpError() << "the Hopper backward takes f16 and bf16, got "
+                              << elt;
+  spec.bf16 = elt.isBF16();
+  spec.headDim = q.getDimSize(3);
+  if (v.getDimSize(3) != spec.headDim)
+    return func.emitOpError() << "the Hopper backward needs the value head "
+                                 "dim to equal the query head dim, got "
+                              << v.getDimSize(3) << " vs " << spec.headDim;
+  spec.numQHeads = q.getDimSize(2);
+  spec.numKVHeads = k.getDimSize(2);
+
+  // The dQ accumulator: one zero-filled buffer, added to in the key-block
+  // grid only.
+  scf::ForallOp keyGrid = grids[1];
+  bool several = false;
+  auto add = singleOp<AccumulateTileOp>(func, several);
+  if (!add || !keyGrid->isProperAncestor(add))
+    return func.emitOpError() << "expected one fa3.accumulate_tile (dQ), in "
+                                 "the second (key-block) grid";
+  auto alloc = add.getDest().getDefiningOp<memref::AllocOp>();
+  bool zeroFilled = alloc && llvm::any_of(alloc->getUsers(), [](Operation *u) {
+    auto fill = dyn_cast<linalg::FillOp>(u);
+    return fill && matchPattern(fill.value(), m_AnyZeroFloat());
+  });
+  if (!zeroFilled)
+    return add.emitOpError() << "adds into a buffer that is not a zero-filled "
+                                "memref.alloc (the dQ accumulator)";
+  spec.deterministic = add.getOrdered();
+
+  // The tiles: K's rows are block_n, Q's block_m.
+  int64_t blockM = 0, blockN = 0;
+  keyGrid.walk([&](LoadTileOp load) {
+    auto rows = load.getResult().getType().getDimSize(0);
+    if (load.getSource() == func.getArgument(2))
+      blockN = rows;
+    else if (load.getSource() == func.getArgument(1))
+      blockM = rows;
+  });
+  if (!blockM || !blockN)
+    return keyGrid.emitOpError() << "has no Q and K tile loads";
+  spec.blockM = blockM;
+  spec.blockN = blockN;
+  spec.stages = schedule.getStages();
+
+  MaskOp mask = singleOp<MaskOp>(keyGrid, several);
+  if (!mask)
+    return keyGrid.emitOpError() << "expected one fa3.mask in the key grid";
+  spec.causal = mask.getCausal();
+  std::tie(spec.windowLeft, spec.windowRight) =
+      resolveWindow(mask.getCausal(), mask.getWindow());
+  if (auto softcap = singleOp<SoftcapOp>(keyGrid, several))
+    spec.softcap = softcap.getSoftcap().convertToFloat();
+  // Dropout: one fa3.dropout each on P and dP, with the same probability.
+  keyGrid.walk(
+      [&](DropoutOp drop) { spec.dropout = drop.getP().convertToFloat(); });
+  // dQ = scale · accumulator: the third grid's conversion.
+  ScaleCastOp dqCast = singleOp<ScaleCastOp>(grids[2], several);
+  if (!dqCast)
+    return grids[2].emitOpError() << "expected the dQ conversion "
+                                     "(fa3.scale_cast) in the third grid";
+  spec.scale = dqCast.getScale().convertToFloat();
+
+  if (failed(checkHopperGradSpec(func, schedule, spec)))
+    return failure();
+  // fa3-outline-hopper-kernels named the function after the L0 op's spec,
+  // and the launch calls the kernels by that name.
+  if (spec.kernelName() != func.getSymName())
+    return func.emitOpError()
+           << "reads as the backward " << spec.kernelName()
+           << ", not the kernel its launch names";
+  return spec;
+}

@@ -1,0 +1,33 @@
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true}),convert-fa3-tile-to-hopper))" | FileCheck %s
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true})))" | FileCheck %s --check-prefix=TILE
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true})))" \
+// RUN:   | sed -e 's/fa3.accumulate_tile \(.*\) {ordered}/fa3.accumulate_tile \1/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=RENAMED
+
+// The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
+// the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
+// three #gpu.block grids sharing the dQ accumulator, and
+// convert-fa3-tile-to-hopper reads the spec off the grids (tiles, mask,
+// softcap, scale, dropout, deterministic) and emits the backward's three
+// kernels under the name the launch calls.
+// TILE: func.func @[[NAME:fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_det_cap[0-9a-f]+_s[0-9a-f]+]](
+// TILE: memref.alloc
+// TILE: mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]
+// TILE: fa3.accumulate_tile {{.+}} {ordered}
+// TILE-COUNT-2: mapping = [#gpu.block<x>, #gpu.block<y>, #gpu.block<z>]
+
+// CHECK: fa3.attention_grad {{.+}}fa3.kernel = @fa3_kernels::@[[NAME:fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_det_cap[0-9a-f]+_s[0-9a-f]+]], fa3.launch = {block_m = 64 : i64, block_n = 128 : i64, deterministic = 1 : i64,
+// CHECK: gpu.module @fa3_kernels
+// CHECK-NOT: func.func
+// CHECK-DAG: llvm.func @[[NAME]]_pre(
+// CHECK-DAG: llvm.func @[[NAME]](
+// CHECK-DAG: llvm.func @[[NAME]]_post(
+// CHECK-NOT: func.func
+
+// Without `ordered`, the grids read as the non-deterministic backward, which
+// is not the kernel the launch names.
+// RENAMED: error: 'func.func' op reads as the backward fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_cap{{[0-9a-f]+}}_s{{[0-9a-f]+}}, not the kernel its launch names
+func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
+  return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>
+}
