@@ -348,20 +348,20 @@ LogicalResult mlir::fa3::checkHopperGradSpec(Operation *op,
            << spec.blockM << " is not built at D = " << spec.headDim;
   if (spec.blockN != 64 && spec.blockN != 128)
     return op->emitOpError() << "the Hopper backward's block_n (key rows per "
-                               "CTA) must be 64 or 128, got "
-                            << spec.blockN;
+                                "CTA) must be 64 or 128, got "
+                             << spec.blockN;
   if (spec.blockN == 64 && spec.headDim < 128)
     return op->emitOpError() << "block_n = 64 splits the head dim across the "
-                               "two warpgroups and needs D >= 128, got "
-                            << spec.headDim;
+                                "two warpgroups and needs D >= 128, got "
+                             << spec.headDim;
   if (spec.stages < 1 || spec.stages > 4)
     return op->emitOpError() << "stages must be 1 to 4, got " << spec.stages;
   if (failed(rejectUnbuiltScheduleFields(op, schedule, "backward")))
     return failure();
   if (schedule.getConsumerWgs() != HopperAttentionGradSpec::kNumWarpgroups)
     return op->emitOpError() << "the Hopper backward runs two warpgroups; "
-                               "consumer_wgs must be 2, got "
-                            << schedule.getConsumerWgs();
+                                "consumer_wgs must be 2, got "
+                             << schedule.getConsumerWgs();
   spec.producerRegs = schedule.getProducerRegs();
   spec.consumerRegs = schedule.getConsumerRegs();
   if (failed(checkRegisterSplit(op, spec.producerRegs, spec.consumerRegs,
@@ -369,14 +369,13 @@ LogicalResult mlir::fa3::checkHopperGradSpec(Operation *op,
     return failure();
   if (schedule.getPingpong() || schedule.getIntraWgOverlap())
     return op->emitOpError() << "pingpong and intra_wg_overlap are not "
-                               "implemented by the Hopper backward";
+                                "implemented by the Hopper backward";
   if (spec.sharedMemoryBytes() > kMaxSharedMemory)
     return op->emitOpError()
            << "the backward schedule needs " << spec.sharedMemoryBytes()
            << " bytes of shared memory, more than the 232448 a Hopper CTA has";
   return success();
 }
-
 
 /// The backward spec of `op` (fa3.attention_grad or
 /// fa3.attention_varlen_grad): what both read and check.

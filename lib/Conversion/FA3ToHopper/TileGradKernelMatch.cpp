@@ -32,8 +32,7 @@ bool mlir::fa3::detail::isTileGradKernel(func::FuncOp func) {
 
 /// The single op of type OpTy in `root`, or null (none, or several: set
 /// `several`).
-template <typename OpTy>
-static OpTy singleOp(Operation *root, bool &several) {
+template <typename OpTy> static OpTy singleOp(Operation *root, bool &several) {
   OpTy found;
   root->walk([&](OpTy op) {
     several |= static_cast<bool>(found);
@@ -65,8 +64,8 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
   HopperAttentionGradSpec spec;
   Type elt = q.getElementType();
   if (!elt.isBF16() && !elt.isF16())
-    return func.emitOpError() << "the Hopper backward takes f16 and bf16, got "
-                              << elt;
+    return func.emitOpError()
+           << "the Hopper backward takes f16 and bf16, got " << elt;
   spec.bf16 = elt.isBF16();
   spec.headDim = q.getDimSize(3);
   if (v.getDimSize(3) != spec.headDim)
@@ -85,10 +84,11 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
     return func.emitOpError() << "expected one fa3.accumulate_tile (dQ), in "
                                  "the second (key-block) grid";
   auto alloc = add.getDest().getDefiningOp<memref::AllocOp>();
-  bool zeroFilled = alloc && llvm::any_of(alloc->getUsers(), [](Operation *u) {
-    auto fill = dyn_cast<linalg::FillOp>(u);
-    return fill && matchPattern(fill.value(), m_AnyZeroFloat());
-  });
+  bool zeroFilled =
+      alloc && llvm::any_of(alloc->getUsers(), [](Operation *u) {
+        auto fill = dyn_cast<linalg::FillOp>(u);
+        return fill && matchPattern(fill.value(), m_AnyZeroFloat());
+      });
   if (!zeroFilled)
     return add.emitOpError() << "adds into a buffer that is not a zero-filled "
                                 "memref.alloc (the dQ accumulator)";
@@ -132,8 +132,7 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
   // fa3-outline-hopper-kernels named the function after the L0 op's spec,
   // and the launch calls the kernels by that name.
   if (spec.kernelName() != func.getSymName())
-    return func.emitOpError()
-           << "reads as the backward " << spec.kernelName()
-           << ", not the kernel its launch names";
+    return func.emitOpError() << "reads as the backward " << spec.kernelName()
+                              << ", not the kernel its launch names";
   return spec;
 }

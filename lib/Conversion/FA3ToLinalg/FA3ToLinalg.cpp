@@ -294,7 +294,8 @@ struct AccumulateTileLowering : OpConversionPattern<AccumulateTileOp> {
     int64_t rows = tileType.getDimSize(0), cols = tileType.getDimSize(1);
     Value seqLen = rowEnd(rewriter, loc, op.getDest(), 1, op.getLimit());
     auto [start, n] = rowsInRange(rewriter, loc, seqLen, op.getRow(), rows);
-    OpFoldResult one = rewriter.getIndexAttr(1), zero = rewriter.getIndexAttr(0);
+    OpFoldResult one = rewriter.getIndexAttr(1),
+                 zero = rewriter.getIndexAttr(0);
     OpFoldResult width = rewriter.getIndexAttr(cols);
     Value part = tensor::ExtractSliceOp::create(
         rewriter, loc,
@@ -306,11 +307,11 @@ struct AccumulateTileLowering : OpConversionPattern<AccumulateTileOp> {
                                          zero};
     SmallVector<OpFoldResult> sizes = {one, n, one, width};
     SmallVector<OpFoldResult> strides = {one, one, one, one};
-    auto rowsType = cast<MemRefType>(memref::SubViewOp::inferRankReducedResultType(
-        {ShapedType::kDynamic, cols}, destType, offsets, sizes, strides));
-    Value dest = memref::SubViewOp::create(rewriter, loc, rowsType,
-                                           op.getDest(), offsets, sizes,
-                                           strides);
+    auto rowsType =
+        cast<MemRefType>(memref::SubViewOp::inferRankReducedResultType(
+            {ShapedType::kDynamic, cols}, destType, offsets, sizes, strides));
+    Value dest = memref::SubViewOp::create(
+        rewriter, loc, rowsType, op.getDest(), offsets, sizes, strides);
     Value partBuffer = bufferization::ToBufferOp::create(
         rewriter, loc,
         MemRefType::get({ShapedType::kDynamic, cols},
@@ -1122,12 +1123,12 @@ struct ConvertFA3ToLinalgPass
 void mlir::fa3::populateFA3ToLinalgConversionPatterns(
     RewritePatternSet &patterns) {
   patterns.add<LoadTileLowering, LoadPagedTileLowering, StoreTileLowering,
-               AccumulateTileLowering, CombineSplitsLowering, LoadStatsLowering, StoreStatsLowering,
-               QKLowering, PVLowering, SoftcapLowering, MaskLowering,
-               DropoutLowering, OnlineSoftmaxLowering, RescaleLowering,
-               FinalizeLowering, RowDotLowering, RecomputeProbsLowering,
-               SoftmaxGradLowering, SoftcapGradLowering, MmaTNLowering,
-               ScaleCastLowering, MmaTurnLowering, WarpSpecializeLowering>(
-      patterns.getContext());
+               AccumulateTileLowering, CombineSplitsLowering, LoadStatsLowering,
+               StoreStatsLowering, QKLowering, PVLowering, SoftcapLowering,
+               MaskLowering, DropoutLowering, OnlineSoftmaxLowering,
+               RescaleLowering, FinalizeLowering, RowDotLowering,
+               RecomputeProbsLowering, SoftmaxGradLowering, SoftcapGradLowering,
+               MmaTNLowering, ScaleCastLowering, MmaTurnLowering,
+               WarpSpecializeLowering>(patterns.getContext());
   populateFP8OpsToLinalgPatterns(patterns);
 }

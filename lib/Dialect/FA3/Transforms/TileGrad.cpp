@@ -183,8 +183,8 @@ struct GradPhases {
                                  row, head, seq.qEnd);
     Value gradLse;
     if (t.gradLse)
-      gradLse = LoadStatsOp::create(b, loc, rowType, t.gradLse,
-                                    seq.tensorBatch, head, row, seq.qEnd);
+      gradLse = LoadStatsOp::create(b, loc, rowType, t.gradLse, seq.tensorBatch,
+                                    head, row, seq.qEnd);
     return RowDotOp::create(b, loc, rowType, dO, o, gradLse);
   }
 
@@ -235,8 +235,8 @@ GradPhases::keyBlock(OpBuilder &b, Location loc, const GradSequence &seq,
   Value kRow = rowOf(m, seq.kBegin, kStart);
   Value kTile = LoadTileOp::create(b, loc, tile(blockN, headDim, elt), t.key,
                                    bIdx, kRow, kvHead, seq.kEnd);
-  Value vTile = LoadTileOp::create(b, loc, tile(blockN, headDimV, elt),
-                                   t.value, bIdx, kRow, kvHead, seq.kEnd);
+  Value vTile = LoadTileOp::create(b, loc, tile(blockN, headDimV, elt), t.value,
+                                   bIdx, kRow, kvHead, seq.kEnd);
   // The query rows that see some key of this block: those whose window
   // [r + offset - left, r + offset + right] meets it.
   Value kLast = m.sub(m.min(m.add(kStart, m.cst(blockN)), seqK), m.cst(1));
@@ -285,10 +285,10 @@ GradPhases::keyBlock(OpBuilder &b, Location loc, const GradSequence &seq,
               auto masked = scf::IfOp::create(
                   b, loc, needsMask,
                   [&](OpBuilder &b, Location loc) {
-                    Value s = MaskOp::create(b, loc, sType, scores, qStart,
-                                             kStart, seqQ, seqK, t.causal,
-                                             t.window,
-                                             /*packed_heads=*/IntegerAttr());
+                    Value s =
+                        MaskOp::create(b, loc, sType, scores, qStart, kStart,
+                                       seqQ, seqK, t.causal, t.window,
+                                       /*packed_heads=*/IntegerAttr());
                     scf::YieldOp::create(b, loc, s);
                   },
                   [&](OpBuilder &b, Location loc) {
@@ -318,8 +318,8 @@ GradPhases::keyBlock(OpBuilder &b, Location loc, const GradSequence &seq,
               Value dk =
                   MmaTNOp::create(b, loc, acc[0].getType(), ds, q, acc[0]);
               SmallVector<Value> next = {dk, dv};
-              llvm::append_range(
-                  next, addDQ(b, loc, ds, kTile, qRow, head, acc.drop_front(2)));
+              llvm::append_range(next, addDQ(b, loc, ds, kTile, qRow, head,
+                                             acc.drop_front(2)));
               scf::YieldOp::create(b, loc, next);
             });
         scf::YieldOp::create(b, loc, qLoop.getResults());
@@ -342,7 +342,8 @@ static SmallVector<Value> gradientInits(OpBuilder &b, Location loc,
   auto init = [&](Value like, Value rows, int64_t heads, int64_t dim) {
     auto type = cast<RankedTensorType>(like.getType());
     return maybeZero(
-        b, loc, emptyTensor(b, loc, type, {batch, rows, m.cst(heads), m.cst(dim)}),
+        b, loc,
+        emptyTensor(b, loc, type, {batch, rows, m.cst(heads), m.cst(dim)}),
         t.zeroInit);
   };
   return {init(t.query, t.seqQ, g.numQHeads, g.headDim),
@@ -360,13 +361,13 @@ static SmallVector<Value> tileGrad(GradTiling &t, RewriterBase &rewriter,
   SmallVector<Value> inits = gradientInits(rewriter, loc, t, g, batch);
   // The f32 workspace: Δ per query row and the dQ accumulator.
   auto lseType = cast<RankedTensorType>(t.lse.getType());
-  Value deltaInit = emptyTensor(rewriter, loc, lseType,
-                                {batch, m.cst(g.numQHeads), t.seqQ});
+  Value deltaInit =
+      emptyTensor(rewriter, loc, lseType, {batch, m.cst(g.numQHeads), t.seqQ});
   auto dqAccType = RankedTensorType::get(
       cast<RankedTensorType>(t.query.getType()).getShape(), g.f32);
-  Value dqAccInit = emptyTensor(
-      rewriter, loc, dqAccType,
-      {batch, t.seqQ, m.cst(g.numQHeads), m.cst(g.headDim)});
+  Value dqAccInit =
+      emptyTensor(rewriter, loc, dqAccType,
+                  {batch, t.seqQ, m.cst(g.numQHeads), m.cst(g.headDim)});
 
   // Phase 1, per query tile: Δ and a zeroed dQ accumulator tile.
   ValueRange pre = forEachBatch(
@@ -379,13 +380,10 @@ static SmallVector<Value> tileGrad(GradTiling &t, RewriterBase &rewriter,
             [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
               IndexMath m{b, loc};
               Value head = ivs[0];
-              Value row =
-                  rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(g.blockM)));
-              Value delta =
-                  StoreStatsOp::create(b, loc, lseType,
-                                       g.delta(b, loc, seq, head, row),
-                                       iters[0], seq.tensorBatch, head, row,
-                                       seq.qEnd);
+              Value row = rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(g.blockM)));
+              Value delta = StoreStatsOp::create(
+                  b, loc, lseType, g.delta(b, loc, seq, head, row), iters[0],
+                  seq.tensorBatch, head, row, seq.qEnd);
               Value dqAcc = StoreTileOp::create(
                   b, loc, dqAccType, zeroTile(b, loc, {g.blockM, g.headDim}),
                   iters[1], seq.tensorBatch, row, head, seq.qEnd);
@@ -417,8 +415,8 @@ static SmallVector<Value> tileGrad(GradTiling &t, RewriterBase &rewriter,
                                             seq.tensorBatch, qRow, head,
                                             seq.qEnd)};
               };
-              auto [dkTile, dvTile, kRow, carried] = g.keyBlock(
-                  b, loc, seq, ivs[0], ivs[1], iters[2], addDQ);
+              auto [dkTile, dvTile, kRow, carried] =
+                  g.keyBlock(b, loc, seq, ivs[0], ivs[1], iters[2], addDQ);
               Value dk = StoreTileOp::create(b, loc, iters[0].getType(), dkTile,
                                              iters[0], seq.tensorBatch, kRow,
                                              ivs[0], seq.kEnd);
@@ -441,8 +439,7 @@ static SmallVector<Value> tileGrad(GradTiling &t, RewriterBase &rewriter,
             [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange iters) {
               IndexMath m{b, loc};
               Value head = ivs[0];
-              Value row =
-                  rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(g.blockM)));
+              Value row = rowOf(m, seq.qBegin, m.mul(ivs[1], m.cst(g.blockM)));
               return SmallVector<Value>{StoreTileOp::create(
                   b, loc, iters[0].getType(),
                   g.gradQuery(b, loc, seq, dqAcc, head, row), iters[0],
@@ -464,10 +461,10 @@ buildGradGrid(OpBuilder &b, Location loc, ArrayRef<OpFoldResult> bounds,
                                 SmallVectorImpl<std::function<void()>> &)>
                   body) {
   MLIRContext *ctx = b.getContext();
-  auto mapping =
-      b.getArrayAttr({gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
-                      gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
-                      gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
+  auto mapping = b.getArrayAttr(
+      {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX),
+       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY),
+       gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimZ)});
   auto forall = scf::ForallOp::create(b, loc, bounds, shared, mapping);
   OpBuilder::InsertionGuard guard(b);
   scf::InParallelOp inParallel = forall.getTerminator();
@@ -492,8 +489,8 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
   Value batch = t.numBatches;
   SmallVector<Value> inits = gradientInits(rewriter, loc, t, g, batch);
   auto lseType = cast<RankedTensorType>(t.lse.getType());
-  Value deltaInit = emptyTensor(rewriter, loc, lseType,
-                                {batch, m.cst(g.numQHeads), t.seqQ});
+  Value deltaInit =
+      emptyTensor(rewriter, loc, lseType, {batch, m.cst(g.numQHeads), t.seqQ});
   auto qType = cast<RankedTensorType>(t.query.getType());
   auto accType = MemRefType::get(qType.getShape(), g.f32);
   SmallVector<Value> accSizes = {batch, t.seqQ}, accDynamic;
@@ -501,11 +498,10 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
     if (accType.isDynamicDim(i))
       accDynamic.push_back(size);
   Value acc = memref::AllocOp::create(rewriter, loc, accType, accDynamic);
-  linalg::FillOp::create(
-      rewriter, loc,
-      ValueRange{arith::ConstantOp::create(rewriter, loc,
-                                           rewriter.getF32FloatAttr(0.0f))},
-      ValueRange{acc});
+  linalg::FillOp::create(rewriter, loc,
+                         ValueRange{arith::ConstantOp::create(
+                             rewriter, loc, rewriter.getF32FloatAttr(0.0f))},
+                         ValueRange{acc});
   Value numQBlocks = m.ceilDiv(t.seqQ, g.blockM);
   Value numKBlocks = m.ceilDiv(t.seqK, g.blockN);
   auto sequenceOf = [&](Value bIdx) {
@@ -536,8 +532,7 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
 
   // Phase 2: (key block, key/value head, batch).
   auto main = buildGradGrid(
-      rewriter, loc,
-      {numKBlocks, rewriter.getIndexAttr(g.numKVHeads), batch},
+      rewriter, loc, {numKBlocks, rewriter.getIndexAttr(g.numKVHeads), batch},
       ValueRange{inits[1], inits[2]},
       [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
           SmallVectorImpl<std::function<void()>> &stores) {
@@ -545,10 +540,10 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
         auto addDQ = [&](OpBuilder &b, Location loc, Value ds, Value kTile,
                          Value qRow, Value head,
                          ValueRange) -> SmallVector<Value> {
-          Value dq = PVOp::create(
-              b, loc, g.tile(g.blockM, g.headDim, g.f32), ds, kTile,
-              zeroTile(b, loc, {g.blockM, g.headDim}),
-              /*probs_scale=*/FloatAttr());
+          Value dq =
+              PVOp::create(b, loc, g.tile(g.blockM, g.headDim, g.f32), ds,
+                           kTile, zeroTile(b, loc, {g.blockM, g.headDim}),
+                           /*probs_scale=*/FloatAttr());
           auto add = AccumulateTileOp::create(b, loc, dq, acc, seq.tensorBatch,
                                               qRow, head, Value());
           if (deterministic)
@@ -637,7 +632,8 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
     return seq;
   };
   if (grid) {
-    rewriter.replaceOp(op, tileGradGrid(t, rewriter, loc, op.getDeterministic()));
+    rewriter.replaceOp(op,
+                       tileGradGrid(t, rewriter, loc, op.getDeterministic()));
     return success();
   }
   rewriter.replaceOp(op, tileGrad(t, rewriter, loc));
