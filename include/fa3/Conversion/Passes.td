@@ -44,7 +44,7 @@ def ConvertFA3ToLinalg : Pass<"convert-fa3-to-linalg"> {
 }
 
 def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
-  let summary = "Generate sm_90a kernels for fa3.attention_varlen_grad, fa3.hadamard and fa3.quantize from L0";
+  let summary = "Generate sm_90a kernels for fa3.hadamard and fa3.quantize from L0";
   let description = [{
     The Hopper kernels that do not go through the tile level yet. Each is
     emitted into `gpu.module @fa3_kernels` (targeting
@@ -54,16 +54,17 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
     tensor level. Ops that already carry `fa3.kernel` (the forwards
     `fa3-outline-hopper-kernels` took) are skipped; an `fa3.attention`
     without one is an error (it is built by `convert-fa3-tile-to-hopper`),
-    and so is an `fa3.attention_grad` (dense) without one: its kernels come
-    from its tile-level grids (`convert-fa3-tile-to-hopper`) as well.
+    and so is an `fa3.attention_grad` or `fa3.attention_varlen_grad`
+    without one: their kernels come from their tile-level grids
+    (`convert-fa3-tile-to-hopper`) as well.
     Schedule fields no kernel implements (`persistent` for the backward,
     `cluster` > 1, a
     `consumer_wgs` other than `block_m` / 64, a register split that
     `setmaxnreg` cannot make) are errors.
 
-    Each `fa3.attention_varlen_grad` becomes three kernels named after its
-    spec (the dense `fa3.attention_grad` gets the same three kernels from
-    `convert-fa3-tile-to-hopper`):
+    The backward's three kernels (which `convert-fa3-tile-to-hopper` emits
+    for `fa3.attention_grad` and `fa3.attention_varlen_grad` from their
+    grids), named after its spec:
     `<name>_pre` (one warp per query row: Δ = rowsum(dO ∘ O), the LSE in
     base 2, a zeroed row of the f32 dQ accumulator), `<name>` (one CTA per key
     block of `block_n` rows, two warpgroups: K/V loaded once, Q/dO tiles of
@@ -115,7 +116,7 @@ def ConvertFA3ToHopper : Pass<"convert-fa3-to-hopper", "::mlir::ModuleOp"> {
 
 def FA3OutlineHopperKernels
     : Pass<"fa3-outline-hopper-kernels", "::mlir::ModuleOp"> {
-  let summary = "Give each 16-bit fa3.attention a tensor-level kernel function in @fa3_kernels";
+  let summary = "Give each 16-bit attention and backward a tensor-level kernel function in @fa3_kernels";
   let description = [{
     The first step of the Hopper forward's lowering. For each scheduled
     f16/bf16 `fa3.attention` (and each `fa3.attention_kvcache`: its
@@ -140,7 +141,14 @@ def FA3OutlineHopperKernels
     pipeline), `fa3-order-grid` (longest-first tiles for causal grids) and
     `convert-fa3-tile-to-hopper` turns it into the kernel. An FP8 attention
     (f8E4M3FN inputs with descales) takes the same road with e4m3 tiles;
-    its kernel comes with a layout kernel `<name>_vt` writing V'.
+    its kernel comes with a layout kernel `<name>_vt` writing V'. An
+    `fa3.attention_grad` gets a function `@name(do, q, k, v, o, lse[,
+    dlse][, rng]) -> (dq, dk, dv)` and the backward's launch flags
+    (`deterministic`, `dropout`), an `fa3.attention_varlen_grad`
+    `@name(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k[, seqused_k][,
+    dlse])` on dynamic token and sequence counts (launch: `varlen`,
+    `seqused`); `fa3-tile{grid=true}` makes each the backward's three
+    grids.
 
     ```mlir
     %o, %lse = fa3.attention %q, %k, %v {causal, schedule = #fa3.schedule<...>} : (tensor<2x?x8x64xbf16>, ...) -> ...
@@ -169,8 +177,10 @@ def ConvertFA3TileToHopper
   let summary = "Turn tile-level kernel functions into sm_90a kernels";
   let description = [{
     A backward's function (`fa3-tile{grid=true}` of an outlined
-    `fa3.attention_grad`: three `#gpu.block` grids sharing the dQ
-    accumulator of `fa3.accumulate_tile`) is read for its spec: the element
+    `fa3.attention_grad` or `fa3.attention_varlen_grad`: three `#gpu.block`
+    grids sharing the dQ accumulator of `fa3.accumulate_tile`; a packed
+    one takes `cu_seqlens_q`, `cu_seqlens_k` and `seqused_k` as its
+    arguments 6 to 8) is read for its spec: the element
     type and heads from the arguments, `block_m` and `block_n` from the Q
     and K tiles of the key-block grid, `causal` and the window from its
     `fa3.mask`, the softcap from `fa3.softcap`, the scale from the dQ

@@ -559,9 +559,12 @@ struct ConvertFA3ToHopperPass
         op->emitOpError() << "has no Hopper kernel yet; the CPU pipeline "
                              "(fa3-cpu-pipeline) runs it";
         failedAny = true;
-      } else if (isa<AttentionGradOp>(op)) {
+      } else if (isa<AttentionGradOp, AttentionVarlenGradOp>(op)) {
         FailureOr<HopperAttentionGradSpec> spec =
-            HopperAttentionGradSpec::fromOp(cast<AttentionGradOp>(op));
+            isa<AttentionGradOp>(op)
+                ? HopperAttentionGradSpec::fromOp(cast<AttentionGradOp>(op))
+                : HopperAttentionGradSpec::fromOp(
+                      cast<AttentionVarlenGradOp>(op));
         if (succeeded(spec))
           op->emitOpError()
               << "is built from the tile level: run "
@@ -569,16 +572,6 @@ struct ConvertFA3ToHopperPass
                  "convert-fa3-tile-to-hopper first (as fa3-hopper-pipeline "
                  "does)";
         failedAny = true;
-      } else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op)) {
-        FailureOr<HopperAttentionGradSpec> spec =
-            HopperAttentionGradSpec::fromOp(varlenGrad);
-        if (failed(spec)) {
-          failedAny = true;
-          return;
-        }
-        if (!getKernels().lookupSymbol(spec->kernelName()))
-          buildHopperAttentionGradKernels(builder, kernels, *spec);
-        annotateHopperGradLaunch(op, kernels, *spec);
       } else if (auto hadamard = dyn_cast<HadamardOp>(op)) {
         FailureOr<HopperHadamardSpec> spec = HopperHadamardSpec::fromOp(hadamard);
         if (failed(spec)) {

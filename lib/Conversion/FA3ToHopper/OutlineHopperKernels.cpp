@@ -45,7 +45,9 @@ static RankedTensorType dynamicBatchAndLength(Type type, unsigned seqDim) {
 /// Creates `@name(q, k, v) -> (o, lse)` in `kernels` (a KV cache's:
 /// `@name(q, k_cache, v_cache, cache_seqlens[, page_table])`, a packed
 /// batch's `@name(q, k, v, cu_seqlens_q, cu_seqlens_k[, seqused_k])`, a
-/// backward's `@name(do, q, k, v, o, lse[, dlse][, rng]) -> (dq, dk, dv)`):
+/// backward's `@name(do, q, k, v, o, lse[, dlse][, rng]) -> (dq, dk, dv)`,
+/// a packed backward's `@name(do, q, k, v, o, lse, cu_seqlens_q,
+/// cu_seqlens_k[, seqused_k][, dlse])`):
 /// `attention` on dynamic batch and lengths, with the schedule also kept on
 /// the function (the tile level's ops do not carry it).
 static void outlineKernel(Operation *attention, ScheduleAttr schedule,
@@ -64,6 +66,17 @@ static void outlineKernel(Operation *attention, ScheduleAttr schedule,
       inputs.push_back(withDynamicDims(type, {0}));
     results = {withDynamicDims(attention->getResult(0).getType(), {0}),
                withDynamicDims(attention->getResult(1).getType(), {1})};
+  } else if (isa<AttentionVarlenGradOp>(attention)) {
+    // The packed backward: [T, H, D] tensors, the LSE (and dLSE) [H, T],
+    // the i32 offsets (and seqused_k) [B + 1] / [B], on dynamic token and
+    // sequence counts.
+    for (Type type : attention->getOperandTypes()) {
+      auto tensor = cast<RankedTensorType>(type);
+      bool stats = tensor.getRank() == 2;
+      inputs.push_back(withDynamicDims(type, {stats ? 1u : 0u}));
+    }
+    for (Type type : attention->getResultTypes())
+      results.push_back(withDynamicDims(type, {0}));
   } else if (isa<AttentionGradOp>(attention)) {
     // The backward: dO, Q, K, V, O [B, S, H, D], the LSE (and dLSE) [B, H,
     // S], the Philox (seed, offset) as is; dQ, dK, dV like Q, K, V.
@@ -123,9 +136,9 @@ struct FA3OutlineHopperKernelsPass
         outlineKernel(attention, schedule, kernels, name);
       annotateHopperForwardLaunch(attention, kernels, name, *spec);
     };
-    // The backward (dense): a kernel function of its own, which
+    // The backward (dense or packed): a kernel function of its own, which
     // convert-fa3-tile-to-hopper turns into its three kernels.
-    auto outlineGrad = [&](AttentionGradOp grad) {
+    auto outlineGrad = [&](auto grad) {
       FailureOr<HopperAttentionGradSpec> spec =
           HopperAttentionGradSpec::fromOp(grad);
       if (failed(spec)) {
@@ -154,6 +167,8 @@ struct FA3OutlineHopperKernelsPass
                 HopperAttentionSpec::fromOp(varlen));
       else if (auto grad = dyn_cast<AttentionGradOp>(op))
         outlineGrad(grad);
+      else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op))
+        outlineGrad(varlenGrad);
     });
     if (failedAny)
       signalPassFailure();

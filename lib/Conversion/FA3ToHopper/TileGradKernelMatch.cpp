@@ -3,7 +3,9 @@
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
 // convert-fa3-tile-to-hopper reads the backward's kernel function (what
-// fa3-tile{grid=true} made of an outlined fa3.attention_grad): its three
+// fa3-tile{grid=true} made of an outlined fa3.attention_grad, or of an
+// fa3.attention_varlen_grad: its offsets are arguments 6 and 7, seqused_k
+// argument 8): its three
 // #gpu.block grids, the dQ accumulator they share, and from the tile ops the
 // kernels' spec: the element type and heads from the arguments, block_m
 // and block_n from the Q and K tiles of the key-block grid, causal and the
@@ -20,6 +22,7 @@
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 using namespace mlir;
 using namespace mlir::fa3;
@@ -53,27 +56,39 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
               "mapped to #gpu.block (fa3-tile{grid=true} of "
               "fa3.attention_grad), got "
            << grids.size();
-  // (dO, Q, K, V, O, LSE[, dLSE][, rng]).
+  // (dO, Q, K, V, O, LSE[, dLSE][, rng]), or packed: (dO, Q, K, V, O, LSE,
+  // cu_seqlens_q, cu_seqlens_k[, seqused_k][, dLSE]).
   if (func.getNumArguments() < 6)
     return func.emitOpError() << "expected the backward's arguments (dO, Q, "
-                                 "K, V, O, LSE[, dLSE][, rng]), got "
+                                 "K, V, O, LSE, ...), got "
                               << func.getNumArguments();
+  auto isOffsets = [&](unsigned i) {
+    if (i >= func.getNumArguments())
+      return false;
+    auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+    return type && type.getRank() == 1 && type.getElementType().isInteger(32);
+  };
+  HopperAttentionGradSpec spec;
+  spec.varlen = isOffsets(6) && isOffsets(7);
+  spec.sequsedK = spec.varlen && isOffsets(8);
+  // [B, S, H, D], or packed [T, H, D].
   auto q = cast<RankedTensorType>(func.getArgument(1).getType());
   auto k = cast<RankedTensorType>(func.getArgument(2).getType());
   auto v = cast<RankedTensorType>(func.getArgument(3).getType());
-  HopperAttentionGradSpec spec;
+  auto heads = [](RankedTensorType t) { return t.getDimSize(t.getRank() - 2); };
+  auto dim = [](RankedTensorType t) { return t.getShape().back(); };
   Type elt = q.getElementType();
   if (!elt.isBF16() && !elt.isF16())
     return func.emitOpError()
            << "the Hopper backward takes f16 and bf16, got " << elt;
   spec.bf16 = elt.isBF16();
-  spec.headDim = q.getDimSize(3);
-  if (v.getDimSize(3) != spec.headDim)
+  spec.headDim = dim(q);
+  if (dim(v) != spec.headDim)
     return func.emitOpError() << "the Hopper backward needs the value head "
                                  "dim to equal the query head dim, got "
-                              << v.getDimSize(3) << " vs " << spec.headDim;
-  spec.numQHeads = q.getDimSize(2);
-  spec.numKVHeads = k.getDimSize(2);
+                              << dim(v) << " vs " << spec.headDim;
+  spec.numQHeads = heads(q);
+  spec.numKVHeads = heads(k);
 
   // The dQ accumulator: one zero-filled buffer, added to in the key-block
   // grid only.
@@ -96,11 +111,17 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
 
   // The tiles: K's rows are block_n, Q's block_m.
   int64_t blockM = 0, blockN = 0;
+  // A packed batch's tiles read the [1, T, H, D] views of the arguments.
+  auto argumentOf = [](Value v) -> Value {
+    if (auto view = v.getDefiningOp<tensor::ExpandShapeOp>())
+      return view.getSrc();
+    return v;
+  };
   keyGrid.walk([&](LoadTileOp load) {
     auto rows = load.getResult().getType().getDimSize(0);
-    if (load.getSource() == func.getArgument(2))
+    if (argumentOf(load.getSource()) == func.getArgument(2))
       blockN = rows;
-    else if (load.getSource() == func.getArgument(1))
+    else if (argumentOf(load.getSource()) == func.getArgument(1))
       blockM = rows;
   });
   if (!blockM || !blockN)

@@ -184,7 +184,7 @@ func.func @varlen_split(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %v: te
 // grid form: no error; test/Pipeline/Hopper/varlen.mlir checks it.)
 // GRID-NOT: error: 'fa3.attention_varlen'
 // GRID-NOT: error: 'fa3.attention_kvcache'
-// GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention, fa3.attention_grad, fa3.attention_varlen and fa3.attention_kvcache; the CPU pipeline runs it
+// GRID: error: 'fa3.kvcache_append' op has no grid (GPU) tiling yet: fa3-tile{grid=true} tiles fa3.attention, fa3.attention_grad, fa3.attention_varlen, fa3.attention_varlen_grad and fa3.attention_kvcache; the CPU pipeline runs it
 // GRID-NOT: error: 'fa3.attention_kvcache'
 // GRID-NOT: error: 'fa3.attention_varlen'
 

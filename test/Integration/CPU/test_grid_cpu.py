@@ -183,3 +183,60 @@ def test_grad_grid_matches_float64(fa3_run, tmp_path, case):
     rng = np.random.default_rng(zlib.crc32(case.id().encode()))
     (q, k, v, do, _, _), grads = case.run(fa3_run, tmp_path, rng, extra=["--grid"])
     case.check(q, k, v, do, grads)
+
+
+def _varlen_grad_source(hq, hkv, d, attrs, used):
+    t = f"tensor<?x{hq}x{d}xf32>"
+    kt = f"tensor<?x{hkv}x{d}xf32>"
+    lt = f"tensor<{hq}x?xf32>"
+    i32 = "tensor<?xi32>"
+    args = (f"%do: {t}, %q: {t}, %k: {kt}, %v: {kt}, %o: {t}, %lse: {lt}, %cuq: {i32}, %cuk: {i32}"
+            + (f", %u: {i32}" if used else ""))
+    operands = "%do, %q, %k, %v, %o, %lse, %cuq, %cuk" + (" seqused_k %u" if used else "")
+    types = f"{t}, {t}, {kt}, {kt}, {t}, {lt}, {i32}, {i32}" + (f", {i32}" if used else "")
+    attr_dict = " {" + ", ".join(attrs) + "}" if attrs else ""
+    return (f"func.func @varlen_bwd({args}) -> ({t}, {kt}, {kt}) {{\n"
+            f"  %dq, %dk, %dv = fa3.attention_varlen_grad {operands}{attr_dict} : ({types}) -> ({t}, {kt}, {kt})\n"
+            f"  return %dq, %dk, %dv : {t}, {kt}, {kt}\n}}\n")
+
+
+# The packed backward's grid: z over the sequences, each iteration's rows
+# at its sequence's offsets with its end as the limit, the rows outside
+# every sequence (tail) zero. f32 against the float64 gradient of each
+# sequence alone (reference.attention_varlen_grad), the f32 bound of the
+# CPU suite scaled by the largest gradient.
+VARLEN_GRAD_CASES = {
+    "causal-gqa": dict(lens_q=[5, 0, 70, 1, 17], lens_k=[9, 3, 70, 130, 17], hq=4, hkv=2, attrs=["causal"], tail=3),
+    "window-softcap": dict(lens_q=[40, 23], lens_k=[40, 50], hq=4, hkv=1,
+                           attrs=["window = array<i64: 8, 3>", "softcap = 5.0 : f32"]),
+    "seqused-det": dict(lens_q=[12, 31], lens_k=[40, 50], hq=2, hkv=1, attrs=["causal", "deterministic"],
+                        used=[25, 50]),
+}
+
+
+@pytest.mark.parametrize("name", list(VARLEN_GRAD_CASES))
+def test_varlen_grad_grid_matches_float64(fa3_run, tmp_path, name):
+    c = VARLEN_GRAD_CASES[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    hq, hkv, d, tail = c["hq"], c["hkv"], 32, c.get("tail", 0)
+    cu_q = np.concatenate([[0], np.cumsum(c["lens_q"])]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(c["lens_k"])]).astype(np.int32)
+    tq, tk = int(cu_q[-1]) + tail, int(cu_k[-1])
+    q = rng.standard_normal((tq, hq, d)).astype(np.float32)
+    k = rng.standard_normal((tk, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((tk, hkv, d)).astype(np.float32)
+    do = rng.standard_normal((tq, hq, d)).astype(np.float32)
+    used = np.array(c["used"], np.int32) if "used" in c else None
+    options = dict(causal="causal" in c["attrs"])
+    if name == "window-softcap":
+        options.update(window=(8, 3), softcap=5.0)
+    o, lse = reference.attention_varlen(q, k, v, cu_q, cu_k, seqused_k=used, **options)
+    inputs = [do, q, k, v, o.astype(np.float32), lse.astype(np.float32), cu_q, cu_k] + ([used] if used is not None else [])
+    source = _varlen_grad_source(hq, hkv, d, c["attrs"], used is not None)
+    tiles = ["--block-m=16", "--block-n=16"]
+    dq, dk, dv = _run(fa3_run, tmp_path, source, "varlen_bwd", inputs, 3, ["--grid", *tiles])
+    refs = reference.attention_varlen_grad(q, k, v, do, cu_q, cu_k, seqused_k=used, **options)
+    for name_, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), refs):
+        assert got.shape == ref.shape and not np.isnan(got).any(), name_
+        assert np.abs(got - ref).max(initial=0) <= 1e-4 * (1 + np.abs(ref).max(initial=0)), name_
+    assert (dq[int(cu_q[-1]):] == 0).all(), "dq rows past the last sequence are not 0"

@@ -781,12 +781,12 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
         cacheOps.push_back(op);
     });
     for (Operation *op : cacheOps) {
-      if (grid && !isa<AttentionKVCacheOp, AttentionVarlenOp>(op)) {
+      if (grid && isa<KVCacheAppendOp>(op)) {
         op->emitOpError()
             << "has no grid (GPU) tiling yet: fa3-tile{grid=true} "
                "tiles fa3.attention, fa3.attention_grad, "
-               "fa3.attention_varlen and fa3.attention_kvcache; the CPU "
-               "pipeline runs it";
+               "fa3.attention_varlen, fa3.attention_varlen_grad and "
+               "fa3.attention_kvcache; the CPU pipeline runs it";
         failedAny = true;
         continue;
       }
@@ -794,7 +794,7 @@ struct FA3TilePass : public fa3::impl::FA3TileBase<FA3TilePass> {
       if (auto varlen = dyn_cast<AttentionVarlenOp>(op))
         tiled = tileAttentionVarlen(varlen, rewriter, grid);
       else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op))
-        tiled = tileAttentionVarlenGrad(varlenGrad, rewriter);
+        tiled = tileAttentionVarlenGrad(varlenGrad, rewriter, grid);
       else if (auto cache = dyn_cast<AttentionKVCacheOp>(op))
         tiled = tileAttentionKVCache(cache, rewriter, grid);
       else

@@ -477,23 +477,29 @@ buildGradGrid(OpBuilder &b, Location loc, ArrayRef<OpFoldResult> bounds,
   return forall;
 }
 
-/// The backward of a dense batch as the grid the Hopper kernels are built
-/// from (see the fa3-tile description): three scf.foralls, their iterations
-/// contributing tiles with parallel stores, and the dQ accumulator a buffer
+/// The backward as the grid the Hopper kernels are built from (see the
+/// fa3-tile description): three scf.foralls, their iterations contributing
+/// tiles with parallel stores, and the dQ accumulator a buffer
 /// (memref.alloc, zero-filled) that the key blocks add to with
-/// fa3.accumulate_tile. Returns (dQ, dK, dV).
+/// fa3.accumulate_tile. Each iteration takes its batch entry's rows from
+/// `t.bounds` (a packed batch: its sequence's offsets, read inside the
+/// iteration; the grid's x covers the longest sequence a tensor can hold,
+/// and an iteration past its sequence's end stores nothing). Returns (dQ,
+/// dK, dV) in the 4-D form.
 static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
                                        Location loc, bool deterministic) {
   IndexMath m{rewriter, loc};
   GradPhases g(t, rewriter);
-  Value batch = t.numBatches;
-  SmallVector<Value> inits = gradientInits(rewriter, loc, t, g, batch);
+  // The tensors' batch dim (1 for a packed batch) and the grid's z.
+  Value tensorBatch = tensor::DimOp::create(rewriter, loc, t.query, 0);
+  Value gridZ = t.numBatches;
+  SmallVector<Value> inits = gradientInits(rewriter, loc, t, g, tensorBatch);
   auto lseType = cast<RankedTensorType>(t.lse.getType());
-  Value deltaInit =
-      emptyTensor(rewriter, loc, lseType, {batch, m.cst(g.numQHeads), t.seqQ});
+  Value deltaInit = emptyTensor(rewriter, loc, lseType,
+                                {tensorBatch, m.cst(g.numQHeads), t.seqQ});
   auto qType = cast<RankedTensorType>(t.query.getType());
   auto accType = MemRefType::get(qType.getShape(), g.f32);
-  SmallVector<Value> accSizes = {batch, t.seqQ}, accDynamic;
+  SmallVector<Value> accSizes = {tensorBatch, t.seqQ}, accDynamic;
   for (auto [i, size] : llvm::enumerate(accSizes))
     if (accType.isDynamicDim(i))
       accDynamic.push_back(size);
@@ -504,39 +510,33 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
                          ValueRange{acc});
   Value numQBlocks = m.ceilDiv(t.seqQ, g.blockM);
   Value numKBlocks = m.ceilDiv(t.seqK, g.blockN);
-  auto sequenceOf = [&](Value bIdx) {
-    GradSequence seq;
-    seq.tensorBatch = bIdx;
-    seq.qLen = t.seqQ;
-    seq.kLen = t.seqK;
-    return seq;
-  };
 
-  // Phase 1: (query block, query head, batch).
+  // Phase 1: (query block, query head, batch entry).
   auto pre = buildGradGrid(
-      rewriter, loc, {numQBlocks, rewriter.getIndexAttr(g.numQHeads), batch},
+      rewriter, loc, {numQBlocks, rewriter.getIndexAttr(g.numQHeads), gridZ},
       deltaInit,
       [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
           SmallVectorImpl<std::function<void()>> &stores) {
         IndexMath m{b, loc};
-        GradSequence seq = sequenceOf(ivs[2]);
-        Value row = m.mul(ivs[0], m.cst(g.blockM));
+        GradSequence seq = t.bounds(b, loc, ivs[2]);
+        Value row = rowOf(m, seq.qBegin, m.mul(ivs[0], m.cst(g.blockM)));
         Value delta = g.delta(b, loc, seq, ivs[1], row);
-        Value dest = outs[0], batch = seq.tensorBatch, head = ivs[1];
-        stores.push_back([&b, loc, delta, dest, batch, head, row] {
+        Value dest = outs[0], batch = seq.tensorBatch, head = ivs[1],
+              end = seq.qEnd;
+        stores.push_back([&b, loc, delta, dest, batch, head, row, end] {
           ParallelStoreStatsOp::create(b, loc, delta, dest, batch, head, row,
-                                       Value(), IntegerAttr());
+                                       end, IntegerAttr());
         });
       });
   t.delta = pre.getResult(0);
 
-  // Phase 2: (key block, key/value head, batch).
+  // Phase 2: (key block, key/value head, batch entry).
   auto main = buildGradGrid(
-      rewriter, loc, {numKBlocks, rewriter.getIndexAttr(g.numKVHeads), batch},
+      rewriter, loc, {numKBlocks, rewriter.getIndexAttr(g.numKVHeads), gridZ},
       ValueRange{inits[1], inits[2]},
       [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
           SmallVectorImpl<std::function<void()>> &stores) {
-        GradSequence seq = sequenceOf(ivs[2]);
+        GradSequence seq = t.bounds(b, loc, ivs[2]);
         auto addDQ = [&](OpBuilder &b, Location loc, Value ds, Value kTile,
                          Value qRow, Value head,
                          ValueRange) -> SmallVector<Value> {
@@ -545,7 +545,7 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
                            kTile, zeroTile(b, loc, {g.blockM, g.headDim}),
                            /*probs_scale=*/FloatAttr());
           auto add = AccumulateTileOp::create(b, loc, dq, acc, seq.tensorBatch,
-                                              qRow, head, Value());
+                                              qRow, head, seq.qEnd);
           if (deterministic)
             add.setOrdered(true);
           return {};
@@ -553,33 +553,36 @@ static SmallVector<Value> tileGradGrid(GradTiling &t, RewriterBase &rewriter,
         auto [dkTile, dvTile, kRow, carried] =
             g.keyBlock(b, loc, seq, ivs[1], ivs[0], ValueRange(), addDQ);
         Value dk = dkTile, dv = dvTile, row = kRow, kvHead = ivs[1];
-        Value dkDest = outs[0], dvDest = outs[1], batch = seq.tensorBatch;
-        stores.push_back([&b, loc, dk, dv, row, kvHead, dkDest, dvDest, batch] {
-          ParallelStoreTileOp::create(b, loc, dk, dkDest, batch, row, kvHead,
-                                      Value(), IntegerAttr());
-          ParallelStoreTileOp::create(b, loc, dv, dvDest, batch, row, kvHead,
-                                      Value(), IntegerAttr());
-        });
+        Value dkDest = outs[0], dvDest = outs[1], batch = seq.tensorBatch,
+              end = seq.kEnd;
+        stores.push_back(
+            [&b, loc, dk, dv, row, kvHead, dkDest, dvDest, batch, end] {
+              ParallelStoreTileOp::create(b, loc, dk, dkDest, batch, row,
+                                          kvHead, end, IntegerAttr());
+              ParallelStoreTileOp::create(b, loc, dv, dvDest, batch, row,
+                                          kvHead, end, IntegerAttr());
+            });
       });
 
-  // Phase 3: (query block, query head, batch), after every key block added
-  // its share.
+  // Phase 3: (query block, query head, batch entry), after every key block
+  // added its share.
   Value accTensor = bufferization::ToTensorOp::create(
       rewriter, loc, memref::getTensorTypeFromMemRefType(accType), acc,
       /*restrict=*/true, /*writable=*/false);
   auto post = buildGradGrid(
-      rewriter, loc, {numQBlocks, rewriter.getIndexAttr(g.numQHeads), batch},
+      rewriter, loc, {numQBlocks, rewriter.getIndexAttr(g.numQHeads), gridZ},
       inits[0],
       [&](OpBuilder &b, ValueRange ivs, ValueRange outs,
           SmallVectorImpl<std::function<void()>> &stores) {
         IndexMath m{b, loc};
-        GradSequence seq = sequenceOf(ivs[2]);
-        Value row = m.mul(ivs[0], m.cst(g.blockM));
+        GradSequence seq = t.bounds(b, loc, ivs[2]);
+        Value row = rowOf(m, seq.qBegin, m.mul(ivs[0], m.cst(g.blockM)));
         Value dq = g.gradQuery(b, loc, seq, accTensor, ivs[1], row);
-        Value dest = outs[0], batch = seq.tensorBatch, head = ivs[1];
-        stores.push_back([&b, loc, dq, dest, batch, head, row] {
-          ParallelStoreTileOp::create(b, loc, dq, dest, batch, row, head,
-                                      Value(), IntegerAttr());
+        Value dest = outs[0], batch = seq.tensorBatch, head = ivs[1],
+              end = seq.qEnd;
+        stores.push_back([&b, loc, dq, dest, batch, head, row, end] {
+          ParallelStoreTileOp::create(b, loc, dq, dest, batch, row, head, end,
+                                      IntegerAttr());
         });
       });
   return {post.getResult(0), main.getResult(0), main.getResult(1)};
@@ -641,7 +644,8 @@ LogicalResult mlir::fa3::tileAttentionGrad(AttentionGradOp op,
 }
 
 LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
-                                                 RewriterBase &rewriter) {
+                                                 RewriterBase &rewriter,
+                                                 bool grid) {
   if (!op.getScheduleAttr())
     return op.emitOpError()
            << "has no #fa3.schedule; run fa3-select-schedule first";
@@ -692,7 +696,9 @@ LogicalResult mlir::fa3::tileAttentionVarlenGrad(AttentionVarlenGradOp op,
     seq.numKBlocks = m.ceilDiv(seq.kLen, blockN);
     return seq;
   };
-  SmallVector<Value> grads = tileGrad(t, rewriter, loc);
+  SmallVector<Value> grads =
+      grid ? tileGradGrid(t, rewriter, loc, op.getDeterministic())
+           : tileGrad(t, rewriter, loc);
   SmallVector<Value> results;
   for (auto [grad, type] : llvm::zip_equal(grads, op->getResultTypes()))
     results.push_back(

@@ -25,8 +25,10 @@ LogicalResult tileAttentionGrad(AttentionGradOp op, RewriterBase &rewriter,
 /// The same for fa3.attention_varlen_grad: each packed sequence's backward,
 /// its rows bounded by the sequence offsets; rows outside every sequence get
 /// zero gradients.
+/// `grid` as for tileAttentionGrad.
 LogicalResult tileAttentionVarlenGrad(AttentionVarlenGradOp op,
-                                      RewriterBase &rewriter);
+                                      RewriterBase &rewriter,
+                                      bool grid = false);
 
 } // namespace mlir::fa3
 

@@ -306,8 +306,12 @@ def FA3Tile : Pass<"fa3-tile"> {
     `deterministic`): the key blocks of one query tile run in parallel and
     add to the same rows, which the value semantics of a forall's shared
     outputs cannot express. The third forall reads it through
-    `bufferization.to_tensor`. `fa3.attention_varlen_grad` has no grid form
-    yet.
+    `bufferization.to_tensor`. `fa3.attention_varlen_grad` takes the same
+    grids with z over the sequences and x over `ceildiv(T, block)` blocks:
+    each iteration reads its sequence's offsets (`tensor.extract` of
+    `cu_seqlens_q`/`_k`, and `seqused_k`) and moves its rows with the
+    sequence's end as the `limit`; the gradients start zero-filled, so rows
+    outside every sequence are 0.
 
     The inference ops take the same loops, with their lengths read from
     data inside the batch loop:
