@@ -10,9 +10,10 @@
 // kernels' spec: the element type and heads from the arguments, block_m
 // and block_n from the Q and K tiles of the key-block grid, causal and the
 // window from its fa3.mask, the softcap from fa3.softcap, the scale from
-// the dQ conversion's fa3.scale_cast, dropout from fa3.dropout and
-// `deterministic` from fa3.accumulate_tile's `ordered`. Any other form is
-// a diagnostic.
+// the dQ conversion's fa3.scale_cast, dropout from fa3.dropout,
+// `deterministic` from fa3.accumulate_tile's `ordered` and the producer
+// warpgroup from fa3-warp-specialize's fa3.warp_specialize. Any other form
+// is a diagnostic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,10 +34,11 @@ bool mlir::fa3::detail::isTileGradKernel(func::FuncOp func) {
   return found;
 }
 
-/// The single op of type OpTy in `root`, or null (none, or several: set
-/// `several`).
-template <typename OpTy> static OpTy singleOp(Operation *root, bool &several) {
+/// The single op of type OpTy in `root`, or null (none, or several).
+template <typename OpTy>
+static OpTy singleOp(Operation *root) {
   OpTy found;
+  bool several = false;
   root->walk([&](OpTy op) {
     several |= static_cast<bool>(found);
     found = op;
@@ -93,8 +95,7 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
   // The dQ accumulator: one zero-filled buffer, added to in the key-block
   // grid only.
   scf::ForallOp keyGrid = grids[1];
-  bool several = false;
-  auto add = singleOp<AccumulateTileOp>(func, several);
+  auto add = singleOp<AccumulateTileOp>(func);
   if (!add || !keyGrid->isProperAncestor(add))
     return func.emitOpError() << "expected one fa3.accumulate_tile (dQ), in "
                                  "the second (key-block) grid";
@@ -130,19 +131,19 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
   spec.blockN = blockN;
   spec.stages = schedule.getStages();
 
-  MaskOp mask = singleOp<MaskOp>(keyGrid, several);
+  MaskOp mask = singleOp<MaskOp>(keyGrid);
   if (!mask)
     return keyGrid.emitOpError() << "expected one fa3.mask in the key grid";
   spec.causal = mask.getCausal();
   std::tie(spec.windowLeft, spec.windowRight) =
       resolveWindow(mask.getCausal(), mask.getWindow());
-  if (auto softcap = singleOp<SoftcapOp>(keyGrid, several))
+  if (auto softcap = singleOp<SoftcapOp>(keyGrid))
     spec.softcap = softcap.getSoftcap().convertToFloat();
   // Dropout: one fa3.dropout each on P and dP, with the same probability.
   keyGrid.walk(
       [&](DropoutOp drop) { spec.dropout = drop.getP().convertToFloat(); });
   // dQ = scale · accumulator: the third grid's conversion.
-  ScaleCastOp dqCast = singleOp<ScaleCastOp>(grids[2], several);
+  ScaleCastOp dqCast = singleOp<ScaleCastOp>(grids[2]);
   if (!dqCast)
     return grids[2].emitOpError() << "expected the dQ conversion "
                                      "(fa3.scale_cast) in the third grid";
@@ -150,6 +151,16 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
 
   if (failed(checkHopperGradSpec(func, schedule, spec)))
     return failure();
+  // A producer warpgroup is fa3-warp-specialize's split of the key grid,
+  // with the schedule's register split.
+  auto split = singleOp<WarpSpecializeOp>(keyGrid);
+  if (spec.hasProducer() != static_cast<bool>(split) ||
+      (split && (split.getProducerRegs() != spec.producerRegs ||
+                 split.getConsumerRegs() != spec.consumerRegs)))
+    return keyGrid.emitOpError()
+           << "the schedule's producer_regs = " << spec.producerRegs
+           << " needs the key grid split by fa3-warp-specialize with that "
+              "register split (and none without a producer)";
   // fa3-outline-hopper-kernels named the function after the L0 op's spec,
   // and the launch calls the kernels by that name.
   if (spec.kernelName() != func.getSymName())

@@ -1,6 +1,7 @@
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true}),convert-fa3-tile-to-hopper))" | FileCheck %s
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize),convert-fa3-tile-to-hopper))" | FileCheck %s
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true})))" | FileCheck %s --check-prefix=TILE
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true})))" \
+// RUN: not fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true}),convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=NO-WS
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/fa3.accumulate_tile \(.*\) {ordered}/fa3.accumulate_tile \1/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=RENAMED
 
@@ -23,6 +24,10 @@
 // CHECK-DAG: llvm.func @[[NAME]](
 // CHECK-DAG: llvm.func @[[NAME]]_post(
 // CHECK-NOT: func.func
+
+// The schedule's producer warpgroup (producer_regs = 24) is built only from
+// fa3-warp-specialize's split of the key grid.
+// NO-WS: error: 'scf.forall' op the schedule's producer_regs = 24 needs the key grid split by fa3-warp-specialize with that register split (and none without a producer)
 
 // Without `ordered`, the grids read as the non-deterministic backward, which
 // is not the kernel the launch names.

@@ -674,6 +674,23 @@ func.func @quantize_hadamard_power_of_two(%x: tensor<2x16x6x48xbf16>) {
 // -----
 
 //===----------------------------------------------------------------------===//
+// fa3.ring_fill of statistics
+//===----------------------------------------------------------------------===//
+
+func.func @ring_fill_stats_2d(%lse: tensor<?x8x?xf32>, %i: index) {
+  fa3.warp_specialize producer {
+    // expected-error @+1 {{'fa3.ring_fill' op a statistics fill (source 'tensor<?x8x?xf32>') takes a static [rows] f32 tile, got 'tensor<64x8xf32>'}}
+    fa3.ring_fill %lse[%i, %i, %i] use %i : tensor<?x8x?xf32> -> tensor<64x8xf32>
+    fa3.yield
+  } consumers {
+    fa3.yield
+  } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
 // fa3.accumulate_tile
 //===----------------------------------------------------------------------===//
 

@@ -1,6 +1,7 @@
 // RUN: split-file %s %t
 // RUN: fa3-opt %t/pass.mlir --split-input-file --pass-pipeline="builtin.module(gpu.module(func.func(fa3-warp-specialize)))" | FileCheck %s
 // RUN: fa3-opt %t/cpu.mlir --convert-fa3-to-linalg | FileCheck %s --check-prefix=CPU
+// RUN: fa3-opt %t/grad.mlir --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize,canonicalize,cse)))" | FileCheck %s --check-prefix=GRAD
 // RUN: fa3-opt %t/errors.mlir --pass-pipeline="builtin.module(gpu.module(func.func(fa3-warp-specialize)))" -verify-diagnostics
 
 //--- pass.mlir
@@ -248,4 +249,52 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
     %collapsed_9 = tensor.collapse_shape %6#1 [[0, 1], [2]] : tensor<1x2x?xf32> into tensor<2x?xf32>
     return %collapsed, %collapsed_9 : tensor<?x2x64xbf16>, tensor<2x?xf32>
   }
+}
+
+//--- grad.mlir
+
+// The backward's key grid (fa3-tile{grid=true} of an outlined
+// fa3.attention_grad, whose kernel function carries a schedule with
+// producer_regs = 24): the producer fills K and V once, then for each step
+// (query head g of the group, query block qb) Q, dO, the LSE and Δ as ring
+// use g · (qbHi − qbLo) + (qb − qbLo), at the coordinates of the
+// consumers' loads; the consumers hold the tile ops and return dK and dV,
+// which the forall's stores take. The index arithmetic stays in the grid's
+// body.
+// GRAD-LABEL: func.func @fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal
+// GRAD-SAME: (%[[DO:[^:]+]]: tensor<?x?x8x128xbf16>, %[[Q:[^:]+]]: tensor<?x?x8x128xbf16>, %[[K:[^:]+]]: tensor<?x?x2x128xbf16>, %[[V:[^:]+]]: tensor<?x?x2x128xbf16>, %{{[^:]+}}: tensor<?x?x8x128xbf16>, %[[LSE:[^:]+]]: tensor<?x8x?xf32>)
+// GRAD: %[[DELTA:.+]] = scf.forall
+// GRAD: scf.forall (%[[KB:.+]], %[[HKV:.+]], %[[B:.+]]) in
+// GRAD: %[[K0:.+]] = arith.muli %[[KB]], %c128
+// GRAD: %[[LO:.+]] = arith.floordivsi
+// GRAD: %[[HI:.+]] = arith.maxsi %[[LO]]
+// GRAD: %[[RES:.+]]:2 = fa3.warp_specialize -> (tensor<128x128xbf16>, tensor<128x128xbf16>) producer {
+// GRAD-NEXT: fa3.ring_fill %[[K]][%[[B]], %[[K0]], %[[HKV]]] : tensor<?x?x2x128xbf16> -> tensor<128x128xbf16>
+// GRAD-NEXT: fa3.ring_fill %[[V]][%[[B]], %[[K0]], %[[HKV]]] : tensor<?x?x2x128xbf16> -> tensor<128x128xbf16>
+// GRAD-NEXT: %[[N:.+]] = arith.subi %[[HI]], %[[LO]]
+// GRAD-NEXT: scf.for %[[G:.+]] = %c0 to %c4 step %c1 {
+// GRAD-NEXT: scf.for %[[QB:.+]] = %[[LO]] to %[[HI]] step %c1 {
+// GRAD-DAG: %[[REL:.+]] = arith.subi %[[QB]], %[[LO]]
+// GRAD-DAG: %[[GN:.+]] = arith.muli %[[G]], %[[N]]
+// GRAD: %[[USE:.+]] = arith.addi %[[GN]], %[[REL]]
+// GRAD: %[[H:.+]] = arith.addi %{{.+}}, %[[G]]
+// GRAD: %[[ROW:.+]] = arith.muli %[[QB]], %c64
+// GRAD-NEXT: fa3.ring_fill %[[Q]][%[[B]], %[[ROW]], %[[H]]] use %[[USE]] : tensor<?x?x8x128xbf16> -> tensor<64x128xbf16>
+// GRAD-NEXT: fa3.ring_fill %[[DO]][%[[B]], %[[ROW]], %[[H]]] use %[[USE]] : tensor<?x?x8x128xbf16> -> tensor<64x128xbf16>
+// GRAD-NEXT: fa3.ring_fill %[[LSE]][%[[B]], %[[ROW]], %[[H]]] use %[[USE]] : tensor<?x8x?xf32> -> tensor<64xf32>
+// GRAD-NEXT: fa3.ring_fill %[[DELTA]][%[[B]], %[[ROW]], %[[H]]] use %[[USE]] : tensor<?x8x?xf32> -> tensor<64xf32>
+// GRAD: fa3.yield
+// GRAD-NEXT: } consumers {
+// GRAD-NEXT: fa3.load_tile %[[K]][%[[B]], %[[K0]], %[[HKV]]]
+// GRAD-NEXT: fa3.load_tile %[[V]][%[[B]], %[[K0]], %[[HKV]]]
+// GRAD: fa3.accumulate_tile
+// GRAD: %[[DK:.+]] = fa3.scale_cast
+// GRAD: %[[DV:.+]] = fa3.scale_cast
+// GRAD: fa3.yield %[[DK]], %[[DV]]
+// GRAD-NEXT: } {consumer_regs = 240 : i64, producer_regs = 24 : i64}
+// GRAD: fa3.parallel_store_tile %[[RES]]#0
+// GRAD: fa3.parallel_store_tile %[[RES]]#1
+func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
+  %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
+  return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>
 }

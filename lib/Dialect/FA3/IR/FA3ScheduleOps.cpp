@@ -72,6 +72,18 @@ LogicalResult RingFillOp::verify() {
                             "fa3.warp_specialize";
   auto tile = dyn_cast<RankedTensorType>(getTile());
   auto source = cast<RankedTensorType>(getSource().getType());
+  if (source.getRank() == 3) {
+    // Statistics [B, H, S]: a [rows] f32 tile.
+    if (!tile || tile.getRank() != 1 || !tile.hasStaticShape() ||
+        !tile.getElementType().isF32() || !source.getElementType().isF32())
+      return emitOpError() << "a statistics fill (source " << source
+                           << ") takes a static [rows] f32 tile, got "
+                           << getTile();
+    if (getPageTable() || getPackedHeads())
+      return emitOpError() << "a statistics fill has no page table and no "
+                              "packed heads";
+    return success();
+  }
   if (!tile || tile.getRank() != 2 || !tile.hasStaticShape() ||
       tile.getElementType() != source.getElementType() ||
       tile.getDimSize(1) != source.getDimSize(3))

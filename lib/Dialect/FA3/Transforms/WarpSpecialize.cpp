@@ -10,6 +10,7 @@
 
 #include "fa3/Dialect/FA3/Transforms/Passes.h"
 
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -168,6 +169,161 @@ static LogicalResult specialize(scf::ForallOp grid, scf::ForOp loop,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// The backward's key-block grid
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Clones into a producer region the index arithmetic that values of the
+/// backward's step loops are computed from: values defined outside
+/// `loops` (in the grid's body, which stays where both regions see it, or
+/// above) are used as they are, values already mapped (the producer's loop
+/// variables) by their mapping; everything else must be index arithmetic
+/// or `tensor.dim`.
+struct SliceCloner {
+  Operation *loops;
+  IRMapping mapping;
+  Operation *failedOn = nullptr;
+
+  Value operator()(OpBuilder &b, Value v) {
+    if (Value mapped = mapping.lookupOrNull(v))
+      return mapped;
+    Operation *def = v.getDefiningOp();
+    if (!def || !loops->isProperAncestor(def))
+      return v;
+    if (!isa<arith::ArithDialect>(def->getDialect()) &&
+        !isa<tensor::DimOp>(def)) {
+      failedOn = def;
+      return v;
+    }
+    for (Value operand : def->getOperands())
+      (*this)(b, operand);
+    Operation *clone = b.clone(*def, mapping);
+    return clone->getResult(cast<OpResult>(v).getResultNumber());
+  }
+};
+} // namespace
+
+/// fa3.ring_fill of what `load` (fa3.load_tile or fa3.load_stats) reads, as
+/// ring use `use` (null: no ring), its coordinates cloned by `clone`.
+static void fillFor(OpBuilder &b, SliceCloner &clone, Operation *load,
+                    Value use) {
+  Location loc = load->getLoc();
+  if (auto tile = dyn_cast<LoadTileOp>(load)) {
+    RingFillOp::create(b, loc, tile.getSource(), clone(b, tile.getBatch()),
+                       clone(b, tile.getRow()), clone(b, tile.getHead()),
+                       /*page_table=*/Value(), use,
+                       TypeAttr::get(tile.getType()), IntegerAttr());
+    return;
+  }
+  auto stats = cast<LoadStatsOp>(load);
+  RingFillOp::create(b, loc, stats.getSource(), clone(b, stats.getBatch()),
+                     clone(b, stats.getRow()), clone(b, stats.getHead()),
+                     /*page_table=*/Value(), use,
+                     TypeAttr::get(stats.getType()), IntegerAttr());
+}
+
+/// FlashAttention-3's backward producer on the key-block grid of
+/// fa3-tile{grid=true}: K and V once, then per step (query head g of the
+/// group, query block qb) its Q, dO, LSE and Δ tiles as ring use
+/// g · (qbHi − qbLo) + (qb − qbLo). The consumers run the tile ops.
+static LogicalResult specializeGrad(scf::ForallOp grid, ScheduleAttr schedule) {
+  auto fail = [&](Operation *at, const Twine &why) {
+    at->emitOpError() << "cannot be warp-specialized by fa3-warp-specialize: "
+                      << why;
+    return failure();
+  };
+  Block *body = grid.getBody();
+  auto loops = llvm::to_vector(body->getOps<scf::ForOp>());
+  auto kvLoads = llvm::to_vector(body->getOps<LoadTileOp>());
+  if (loops.size() != 1 || kvLoads.size() != 2)
+    return fail(grid, "the backward's key grid must load K and V and run one "
+                      "loop over the query heads of the group");
+  scf::ForOp groupLoop = loops.front();
+  auto stepLoops = llvm::to_vector(groupLoop.getBody()->getOps<scf::ForOp>());
+  if (stepLoops.size() != 1)
+    return fail(groupLoop, "the group loop must hold one loop over the "
+                           "visible query blocks");
+  scf::ForOp stepLoop = stepLoops.front();
+  SmallVector<Operation *> stepLoads;
+  for (Operation &op : stepLoop.getBody()->without_terminator())
+    if (isa<LoadTileOp, LoadStatsOp>(op))
+      stepLoads.push_back(&op);
+  if (stepLoads.size() != 4)
+    return fail(stepLoop, "a step must load Q, dO, the LSE and Δ");
+  if (getConstantIntValue(groupLoop.getLowerBound()) != 0 ||
+      getConstantIntValue(groupLoop.getStep()) != 1 ||
+      getConstantIntValue(stepLoop.getStep()) != 1)
+    return fail(groupLoop, "the step loops must count from 0 (heads) and "
+                           "step by 1");
+  // The consumers: the tile ops (the K/V loads, the loops, the
+  // conversions); the index arithmetic stays in the grid's body, where both
+  // regions see it and the forall's stores too.
+  SmallVector<Operation *> moved;
+  for (Operation &op : body->without_terminator())
+    if (isa<FA3Dialect>(op.getDialect()) || isa<scf::ForOp>(op))
+      moved.push_back(&op);
+  SmallVector<Value> results;
+  for (Operation &op : grid.getTerminator().getYieldingOps())
+    if (auto store = dyn_cast<ParallelStoreTileOp>(op))
+      results.push_back(store.getTile());
+  if (results.size() != 2 ||
+      !llvm::all_of(results, [&](Value v) {
+        return llvm::is_contained(moved, v.getDefiningOp());
+      }))
+    return fail(grid, "its stores must take dK and dV from the tile ops");
+
+  Location loc = grid.getLoc();
+  OpBuilder b(grid.getTerminator());
+  auto ws = WarpSpecializeOp::create(
+      b, loc, TypeRange(results),
+      b.getI64IntegerAttr(schedule.getProducerRegs()),
+      b.getI64IntegerAttr(schedule.getConsumerRegs()));
+  Block *consumers = new Block();
+  ws.getConsumers().push_back(consumers);
+  for (Operation *op : moved)
+    op->moveBefore(consumers, consumers->end());
+  b.setInsertionPointToEnd(consumers);
+  YieldOp::create(b, loc, results);
+  for (auto [from, to] : llvm::zip(results, ws.getResults()))
+    from.replaceUsesWithIf(to, [&](OpOperand &use) {
+      return !ws->isProperAncestor(use.getOwner());
+    });
+
+  Block *producer = new Block();
+  ws.getProducer().push_back(producer);
+  b.setInsertionPointToEnd(producer);
+  SliceCloner clone{groupLoop, {}, nullptr};
+  for (LoadTileOp load : kvLoads)
+    fillFor(b, clone, load, Value());
+  Value lo = clone(b, stepLoop.getLowerBound());
+  Value hi = clone(b, stepLoop.getUpperBound());
+  Value perHead = arith::SubIOp::create(b, loc, hi, lo);
+  scf::ForOp::create(
+      b, loc, clone(b, groupLoop.getLowerBound()),
+      clone(b, groupLoop.getUpperBound()), clone(b, groupLoop.getStep()),
+      ValueRange(), [&](OpBuilder &b, Location loc, Value g, ValueRange) {
+        clone.mapping.map(groupLoop.getInductionVar(), g);
+        scf::ForOp::create(
+            b, loc, lo, hi, clone(b, stepLoop.getStep()), ValueRange(),
+            [&](OpBuilder &b, Location loc, Value qb, ValueRange) {
+              clone.mapping.map(stepLoop.getInductionVar(), qb);
+              Value use = arith::AddIOp::create(
+                  b, loc, arith::MulIOp::create(b, loc, g, perHead),
+                  arith::SubIOp::create(b, loc, qb, lo));
+              for (Operation *load : stepLoads)
+                fillFor(b, clone, load, use);
+              scf::YieldOp::create(b, loc);
+            });
+        scf::YieldOp::create(b, loc);
+      });
+  YieldOp::create(b, loc, ValueRange());
+  if (clone.failedOn)
+    return fail(clone.failedOn, "a fill's coordinates must be index "
+                                "arithmetic of the step loops");
+  return success();
+}
+
 namespace {
 struct FA3WarpSpecializePass
     : public fa3::impl::FA3WarpSpecializeBase<FA3WarpSpecializePass> {
@@ -181,6 +337,23 @@ struct FA3WarpSpecializePass
         work.emplace_back(grid, loop, schedule);
     for (auto [grid, loop, schedule] : work)
       if (failed(specialize(grid, loop, schedule)))
+        return signalPassFailure();
+    // The backward: its kernel function's schedule (fa3-outline-hopper-
+    // kernels), its key-block grid the one that adds into the dQ
+    // accumulator.
+    auto schedule =
+        getOperation()->getAttrOfType<ScheduleAttr>(kKernelScheduleAttrName);
+    if (!schedule || schedule.getProducerRegs() <= 0)
+      return;
+    SmallVector<scf::ForallOp> gradGrids;
+    getOperation()->walk([&](AccumulateTileOp add) {
+      if (auto grid = add->getParentOfType<scf::ForallOp>();
+          grid && !llvm::is_contained(gradGrids, grid) &&
+          grid.getBody()->getOps<WarpSpecializeOp>().empty())
+        gradGrids.push_back(grid);
+    });
+    for (scf::ForallOp grid : gradGrids)
+      if (failed(specializeGrad(grid, schedule)))
         return signalPassFailure();
   }
 };

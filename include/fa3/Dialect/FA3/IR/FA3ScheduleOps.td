@@ -88,6 +88,11 @@ def FA3_WarpSpecializeOp : FA3_Op<"warp_specialize", [
   let hasVerifier = 1;
 }
 
+def FA3_RingSource : TypeConstraint<
+    Or<[FA3_BSHDTensor.predicate, FA3_BHSTensor.predicate]>,
+    "4-D [batch, seq, heads, dim] or 3-D [batch, heads, seq] tensor",
+    "::mlir::RankedTensorType">;
+
 def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>,
                                            AttrSizedOperandSegments]> {
   let summary = "The producer's load of one tile into the next slot of its ring";
@@ -101,15 +106,17 @@ def FA3_RingFillOp : FA3_Op<"ring_fill", [MemoryEffects<[MemWrite]>,
     tile of packed heads (PackGQA) keeps its load's `packed_heads`. A key or
     value tile of a paged cache (`fa3.load_paged_tile`) keeps its
     `page_table`: `source` is then `[num_pages, page_size, H, D]` and `row`
-    the position in batch `batch`'s sequence. Only in the producer region of
-    an `fa3.warp_specialize`.
+    the position in batch `batch`'s sequence. A statistics tile (the
+    backward's LSE and Δ, `fa3.load_stats` in the consumers) has an f32
+    `[B, H, S]` source and a 1-D tile of `source[batch, head, row + i]`.
+    Only in the producer region of an `fa3.warp_specialize`.
 
     ```mlir
     fa3.ring_fill %kc[%b, %k0, %h] pages %pt : tensor<?x?xi32> use %i
         : tensor<?x?x8x128xbf16> -> tensor<128x128xbf16>
     ```
   }];
-  let arguments = (ins FA3_BSHDTensor:$source, Index:$batch, Index:$row,
+  let arguments = (ins FA3_RingSource:$source, Index:$batch, Index:$row,
                        Index:$head, Optional<FA3_PageTableTensor>:$page_table,
                        Optional<Index>:$use, TypeAttr:$tile,
                        OptionalAttr<I64Attr>:$packed_heads);

@@ -24,6 +24,9 @@ namespace mlir::fa3 {
 /// attention block's #fa3.schedule, for the passes that restructure the loop
 /// as the schedule asks (fa3-intra-wg-overlap).
 inline constexpr llvm::StringLiteral kKeyLoopScheduleAttrName = "fa3.schedule";
+/// The #fa3.schedule on a Hopper kernel function (fa3-outline-hopper-kernels
+/// sets it; the Conversion's kScheduleAttrName is the same attribute).
+inline constexpr llvm::StringLiteral kKernelScheduleAttrName = "fa3.schedule";
 /// The key loops under `root` that carry a schedule (kKeyLoopScheduleAttrName),
 /// with it, in walk order: what the schedule passes restructure.
 SmallVector<std::pair<scf::ForOp, ScheduleAttr>>

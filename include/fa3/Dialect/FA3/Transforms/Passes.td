@@ -441,6 +441,21 @@ def FA3WarpSpecialize : Pass<"fa3-warp-specialize"> {
     in their place affect nothing stored. Other loads the producer cannot
     issue as whole tiles (a query row limit the stores do not share, packed
     key/value heads) are an error.
+
+    The backward: in a Hopper kernel function whose `fa3.schedule` has
+    `producer_regs`, the key-block grid of `fa3-tile{grid=true}` (the one
+    that adds into the dQ accumulator) is split the same way. The producer
+    fills K and V once (no `use`), then, in the consumers' loop order, for
+    each step (query head `g` of the group, query block `qb` of the visible
+    range [lo, hi)) the step's Q, dO, LSE and Δ tiles as ring use
+    `g · (hi − lo) + (qb − lo)` (the statistics as 1-D fills of their
+    `[B, H, S]` tensors), at the coordinates of the consumers' loads. The
+    consumers region holds the tile ops (the K/V loads, the step loops and
+    dK/dV's conversions) and returns dK and dV to the forall's stores; the
+    index arithmetic stays in the grid's body, which both regions read.
+    `convert-fa3-tile-to-hopper` builds the backward's producer warpgroup
+    from this split and rejects a schedule with `producer_regs` whose grid
+    was not split.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::fa3::FA3Dialect",
