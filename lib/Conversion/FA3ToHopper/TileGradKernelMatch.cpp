@@ -155,8 +155,9 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
   // with the schedule's register split.
   auto split = singleOp<WarpSpecializeOp>(keyGrid);
   if (spec.hasProducer() != static_cast<bool>(split) ||
-      (split && (split.getProducerRegs() != spec.producerRegs ||
-                 split.getConsumerRegs() != spec.consumerRegs)))
+      (split &&
+       (split.getProducerRegsAttr().getInt() != spec.producerRegs ||
+        split.getConsumerRegsAttr().getInt() != spec.consumerRegs)))
     return keyGrid.emitOpError()
            << "the schedule's producer_regs = " << spec.producerRegs
            << " needs the key grid split by fa3-warp-specialize with that "
