@@ -115,6 +115,16 @@ static void outlineKernel(Operation *attention, ScheduleAttr schedule,
   func::ReturnOp::create(builder, loc, kernelOp->getResults());
 }
 
+/// The launch metadata of a forward kernel `name`, or of the backward's.
+static void annotateLaunch(Operation *op, gpu::GPUModuleOp kernels,
+                           StringRef name, const HopperAttentionSpec &spec) {
+  annotateHopperForwardLaunch(op, kernels, name, spec);
+}
+static void annotateLaunch(Operation *op, gpu::GPUModuleOp kernels,
+                           StringRef, const HopperAttentionGradSpec &spec) {
+  annotateHopperGradLaunch(op, kernels, spec);
+}
+
 namespace {
 struct FA3OutlineHopperKernelsPass
     : public fa3::impl::FA3OutlineHopperKernelsBase<
@@ -124,8 +134,11 @@ struct FA3OutlineHopperKernelsPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     bool failedAny = false;
+    // A kernel function per spec (forward, or the backward's, which
+    // convert-fa3-tile-to-hopper turns into its three kernels) and the
+    // launch metadata of its kind.
     auto outline = [&](Operation *attention, ScheduleAttr schedule,
-                       FailureOr<HopperAttentionSpec> spec) {
+                       auto spec) {
       if (failed(spec)) {
         failedAny = true;
         return;
@@ -134,22 +147,7 @@ struct FA3OutlineHopperKernelsPass
       std::string name = spec->kernelName();
       if (!kernels.lookupSymbol(name))
         outlineKernel(attention, schedule, kernels, name);
-      annotateHopperForwardLaunch(attention, kernels, name, *spec);
-    };
-    // The backward (dense or packed): a kernel function of its own, which
-    // convert-fa3-tile-to-hopper turns into its three kernels.
-    auto outlineGrad = [&](auto grad) {
-      FailureOr<HopperAttentionGradSpec> spec =
-          HopperAttentionGradSpec::fromOp(grad);
-      if (failed(spec)) {
-        failedAny = true;
-        return;
-      }
-      gpu::GPUModuleOp kernels = getOrCreateHopperKernelModule(module, chip);
-      std::string name = spec->kernelName();
-      if (!kernels.lookupSymbol(name))
-        outlineKernel(grad, grad.getScheduleAttr(), kernels, name);
-      annotateHopperGradLaunch(grad, kernels, *spec);
+      annotateLaunch(attention, kernels, name, *spec);
     };
     module.walk([&](Operation *op) {
       // Already annotated ops keep their kernel.
@@ -166,9 +164,11 @@ struct FA3OutlineHopperKernelsPass
         outline(varlen, varlen.getScheduleAttr(),
                 HopperAttentionSpec::fromOp(varlen));
       else if (auto grad = dyn_cast<AttentionGradOp>(op))
-        outlineGrad(grad);
+        outline(grad, grad.getScheduleAttr(),
+                HopperAttentionGradSpec::fromOp(grad));
       else if (auto varlenGrad = dyn_cast<AttentionVarlenGradOp>(op))
-        outlineGrad(varlenGrad);
+        outline(varlenGrad, varlenGrad.getScheduleAttr(),
+                HopperAttentionGradSpec::fromOp(varlenGrad));
     });
     if (failedAny)
       signalPassFailure();
