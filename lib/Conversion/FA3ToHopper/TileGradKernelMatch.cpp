@@ -139,9 +139,19 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
       resolveWindow(mask.getCausal(), mask.getWindow());
   if (auto softcap = singleOp<SoftcapOp>(keyGrid))
     spec.softcap = softcap.getSoftcap().convertToFloat();
-  // Dropout: one fa3.dropout each on P and dP, with the same probability.
-  keyGrid.walk(
-      [&](DropoutOp drop) { spec.dropout = drop.getP().convertToFloat(); });
+  // Dropout: one fa3.dropout each on P and dP (the kernel regenerates one
+  // mask for both), with the same probability.
+  SmallVector<DropoutOp> drops;
+  keyGrid.walk([&](DropoutOp drop) { drops.push_back(drop); });
+  if (!drops.empty()) {
+    if (drops.size() != 2 || drops[0].getP() != drops[1].getP())
+      return drops.front().emitOpError()
+             << "the Hopper backward applies one dropout mask to P and dP: "
+                "expected two fa3.dropout with the same probability in the "
+                "key grid, got "
+             << drops.size();
+    spec.dropout = drops.front().getP().convertToFloat();
+  }
   // dQ = scale · accumulator: the third grid's conversion.
   ScaleCastOp dqCast = singleOp<ScaleCastOp>(grids[2]);
   if (!dqCast)
