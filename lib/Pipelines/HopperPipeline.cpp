@@ -28,8 +28,9 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   schedule.blockM = options.blockM;
   schedule.blockN = options.blockN;
   pm.addPass(createFA3SelectSchedule(schedule));
-  // The 16-bit forward: a kernel function at the tensor level, taken to the
-  // tile level by the CPU pipeline's passes, then to a kernel.
+  // Each attention (forward, FP8 forward, backward, packed or not): a kernel
+  // function at the tensor level, taken to the tile level by the CPU
+  // pipeline's passes (the grid form), then to its kernels.
   FA3OutlineHopperKernelsOptions outline;
   outline.chip = options.chip;
   pm.addPass(createFA3OutlineHopperKernels(outline));
@@ -51,7 +52,7 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   // persistent (min(tiles, SMs) CTAs walking the ordered tiles).
   kernelFunctions.addPass(createFA3PersistentGrid());
   tiled.addPass(createConvertFA3TileToHopper());
-  // The other kernels (FP8 forward, backward, FP8 preparation) from L0.
+  // The FP8 preparation kernels (fa3.hadamard, fa3.quantize) from L0.
   ConvertFA3ToHopperOptions hopper;
   hopper.chip = options.chip;
   pm.addPass(createConvertFA3ToHopper(hopper));
