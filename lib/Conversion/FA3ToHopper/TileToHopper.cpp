@@ -4,7 +4,11 @@
 //
 // Converts a kernel function at the tile level (what fa3-tile{grid=true} and
 // fa3-fuse-softmax make of an outlined fa3.attention) into an LLVM/NVVM
-// kernel, from the parts TileKernelMatch.cpp found (TileKernel.h). What the
+// kernel, from the parts TileKernelMatch.cpp found (TileKernel.h). A
+// backward's function (three grids sharing a dQ accumulator) instead gives
+// the spec its grids read as (TileGradKernelMatch.cpp), from which the
+// backward kernel builder (HopperGradKernelBuilder.cpp) writes its three
+// kernels; the rest of this comment is the forward's. What the
 // kernel computes comes from the IR: the grid from the
 // scf.forall and its #gpu.block mapping, the tile shapes from the tile ops,
 // the key range from the key loop's bounds, the TMA coordinates from the
