@@ -1,4 +1,4 @@
-//===- TileToHopper.cpp - Tile-level forward kernels to sm_90a -----------===//
+//===- TileToHopper.cpp - Tile-level kernel functions to sm_90a -----------===//
 //
 // Part of the fa3 project: an MLIR-based attention compiler for Hopper.
 //
