@@ -742,9 +742,16 @@ def main():
     variants = None if args.variants is None else {x for x in args.variants.split(",") if x}
     directions = ["fwd"] * (not args.bwd_only) + ["bwd"] * (not args.fwd_only)
     rows = []
+    # d64 tiles (--tiles): cuDNN runs the causal 512 forward with 64 x 128
+    # tiles (ncu, docs/Performance.md), so 64-row tiles with a producer
+    # warpgroup, 64-key blocks and the rotated key loop are columns too.
     tiles = {"bm64": schedules.schedule(64, 128, 1),
+             "bm64p_ws": schedules.schedule(64, 128, 1, 56, 256, persistent=True),
              "bm128": schedules.schedule(128, 128, 2, 24, 240, pingpong=True),
              "bm128p": schedules.schedule(128, 128, 2, 24, 240, pingpong=True, persistent=True),
+             "bm128n64p": schedules.schedule(128, 64, 2, 24, 240, pingpong=True, persistent=True),
+             "bm128p_ov": schedules.schedule(128, 128, 2, 24, 240, pingpong=True, intra_wg_overlap=True,
+                                             persistent=True),
              "bm192": schedules.hopper_forward(64)}
     if args.tiles:
         for causal in (False, True):
