@@ -741,6 +741,13 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   fn->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
               b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
+  // setmaxnreg needs the register count at entry, which ptxas derives from
+  // the threads and the CTAs per SM: with one consumer warpgroup and the
+  // producer (256 threads) it cannot without .minnctapersm and ignores
+  // every setmaxnreg (C7508), as the backward's builder found at 384.
+  if (s.warpSpecialized() && s.numConsumerWarpgroups() == 1)
+    fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+                b.getI32IntegerAttr(1));
   passTensorMapsByValue(fn, split ? 3 : 4);
   fn.setArgAttr(4, LLVM::LLVMDialect::getNoAliasAttrName(), b.getUnitAttr());
   if (split)
