@@ -466,6 +466,17 @@ void mlir::fa3::annotateHopperLaunch(Operation *op, gpu::GPUModuleOp kernels,
   op->setAttr(kLaunchAttrName, builder.getDictionaryAttr(launch));
 }
 
+/// Adds `name = 1` to `op`'s fa3.launch for each flag that is set.
+static void setLaunchFlags(Operation *op,
+                           ArrayRef<std::pair<StringRef, bool>> flags) {
+  Builder builder(op->getContext());
+  NamedAttrList launch(op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
+  for (auto [name, set] : flags)
+    if (set)
+      launch.set(name, builder.getI64IntegerAttr(1));
+  op->setAttr(kLaunchAttrName, launch.getDictionary(op->getContext()));
+}
+
 void mlir::fa3::annotateHopperForwardLaunch(Operation *op,
                                             gpu::GPUModuleOp kernels,
                                             StringRef name,
@@ -474,16 +485,10 @@ void mlir::fa3::annotateHopperForwardLaunch(Operation *op,
                        spec.sharedMemoryBytes(), spec.blockM, spec.blockN,
                        spec.persistent, spec.packedHeads, spec.kvCache,
                        spec.paged, spec.numSplits);
-  Builder builder(op->getContext());
-  NamedAttrList launch(op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
-  if (spec.varlen)
-    launch.set("varlen", builder.getI64IntegerAttr(1));
-  if (spec.sequsedK)
-    launch.set("seqused", builder.getI64IntegerAttr(1));
   // The launch passes the Philox (seed, offset) pointer last.
-  if (spec.dropout > 0)
-    launch.set("dropout", builder.getI64IntegerAttr(1));
-  op->setAttr(kLaunchAttrName, launch.getDictionary(op->getContext()));
+  setLaunchFlags(op, {{"varlen", spec.varlen},
+                      {"seqused", spec.sequsedK},
+                      {"dropout", spec.dropout > 0}});
 }
 
 void mlir::fa3::annotateHopperGradLaunch(Operation *op,
@@ -495,17 +500,10 @@ void mlir::fa3::annotateHopperGradLaunch(Operation *op,
                        spec.sharedMemoryBytes(), spec.blockM, spec.blockN);
   // The runtime zeroes the dQ turn counters and passes them
   // (deterministic), and passes the sequence offsets (varlen).
-  Builder builder(op->getContext());
-  NamedAttrList entries(op->getAttrOfType<DictionaryAttr>(kLaunchAttrName));
-  if (spec.deterministic)
-    entries.set("deterministic", builder.getI64IntegerAttr(1));
-  if (spec.varlen)
-    entries.set("varlen", builder.getI64IntegerAttr(1));
-  if (spec.sequsedK)
-    entries.set("seqused", builder.getI64IntegerAttr(1));
-  if (spec.dropout > 0)
-    entries.set("dropout", builder.getI64IntegerAttr(1));
-  op->setAttr(kLaunchAttrName, entries.getDictionary(op->getContext()));
+  setLaunchFlags(op, {{"deterministic", spec.deterministic},
+                      {"varlen", spec.varlen},
+                      {"seqused", spec.sequsedK},
+                      {"dropout", spec.dropout > 0}});
 }
 
 namespace {
