@@ -33,9 +33,14 @@ void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
   FA3TileOptions tile;
   tile.grid = options.grid;
   pm.addPass(createFA3Tile(tile));
-  if (options.grid)
-    pm.addPass(createFA3SerializeGrid());
   pm.addPass(createFA3FuseSoftmax());
+  if (options.grid) {
+    // The Hopper grids' tile order too (fa3-order-grid renumbers causal
+    // grids): the serial loops then visit every renumbered tile, so a
+    // renumbering that missed or repeated one fails the float64 check.
+    pm.addNestedPass<func::FuncOp>(createFA3OrderGrid());
+    pm.addPass(createFA3SerializeGrid());
+  }
   // A schedule's rescale_threshold keeps row maxima here as on Hopper.
   pm.addPass(createFA3LazyRescale());
   // A schedule with intra_wg_overlap rotates the key loop here as on Hopper

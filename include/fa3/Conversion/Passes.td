@@ -190,7 +190,12 @@ def ConvertFA3TileToHopper
     name (the kernel the launch calls) is an error. It becomes the
     backward's three kernels, `<name>_pre`, `<name>` and `<name>_post` (see
     `convert-fa3-to-hopper` for what they do); their code is still the
-    backward kernel builder's, not yet emitted op by op from the grids.
+    backward kernel builder's, not yet emitted op by op from the grids,
+    except the main kernel's (key block, K/V head, batch): the key-block
+    grid's coordinates (the K tile load's; `fa3-order-grid`'s renumbering)
+    replayed in i32 on its block ids, the grid's extents read as the grid
+    dims, Sq and Sk as the kernel's. Coordinates computed from anything else
+    are a diagnostic.
 
     The forward:
     Converts each function with an `fa3.schedule` in the kernel module (made

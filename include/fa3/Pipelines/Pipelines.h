@@ -25,9 +25,10 @@ struct CPUPipelineOptions : public PassPipelineOptions<CPUPipelineOptions> {
       llvm::cl::init(0)};
   PassOptions::Option<bool> grid{
       *this, "grid",
-      llvm::cl::desc("Tile the forwards as the Hopper pipeline does "
-                     "(fa3-tile{grid=true}) and run the grid as serial loops "
-                     "(fa3-serialize-grid): the CPU checks the GPU's tiling"),
+      llvm::cl::desc("Tile as the Hopper pipeline does (fa3-tile{grid=true}, "
+                     "the tile order of fa3-order-grid) and run the grids as "
+                     "serial loops (fa3-serialize-grid): the CPU checks the "
+                     "GPU's tiling"),
       llvm::cl::init(false)};
 };
 

@@ -118,23 +118,16 @@ namespace {
 class GradKernelBuilder : public HopperCodegen {
 public:
   GradKernelBuilder(OpBuilder &b, Location loc,
-                    const HopperAttentionGradSpec &spec)
-      : HopperCodegen(b, loc, spec.bf16), s(spec) {}
+                    const HopperAttentionGradSpec &spec,
+                    GradKeyGridCoordinates keyGridCoordinates)
+      : HopperCodegen(b, loc, spec.bf16), s(spec),
+        keyGridCoordinates(keyGridCoordinates) {}
 
   void buildPreprocess(gpu::GPUModuleOp module);
   void buildMain(gpu::GPUModuleOp module);
   void buildPostprocess(gpu::GPUModuleOp module);
 
 private:
-  /// The main kernel's (key block, key/value head, batch) of this CTA in
-  /// longest-first order, for causal GQA attention, where key block k sees the
-  /// query blocks from its diagonal on: the GPU dispatches CTAs in
-  /// x-fastest order, and the grid's x is the key block, so the CTAs run
-  /// in chunks of (key/value head, batch) pairs: all pairs' key block 0
-  /// first, then key block 1, ... A chunk holds as many pairs as keep their
-  /// Q and dO (`seqQ` rows of the head group) within kL2ChunkBytes.
-  std::tuple<Value, Value, Value> longestFirstBlock(Value seqQ);
-  static constexpr int64_t kL2ChunkBytes = 32 << 20;
   LLVM::LLVMFuncOp createKernel(gpu::GPUModuleOp module, StringRef name,
                                 ArrayRef<Type> params, int64_t threads);
   /// Two packed 16-bit values at `ptr` widened to f32.
@@ -184,6 +177,7 @@ private:
   }
 
   const HopperAttentionGradSpec &s;
+  GradKeyGridCoordinates keyGridCoordinates;
   /// Named barriers of the main kernel: 1 after the dSᵀ stores, 2 and 3
   /// the dQ staging tiles of consumer warpgroups 0 and 1, 4 the consumers'
   /// CTA-wide barrier where a producer warpgroup does not take part.
@@ -214,33 +208,6 @@ std::pair<Value, Value> GradKernelBuilder::loadPair(Value ptr) {
   Value wide = LLVM::FPExtOp::create(b, loc, VectorType::get({2}, f32), packed);
   return {LLVM::ExtractElementOp::create(b, loc, wide, ci(0)),
           LLVM::ExtractElementOp::create(b, loc, wide, ci(1))};
-}
-
-std::tuple<Value, Value, Value>
-GradKernelBuilder::longestFirstBlock(Value seqQ) {
-  // A linear CTA index L in dispatch order; chunk c holds pairs [c·G,
-  // min(c·G + G, pairs)) and CTAs [c·G·X, ...), key block-major within.
-  Value numKeyBlocks = NVVM::GridDimXOp::create(b, loc, i32);
-  Value numHeads = NVVM::GridDimYOp::create(b, loc, i32);
-  Value pairs = mul(numHeads, NVVM::GridDimZOp::create(b, loc, i32));
-  Value linear =
-      add(NVVM::BlockIdXOp::create(b, loc, i32),
-          mul(numKeyBlocks,
-              add(NVVM::BlockIdYOp::create(b, loc, i32),
-                  mul(numHeads, NVVM::BlockIdZOp::create(b, loc, i32)))));
-  // Q and dO bytes of one pair per query row.
-  int64_t rowBytes =
-      2 * 2 * s.headDim * (s.numQHeads / s.numKVHeads); // two 16-bit tensors
-  // At least one pair, at most all (so chunkPairs · X counts CTAs).
-  Value chunkPairs = minsi(
-      maxsi(divu(ci(kL2ChunkBytes / rowBytes), maxsi(seqQ, ci(1))), ci(1)),
-      pairs);
-  Value chunk = divu(linear, mul(chunkPairs, numKeyBlocks));
-  Value firstPair = mul(chunk, chunkPairs);
-  Value pairsHere = minsi(chunkPairs, sub(pairs, firstPair));
-  Value inChunk = sub(linear, mul(firstPair, numKeyBlocks));
-  Value pair = add(firstPair, remu(inChunk, pairsHere));
-  return {divu(inChunk, pairsHere), remu(pair, numHeads), divu(pair, numHeads)};
 }
 
 //===----------------------------------------------------------------------===//
@@ -592,14 +559,14 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   const int64_t group = s.numQHeads / s.numKVHeads;
   const int64_t sliceW = s.sliceWidth();
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
-  Value kBlock = NVVM::BlockIdXOp::create(b, loc, i32);
-  Value kvHead = NVVM::BlockIdYOp::create(b, loc, i32);
-  Value batch = NVVM::BlockIdZOp::create(b, loc, i32);
-  // Measured on an H100: -17% of the main kernel's time at the Llama shape
-  // (GQA 32:8, 4k, causal); -6% to +2% on causal MHA rows (2k-8k), where
-  // more, shorter CTAs balance in the grid's own order: MHA keeps it.
-  if (s.causal && !s.varlen && s.numQHeads > s.numKVHeads)
-    std::tie(kBlock, kvHead, batch) = longestFirstBlock(seqQ);
+  // The key-block grid's (key block, K/V head, batch) of this CTA, as the
+  // IR numbers them (fa3-order-grid's longest-first order).
+  auto [kBlock, kvHead, batch] = keyGridCoordinates(
+      b,
+      {NVVM::BlockIdXOp::create(b, loc, i32),
+       NVVM::BlockIdYOp::create(b, loc, i32),
+       NVVM::BlockIdZOp::create(b, loc, i32)},
+      seqQ, seqK);
   // With a producer warpgroup (warpgroup 0) the consumers are threads 128 on;
   // `ctid` numbers the consumer threads from 0 (the producer's is unused).
   const bool producer = s.hasProducer();
@@ -1401,8 +1368,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
 void mlir::fa3::buildHopperAttentionGradKernels(
     OpBuilder &builder, gpu::GPUModuleOp module,
-    const HopperAttentionGradSpec &spec) {
-  GradKernelBuilder kb(builder, module.getLoc(), spec);
+    const HopperAttentionGradSpec &spec,
+    GradKeyGridCoordinates keyGridCoordinates) {
+  GradKernelBuilder kb(builder, module.getLoc(), spec, keyGridCoordinates);
   kb.buildPreprocess(module);
   kb.buildMain(module);
   kb.buildPostprocess(module);

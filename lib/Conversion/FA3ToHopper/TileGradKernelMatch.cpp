@@ -21,12 +21,15 @@
 
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 using namespace mlir;
 using namespace mlir::fa3;
+using namespace mlir::fa3::detail;
 
 bool mlir::fa3::detail::isTileGradKernel(func::FuncOp func) {
   bool found = false;
@@ -178,4 +181,144 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
     return func.emitOpError() << "reads as the backward " << spec.kernelName()
                               << ", not the kernel its launch names";
   return spec;
+}
+
+/// The dimension of `grid` whose induction variable (`iv`) or upper bound
+/// (`!iv`) `v` is.
+static std::optional<unsigned> gridDimOf(Value v, scf::ForallOp grid,
+                                         bool iv) {
+  for (auto [i, bound] : llvm::enumerate(grid.getMixedUpperBound()))
+    if (iv ? grid.getInductionVars()[i] == v
+           : llvm::dyn_cast_if_present<Value>(bound) == v)
+      return i;
+  return std::nullopt;
+}
+
+/// Sq or Sk: dim 1 of Q, dO or O (arguments 0, 1, 4), or of K or V (2, 3).
+static std::optional<bool> isKeyLength(Value v, func::FuncOp func) {
+  auto dim = v.getDefiningOp<tensor::DimOp>();
+  if (!dim || dim.getConstantIndex() != 1)
+    return std::nullopt;
+  auto arg = dyn_cast<BlockArgument>(dim.getSource());
+  if (!arg || arg.getOwner() != &func.getBody().front() ||
+      arg.getArgNumber() > 4)
+    return std::nullopt;
+  return arg.getArgNumber() == 2 || arg.getArgNumber() == 3;
+}
+
+/// The first value `v` is computed from that the kernel cannot replay (see
+/// matchGradKeyGrid), or null.
+static Value unreplayable(Value v, func::FuncOp func, scf::ForallOp grid,
+                          DenseSet<Value> &seen) {
+  if (!seen.insert(v).second || gridDimOf(v, grid, /*iv=*/true) ||
+      gridDimOf(v, grid, /*iv=*/false) || isKeyLength(v, func))
+    return {};
+  Operation *def = v.getDefiningOp();
+  if (!def || !isScalarOp(def) || isa<arith::IndexCastOp>(def) ||
+      !v.getType().isIndex())
+    return v;
+  for (Value operand : def->getOperands())
+    if (Value bad = unreplayable(operand, func, grid, seen))
+      return bad;
+  return {};
+}
+
+FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
+  auto grids = llvm::to_vector(func.getBody().front().getOps<scf::ForallOp>());
+  if (grids.size() != 3 || grids[1].getRank() != 3)
+    return func.emitOpError() << "expected the backward's three grids";
+  GradKeyGrid grid{grids[1], {}, {}, {}};
+  // The grid's own induction variables by the block dim they map to.
+  Value ivByBlock[3];
+  ArrayAttr mapping = *grid.forall.getMapping();
+  for (auto [i, dim] : llvm::enumerate(mapping))
+    ivByBlock[static_cast<int64_t>(
+        cast<gpu::GPUBlockMappingAttr>(dim).getBlock())] =
+        grid.forall.getInductionVars()[i];
+  LoadTileOp keyLoad;
+  grid.forall.walk([&](LoadTileOp load) {
+    if (load.getSource() == func.getArgument(2))
+      keyLoad = load;
+  });
+  if (!keyLoad) {
+    // Packed: K is read through its [1, T, H, D] view at the sequence's
+    // offset, by the grid's own (key block, head, sequence).
+    grid.keyBlock = ivByBlock[0];
+    grid.head = ivByBlock[1];
+    grid.batch = ivByBlock[2];
+    return grid;
+  }
+  auto row = keyLoad.getRow().getDefiningOp<arith::MulIOp>();
+  if (!row || getConstantIntValue(row.getRhs()) !=
+                  keyLoad.getResult().getType().getDimSize(0))
+    return keyLoad.emitOpError()
+           << "is not at row key block · block_n (the backward's key grid)";
+  grid.keyBlock = row.getLhs();
+  grid.head = keyLoad.getHead();
+  grid.batch = keyLoad.getBatch();
+  DenseSet<Value> seen;
+  for (Value coordinate : {grid.keyBlock, grid.head, grid.batch})
+    if (Value bad = unreplayable(coordinate, func, grid.forall, seen)) {
+      Operation *def = bad.getDefiningOp();
+      return keyLoad.emitOpError()
+             << "has a coordinate computed from "
+             << (def ? "'" + def->getName().getStringRef().str() + "'"
+                     : std::string("a block argument"))
+             << ": the backward kernel computes its key block, head and "
+                "batch from the grid's ids and extents, Sq, Sk and index "
+                "arithmetic only";
+    }
+  return grid;
+}
+
+std::array<Value, 3> mlir::fa3::detail::emitGradKeyGridCoordinates(
+    OpBuilder &b, const GradKeyGrid &grid, std::array<Value, 3> blockIds,
+    Value seqQ, Value seqK) {
+  scf::ForallOp forall = grid.forall;
+  Location loc = forall.getLoc();
+  Type i32 = b.getI32Type();
+  auto func = forall->getParentOfType<func::FuncOp>();
+  // Block dim (x, y, z) of each grid dimension.
+  SmallVector<int64_t> blockOf;
+  ArrayAttr mapping = *forall.getMapping();
+  for (Attribute dim : mapping)
+    blockOf.push_back(
+        static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock()));
+  auto gridDim = [&](int64_t block) -> Value {
+    switch (block) {
+    case 0:
+      return NVVM::GridDimXOp::create(b, loc, i32);
+    case 1:
+      return NVVM::GridDimYOp::create(b, loc, i32);
+    default:
+      return NVVM::GridDimZOp::create(b, loc, i32);
+    }
+  };
+  DenseMap<Value, Value> emitted;
+  std::function<Value(Value)> replay = [&](Value v) -> Value {
+    if (Value known = emitted.lookup(v))
+      return known;
+    Value result;
+    if (auto dim = gridDimOf(v, forall, /*iv=*/true)) {
+      result = blockIds[blockOf[*dim]];
+    } else if (auto dim = gridDimOf(v, forall, /*iv=*/false)) {
+      result = gridDim(blockOf[*dim]);
+    } else if (std::optional<bool> key = isKeyLength(v, func)) {
+      result = *key ? seqK : seqQ;
+    } else if (auto constant = v.getDefiningOp<arith::ConstantIndexOp>()) {
+      result = arith::ConstantIntOp::create(b, loc, i32, constant.value());
+    } else {
+      // Index arithmetic (matchGradKeyGrid checked it): the same op in i32.
+      Operation *def = v.getDefiningOp();
+      OperationState state(loc, def->getName());
+      for (Value operand : def->getOperands())
+        state.addOperands(replay(operand));
+      state.addTypes(i32);
+      state.addAttributes(def->getAttrs());
+      result = b.create(state)->getResult(0);
+    }
+    emitted[v] = result;
+    return result;
+  };
+  return {replay(grid.keyBlock), replay(grid.head), replay(grid.batch)};
 }

@@ -824,8 +824,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // z) in the extents X, Y, Z of those dimensions.
   SmallVector<int64_t> blockDims;
   Value extentOf[3];
-  for (auto [dim, ub] :
-       llvm::zip(*k.grid.getMapping(), k.grid.getMixedUpperBound())) {
+  ArrayAttr mapping = *k.grid.getMapping();
+  SmallVector<OpFoldResult> upperBounds = k.grid.getMixedUpperBound();
+  for (auto [dim, ub] : llvm::zip(mapping, upperBounds)) {
     int64_t d = gridDimensionOf(dim);
     blockDims.push_back(d);
     std::optional<int64_t> constant = getConstantIntValue(ub);
@@ -1658,8 +1659,20 @@ struct ConvertFA3TileToHopperPass
         FailureOr<HopperAttentionGradSpec> spec = matchTileGradKernel(func);
         if (failed(spec))
           return signalPassFailure();
+        FailureOr<GradKeyGrid> keyGrid = matchGradKeyGrid(func);
+        if (failed(keyGrid))
+          return signalPassFailure();
+        // The function stays until its key grid's coordinates are emitted,
+        // under another name.
+        func.setSymName((func.getSymName() + ".tile").str());
+        buildHopperAttentionGradKernels(
+            builder, module, *spec,
+            [&](OpBuilder &b, std::array<Value, 3> blockIds, Value seqQ,
+                Value seqK) {
+              return emitGradKeyGridCoordinates(b, *keyGrid, blockIds, seqQ,
+                                                seqK);
+            });
         func.erase();
-        buildHopperAttentionGradKernels(builder, module, *spec);
         continue;
       }
       FailureOr<TileKernel> kernel = matchTileKernel(func);

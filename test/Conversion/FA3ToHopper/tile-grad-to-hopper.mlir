@@ -4,6 +4,13 @@
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/fa3.accumulate_tile \(.*\) {ordered}/fa3.accumulate_tile \1/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=RENAMED
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize,fa3-order-grid),convert-fa3-tile-to-hopper))" | FileCheck %s --check-prefix=ORDERED
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.load_tile %arg2\[%arg8, \)%13/\1%dim_2/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=KEY-ROW
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.load_tile %arg2\[\)%arg8/\1%dim_4/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=KEY-BATCH
 
 // The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
 // the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
@@ -32,6 +39,22 @@
 // Without `ordered`, the grids read as the non-deterministic backward, which
 // is not the kernel the launch names.
 // RENAMED: error: 'func.func' op reads as the backward fa3_bwd_bf16_d128_h8x2_m64n128s2_ws24x240_causal_cap{{[0-9a-f]+}}_s{{[0-9a-f]+}}, not the kernel its launch names
+// The main kernel's key block, K/V head and batch are the key grid's, as
+// the IR numbers them: fa3-order-grid's longest-first renumbering (this is
+// causal GQA) replayed in i32 on the block ids, its extents the grid dims.
+// ORDERED: fa3.kernel = @fa3_kernels::@[[NAME:[a-z0-9_]+]],
+// ORDERED: llvm.func @[[NAME]](
+// ORDERED-DAG: %[[X:.+]] = nvvm.read.ptx.sreg.ctaid.x : i32
+// ORDERED-DAG: nvvm.read.ptx.sreg.nctaid.x : i32
+// ORDERED: %[[L:.+]] = arith.addi %[[X]], %{{.+}} : i32
+// ORDERED: nvvm.read.ptx.sreg.nctaid.z : i32
+// ORDERED: arith.divui %[[L]], %{{.+}} : i32
+// ORDERED: llvm.func @[[NAME]]_post(
+
+// Key grid coordinates the kernel does not compute: a K tile row that is
+// not key block · block_n, a batch read from anything but the grid.
+// KEY-ROW: error: 'fa3.load_tile' op is not at row key block · block_n (the backward's key grid)
+// KEY-BATCH: error: 'fa3.load_tile' op has a coordinate computed from 'tensor.dim': the backward kernel computes its key block, head and batch from the grid's ids and extents, Sq, Sk and index arithmetic only
 func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
   return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>

@@ -11,6 +11,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Support/LLVM.h"
 
+#include <array>
 #include <string>
 
 namespace mlir {
@@ -335,9 +336,17 @@ struct HopperAttentionGradSpec {
 ///  * post: the dense parameters, then cu_seqlens_q. Grid (max(1,
 ///    roundup(max Sq_b, 64) / 64), Hq, B + 1); z = B zeroes the dQ rows past
 ///    cu_q[B].
+///
+/// `keyGridCoordinates` gives the main kernel's (key block, K/V head,
+/// batch) of a CTA: called at the kernel's entry with its block ids (x, y,
+/// z) and its Sq and Sk (i32), it emits them there (the key-block grid's
+/// order, e.g. fa3-order-grid's longest-first renumbering).
+using GradKeyGridCoordinates = llvm::function_ref<std::array<Value, 3>(
+    OpBuilder &, std::array<Value, 3> blockIds, Value seqQ, Value seqK)>;
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
-                                     const HopperAttentionGradSpec &spec);
+                                     const HopperAttentionGradSpec &spec,
+                                     GradKeyGridCoordinates keyGridCoordinates);
 
 /// The checks of a backward spec that do not depend on where it was read
 /// (the L0 op, or the tile-level kernel function): head dim, tiles, stages,

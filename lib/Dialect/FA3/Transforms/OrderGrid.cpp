@@ -59,34 +59,47 @@ struct CausalGrid {
 };
 } // namespace
 
+/// Whether `forall` holds a causal fa3.mask.
+static bool isCausal(scf::ForallOp forall) {
+  bool causal = false;
+  forall.walk([&](MaskOp mask) { causal |= mask.getCausal(); });
+  return causal;
+}
+
+/// The (last) fa3.load_tile of `source` in `forall` (in its body, or in
+/// fa3-warp-specialize's consumers region), or null.
+static LoadTileOp tileLoadOf(scf::ForallOp forall, Value source) {
+  LoadTileOp found;
+  forall.walk([&](LoadTileOp load) {
+    if (load.getSource() == source)
+      found = load;
+  });
+  return found;
+}
+
+/// The dimension of `forall` whose induction variable `v` is.
+static std::optional<unsigned> ivIndex(scf::ForallOp forall, Value v) {
+  for (auto [i, iv] : llvm::enumerate(forall.getInductionVars()))
+    if (iv == v)
+      return i;
+  return std::nullopt;
+}
+
 static std::optional<CausalGrid> matchCausalGrid(func::FuncOp func) {
   if (func.getNumArguments() < 3)
     return std::nullopt;
   for (auto forall : func.getBody().front().getOps<scf::ForallOp>()) {
     if (!isBlockGrid(forall))
       continue;
-    bool causal = false;
-    forall.walk([&](MaskOp mask) { causal |= mask.getCausal(); });
-    if (!causal)
+    if (!isCausal(forall))
       return std::nullopt;
-    // The query tile's load (in the body, or in fa3-warp-specialize's
-    // consumers region) names the head and batch induction variables; the
-    // third is the query tile.
-    LoadTileOp queryLoad;
-    forall.walk([&](LoadTileOp load) {
-      if (load.getSource() == func.getArgument(0))
-        queryLoad = load;
-    });
+    // The query tile's load names the head and batch induction variables;
+    // the third is the query tile.
+    LoadTileOp queryLoad = tileLoadOf(forall, func.getArgument(0));
     if (!queryLoad)
       return std::nullopt;
-    auto ivIndex = [&](Value v) -> std::optional<unsigned> {
-      for (auto [i, iv] : llvm::enumerate(forall.getInductionVars()))
-        if (iv == v)
-          return i;
-      return std::nullopt;
-    };
-    std::optional<unsigned> head = ivIndex(queryLoad.getHead()),
-                            batch = ivIndex(queryLoad.getBatch());
+    std::optional<unsigned> head = ivIndex(forall, queryLoad.getHead()),
+                            batch = ivIndex(forall, queryLoad.getBatch());
     if (!head || !batch || *head == *batch)
       return std::nullopt;
     return CausalGrid{forall, 3 - *head - *batch, *head, *batch};
@@ -94,10 +107,151 @@ static std::optional<CausalGrid> matchCausalGrid(func::FuncOp func) {
   return std::nullopt;
 }
 
+/// The Q and dO bytes a causal backward chunk of (K/V head, batch) pairs
+/// may take in the L2: FlashAttention-3's 32 MiB.
+static constexpr int64_t kGradL2ChunkBytes = 32 << 20;
+
+namespace {
+/// The key-block grid of a causal GQA backward (fa3-tile{grid=true} of a
+/// dense fa3.attention_grad: the forall holding fa3.accumulate_tile) and
+/// its induction variables' roles, from the K tile's load (row = key block
+/// · block_n, head, batch).
+struct CausalGradGrid {
+  scf::ForallOp forall;
+  unsigned keyBlockDim, headDim, batchDim;
+};
+} // namespace
+
+static std::optional<CausalGradGrid> matchCausalGradGrid(func::FuncOp func) {
+  AccumulateTileOp accumulate;
+  func.walk([&](AccumulateTileOp op) { accumulate = op; });
+  if (!accumulate || func.getNumArguments() < 6)
+    return std::nullopt;
+  auto forall = accumulate->getParentOfType<scf::ForallOp>();
+  if (!forall || !isBlockGrid(forall) || forall.getRank() != 3)
+    return std::nullopt;
+  // Dense [B, S, H, D] Q and K with static heads and D; GQA only: with one
+  // query head a K/V head the grid's own order balanced better (causal MHA
+  // 2k-8k: -6% to +2%, docs/Performance.md).
+  auto q = dyn_cast<RankedTensorType>(func.getArgument(1).getType());
+  auto k = dyn_cast<RankedTensorType>(func.getArgument(2).getType());
+  if (!q || !k || q.getRank() != 4 || k.getRank() != 4 ||
+      q.isDynamicDim(2) || q.isDynamicDim(3) || k.isDynamicDim(2) ||
+      q.getDimSize(2) <= k.getDimSize(2))
+    return std::nullopt;
+  if (!isCausal(forall))
+    return std::nullopt;
+  LoadTileOp keyLoad = tileLoadOf(forall, func.getArgument(2));
+  if (!keyLoad)
+    return std::nullopt;
+  auto rowTimes = keyLoad.getRow().getDefiningOp<arith::MulIOp>();
+  int64_t blockN = keyLoad.getResult().getType().getDimSize(0);
+  if (!rowTimes || getConstantIntValue(rowTimes.getRhs()) != blockN)
+    return std::nullopt;
+  std::optional<unsigned> keyBlock = ivIndex(forall, rowTimes.getLhs()),
+                          head = ivIndex(forall, keyLoad.getHead()),
+                          batch = ivIndex(forall, keyLoad.getBatch());
+  if (!keyBlock || !head || !batch || *keyBlock == *head ||
+      *keyBlock == *batch || *head == *batch)
+    return std::nullopt;
+  return CausalGradGrid{forall, *keyBlock, *head, *batch};
+}
+
+/// The linear block id L = x + X · (y + Y · z) of `forall`'s iteration (the
+/// order the GPU starts CTAs in), at the builder's insertion point in its
+/// body; `extents` are its upper bounds.
+static Value linearBlockId(fa3::detail::IndexMath &m, scf::ForallOp forall,
+                           ArrayRef<Value> extents) {
+  Value ivByBlock[3], extentByBlock[3];
+  ArrayAttr mapping = *forall.getMapping();
+  for (auto [i, dim] : llvm::enumerate(mapping)) {
+    auto block =
+        static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock());
+    ivByBlock[block] = forall.getInductionVars()[i];
+    extentByBlock[block] = extents[i];
+  }
+  Value zy = m.mul(extentByBlock[1], ivByBlock[2]);
+  Value xyz = m.mul(extentByBlock[0], m.add(ivByBlock[1], zy));
+  return m.add(ivByBlock[0], xyz);
+}
+
+/// Replaces every use of `forall`'s induction variables in its body by
+/// `replacement` (by dimension), except those of the ops inserted before
+/// `oldFirst` (the renumbering itself).
+static void renumber(scf::ForallOp forall, Operation *oldFirst,
+                     ArrayRef<Value> replacement) {
+  Block *body = forall.getBody();
+  auto isRenumbering = [&](Operation *user) {
+    return user->getBlock() == body && user->isBeforeInBlock(oldFirst);
+  };
+  for (auto [iv, to] : llvm::zip(forall.getInductionVars(), replacement))
+    iv.replaceUsesWithIf(
+        to, [&](OpOperand &use) { return !isRenumbering(use.getOwner()); });
+}
+
+/// The causal GQA backward's key grid in longest-first order: key block 0
+/// of a (K/V head, batch) pair sees every query row, the last block the
+/// fewest, so the linear block id L walks chunks of pairs key block-major:
+///
+///     C     = min(max(budget / (Sq · rowBytes), 1), P)   (P = Hkv · B pairs)
+///     chunk = L / (C · X),  first = chunk · C,  c = min(C, P − first)
+///     r     = L − first · X
+///     key block = r / c,  pair = first + r % c  (head = pair % Hkv)
+///
+/// A chunk's pairs' Q and dO (rowBytes = 2 · 2 · D · Hq / Hkv a query row)
+/// take at most the budget of the L2 (FlashAttention-3's 32 MiB). Measured
+/// on an H100 (docs/Performance.md): -17% of the main kernel's time at the
+/// Llama shape (GQA 32:8, 4k, causal).
+static void orderCausalGradGrid(func::FuncOp func, const CausalGradGrid &grid) {
+  scf::ForallOp forall = grid.forall;
+  Location loc = forall.getLoc();
+  OpBuilder b(forall);
+  auto q = cast<RankedTensorType>(func.getArgument(1).getType());
+  auto k = cast<RankedTensorType>(func.getArgument(2).getType());
+  SmallVector<Value> extents;
+  for (OpFoldResult ub : forall.getMixedUpperBound())
+    extents.push_back(getValueOrCreateConstantIndexOp(b, loc, ub));
+  fa3::detail::IndexMath m{b, loc};
+  int64_t elementBytes = q.getElementTypeBitWidth() / 8;
+  int64_t rowBytes = 2 * elementBytes * q.getDimSize(3) *
+                     (q.getDimSize(2) / k.getDimSize(2));
+  Value seqQ = tensor::DimOp::create(b, loc, func.getArgument(1), 1);
+  Value keyBlocks = extents[grid.keyBlockDim];
+  Value heads = extents[grid.headDim];
+  Value pairs = m.mul(heads, extents[grid.batchDim]);
+  Value chunkPairs = m.minU(
+      m.maxU(m.divU(m.cst(kGradL2ChunkBytes / rowBytes),
+                    m.maxU(seqQ, m.cst(1))),
+             m.cst(1)),
+      pairs);
+
+  Block *body = forall.getBody();
+  Operation *oldFirst = &body->front();
+  b.setInsertionPointToStart(body);
+  Value linear = linearBlockId(m, forall, extents);
+  Value chunk = m.divU(linear, m.mul(chunkPairs, keyBlocks));
+  Value firstPair = m.mul(chunk, chunkPairs);
+  Value pairsHere = m.minU(chunkPairs, m.sub(pairs, firstPair));
+  Value inChunk = m.sub(linear, m.mul(firstPair, keyBlocks));
+  Value pair = m.add(firstPair, m.remU(inChunk, pairsHere));
+  Value replacement[3];
+  replacement[grid.keyBlockDim] = m.divU(inChunk, pairsHere);
+  replacement[grid.headDim] = m.remU(pair, heads);
+  replacement[grid.batchDim] = m.divU(pair, heads);
+  renumber(forall, oldFirst, replacement);
+}
+
 namespace {
 struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
   void runOnOperation() override {
     func::FuncOp func = getOperation();
+    // A backward (its dQ accumulation marks it): the key-block grid.
+    if (func.walk([](AccumulateTileOp) { return WalkResult::interrupt(); })
+            .wasInterrupted()) {
+      if (std::optional<CausalGradGrid> grid = matchCausalGradGrid(func))
+        orderCausalGradGrid(func, *grid);
+      return;
+    }
     std::optional<CausalGrid> grid = matchCausalGrid(func);
     if (!grid)
       return;
@@ -141,16 +295,7 @@ struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
     Block *body = forall.getBody();
     Operation *oldFirst = &body->front();
     b.setInsertionPointToStart(body);
-    Value ivByBlock[3], extentByBlock[3];
-    for (auto [i, dim] : llvm::enumerate(*forall.getMapping())) {
-      auto block =
-          static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock());
-      ivByBlock[block] = forall.getInductionVars()[i];
-      extentByBlock[block] = extents[i];
-    }
-    Value zy = m.mul(extentByBlock[1], ivByBlock[2]);
-    Value xyz = m.mul(extentByBlock[0], m.add(ivByBlock[1], zy));
-    Value linear = m.add(ivByBlock[0], xyz);
+    Value linear = linearBlockId(m, forall, extents);
     Value groupTiles = m.mul(groupHeads, tiles);
     Value group = m.divU(linear, groupTiles);
     Value firstHead = m.mul(group, groupHeads);
@@ -168,14 +313,7 @@ struct FA3OrderGridPass : public fa3::impl::FA3OrderGridBase<FA3OrderGridPass> {
     replacement[grid->tileDim] = tile;
     replacement[grid->headDim] = head;
     replacement[grid->batchDim] = batch;
-    // Every use in the body except the renumbering's own (the ops now
-    // before the body's old first op).
-    auto isRenumbering = [&](Operation *user) {
-      return user->getBlock() == body && user->isBeforeInBlock(oldFirst);
-    };
-    for (auto [iv, to] : llvm::zip(forall.getInductionVars(), replacement))
-      iv.replaceUsesWithIf(
-          to, [&](OpOperand &use) { return !isRenumbering(use.getOwner()); });
+    renumber(forall, oldFirst, replacement);
   }
 };
 } // namespace

@@ -577,7 +577,7 @@ def FA3Pingpong : Pass<"fa3-pingpong"> {
 }
 
 def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
-  let summary = "Launch a causal grid's longest tiles first, in L2-sized head groups";
+  let summary = "Launch a causal grid's longest tiles first, in L2-sized head groups (forward) or pair chunks (GQA backward)";
   let description = [{
     Renumbers the tiles of a causal forward grid (the 3-D `scf.forall`
     over query tile, head and batch that `fa3-tile{grid=true}` makes and
@@ -606,6 +606,22 @@ def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
     groups balance the SMs better. The map is a bijection of the same grid:
     the launch is unchanged. Non-causal grids (every tile the same work)
     are left as they are.
+
+    A causal GQA backward (the kernel function of `fa3.attention_grad`,
+    recognized by its `fa3.accumulate_tile`) has its key-block grid
+    renumbered instead: key block 0 of a (K/V head, batch) pair sees every
+    query row and the last the fewest, so with `X` key blocks, `P = Hkv ·
+    B` pairs and chunks of `C = min(max(32 MiB / (Sq · 2 · 2 bytes · D ·
+    Hq / Hkv), 1), P)` pairs (a chunk's Q and dO fit the L2):
+
+        chunk = L / (C · X),   first = chunk · C,   c = min(C, P − first)
+        r     = L − first · X
+        key block = r / c,     K/V head · batch = first + r % c
+
+    (measured on an H100: −17% of the main kernel at the Llama shape, GQA
+    32:8, 4k). With one query head a K/V head the grid's own order balanced
+    better (−6% to +2% at 2k–8k), and the grid is left as it is; so are the
+    Δ and dQ grids and a packed batch's.
 
     It runs on the tile-level kernel functions of the Hopper pipeline,
     after `fa3-fuse-softmax`; the rewritten forall stays the form
