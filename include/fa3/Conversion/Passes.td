@@ -191,11 +191,15 @@ def ConvertFA3TileToHopper
     backward's three kernels, `<name>_pre`, `<name>` and `<name>_post` (see
     `convert-fa3-to-hopper` for what they do); their code is still the
     backward kernel builder's, not yet emitted op by op from the grids,
-    except the main kernel's (key block, K/V head, batch): the key-block
-    grid's coordinates (the K tile load's; `fa3-order-grid`'s renumbering)
-    replayed in i32 on its block ids, the grid's extents read as the grid
-    dims, Sq and Sk as the kernel's. Coordinates computed from anything else
-    are a diagnostic.
+    except what the main kernel reads from the key-block grid's index
+    arithmetic, replayed in i32 (the grid's induction variables as the block
+    ids, its extents as the grid dims, Sq and Sk as the kernel's): its (key
+    block, K/V head, batch), the K tile load's coordinates (so
+    `fa3-order-grid`'s renumbering), and for a dense backward the bounds of
+    the query-block loop (the rows that see the key block) and the
+    condition of the scf.if around `fa3.mask` (which steps mask). Anything
+    else in that arithmetic, or steps not in the form of a loop over the
+    group's query heads around a loop over query blocks, is a diagnostic.
 
     The forward:
     Converts each function with an `fa3.schedule` in the kernel module (made

@@ -119,9 +119,8 @@ class GradKernelBuilder : public HopperCodegen {
 public:
   GradKernelBuilder(OpBuilder &b, Location loc,
                     const HopperAttentionGradSpec &spec,
-                    GradKeyGridCoordinates keyGridCoordinates)
-      : HopperCodegen(b, loc, spec.bf16), s(spec),
-        keyGridCoordinates(keyGridCoordinates) {}
+                    GradKeyGridReplay &keyGrid)
+      : HopperCodegen(b, loc, spec.bf16), s(spec), keyGrid(keyGrid) {}
 
   void buildPreprocess(gpu::GPUModuleOp module);
   void buildMain(gpu::GPUModuleOp module);
@@ -177,7 +176,7 @@ private:
   }
 
   const HopperAttentionGradSpec &s;
-  GradKeyGridCoordinates keyGridCoordinates;
+  GradKeyGridReplay &keyGrid;
   /// Named barriers of the main kernel: 1 after the dSᵀ stores, 2 and 3
   /// the dQ staging tiles of consumer warpgroups 0 and 1, 4 the consumers'
   /// CTA-wide barrier where a producer warpgroup does not take part.
@@ -561,7 +560,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   // The key-block grid's (key block, K/V head, batch) of this CTA, as the
   // IR numbers them (fa3-order-grid's longest-first order).
-  auto [kBlock, kvHead, batch] = keyGridCoordinates(
+  auto [kBlock, kvHead, batch] = keyGrid.coordinates(
       b,
       {NVVM::BlockIdXOp::create(b, loc, i32),
        NVVM::BlockIdYOp::create(b, loc, i32),
@@ -698,15 +697,21 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   if (!s.varlen)
     kStart = mul(kBlock, ci(bn));
   Value offset = sub(seqK, seqQ);
-  Value kLast = sub(minsi(add(kStart, ci(bn)), seqK), ci(1));
-  Value rowLo = ci(0), rowHi = seqQ;
-  if (right >= 0)
-    rowLo = maxsi(rowLo, sub(sub(kStart, offset), ci(right)));
-  if (left >= 0)
-    rowHi = minsi(rowHi, add(sub(kLast, offset), ci(left + 1)));
-  rowHi = maxsi(rowHi, rowLo);
-  Value qbLo = divu(rowLo, ci(bm));
-  Value qbHi = divu(add(rowHi, ci(bm - 1)), ci(bm));
+  Value qbLo, qbHi;
+  if (s.varlen) {
+    Value kLast = sub(minsi(add(kStart, ci(bn)), seqK), ci(1));
+    Value rowLo = ci(0), rowHi = seqQ;
+    if (right >= 0)
+      rowLo = maxsi(rowLo, sub(sub(kStart, offset), ci(right)));
+    if (left >= 0)
+      rowHi = minsi(rowHi, add(sub(kLast, offset), ci(left + 1)));
+    rowHi = maxsi(rowHi, rowLo);
+    qbLo = divu(rowLo, ci(bm));
+    qbHi = divu(add(rowHi, ci(bm - 1)), ci(bm));
+  } else {
+    // The key grid's query-block loop bounds (fa3-tile's visible rows).
+    std::tie(qbLo, qbHi) = keyGrid.queryBlocks(b);
+  }
   Value perHead = sub(qbHi, qbLo);
   Value numIters = mul(perHead, ci(group));
   if (!s.varlen)
@@ -914,10 +919,17 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         }
         SmallVector<Value> capped = sAcc;
         // Mask only blocks that cross the end of the keys, the diagonal or a
-        // window edge (the same test as the forward's).
-        Value qLast = sub(minsi(add(qStart, ci(bm)), seqQ), ci(1));
-        Value needMask = blockNeedsMask(qStart, qLast, kStart, bn, seqK,
-                                        offset, left, right);
+        // window edge (the same test as the forward's; dense: the key grid's
+        // scf.if around fa3.mask).
+        Value needMask;
+        if (s.varlen) {
+          Value qLast = sub(minsi(add(qStart, ci(bm)), seqQ), ci(1));
+          needMask = blockNeedsMask(qStart, qLast, kStart, bn, seqK, offset,
+                                    left, right);
+        } else {
+          needMask = keyGrid.needsMask(b, divu(it, perHead),
+                                       add(qbLo, remu(it, perHead)));
+        }
         SmallVector<Value> masked =
             maskFragment(sAcc, needMask, [&](int64_t r) {
               Value key = keyRow[(r % 4) / 2];
@@ -1369,8 +1381,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 void mlir::fa3::buildHopperAttentionGradKernels(
     OpBuilder &builder, gpu::GPUModuleOp module,
     const HopperAttentionGradSpec &spec,
-    GradKeyGridCoordinates keyGridCoordinates) {
-  GradKernelBuilder kb(builder, module.getLoc(), spec, keyGridCoordinates);
+    GradKeyGridReplay &keyGrid) {
+  GradKernelBuilder kb(builder, module.getLoc(), spec, keyGrid);
   kb.buildPreprocess(module);
   kb.buildMain(module);
   kb.buildPostprocess(module);

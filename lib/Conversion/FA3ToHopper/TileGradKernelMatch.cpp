@@ -13,7 +13,9 @@
 // the dQ conversion's fa3.scale_cast, dropout from fa3.dropout,
 // `deterministic` from fa3.accumulate_tile's `ordered` and the producer
 // warpgroup from fa3-warp-specialize's fa3.warp_specialize. Any other form
-// is a diagnostic.
+// is a diagnostic. The key-block grid's index arithmetic (the CTA's
+// coordinates, the query blocks of its steps, which steps mask) is replayed
+// into the main kernel (replayGradKeyGrid).
 //
 //===----------------------------------------------------------------------===//
 
@@ -207,27 +209,37 @@ static std::optional<bool> isKeyLength(Value v, func::FuncOp func) {
 }
 
 /// The first value `v` is computed from that the kernel cannot replay (see
-/// matchGradKeyGrid), or null.
+/// matchGradKeyGrid), or null. `leaves` are values the kernel has (the
+/// loops' induction variables).
 static Value unreplayable(Value v, func::FuncOp func, scf::ForallOp grid,
-                          DenseSet<Value> &seen) {
+                          ArrayRef<Value> leaves, DenseSet<Value> &seen) {
   if (!seen.insert(v).second || gridDimOf(v, grid, /*iv=*/true) ||
-      gridDimOf(v, grid, /*iv=*/false) || isKeyLength(v, func))
+      gridDimOf(v, grid, /*iv=*/false) || isKeyLength(v, func) ||
+      llvm::is_contained(leaves, v))
     return {};
   Operation *def = v.getDefiningOp();
   if (!def || !isScalarOp(def) || isa<arith::IndexCastOp>(def) ||
-      !v.getType().isIndex())
+      !(v.getType().isIndex() || v.getType().isInteger(1)))
     return v;
   for (Value operand : def->getOperands())
-    if (Value bad = unreplayable(operand, func, grid, seen))
+    if (Value bad = unreplayable(operand, func, grid, leaves, seen))
       return bad;
   return {};
+}
+
+/// `loop`'s induction variable times `factor` (`v` = arith.muli(iv,
+/// factor)).
+static bool isScaledInductionVar(Value v, scf::ForOp loop, int64_t factor) {
+  auto mul = v.getDefiningOp<arith::MulIOp>();
+  return mul && mul.getLhs() == loop.getInductionVar() &&
+         getConstantIntValue(mul.getRhs()) == factor;
 }
 
 FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   auto grids = llvm::to_vector(func.getBody().front().getOps<scf::ForallOp>());
   if (grids.size() != 3 || grids[1].getRank() != 3)
     return func.emitOpError() << "expected the backward's three grids";
-  GradKeyGrid grid{grids[1], {}, {}, {}};
+  GradKeyGrid grid{grids[1], {}, {}, {}, {}, {}, {}};
   // The grid's own induction variables by the block dim they map to.
   Value ivByBlock[3];
   ArrayAttr mapping = *grid.forall.getMapping();
@@ -235,10 +247,12 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
     ivByBlock[static_cast<int64_t>(
         cast<gpu::GPUBlockMappingAttr>(dim).getBlock())] =
         grid.forall.getInductionVars()[i];
-  LoadTileOp keyLoad;
+  LoadTileOp keyLoad, queryLoad;
   grid.forall.walk([&](LoadTileOp load) {
     if (load.getSource() == func.getArgument(2))
       keyLoad = load;
+    if (load.getSource() == func.getArgument(1))
+      queryLoad = load;
   });
   if (!keyLoad) {
     // Packed: K is read through its [1, T, H, D] view at the sequence's
@@ -256,69 +270,156 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   grid.keyBlock = row.getLhs();
   grid.head = keyLoad.getHead();
   grid.batch = keyLoad.getBatch();
+
+  // The steps: query head g of the group, query block qb; Q's tile at row
+  // qb · block_m of head K/V head · group + g.
+  auto queryLoop =
+      queryLoad ? queryLoad->getParentOfType<scf::ForOp>() : scf::ForOp();
+  auto headLoop =
+      queryLoop ? queryLoop->getParentOfType<scf::ForOp>() : scf::ForOp();
+  int64_t blockM =
+      queryLoad ? queryLoad.getResult().getType().getDimSize(0) : 0;
+  auto headSum = queryLoad ? queryLoad.getHead().getDefiningOp<arith::AddIOp>()
+                           : arith::AddIOp();
+  auto q = cast<RankedTensorType>(func.getArgument(1).getType());
+  auto k = cast<RankedTensorType>(func.getArgument(2).getType());
+  int64_t group = q.getDimSize(2) / k.getDimSize(2);
+  if (!headLoop || getConstantIntValue(queryLoop.getStep()) != 1 ||
+      getConstantIntValue(headLoop.getLowerBound()) != 0 ||
+      getConstantIntValue(headLoop.getUpperBound()) != group ||
+      getConstantIntValue(headLoop.getStep()) != 1 ||
+      !isScaledInductionVar(queryLoad.getRow(), queryLoop, blockM) || !headSum ||
+      headSum.getRhs() != headLoop.getInductionVar() ||
+      !headSum.getLhs().getDefiningOp<arith::MulIOp>() ||
+      headSum.getLhs().getDefiningOp<arith::MulIOp>().getLhs() != grid.head ||
+      getConstantIntValue(
+          headSum.getLhs().getDefiningOp<arith::MulIOp>().getRhs()) != group)
+    return grid.forall.emitOpError()
+           << "expected the backward's steps: a loop over the " << group
+           << " query heads of the group around a loop over query blocks "
+              "whose Q tile is at row query block · block_m of head K/V head "
+              "· group + g";
+  grid.headLoop = headLoop;
+  grid.queryLoop = queryLoop;
+  MaskOp mask;
+  grid.forall.walk([&](MaskOp op) { mask = op; });
+  grid.maskIf = mask ? dyn_cast<scf::IfOp>(mask->getParentOp()) : scf::IfOp();
+  if (!grid.maskIf)
+    return grid.forall.emitOpError()
+           << "expected its fa3.mask inside the scf.if of the blocks it masks";
+
   DenseSet<Value> seen;
-  for (Value coordinate : {grid.keyBlock, grid.head, grid.batch})
-    if (Value bad = unreplayable(coordinate, func, grid.forall, seen)) {
+  Value loopIVs[] = {headLoop.getInductionVar(), queryLoop.getInductionVar()};
+  SmallVector<Value> replayed = {grid.keyBlock,
+                                 grid.head,
+                                 grid.batch,
+                                 queryLoop.getLowerBound(),
+                                 queryLoop.getUpperBound(),
+                                 grid.maskIf.getCondition()};
+  for (Value value : replayed)
+    if (Value bad = unreplayable(value, func, grid.forall, loopIVs, seen)) {
       Operation *def = bad.getDefiningOp();
       return keyLoad.emitOpError()
-             << "has a coordinate computed from "
+             << "has a coordinate, step bound or mask test computed from "
              << (def ? "'" + def->getName().getStringRef().str() + "'"
                      : std::string("a block argument"))
-             << ": the backward kernel computes its key block, head and "
-                "batch from the grid's ids and extents, Sq, Sk and index "
+             << ": the backward kernel computes them from the grid's ids and "
+                "extents, the loops' induction variables, Sq, Sk and index "
                 "arithmetic only";
     }
   return grid;
 }
 
-std::array<Value, 3> mlir::fa3::detail::emitGradKeyGridCoordinates(
-    OpBuilder &b, const GradKeyGrid &grid, std::array<Value, 3> blockIds,
-    Value seqQ, Value seqK) {
+namespace {
+/// GradKeyGridReplay by replaying the key grid's IR: the grid's induction
+/// variables are the block ids, its extents the grid dims, Sq and Sk the
+/// kernel's; every other value the same arith op in i32. Values of the
+/// kernel's entry are emitted once; those of a step (reading the loops'
+/// induction variables) at each call.
+class TileGradKeyGridReplay : public GradKeyGridReplay {
+public:
+  explicit TileGradKeyGridReplay(const GradKeyGrid &grid) : grid(grid) {}
+
+  std::array<Value, 3> coordinates(OpBuilder &b, std::array<Value, 3> blockIds,
+                                   Value seqQ, Value seqK) override {
+    this->blockIds = blockIds;
+    this->seqQ = seqQ;
+    this->seqK = seqK;
+    return {replay(b, grid.keyBlock, entry), replay(b, grid.head, entry),
+            replay(b, grid.batch, entry)};
+  }
+
+  std::pair<Value, Value> queryBlocks(OpBuilder &b) override {
+    return {replay(b, grid.queryLoop.getLowerBound(), entry),
+            replay(b, grid.queryLoop.getUpperBound(), entry)};
+  }
+
+  Value needsMask(OpBuilder &b, Value g, Value qb) override {
+    DenseMap<Value, Value> step = entry;
+    step[grid.headLoop.getInductionVar()] = g;
+    step[grid.queryLoop.getInductionVar()] = qb;
+    return replay(b, grid.maskIf.getCondition(), step);
+  }
+
+private:
+  Value replay(OpBuilder &b, Value v, DenseMap<Value, Value> &emitted);
+
+  GradKeyGrid grid;
+  std::array<Value, 3> blockIds;
+  Value seqQ, seqK;
+  /// The values emitted at the kernel's entry.
+  DenseMap<Value, Value> entry;
+};
+} // namespace
+
+Value TileGradKeyGridReplay::replay(OpBuilder &b, Value v,
+                                    DenseMap<Value, Value> &emitted) {
+  if (Value known = emitted.lookup(v))
+    return known;
   scf::ForallOp forall = grid.forall;
   Location loc = forall.getLoc();
   Type i32 = b.getI32Type();
-  auto func = forall->getParentOfType<func::FuncOp>();
-  // Block dim (x, y, z) of each grid dimension.
-  SmallVector<int64_t> blockOf;
-  ArrayAttr mapping = *forall.getMapping();
-  for (Attribute dim : mapping)
-    blockOf.push_back(
-        static_cast<int64_t>(cast<gpu::GPUBlockMappingAttr>(dim).getBlock()));
-  auto gridDim = [&](int64_t block) -> Value {
-    switch (block) {
+  auto blockOf = [&](unsigned dim) {
+    ArrayAttr mapping = *forall.getMapping();
+    return static_cast<int64_t>(
+        cast<gpu::GPUBlockMappingAttr>(mapping[dim]).getBlock());
+  };
+  Value result;
+  if (auto dim = gridDimOf(v, forall, /*iv=*/true)) {
+    result = blockIds[blockOf(*dim)];
+  } else if (auto dim = gridDimOf(v, forall, /*iv=*/false)) {
+    switch (blockOf(*dim)) {
     case 0:
-      return NVVM::GridDimXOp::create(b, loc, i32);
+      result = NVVM::GridDimXOp::create(b, loc, i32);
+      break;
     case 1:
-      return NVVM::GridDimYOp::create(b, loc, i32);
+      result = NVVM::GridDimYOp::create(b, loc, i32);
+      break;
     default:
-      return NVVM::GridDimZOp::create(b, loc, i32);
+      result = NVVM::GridDimZOp::create(b, loc, i32);
     }
-  };
-  DenseMap<Value, Value> emitted;
-  std::function<Value(Value)> replay = [&](Value v) -> Value {
-    if (Value known = emitted.lookup(v))
-      return known;
-    Value result;
-    if (auto dim = gridDimOf(v, forall, /*iv=*/true)) {
-      result = blockIds[blockOf[*dim]];
-    } else if (auto dim = gridDimOf(v, forall, /*iv=*/false)) {
-      result = gridDim(blockOf[*dim]);
-    } else if (std::optional<bool> key = isKeyLength(v, func)) {
-      result = *key ? seqK : seqQ;
-    } else if (auto constant = v.getDefiningOp<arith::ConstantIndexOp>()) {
-      result = arith::ConstantIntOp::create(b, loc, i32, constant.value());
-    } else {
-      // Index arithmetic (matchGradKeyGrid checked it): the same op in i32.
-      Operation *def = v.getDefiningOp();
-      OperationState state(loc, def->getName());
-      for (Value operand : def->getOperands())
-        state.addOperands(replay(operand));
-      state.addTypes(i32);
-      state.addAttributes(def->getAttrs());
-      result = b.create(state)->getResult(0);
-    }
-    emitted[v] = result;
-    return result;
-  };
-  return {replay(grid.keyBlock), replay(grid.head), replay(grid.batch)};
+  } else if (std::optional<bool> key = isKeyLength(
+                 v, forall->getParentOfType<func::FuncOp>())) {
+    result = *key ? seqK : seqQ;
+  } else if (auto constant = v.getDefiningOp<arith::ConstantOp>()) {
+    result = arith::ConstantIntOp::create(
+        b, loc, constant.getType().isIndex() ? i32 : b.getI1Type(),
+        cast<IntegerAttr>(constant.getValue()).getInt());
+  } else {
+    // Index arithmetic (matchGradKeyGrid checked it): the same op in i32.
+    Operation *def = v.getDefiningOp();
+    OperationState state(loc, def->getName());
+    for (Value operand : def->getOperands())
+      state.addOperands(replay(b, operand, emitted));
+    state.addTypes(v.getType().isIndex() ? i32 : v.getType());
+    state.addAttributes(def->getAttrs());
+    result = b.create(state)->getResult(0);
+  }
+  emitted[v] = result;
+  return result;
+}
+
+std::unique_ptr<GradKeyGridReplay>
+mlir::fa3::detail::replayGradKeyGrid(const GradKeyGrid &grid) {
+  return std::make_unique<TileGradKeyGridReplay>(grid);
 }

@@ -21,6 +21,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <array>
+#include <memory>
 #include <optional>
 
 namespace mlir::fa3::detail {
@@ -126,27 +127,27 @@ FailureOr<HopperAttentionGradSpec> matchTileGradKernel(func::FuncOp func);
 /// The backward's key-block grid and the IR values its iterations take as
 /// their key block, K/V head and batch (what the main kernel's CTA works
 /// on): the grid's induction variables, or what fa3-order-grid renumbered
-/// them to.
+/// them to. Dense, also the consumers' loops over the group's query heads
+/// and over the visible query blocks and the scf.if around fa3.mask.
 struct GradKeyGrid {
   scf::ForallOp forall;
   Value keyBlock, head, batch;
+  scf::ForOp headLoop, queryLoop;
+  scf::IfOp maskIf;
 };
 
 /// The key-block grid of the backward's kernel function `func` (the second
 /// of its grids): dense, the K tile's load at (batch, key block · block_n,
-/// head); packed, the grid's own induction variables (x, y, z). A diagnostic
-/// where the coordinates read anything but the grid's induction variables
-/// and extents, Sq, Sk and index arithmetic.
+/// head), the query loop inside the head loop with the Q tile at (query
+/// block · block_m, K/V head · Hq/Hkv + g); packed, the grid's own induction
+/// variables (x, y, z). A diagnostic where that form is missing or what the
+/// kernel replays reads anything but the grid's induction variables and
+/// extents, the loops' induction variables, Sq, Sk and index arithmetic.
 FailureOr<GradKeyGrid> matchGradKeyGrid(func::FuncOp func);
 
-/// `grid`'s (key block, K/V head, batch) in i32 at `b`'s insertion point
-/// in a kernel whose CTA has block ids `blockIds` (x, y, z) and whose Sq
-/// and Sk are `seqQ` and `seqK`: the IR's index arithmetic replayed, the
-/// grid's extents read as the launch's grid dims.
-std::array<Value, 3> emitGradKeyGridCoordinates(OpBuilder &b,
-                                                const GradKeyGrid &grid,
-                                                std::array<Value, 3> blockIds,
-                                                Value seqQ, Value seqK);
+/// The replay of `grid`'s index arithmetic in i32 for the backward's main
+/// kernel (see GradKeyGridReplay).
+std::unique_ptr<GradKeyGridReplay> replayGradKeyGrid(const GradKeyGrid &grid);
 
 /// Index (or i1) arithmetic that the kernel emits in i32, and the
 /// index_cast of an i32 length to an index.

@@ -1665,14 +1665,15 @@ struct ConvertFA3TileToHopperPass
         // The function stays until its key grid's coordinates are emitted,
         // under another name.
         func.setSymName((func.getSymName() + ".tile").str());
-        buildHopperAttentionGradKernels(
-            builder, module, *spec,
-            [&](OpBuilder &b, std::array<Value, 3> blockIds, Value seqQ,
-                Value seqK) {
-              return emitGradKeyGridCoordinates(b, *keyGrid, blockIds, seqQ,
-                                                seqK);
-            });
+        buildHopperAttentionGradKernels(builder, module, *spec,
+                                        *replayGradKeyGrid(*keyGrid));
         func.erase();
+        // The replayed floordiv/ceildiv in the add/div/select form
+        // arith-to-llvm converts.
+        RewritePatternSet patterns(&getContext());
+        arith::populateCeilFloorDivExpandOpsPatterns(patterns);
+        if (failed(applyPatternsGreedily(module, std::move(patterns))))
+          return signalPassFailure();
         continue;
       }
       FailureOr<TileKernel> kernel = matchTileKernel(func);

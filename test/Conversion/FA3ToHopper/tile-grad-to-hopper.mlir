@@ -11,6 +11,9 @@
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/\(fa3.load_tile %arg2\[\)%arg8/\1%dim_4/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=KEY-BATCH
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.load_tile %arg1\[%arg8, \)%32/\1%20/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=STEPS
 
 // The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
 // the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
@@ -54,7 +57,10 @@
 // Key grid coordinates the kernel does not compute: a K tile row that is
 // not key block · block_n, a batch read from anything but the grid.
 // KEY-ROW: error: 'fa3.load_tile' op is not at row key block · block_n (the backward's key grid)
-// KEY-BATCH: error: 'fa3.load_tile' op has a coordinate computed from 'tensor.dim': the backward kernel computes its key block, head and batch from the grid's ids and extents, Sq, Sk and index arithmetic only
+// The steps the kernel's loop walks must be the key grid's: query head g
+// of the group and query block qb, Q's tile at row qb · block_m.
+// STEPS: error: 'scf.forall' op expected the backward's steps: a loop over the 4 query heads of the group around a loop over query blocks whose Q tile is at row query block · block_m of head K/V head · group + g
+// KEY-BATCH: error: 'fa3.load_tile' op has a coordinate, step bound or mask test computed from 'tensor.dim': the backward kernel computes them from the grid's ids and extents, the loops' induction variables, Sq, Sk and index arithmetic only
 func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
   return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>

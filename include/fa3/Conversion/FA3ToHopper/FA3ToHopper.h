@@ -337,16 +337,30 @@ struct HopperAttentionGradSpec {
 ///    roundup(max Sq_b, 64) / 64), Hq, B + 1); z = B zeroes the dQ rows past
 ///    cu_q[B].
 ///
-/// `keyGridCoordinates` gives the main kernel's (key block, K/V head,
-/// batch) of a CTA: called at the kernel's entry with its block ids (x, y,
-/// z) and its Sq and Sk (i32), it emits them there (the key-block grid's
-/// order, e.g. fa3-order-grid's longest-first renumbering).
-using GradKeyGridCoordinates = llvm::function_ref<std::array<Value, 3>(
-    OpBuilder &, std::array<Value, 3> blockIds, Value seqQ, Value seqK)>;
+/// `keyGrid` is what the main kernel reads from the tile level's key-block
+/// grid (convert-fa3-tile-to-hopper replays the grid's index arithmetic):
+/// its coordinates, and for a dense backward the query blocks of its steps
+/// and which of them are masked.
+class GradKeyGridReplay {
+public:
+  virtual ~GradKeyGridReplay() = default;
+  /// At the kernel's entry: the CTA's (key block, K/V head, batch) from its
+  /// block ids (x, y, z) and the kernel's Sq and Sk (i32).
+  virtual std::array<Value, 3> coordinates(OpBuilder &b,
+                                           std::array<Value, 3> blockIds,
+                                           Value seqQ, Value seqK) = 0;
+  /// Dense, after coordinates(): the first query block of the key block's
+  /// steps and the end of them (each query head of the group walks the
+  /// same blocks).
+  virtual std::pair<Value, Value> queryBlocks(OpBuilder &b) = 0;
+  /// Dense: whether the step of query head `g` of the group (0 .. Hq/Hkv)
+  /// at query block `qb` needs the mask (i1), emitted where `b` is.
+  virtual Value needsMask(OpBuilder &b, Value g, Value qb) = 0;
+};
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
                                      const HopperAttentionGradSpec &spec,
-                                     GradKeyGridCoordinates keyGridCoordinates);
+                                     GradKeyGridReplay &keyGrid);
 
 /// The checks of a backward spec that do not depend on where it was read
 /// (the L0 op, or the tile-level kernel function): head dim, tiles, stages,
