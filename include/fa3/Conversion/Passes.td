@@ -193,13 +193,14 @@ def ConvertFA3TileToHopper
     backward kernel builder's, not yet emitted op by op from the grids,
     except what the main kernel reads from the key-block grid's index
     arithmetic, replayed in i32 (the grid's induction variables as the block
-    ids, its extents as the grid dims, Sq and Sk as the kernel's): its (key
-    block, K/V head, batch), the K tile load's coordinates (so
-    `fa3-order-grid`'s renumbering), and for a dense backward the bounds of
-    the query-block loop (the rows that see the key block) and the
-    condition of the scf.if around `fa3.mask` (which steps mask). Anything
-    else in that arithmetic, or steps not in the form of a loop over the
-    group's query heads around a loop over query blocks, is a diagnostic.
+    ids, its extents as the grid dims, Sq and Sk as the kernel's, a packed
+    batch's `cu_seqlens`/`seqused_k` reads as loads from its parameters):
+    its (key block, K/V head, batch), the K tile load's coordinates (so
+    `fa3-order-grid`'s renumbering), the bounds of the query-block loop (the
+    rows that see the key block) and the condition of the scf.if around
+    `fa3.mask` (which steps mask). Anything else in that arithmetic, or
+    steps not in the form of a loop over the group's query heads around a
+    loop over query blocks, is a diagnostic.
 
     The forward:
     Converts each function with an `fa3.schedule` in the kernel module (made

@@ -158,20 +158,6 @@ void HopperCodegen::reduceAddPair(Value ptr, Value x, Value y) {
   ptxVoid("red.global.add.v2.f32 [$0], {$1, $2};", "l,f,f", {ptr, x, y});
 }
 
-Value HopperCodegen::blockNeedsMask(Value qStart, Value qLast, Value kStart,
-                                    int64_t blockN, Value seqK, Value offset,
-                                    int64_t left, int64_t right) {
-  Value kEnd = add(kStart, ci(blockN));
-  Value needMask = cmp(arith::CmpIPredicate::sgt, kEnd, seqK);
-  if (right >= 0)
-    needMask = ori(needMask, cmp(arith::CmpIPredicate::sgt, sub(kEnd, ci(1)),
-                                 add(add(qStart, offset), ci(right))));
-  if (left >= 0)
-    needMask = ori(needMask, cmp(arith::CmpIPredicate::slt, kStart,
-                                 sub(add(qLast, offset), ci(left))));
-  return needMask;
-}
-
 Value HopperCodegen::keyHidden(Value query, Value key, Value seqK,
                                Value offset, int64_t left, int64_t right) {
   Value diag = add(query, offset);

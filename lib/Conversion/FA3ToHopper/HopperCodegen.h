@@ -199,15 +199,11 @@ protected:
   /// red.global.add.v2.f32: two adjacent f32 atomically added at `ptr`.
   void reduceAddPair(Value ptr, Value x, Value y);
 
-  /// The visibility rules of fa3.mask on run-time indices (i32). `offset`
-  /// is Sk - Sq (query q's diagonal is key q + offset); `left`/`right` the
-  /// resolved window (-1: unbounded).
-  ///
-  /// Whether the block of queries [qStart, qLast] and keys [kStart, kStart +
-  /// blockN) crosses the end of the keys, the diagonal or a window edge.
-  Value blockNeedsMask(Value qStart, Value qLast, Value kStart, int64_t blockN,
-                       Value seqK, Value offset, int64_t left, int64_t right);
-  /// Whether key `key` is hidden from query `query`.
+  /// The visibility rule of fa3.mask on run-time indices (i32): whether
+  /// key `key` is hidden from query `query`. `offset` is Sk - Sq (query q's
+  /// diagonal is key q + offset); `left`/`right` the resolved window (-1:
+  /// unbounded). (Which blocks need the mask is the tile level's scf.if,
+  /// replayed.)
   Value keyHidden(Value query, Value key, Value seqK, Value offset,
                   int64_t left, int64_t right);
   /// `acc` (an f32 accumulator fragment) with the registers `hidden(r)`

@@ -560,12 +560,16 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   // The key-block grid's (key block, K/V head, batch) of this CTA, as the
   // IR numbers them (fa3-order-grid's longest-first order).
+  SmallVector<Value> lengthPointers;
+  if (s.varlen)
+    for (unsigned i = 11; i < (s.sequsedK ? 14u : 13u); ++i)
+      lengthPointers.push_back(entry->getArgument(i));
   auto [kBlock, kvHead, batch] = keyGrid.coordinates(
       b,
       {NVVM::BlockIdXOp::create(b, loc, i32),
        NVVM::BlockIdYOp::create(b, loc, i32),
        NVVM::BlockIdZOp::create(b, loc, i32)},
-      seqQ, seqK);
+      seqQ, seqK, lengthPointers);
   // With a producer warpgroup (warpgroup 0) the consumers are threads 128 on;
   // `ctid` numbers the consumer threads from 0 (the producer's is unused).
   const bool producer = s.hasProducer();
@@ -697,21 +701,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   if (!s.varlen)
     kStart = mul(kBlock, ci(bn));
   Value offset = sub(seqK, seqQ);
+  // The key grid's query-block loop bounds (fa3-tile's visible rows).
   Value qbLo, qbHi;
-  if (s.varlen) {
-    Value kLast = sub(minsi(add(kStart, ci(bn)), seqK), ci(1));
-    Value rowLo = ci(0), rowHi = seqQ;
-    if (right >= 0)
-      rowLo = maxsi(rowLo, sub(sub(kStart, offset), ci(right)));
-    if (left >= 0)
-      rowHi = minsi(rowHi, add(sub(kLast, offset), ci(left + 1)));
-    rowHi = maxsi(rowHi, rowLo);
-    qbLo = divu(rowLo, ci(bm));
-    qbHi = divu(add(rowHi, ci(bm - 1)), ci(bm));
-  } else {
-    // The key grid's query-block loop bounds (fa3-tile's visible rows).
-    std::tie(qbLo, qbHi) = keyGrid.queryBlocks(b);
-  }
+  std::tie(qbLo, qbHi) = keyGrid.queryBlocks(b);
   Value perHead = sub(qbHi, qbLo);
   Value numIters = mul(perHead, ci(group));
   if (!s.varlen)
@@ -919,17 +911,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         }
         SmallVector<Value> capped = sAcc;
         // Mask only blocks that cross the end of the keys, the diagonal or a
-        // window edge (the same test as the forward's; dense: the key grid's
-        // scf.if around fa3.mask).
-        Value needMask;
-        if (s.varlen) {
-          Value qLast = sub(minsi(add(qStart, ci(bm)), seqQ), ci(1));
-          needMask = blockNeedsMask(qStart, qLast, kStart, bn, seqK, offset,
-                                    left, right);
-        } else {
-          needMask = keyGrid.needsMask(b, divu(it, perHead),
-                                       add(qbLo, remu(it, perHead)));
-        }
+        // window edge (the key grid's scf.if around fa3.mask).
+        Value needMask = keyGrid.needsMask(b, divu(it, perHead),
+                                           add(qbLo, remu(it, perHead)));
         SmallVector<Value> masked =
             maskFragment(sAcc, needMask, [&](int64_t r) {
               Value key = keyRow[(r % 4) / 2];

@@ -212,17 +212,31 @@ static std::optional<bool> isKeyLength(Value v, func::FuncOp func) {
 /// matchGradKeyGrid), or null. `leaves` are values the kernel has (the
 /// loops' induction variables).
 static Value unreplayable(Value v, func::FuncOp func, scf::ForallOp grid,
-                          ArrayRef<Value> leaves, DenseSet<Value> &seen) {
+                          bool packed, ArrayRef<Value> leaves,
+                          DenseSet<Value> &seen) {
+  // A packed grid's extents are not its launch's (z is B + 1 there: the
+  // last CTAs zero the rows past the last sequence).
   if (!seen.insert(v).second || gridDimOf(v, grid, /*iv=*/true) ||
-      gridDimOf(v, grid, /*iv=*/false) || isKeyLength(v, func) ||
+      (!packed && gridDimOf(v, grid, /*iv=*/false)) || isKeyLength(v, func) ||
       llvm::is_contained(leaves, v))
     return {};
   Operation *def = v.getDefiningOp();
-  if (!def || !isScalarOp(def) || isa<arith::IndexCastOp>(def) ||
+  // A packed batch's offsets and lengths: cu_seqlens_q[i], cu_seqlens_k[i],
+  // seqused_k[i] (arguments 6 to 8), as indices.
+  if (def && isLengthRead(def, func) &&
+      cast<BlockArgument>(cast<tensor::ExtractOp>(def).getTensor())
+                  .getArgNumber() -
+              6 <
+          3)
+    return unreplayable(cast<tensor::ExtractOp>(def).getIndices()[0], func,
+                        grid, packed, leaves, seen);
+  if (def && isa<arith::IndexCastOp>(def) && isScalarOp(def))
+    return unreplayable(def->getOperand(0), func, grid, packed, leaves, seen);
+  if (!def || !isScalarOp(def) ||
       !(v.getType().isIndex() || v.getType().isInteger(1)))
     return v;
   for (Value operand : def->getOperands())
-    if (Value bad = unreplayable(operand, func, grid, leaves, seen))
+    if (Value bad = unreplayable(operand, func, grid, packed, leaves, seen))
       return bad;
   return {};
 }
@@ -233,6 +247,14 @@ static bool isScaledInductionVar(Value v, scf::ForOp loop, int64_t factor) {
   auto mul = v.getDefiningOp<arith::MulIOp>();
   return mul && mul.getLhs() == loop.getInductionVar() &&
          getConstantIntValue(mul.getRhs()) == factor;
+}
+
+/// Q's row of query block qb (`loop`'s induction variable): qb · block_m,
+/// or in a packed batch the sequence's first row plus that.
+static bool isQueryRow(Value row, scf::ForOp loop, int64_t blockM) {
+  if (auto sum = row.getDefiningOp<arith::AddIOp>())
+    row = sum.getRhs();
+  return isScaledInductionVar(row, loop, blockM);
 }
 
 FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
@@ -247,29 +269,39 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
     ivByBlock[static_cast<int64_t>(
         cast<gpu::GPUBlockMappingAttr>(dim).getBlock())] =
         grid.forall.getInductionVars()[i];
+  // The K and Q tiles' loads (a packed batch's read the [1, T, H, D] views
+  // of the arguments).
+  auto argumentOf = [](Value v) -> Value {
+    if (auto view = v.getDefiningOp<tensor::ExpandShapeOp>())
+      return view.getSrc();
+    return v;
+  };
   LoadTileOp keyLoad, queryLoad;
   grid.forall.walk([&](LoadTileOp load) {
-    if (load.getSource() == func.getArgument(2))
+    if (argumentOf(load.getSource()) == func.getArgument(2))
       keyLoad = load;
-    if (load.getSource() == func.getArgument(1))
+    if (argumentOf(load.getSource()) == func.getArgument(1))
       queryLoad = load;
   });
-  if (!keyLoad) {
-    // Packed: K is read through its [1, T, H, D] view at the sequence's
-    // offset, by the grid's own (key block, head, sequence).
+  if (!keyLoad)
+    return grid.forall.emitOpError() << "has no K tile load";
+  bool packed = keyLoad.getSource() != func.getArgument(2);
+  if (packed) {
+    // Packed: K is read at the sequence's offset, by the grid's own (key
+    // block, head, sequence).
     grid.keyBlock = ivByBlock[0];
     grid.head = ivByBlock[1];
     grid.batch = ivByBlock[2];
-    return grid;
+  } else {
+    auto row = keyLoad.getRow().getDefiningOp<arith::MulIOp>();
+    if (!row || getConstantIntValue(row.getRhs()) !=
+                    keyLoad.getResult().getType().getDimSize(0))
+      return keyLoad.emitOpError()
+             << "is not at row key block · block_n (the backward's key grid)";
+    grid.keyBlock = row.getLhs();
+    grid.head = keyLoad.getHead();
+    grid.batch = keyLoad.getBatch();
   }
-  auto row = keyLoad.getRow().getDefiningOp<arith::MulIOp>();
-  if (!row || getConstantIntValue(row.getRhs()) !=
-                  keyLoad.getResult().getType().getDimSize(0))
-    return keyLoad.emitOpError()
-           << "is not at row key block · block_n (the backward's key grid)";
-  grid.keyBlock = row.getLhs();
-  grid.head = keyLoad.getHead();
-  grid.batch = keyLoad.getBatch();
 
   // The steps: query head g of the group, query block qb; Q's tile at row
   // qb · block_m of head K/V head · group + g.
@@ -283,12 +315,13 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
                            : arith::AddIOp();
   auto q = cast<RankedTensorType>(func.getArgument(1).getType());
   auto k = cast<RankedTensorType>(func.getArgument(2).getType());
-  int64_t group = q.getDimSize(2) / k.getDimSize(2);
+  int64_t group =
+      q.getDimSize(q.getRank() - 2) / k.getDimSize(k.getRank() - 2);
   if (!headLoop || getConstantIntValue(queryLoop.getStep()) != 1 ||
       getConstantIntValue(headLoop.getLowerBound()) != 0 ||
       getConstantIntValue(headLoop.getUpperBound()) != group ||
       getConstantIntValue(headLoop.getStep()) != 1 ||
-      !isScaledInductionVar(queryLoad.getRow(), queryLoop, blockM) || !headSum ||
+      !isQueryRow(queryLoad.getRow(), queryLoop, blockM) || !headSum ||
       headSum.getRhs() != headLoop.getInductionVar() ||
       !headSum.getLhs().getDefiningOp<arith::MulIOp>() ||
       headSum.getLhs().getDefiningOp<arith::MulIOp>().getLhs() != grid.head ||
@@ -317,7 +350,8 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
                                  queryLoop.getUpperBound(),
                                  grid.maskIf.getCondition()};
   for (Value value : replayed)
-    if (Value bad = unreplayable(value, func, grid.forall, loopIVs, seen)) {
+    if (Value bad =
+            unreplayable(value, func, grid.forall, packed, loopIVs, seen)) {
       Operation *def = bad.getDefiningOp();
       return keyLoad.emitOpError()
              << "has a coordinate, step bound or mask test computed from "
@@ -341,10 +375,12 @@ public:
   explicit TileGradKeyGridReplay(const GradKeyGrid &grid) : grid(grid) {}
 
   std::array<Value, 3> coordinates(OpBuilder &b, std::array<Value, 3> blockIds,
-                                   Value seqQ, Value seqK) override {
+                                   Value seqQ, Value seqK,
+                                   ArrayRef<Value> lengthPointers) override {
     this->blockIds = blockIds;
     this->seqQ = seqQ;
     this->seqK = seqK;
+    this->lengthPointers.assign(lengthPointers.begin(), lengthPointers.end());
     return {replay(b, grid.keyBlock, entry), replay(b, grid.head, entry),
             replay(b, grid.batch, entry)};
   }
@@ -367,6 +403,8 @@ private:
   GradKeyGrid grid;
   std::array<Value, 3> blockIds;
   Value seqQ, seqK;
+  /// A packed backward's cu_seqlens_q, cu_seqlens_k[, seqused_k].
+  SmallVector<Value> lengthPointers;
   /// The values emitted at the kernel's entry.
   DenseMap<Value, Value> entry;
 };
@@ -387,6 +425,17 @@ Value TileGradKeyGridReplay::replay(OpBuilder &b, Value v,
   Value result;
   if (auto dim = gridDimOf(v, forall, /*iv=*/true)) {
     result = blockIds[blockOf(*dim)];
+  } else if (auto extract = v.getDefiningOp<tensor::ExtractOp>()) {
+    // A packed batch's offsets and lengths: one load from the parameter.
+    unsigned arg = cast<BlockArgument>(extract.getTensor()).getArgNumber();
+    Type ptrType = lengthPointers[arg - 6].getType();
+    Value at = LLVM::GEPOp::create(
+        b, loc, ptrType, i32, lengthPointers[arg - 6],
+        ValueRange{replay(b, extract.getIndices()[0], emitted)});
+    result = LLVM::LoadOp::create(b, loc, i32, at, /*alignment=*/4);
+  } else if (auto indexCast = v.getDefiningOp<arith::IndexCastOp>()) {
+    // Indices are i32 here: an i32 length cast to an index stays as it is.
+    result = replay(b, indexCast.getIn(), emitted);
   } else if (auto dim = gridDimOf(v, forall, /*iv=*/false)) {
     switch (blockOf(*dim)) {
     case 0:

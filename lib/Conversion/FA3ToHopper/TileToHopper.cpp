@@ -1668,11 +1668,13 @@ struct ConvertFA3TileToHopperPass
         buildHopperAttentionGradKernels(builder, module, *spec,
                                         *replayGradKeyGrid(*keyGrid));
         func.erase();
-        // The replayed floordiv/ceildiv in the add/div/select form
-        // arith-to-llvm converts.
+        // The main kernel's replayed floordiv/ceildiv in the add/div/select
+        // form arith-to-llvm converts (only there: the patterns fold too,
+        // and the module's other kernel functions are still to be matched).
         RewritePatternSet patterns(&getContext());
         arith::populateCeilFloorDivExpandOpsPatterns(patterns);
-        if (failed(applyPatternsGreedily(module, std::move(patterns))))
+        auto main = module.lookupSymbol<LLVM::LLVMFuncOp>(spec->kernelName());
+        if (failed(applyPatternsGreedily(main, std::move(patterns))))
           return signalPassFailure();
         continue;
       }

@@ -339,22 +339,24 @@ struct HopperAttentionGradSpec {
 ///
 /// `keyGrid` is what the main kernel reads from the tile level's key-block
 /// grid (convert-fa3-tile-to-hopper replays the grid's index arithmetic):
-/// its coordinates, and for a dense backward the query blocks of its steps
-/// and which of them are masked.
+/// its coordinates, the query blocks of its steps and which of them are
+/// masked.
 class GradKeyGridReplay {
 public:
   virtual ~GradKeyGridReplay() = default;
   /// At the kernel's entry: the CTA's (key block, K/V head, batch) from its
-  /// block ids (x, y, z) and the kernel's Sq and Sk (i32).
-  virtual std::array<Value, 3> coordinates(OpBuilder &b,
-                                           std::array<Value, 3> blockIds,
-                                           Value seqQ, Value seqK) = 0;
-  /// Dense, after coordinates(): the first query block of the key block's
-  /// steps and the end of them (each query head of the group walks the
-  /// same blocks).
+  /// block ids (x, y, z) and the kernel's Sq and Sk (i32); a packed
+  /// backward's `lengthPointers` are its cu_seqlens_q, cu_seqlens_k and
+  /// seqused_k parameters (the i32 vectors the grid's arithmetic reads).
+  virtual std::array<Value, 3>
+  coordinates(OpBuilder &b, std::array<Value, 3> blockIds, Value seqQ,
+              Value seqK, ArrayRef<Value> lengthPointers) = 0;
+  /// After coordinates(): the first query block of the key block's steps
+  /// and the end of them (each query head of the group walks the same
+  /// blocks), emitted where `b` is.
   virtual std::pair<Value, Value> queryBlocks(OpBuilder &b) = 0;
-  /// Dense: whether the step of query head `g` of the group (0 .. Hq/Hkv)
-  /// at query block `qb` needs the mask (i1), emitted where `b` is.
+  /// Whether the step of query head `g` of the group (0 .. Hq/Hkv) at query
+  /// block `qb` needs the mask (i1), emitted where `b` is.
   virtual Value needsMask(OpBuilder &b, Value g, Value qb) = 0;
 };
 void buildHopperAttentionGradKernels(OpBuilder &builder,
