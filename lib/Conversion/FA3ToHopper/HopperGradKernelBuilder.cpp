@@ -9,8 +9,11 @@
 //     block, so their probabilities come out 0), and the f32 dQ
 //     accumulator's row of the same index zeroed (its 64-row blocks hold
 //     their rows in wgmma fragment order; see FA3ToHopper.h).
-//   * the main kernel, one CTA per key block of `blockN` rows (causal GQA:
-//     in longest-first order), two consumer warpgroups and, with the
+//   * the main kernel, one CTA per key block of `blockN` rows (the key
+//     grid's coordinates, the query blocks of its steps and which steps
+//     mask come from the tile level: GradKeyGridReplay replays that IR, so
+//     fa3-order-grid's longest-first order of causal GQA grids too), two
+//     consumer warpgroups and, with the
 //     schedule's producer_regs, a producer warpgroup whose first thread
 //     issues every load. K and V are loaded once by TMA; Q and dO tiles of
 //     `blockM` rows (128 at D = 64, else 64; plus their LSE and Δ, 1-D bulk
