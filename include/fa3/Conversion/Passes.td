@@ -196,7 +196,9 @@ def ConvertFA3TileToHopper
     ids, its extents as the grid dims, Sq and Sk as the kernel's, a packed
     batch's `cu_seqlens`/`seqused_k` reads as loads from its parameters):
     its (key block, K/V head, batch), the K tile load's coordinates (so
-    `fa3-order-grid`'s renumbering), the bounds of the query-block loop (the
+    `fa3-order-grid`'s renumbering), a packed batch's sequence (its first
+    query and key rows, the `fa3.mask`'s query and key lengths), the
+    bounds of the query-block loop (the
     rows that see the key block) and the condition of the scf.if around
     `fa3.mask` (which steps mask). Anything else in that arithmetic, or
     steps not in the form of a loop over the group's query heads around a

@@ -634,11 +634,10 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
       scf::YieldOp::create(b, loc);
     });
     b.setInsertionPointToStart(tail.elseBlock());
-    qRow0 = loadI32(cuQ, batch);
-    kRow0 = loadI32(cuK, batch);
-    seqQ = sub(loadI32(cuQ, add(batch, ci(1))), qRow0);
+    // The sequence's first query and key rows and its query and (used) key
+    // counts, as the key grid reads them.
+    std::tie(qRow0, kRow0, seqQ, seqK) = keyGrid.sequence(b);
     storedKeys = sub(loadI32(cuK, add(batch, ci(1))), kRow0);
-    seqK = s.sequsedK ? loadI32(entry->getArgument(13), batch) : storedKeys;
     tmaBatch = ci(0);
     seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
     statRows = paddedStatRows(rowsQ, numSeqs);

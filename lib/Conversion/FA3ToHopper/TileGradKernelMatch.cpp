@@ -241,6 +241,14 @@ static Value unreplayable(Value v, func::FuncOp func, scf::ForallOp grid,
   return {};
 }
 
+/// `iv` times `factor` (`v` = arith.muli(iv, factor)).
+static bool isScaledInductionVar(Value v, scf::ForallOp, Value iv,
+                                 int64_t factor) {
+  auto mul = v.getDefiningOp<arith::MulIOp>();
+  return mul && mul.getLhs() == iv &&
+         getConstantIntValue(mul.getRhs()) == factor;
+}
+
 /// `loop`'s induction variable times `factor` (`v` = arith.muli(iv,
 /// factor)).
 static bool isScaledInductionVar(Value v, scf::ForOp loop, int64_t factor) {
@@ -261,7 +269,7 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   auto grids = llvm::to_vector(func.getBody().front().getOps<scf::ForallOp>());
   if (grids.size() != 3 || grids[1].getRank() != 3)
     return func.emitOpError() << "expected the backward's three grids";
-  GradKeyGrid grid{grids[1], {}, {}, {}, {}, {}, {}};
+  GradKeyGrid grid{grids[1], {}, {}, {}, {}, {}, {}, {}, {}, {}};
   // The grid's own induction variables by the block dim they map to.
   Value ivByBlock[3];
   ArrayAttr mapping = *grid.forall.getMapping();
@@ -336,19 +344,32 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   grid.queryLoop = queryLoop;
   MaskOp mask;
   grid.forall.walk([&](MaskOp op) { mask = op; });
+  grid.mask = mask;
   grid.maskIf = mask ? dyn_cast<scf::IfOp>(mask->getParentOp()) : scf::IfOp();
   if (!grid.maskIf)
     return grid.forall.emitOpError()
            << "expected its fa3.mask inside the scf.if of the blocks it masks";
+  // Packed: the tiles' rows are the sequence's first row plus the block's.
+  SmallVector<Value> replayed;
+  if (packed) {
+    auto queryRow = queryLoad.getRow().getDefiningOp<arith::AddIOp>();
+    auto keyRow = keyLoad.getRow().getDefiningOp<arith::AddIOp>();
+    if (!queryRow || !keyRow ||
+        !isScaledInductionVar(keyRow.getRhs(), grid.forall, ivByBlock[0],
+                              keyLoad.getResult().getType().getDimSize(0)))
+      return grid.forall.emitOpError()
+             << "expected a packed batch's Q and K tiles at the sequence's "
+                "first row plus the block's";
+    grid.queryRow0 = queryRow.getLhs();
+    grid.keyRow0 = keyRow.getLhs();
+    replayed = {grid.queryRow0, grid.keyRow0, mask.getQLen(), mask.getKLen()};
+  }
 
   DenseSet<Value> seen;
   Value loopIVs[] = {headLoop.getInductionVar(), queryLoop.getInductionVar()};
-  SmallVector<Value> replayed = {grid.keyBlock,
-                                 grid.head,
-                                 grid.batch,
-                                 queryLoop.getLowerBound(),
-                                 queryLoop.getUpperBound(),
-                                 grid.maskIf.getCondition()};
+  replayed.append({grid.keyBlock, grid.head, grid.batch,
+                   queryLoop.getLowerBound(), queryLoop.getUpperBound(),
+                   grid.maskIf.getCondition()});
   for (Value value : replayed)
     if (Value bad =
             unreplayable(value, func, grid.forall, packed, loopIVs, seen)) {
@@ -383,6 +404,12 @@ public:
     this->lengthPointers.assign(lengthPointers.begin(), lengthPointers.end());
     return {replay(b, grid.keyBlock, entry), replay(b, grid.head, entry),
             replay(b, grid.batch, entry)};
+  }
+
+  std::tuple<Value, Value, Value, Value> sequence(OpBuilder &b) override {
+    return {replay(b, grid.queryRow0, entry), replay(b, grid.keyRow0, entry),
+            replay(b, grid.mask.getQLen(), entry),
+            replay(b, grid.mask.getKLen(), entry)};
   }
 
   std::pair<Value, Value> queryBlocks(OpBuilder &b) override {

@@ -134,6 +134,10 @@ struct GradKeyGrid {
   Value keyBlock, head, batch;
   scf::ForOp headLoop, queryLoop;
   scf::IfOp maskIf;
+  MaskOp mask;
+  /// Packed: the sequence's first query and key rows (the Q and K tiles'
+  /// rows less the block offsets).
+  Value queryRow0, keyRow0;
 };
 
 /// The key-block grid of the backward's kernel function `func` (the second

@@ -47,10 +47,12 @@
 // PTX: st.global.b32 [%rd{{[0-9]+}}], 0;
 // PTX-NEXT: add.s64
 // PTX-NEXT: st.global.b32 [%rd{{[0-9]+}}], 0;
-// A key block at or past its sequence's end does nothing.
+// A key block at or past its sequence's end does nothing (the first key
+// row is the key grid's: cu_seqlens_k[b] clamped at 0).
 // PTX: ld.global.b32 [[K0:%r[0-9]+]], {{\[}}[[CUK:%rd[0-9]+]]{{\]}};
+// PTX-NEXT: max.s32 [[K0C:%r[0-9]+]], [[K0]], 0;
 // PTX-NEXT: ld.global.b32 [[K1:%r[0-9]+]], {{\[}}[[CUK]]+4{{\]}};
-// PTX-NEXT: sub.s32 [[KLEN:%r[0-9]+]], [[K1]], [[K0]];
+// PTX-NEXT: sub.s32 [[KLEN:%r[0-9]+]], [[K1]], [[K0C]];
 // PTX-NEXT: setp.ge.s32 [[PAST:%p[0-9]+]], %r{{[0-9]+}}, [[KLEN]];
 // PTX-NEXT: @[[PAST]] bra
 // K at the sequence's rows, batch coordinate 0 (the register of column 0).

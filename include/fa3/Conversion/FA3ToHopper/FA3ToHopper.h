@@ -13,6 +13,7 @@
 
 #include <array>
 #include <string>
+#include <tuple>
 
 namespace mlir {
 class OpBuilder;
@@ -351,6 +352,9 @@ public:
   virtual std::array<Value, 3>
   coordinates(OpBuilder &b, std::array<Value, 3> blockIds, Value seqQ,
               Value seqK, ArrayRef<Value> lengthPointers) = 0;
+  /// Packed, after coordinates(): the CTA's sequence, (first query row,
+  /// first key row, query rows, used key rows), emitted where `b` is.
+  virtual std::tuple<Value, Value, Value, Value> sequence(OpBuilder &b) = 0;
   /// After coordinates(): the first query block of the key block's steps
   /// and the end of them (each query head of the group walks the same
   /// blocks), emitted where `b` is.
