@@ -33,6 +33,16 @@ std::string mlir::fa3::detail::registerSplitSuffix(int64_t producerRegs,
   return ("_ws" + Twine(producerRegs) + "x" + Twine(consumerRegs)).str();
 }
 
+Value mlir::fa3::detail::cloneIndexOpAsI32(OpBuilder &b, Location loc,
+                                           Operation *op, ValueRange operands) {
+  OperationState state(loc, op->getName());
+  state.addOperands(operands);
+  for (Type t : op->getResultTypes())
+    state.addTypes(t.isIndex() ? b.getI32Type() : t);
+  state.addAttributes(op->getAttrs());
+  return b.create(state)->getResult(0);
+}
+
 std::string mlir::fa3::detail::floatBitsSuffix(StringRef tag, float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);

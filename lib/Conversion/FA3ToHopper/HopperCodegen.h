@@ -24,6 +24,12 @@
 
 namespace mlir::fa3::detail {
 
+/// The tile level's index (or i1) arithmetic op `op` again at `b`, on
+/// `operands`, with its index results as i32: the kernels compute indices
+/// in i32 (sequence lengths fit).
+Value cloneIndexOpAsI32(OpBuilder &b, Location loc, Operation *op,
+                        ValueRange operands);
+
 /// `_<tag><the 8 hex digits of v's bits>`: a kernel name's part for a float
 /// compiled into the kernel (symbol names take [A-Za-z0-9_$.] only).
 std::string floatBitsSuffix(StringRef tag, float v);

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "HopperCodegen.h"
 #include "TileKernel.h"
 
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
@@ -484,12 +485,10 @@ Value TileGradKeyGridReplay::replay(OpBuilder &b, Value v,
   } else {
     // Index arithmetic (matchGradKeyGrid checked it): the same op in i32.
     Operation *def = v.getDefiningOp();
-    OperationState state(loc, def->getName());
+    SmallVector<Value> operands;
     for (Value operand : def->getOperands())
-      state.addOperands(replay(b, operand, emitted));
-    state.addTypes(v.getType().isIndex() ? i32 : v.getType());
-    state.addAttributes(def->getAttrs());
-    result = b.create(state)->getResult(0);
+      operands.push_back(replay(b, operand, emitted));
+    result = cloneIndexOpAsI32(b, loc, def, operands);
   }
   emitted[v] = result;
   return result;

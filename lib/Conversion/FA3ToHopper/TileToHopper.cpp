@@ -320,12 +320,7 @@ Value TileKernelEmitter::emitScalar(Operation *op, ArrayRef<Value> operands) {
                ? ci(value)
                : arith::ConstantIntOp::create(b, loc, i1, value).getResult();
   }
-  OperationState state(loc, op->getName());
-  state.addOperands(operands);
-  for (Type t : op->getResultTypes())
-    state.addTypes(t.isIndex() ? i32 : t);
-  state.addAttributes(op->getAttrs());
-  return b.create(state)->getResult(0);
+  return cloneIndexOpAsI32(b, loc, op, operands);
 }
 
 Value TileKernelEmitter::replay(Value v, Value iv,
