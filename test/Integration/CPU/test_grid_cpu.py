@@ -35,17 +35,31 @@ def _check(o, lse, ref_o, ref_lse, v):
     assert np.abs(lse[seen] - ref_lse[seen]).max(initial=0) <= 1e-5 * (1 + np.abs(ref_lse[seen]).max(initial=0))
 
 
-def _varlen_source(hq, hkv, d, attrs, used):
-    t = f"tensor<?x{hq}x{d}xf32>"
-    kt = f"tensor<?x{hkv}x{d}xf32>"
+def _packed_function(name, op, operands, results, attrs, used, used_keyword=""):
+    """`func.func @name` around one packed-batch op: `operands` and
+    `results` are (SSA name, type) pairs, followed by cu_seqlens_q,
+    cu_seqlens_k and, with `used`, seqused_k (after `used_keyword` in the
+    op's operand list)."""
     i32 = "tensor<?xi32>"
-    args = f"%q: {t}, %k: {kt}, %v: {kt}, %cuq: {i32}, %cuk: {i32}" + (f", %u: {i32}" if used else "")
-    operands = "%q, %k, %v, %cuq, %cuk" + (", %u" if used else "")
-    types = f"{t}, {kt}, {kt}, {i32}, {i32}" + (f", {i32}" if used else "")
+    operands = list(operands) + [("%cuq", i32), ("%cuk", i32)]
+    names = ", ".join(n for n, _ in operands)
+    if used:
+        operands.append(("%u", i32))
+        names += f"{used_keyword or ','} %u"
+    args = ", ".join(f"{n}: {t}" for n, t in operands)
+    types = ", ".join(t for _, t in operands)
+    result_names = ", ".join(n for n, _ in results)
+    result_types = ", ".join(t for _, t in results)
     attr_dict = " {" + ", ".join(attrs) + "}" if attrs else ""
-    return (f"func.func @varlen({args}) -> ({t}, tensor<{hq}x?xf32>) {{\n"
-            f"  %o, %lse = fa3.attention_varlen {operands}{attr_dict} : ({types}) -> ({t}, tensor<{hq}x?xf32>)\n"
-            f"  return %o, %lse : {t}, tensor<{hq}x?xf32>\n}}\n")
+    return (f"func.func @{name}({args}) -> ({result_types}) {{\n"
+            f"  {result_names} = {op} {names}{attr_dict} : ({types}) -> ({result_types})\n"
+            f"  return {result_names} : {result_types}\n}}\n")
+
+
+def _varlen_source(hq, hkv, d, attrs, used):
+    t, kt = f"tensor<?x{hq}x{d}xf32>", f"tensor<?x{hkv}x{d}xf32>"
+    return _packed_function("varlen", "fa3.attention_varlen", [("%q", t), ("%k", kt), ("%v", kt)],
+                            [("%o", t), ("%lse", f"tensor<{hq}x?xf32>")], attrs, used)
 
 
 VARLEN_CASES = {
@@ -186,18 +200,11 @@ def test_grad_grid_matches_float64(fa3_run, tmp_path, case):
 
 
 def _varlen_grad_source(hq, hkv, d, attrs, used):
-    t = f"tensor<?x{hq}x{d}xf32>"
-    kt = f"tensor<?x{hkv}x{d}xf32>"
-    lt = f"tensor<{hq}x?xf32>"
-    i32 = "tensor<?xi32>"
-    args = (f"%do: {t}, %q: {t}, %k: {kt}, %v: {kt}, %o: {t}, %lse: {lt}, %cuq: {i32}, %cuk: {i32}"
-            + (f", %u: {i32}" if used else ""))
-    operands = "%do, %q, %k, %v, %o, %lse, %cuq, %cuk" + (" seqused_k %u" if used else "")
-    types = f"{t}, {t}, {kt}, {kt}, {t}, {lt}, {i32}, {i32}" + (f", {i32}" if used else "")
-    attr_dict = " {" + ", ".join(attrs) + "}" if attrs else ""
-    return (f"func.func @varlen_bwd({args}) -> ({t}, {kt}, {kt}) {{\n"
-            f"  %dq, %dk, %dv = fa3.attention_varlen_grad {operands}{attr_dict} : ({types}) -> ({t}, {kt}, {kt})\n"
-            f"  return %dq, %dk, %dv : {t}, {kt}, {kt}\n}}\n")
+    t, kt = f"tensor<?x{hq}x{d}xf32>", f"tensor<?x{hkv}x{d}xf32>"
+    return _packed_function("varlen_bwd", "fa3.attention_varlen_grad",
+                            [("%do", t), ("%q", t), ("%k", kt), ("%v", kt), ("%o", t),
+                             ("%lse", f"tensor<{hq}x?xf32>")],
+                            [("%dq", t), ("%dk", kt), ("%dv", kt)], attrs, used, used_keyword=" seqused_k")
 
 
 # The packed backward's grid: z over the sequences, each iteration's rows
