@@ -655,13 +655,14 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
   int32_t seqPad32 = int32_t(seqPad);
   DevicePtr v = args.v, vt = args.workspace;
   if (args.seqK > 0) {
-    // 128 key slots per CTA through a padded shared-memory tile (see
-    // mlir::fa3::buildValueTransposeKernel).
+    // 128 key slots per CTA through a shared-memory tile of 128 rows of
+    // max(D, 128) bytes (mlir::fa3::valueTransposeRowBytes).
     void *params[] = {&v, &vt, &seqK32, &seqPad32};
     Dim3 grid{unsigned(seqPad / 128), unsigned(info.numKVHeads),
               unsigned(args.batch)};
     if (llvm::Error err = valueTranspose.launch(
-            grid, Dim3{256, 1, 1}, unsigned(128 * (info.headDim + 4)), stream,
+            grid, Dim3{256, 1, 1},
+            unsigned(128 * std::max<int64_t>(info.headDim, 128)), stream,
             params))
       return err;
   }

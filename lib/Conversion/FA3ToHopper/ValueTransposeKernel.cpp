@@ -55,17 +55,38 @@ LLVM::LLVMFuncOp ValueTransposeKernelBuilder::build(gpu::GPUModuleOp module,
   Value src = entry->getArgument(0), dst = entry->getArgument(1);
   Value seqK = entry->getArgument(2), seqPad = entry->getArgument(3);
   // One CTA per block of 128 key slots of one (batch, kv head): the 128
-  // source rows go through shared memory (rows padded by 4 bytes so that the
-  // column reads of phase 2 hit distinct banks), so that both the reads of V
-  // (D bytes per key) and the writes of V' (128 slots per row) are
-  // coalesced 4-byte accesses.
+  // source rows go through shared memory so that both the reads of V (D
+  // bytes per key) and the writes of V' (128 slots per row) are coalesced.
+  // A tile row takes kRowBytes(d) bytes; its 4-byte words are XOR-swizzled
+  // by the row (rowSwizzle) so that phase 1's word stores and phase 2's
+  // word loads each hit 32 distinct banks per warp (d256's phase 1: 2).
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value slot0 = mul(NVVM::BlockIdXOp::create(b, loc, i32), ci(kTransposeSlots));
   Value h = NVVM::BlockIdYOp::create(b, loc, i32);
   Value bIdx = NVVM::BlockIdZOp::create(b, loc, i32);
   Value raw = LLVM::AddressOfOp::create(b, loc, smemPtr, kDynamicSmemName);
-  const int64_t d = s.headDim, pitch = d + 4;
+  const int64_t d = s.headDim, rowWords = valueTransposeRowBytes(d) / 4;
   Type i8 = b.getI8Type();
+  auto bit = [&](Value x, int64_t i) {
+    return andi(arith::ShRUIOp::create(b, loc, x, ci(i)), ci(1));
+  };
+  auto shl = [&](Value x, int64_t i) {
+    return arith::ShLIOp::create(b, loc, x, ci(i)).getResult();
+  };
+  // The XOR swizzle of tile row r's words, 5 bits of r: bijective over the
+  // rows one phase-2 load of a warp reads (bits 1, 2, 4, 5, 6 vary, 0 and 3
+  // fixed; see the slot permutation below) and, in its low two bits, over
+  // four consecutive rows (bits 0, 1 vary: a warp's phase-1 stores at d128).
+  auto rowSwizzle = [&](Value r) {
+    Value s0 = bit(r, 1), s1 = xori(bit(r, 2), bit(r, 0));
+    Value s4 = xori(bit(r, 6), bit(r, 2));
+    return ori(ori(ori(s0, shl(s1, 1)), shl(bit(r, 4), 2)),
+               ori(shl(bit(r, 5), 3), shl(s4, 4)));
+  };
+  auto wordAt = [&](Value r, Value word) {
+    Value at = mul(add(mul(r, ci(rowWords)), xori(word, rowSwizzle(r))), ci(4));
+    return LLVM::GEPOp::create(b, loc, smemPtr, i8, raw, ValueRange{at});
+  };
 
   // Phase 1: V[b, slot0 + r, h, :] -> tile row r (zeros past Sk), 16 bytes
   // a load, every load issued before the first shared store so that they
@@ -104,44 +125,52 @@ LLVM::LLVMFuncOp ValueTransposeKernelBuilder::build(gpu::GPUModuleOp module,
   }
   for (auto [rc, v] : llvm::zip(rows, loads)) {
     auto [row, chunk] = rc;
-    for (int64_t w = 0; w < 4; ++w) {
-      Value at = add(mul(row, ci(pitch)), add(mul(chunk, ci(16)), ci(4 * w)));
-      LLVM::StoreOp::create(
-          b, loc, LLVM::ExtractElementOp::create(b, loc, v, ci(w)),
-          LLVM::GEPOp::create(b, loc, smemPtr, i8, raw, ValueRange{at}), 4);
-    }
+    for (int64_t w = 0; w < 4; ++w)
+      LLVM::StoreOp::create(b, loc,
+                            LLVM::ExtractElementOp::create(b, loc, v, ci(w)),
+                            wordAt(row, add(mul(chunk, ci(4)), ci(w))), 4);
   }
   NVVM::Barrier0Op::create(b, loc);
 
-  // Phase 2: V'[b, h, c, slot0 + 4g .. +3] from tile rows π(4g + v), column
-  // c. Slot a = 32q + 16u + 4t + v holds key 32q + 16u + 2t + (v & 1) +
-  // 8 (v >> 1) (see the A-fragment packing in the kernel).
-  for (int64_t i = 0; i < d * (kTransposeSlots / 4) / kTransposeThreads; ++i) {
-    Value item = add(tid, ci(i * kTransposeThreads));
-    Value col = divu(item, ci(kTransposeSlots / 4));
-    Value group = remu(item, ci(kTransposeSlots / 4));
-    Value packed = ci(0);
+  // Phase 2: a thread takes 4 slots (4g .. 4g + 3, g its lane) of 4
+  // columns (4c .. 4c + 3): one 4-byte load from each of the 4 tile rows
+  // π(4g + v), a 4 x 4 byte transpose in 8 prmt, and one 4-byte store to
+  // each of the 4 V' rows, V'[b, h, 4c + k, slot0 + 4g .. +3] (a warp's
+  // store covers 128 slots of one row). Slot a = 32q + 16u + 4t + v holds
+  // key π(a) = 32q + 16u + 2t + (v & 1) + 8 (v >> 1) (see the A-fragment
+  // packing in the kernel).
+  Value lane = remu(tid, ci(32));
+  Value q = divu(lane, ci(8)), u = remu(divu(lane, ci(4)), ci(2));
+  Value t = remu(lane, ci(4));
+  Value keyBase = add(add(mul(q, ci(32)), mul(u, ci(16))), mul(t, ci(2)));
+  auto prmt = [&](Value lo, Value hi, int64_t selector) {
+    return NVVM::PermuteOp::create(b, loc, i32, lo, hi, ci(selector),
+                                   NVVM::PermuteMode::DEFAULT)
+        .getResult();
+  };
+  Value rowBase =
+      mul(add(mul(sext64(bIdx), cl(s.numKVHeads)), sext64(h)), cl(d));
+  Value slotOut = zext64(add(slot0, mul(lane, ci(4))));
+  for (int64_t i = 0; i < (d / 4) * 32 / kTransposeThreads; ++i) {
+    Value col4 = divu(add(tid, ci(i * kTransposeThreads)), ci(32));
+    Value w[4];
     for (int64_t v = 0; v < 4; ++v) {
-      Value slot = add(mul(group, ci(4)), ci(v));
-      Value j = remu(slot, ci(32));
-      Value key = add(add(sub(slot, j), mul(divu(j, ci(16)), ci(16))), ci(0));
-      key = add(key, add(mul(divu(remu(j, ci(16)), ci(4)), ci(2)),
-                         ci((v & 1) + 8 * (v >> 1))));
-      Value at = add(mul(key, ci(pitch)), col);
-      Value byte = LLVM::LoadOp::create(
-          b, loc, i8,
-          LLVM::GEPOp::create(b, loc, smemPtr, i8, raw, ValueRange{at}));
-      Value wide = arith::ExtUIOp::create(b, loc, i32, byte);
-      packed = ori(packed, arith::ShLIOp::create(b, loc, wide, ci(8 * v)));
+      Value key = add(keyBase, ci((v & 1) + 8 * (v >> 1)));
+      w[v] = LLVM::LoadOp::create(b, loc, i32, wordAt(key, col4), 4);
     }
-    Value out = add(
-        mul(add(mul(add(mul(sext64(bIdx), cl(s.numKVHeads)), sext64(h)), cl(d)),
-                zext64(col)),
-            sext64(seqPad)),
-        zext64(add(slot0, mul(group, ci(4)))));
-    LLVM::StoreOp::create(
-        b, loc, packed,
-        LLVM::GEPOp::create(b, loc, globalPtr, i8, dst, ValueRange{out}), 4);
+    // With w = (a, b, c, d) and byte 0 first: (a0 b0 a1 b1), (c0 d0 c1
+    // d1), (a2 b2 a3 b3), (c2 d2 c3 d3), then column k = (a_k b_k c_k d_k).
+    Value lo01 = prmt(w[0], w[1], 0x5140), hi01 = prmt(w[2], w[3], 0x5140);
+    Value lo23 = prmt(w[0], w[1], 0x7362), hi23 = prmt(w[2], w[3], 0x7362);
+    Value cols[4] = {prmt(lo01, hi01, 0x5410), prmt(lo01, hi01, 0x7632),
+                     prmt(lo23, hi23, 0x5410), prmt(lo23, hi23, 0x7632)};
+    for (int64_t k = 0; k < 4; ++k) {
+      Value col = zext64(add(mul(col4, ci(4)), ci(k)));
+      Value out = add(mul(add(rowBase, col), sext64(seqPad)), slotOut);
+      LLVM::StoreOp::create(
+          b, loc, cols[k],
+          LLVM::GEPOp::create(b, loc, globalPtr, i8, dst, ValueRange{out}), 4);
+    }
   }
   LLVM::ReturnOp::create(b, loc, ValueRange());
   return fn;

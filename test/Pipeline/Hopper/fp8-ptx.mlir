@@ -64,5 +64,18 @@
 // O += P V'ᵀ: A from registers, B (V') K-major.
 // D128: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // D256: wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){127}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
-// The layout kernel follows the attention kernel in the module.
+// The layout kernel follows the attention kernel in the module. Its
+// transpose reads 4-byte words of the swizzled shared tile (never single
+// bytes: those had 4-way bank conflicts) and transposes 4 x 4 bytes in
+// registers with byte permutes.
 // CHECK: .visible .entry fa3_fwd_e4m3_d{{128|256}}_{{.*}}_vt(
+// CHECK-NOT: ld.shared.{{[bu]}}8
+// CHECK: bar.sync 0;
+// CHECK-NOT: ld.shared.{{[bu]}}8
+// CHECK: ld.shared.b32
+// CHECK-NOT: ld.shared.{{[bu]}}8
+// CHECK: prmt.b32
+// CHECK-NOT: ld.shared.{{[bu]}}8
+// CHECK: st.global.b32
+// CHECK-NOT: ld.shared.{{[bu]}}8
+// CHECK: ret;

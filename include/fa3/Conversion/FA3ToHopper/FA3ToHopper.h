@@ -200,8 +200,16 @@ void annotateHopperForwardLaunch(Operation *op, gpu::GPUModuleOp kernels,
 /// FP8 only: emits the V layout kernel of `spec` into `module` as `name`
 /// (the attention kernel's name + "_vt"): V [B, Sk, Hkv, D] to V' [B, Hkv,
 /// D, roundup(Sk, block_n)] (keys innermost, permuted within groups of 32);
-/// grid (roundup(Sk, block_n) / 128, Hkv, B), 256 threads, 128 · (D + 4)
-/// bytes of dynamic shared memory; params V, V', Sk, padded Sk.
+/// grid (roundup(Sk, block_n) / 128, Hkv, B), 256 threads, 128 ·
+/// valueTransposeRowBytes(D) bytes of dynamic shared memory; params V, V',
+/// Sk, padded Sk.
+/// The bytes a key row of V takes in the V layout kernel's shared tile: D,
+/// but at least 128 so that each row's 4-byte words can be XOR-swizzled
+/// over all 32 banks. The runtime's launch allocates 128 rows of it.
+inline int64_t valueTransposeRowBytes(int64_t headDim) {
+  return headDim < 128 ? 128 : headDim;
+}
+
 LLVM::LLVMFuncOp buildValueTransposeKernel(OpBuilder &builder,
                                            gpu::GPUModuleOp module,
                                            const HopperAttentionSpec &spec,
