@@ -1527,16 +1527,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         emitOp(op, iv, it);
     };
 
-    // Pingpong: consumer 0 goes first (an arrive on its own barrier that
-    // its first takeTurn() completes).
-    if (s.pingpong) {
-      Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
-      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
-        namedBarrierArrive(ci(kPingpongBarrier), 256);
-        scf::YieldOp::create(b, loc);
-      });
-    }
-
     // The key structure (the plain loop, or the rotated loop's guard) is
     // the only op of the forall body the walk needs; its results are
     // (O, m, l).
@@ -1555,17 +1545,32 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     if (s.persistent && s.separateOutputTile())
       ringArrive(kQueryEmpty, qUse);
 
-    // Pingpong: consumer 0's last wait takes consumer 1's last arrive, so
-    // both named barriers end with every phase complete.
-    if (s.pingpong) {
-      Value first = cmp(arith::CmpIPredicate::eq, wg, ci(0));
+    emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
+  };
+
+  // Pingpong's turns run on across the consumers' tiles: consumer 0 goes
+  // first once (an arrive on its own barrier that its first turn
+  // completes), and after the last tile it takes consumer 1's last turn, so
+  // both named barriers end with every phase complete. Between tiles
+  // nothing else couples the two warpgroups (each stores its own O rows
+  // behind a barrier of its own, and the Q tiles and the tile index are
+  // released by both), so on a persistent grid one warpgroup's epilogue
+  // and next Q Kᵀ overlap the other's last GEMMs instead of both waiting
+  // at every tile's end and start.
+  auto pingpongTurns = [&](Value wg, llvm::function_ref<void()> tiles) {
+    Value first =
+        s.pingpong ? cmp(arith::CmpIPredicate::eq, wg, ci(0)) : Value();
+    if (first)
       scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
-        takeTurn();
+        namedBarrierArrive(ci(kPingpongBarrier), 256);
         scf::YieldOp::create(b, loc);
       });
-    }
-
-    emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
+    tiles();
+    if (first)
+      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
+        namedBarrierSync(ci(kPingpongBarrier), 256);
+        scf::YieldOp::create(b, loc);
+      });
   };
 
   // The last tile's O store reads the O tile of its own until it is done;
@@ -1596,7 +1601,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       }
       scf::YieldOp::create(b, loc);
     });
-    buildConsumer(wg);
+    pingpongTurns(wg, [&] { buildConsumer(wg); });
     waitForOutputStore();
   } else {
     // Warp specialization: warpgroup 0 produces, the others consume. Each
@@ -1620,7 +1625,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
           NVVM::SetMaxRegisterOp::create(b, loc, s.consumerRegs,
                                          NVVM::SetMaxRegisterAction::increase);
           Value consumer = sub(wg, ci(1));
-          forEachConsumedTile([&] { buildConsumer(consumer); });
+          pingpongTurns(consumer, [&] {
+            forEachConsumedTile([&] { buildConsumer(consumer); });
+          });
           waitForOutputStore();
           scf::YieldOp::create(b, loc);
         });
