@@ -606,7 +606,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   };
   if (s.varlen) {
     kStart = mul(kBlock, ci(bn));
-    Value cuQ = entry->getArgument(11), cuK = entry->getArgument(12);
+    Value cuK = entry->getArgument(12);
     Value rowsQ = seqQ, rowsK = seqK;
     // Grid z = B + 1: the last z zeroes the dK and dV rows past the last
     // sequence (its CTAs stride over them) and does nothing else.
