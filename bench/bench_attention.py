@@ -603,7 +603,9 @@ def fp8_schedule_variants(d, only=None):
     d with one choice changed: `no_ws` without a producer warpgroup (the
     structure of the FP8 kernel before it went through the tile level),
     `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
-    blocks without the overlap (d128; with it ptxas spills), `persistent` /
+    blocks without the overlap (d128; with it ptxas spills), `m192` 192-row
+    tiles on three consumer warpgroups without the overlap (d128),
+    `no_pingpong` without pingpong, `persistent` /
     `plain_grid` on a persistent / plain grid, `sN` (and `sN_persistent`) a
     K/V ring of N stages, `lrN` lazy rescaling with rescale_threshold = N.
     `only` limits the columns to these names (None: all)."""
@@ -619,6 +621,13 @@ def fp8_schedule_variants(d, only=None):
         variants["no_overlap"] = dict(default, intra_wg_overlap=False)
     if d == 128:
         variants["n256"] = dict(default, block_n=256, intra_wg_overlap=False)
+        # Three consumer warpgroups (FA3's 32/160 split) on 192-row tiles:
+        # more warps to hide the softmax's latency instead of the overlap,
+        # which spills at 160 registers (ptxas: 144 bytes).
+        variants["m192"] = dict(default, block_m=192, consumer_wgs=3, producer_regs=32,
+                                consumer_regs=160, pingpong=False, intra_wg_overlap=False)
+    if default["pingpong"]:
+        variants["no_pingpong"] = dict(default, pingpong=False)
     # Lazy rescaling with P · 2^(8 - τ) in e4m3 (fa3-lazy-rescale).
     for threshold in (4, 8):
         variants[f"lr{threshold}"] = dict(default, rescale_threshold=threshold)
