@@ -604,7 +604,8 @@ def fp8_schedule_variants(d, only=None):
     structure of the FP8 kernel before it went through the tile level),
     `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
     blocks without the overlap (d128; with it ptxas spills), `m192` 192-row
-    tiles on three consumer warpgroups without the overlap (d128),
+    tiles on three consumer warpgroups without the overlap (d128), `n192`
+    192-key blocks with the overlap (d128),
     `no_pingpong` without pingpong, `persistent` /
     `plain_grid` on a persistent / plain grid, `sN` (and `sN_persistent`) a
     K/V ring of N stages, `lrN` lazy rescaling with rescale_threshold = N.
@@ -626,6 +627,9 @@ def fp8_schedule_variants(d, only=None):
         # which spills at 160 registers (ptxas: 144 bytes).
         variants["m192"] = dict(default, block_m=192, consumer_wgs=3, producer_regs=32,
                                 consumer_regs=160, pingpong=False, intra_wg_overlap=False)
+        # FA3's larger e4m3 key blocks: 192 keys (V' in 64-key atoms), with
+        # the overlap (ptxas: no spills, where 256 keys spill 144 B).
+        variants["n192"] = dict(default, block_n=192)
     if default["pingpong"]:
         variants["no_pingpong"] = dict(default, pingpong=False)
     # Lazy rescaling with P · 2^(8 - τ) in e4m3 (fa3-lazy-rescale).

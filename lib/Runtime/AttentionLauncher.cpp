@@ -258,10 +258,16 @@ static llvm::Error checkForwardOperands(const AttentionKernelInfo &info,
   return llvm::Error::success();
 }
 
+/// Keys per box of an FP8 forward's V' tensor map: the kernel's V' atoms,
+/// 128 keys (128-byte swizzle) where block_n is whole atoms of them, else 64
+/// (64-byte swizzle; mlir::fa3::valueTransposeAtomKeys).
+static int64_t valueTransposeAtomKeys(const AttentionKernelInfo &info) {
+  return info.blockN % 128 == 0 ? 128 : 64;
+}
+
 /// The TMA descriptor of an FP8 forward's V' [B, Hkv, D, paddedKeys]: boxes
-/// of 128 keys (one 128-byte atom) by all D rows (fa3.tma_load_tile
-/// {transposed}). Without keys it points at Q, which exists and is never
-/// read through it.
+/// of one atom of keys by all D rows (fa3.tma_load_tile {transposed}).
+/// Without keys it points at Q, which exists and is never read through it.
 static llvm::Expected<TensorMap>
 valueTransposedTensorMap(const AttentionKernelInfo &info,
                          const AttentionDeviceArgs &args,
@@ -274,8 +280,10 @@ valueTransposedTensorMap(const AttentionKernelInfo &info,
                      uint64_t(args.batch)};
   desc.globalStrides = {pad, pad * info.headDim,
                         pad * info.headDim * info.numKVHeads};
-  desc.boxDims = {128, uint32_t(info.headDim), 1, 1};
-  desc.swizzle = TensorMapSwizzle::Bytes128;
+  int64_t atom = valueTransposeAtomKeys(info);
+  desc.boxDims = {uint32_t(atom), uint32_t(info.headDim), 1, 1};
+  desc.swizzle =
+      atom == 128 ? TensorMapSwizzle::Bytes128 : TensorMapSwizzle::Bytes64;
   desc.l2Promotion = TensorMapL2Promotion::Bytes128;
   desc.oobFill = TensorMapOOBFill::None;
   return encodeTiledTensorMap(desc, "V'");
@@ -609,8 +617,11 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
 }
 
 /// Keys of V' padded to whole key blocks.
+/// V''s keys: Sk rounded up to whole key blocks and whole 128-key CTAs of
+/// the layout kernel (block_n = 192: to 384).
 static int64_t paddedSeqK(const AttentionKernelInfo &info, int64_t seqK) {
-  return (seqK + info.blockN - 1) / info.blockN * info.blockN;
+  int64_t unit = std::lcm<int64_t>(info.blockN, 128);
+  return (seqK + unit - 1) / unit * unit;
 }
 
 int64_t

@@ -274,7 +274,8 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
     expectTileBytes(rewriter, loc, op.getBarrier(), op.getBytes());
     if (op.getTransposed()) {
       // Atom a: the `cols` rows of positions row + a · atom_cols on.
-      int64_t atomBytes = static_cast<int64_t>(op.getCols()) * 128;
+      int64_t atomBytes =
+          static_cast<int64_t>(op.getCols()) * op.getAtomBytes();
       int64_t atoms = static_cast<int64_t>(op.getRows()) / op.getAtomCols();
       for (int64_t atom = 0; atom < atoms; ++atom) {
         Value dst = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(),

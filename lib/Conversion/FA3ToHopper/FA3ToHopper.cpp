@@ -265,10 +265,10 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
       return op.emitOpError() << "the Hopper FP8 kernel supports head dims "
                                  "64, 128 and 256, got "
                               << spec.headDim;
-    if (spec.blockN % 128 != 0)
+    if (spec.blockN % 64 != 0)
       return op.emitOpError() << "the Hopper FP8 kernel reads V' in atoms of "
-                                 "128 keys (128 bytes of e4m3); block_n must "
-                                 "be 128 or 256, got "
+                                 "64 or 128 keys (64 or 128 bytes of e4m3); "
+                                 "block_n must be a multiple of 64, got "
                               << spec.blockN;
   }
   if (op.getPackGqa()) {

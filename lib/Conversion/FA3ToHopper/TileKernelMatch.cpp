@@ -770,10 +770,11 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
              << "an FP8 kernel's softmax, softcap and finalize must take one "
                 "descale (q_descale · k_descale)";
     if ((spec.headDim != 64 && spec.headDim != 128 && spec.headDim != 256) ||
-        spec.blockN % 128 != 0)
+        spec.blockN % 64 != 0)
       return kernel.func.emitOpError()
              << "the Hopper FP8 forward implements D = 64, 128 and 256 with "
-                "block_n a multiple of 128 (V' atoms of 128 keys), got D = "
+                "block_n a multiple of 64 (V' atoms of 64 or 128 keys), got "
+                "D = "
              << spec.headDim << ", block_n = " << spec.blockN;
   } else if (kernel.finalize.getQkDescale() ||
              kernel.keys.softmax.getDescale()) {

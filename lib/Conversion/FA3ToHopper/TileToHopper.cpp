@@ -1227,13 +1227,16 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
       for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
         // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
-        // V'ᵀ K-major (D rows of 128-key atoms), 32 keys = 32 bytes a step.
-        Value bd = s.fp8 ? descriptor(add(vTileAddr,
-                                          ci((kk / 4) * s.headDim * kAtomBytes +
-                                             (kk % 4) * 32)),
-                                      16, 1024)
-                         : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
-                                      s.blockN * kAtomBytes, 1024);
+        // V'ᵀ K-major (D rows of 128-key atoms, or of 64 keys where block_n
+        // is not whole 128-key atoms), 32 keys = 32 bytes a step.
+        const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
+        Value bd =
+            s.fp8 ? descriptor(add(vTileAddr,
+                                   ci((kk / (vAtom / 32)) * s.headDim * vAtom +
+                                      (kk % (vAtom / 32)) * 32)),
+                               16, 8 * vAtom, vAtom)
+                  : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
+                               s.blockN * kAtomBytes, 1024);
         o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);

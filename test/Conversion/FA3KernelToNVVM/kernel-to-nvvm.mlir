@@ -132,6 +132,34 @@ llvm.func @tma_load_tile_e4m3(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.
   llvm.return
 }
 
+// Transposed with 192 keys (block_n = 192): not whole 128-key atoms, so
+// three 64-key atoms (the 64-byte swizzle), atom a at offset + a · D · 64
+// with box (row + 64 a, 0, h, b).
+// CHECK-LABEL: llvm.func @tma_load_tile_e4m3_192
+// CHECK-SAME: (%[[MAP:.+]]: !llvm.ptr, %[[SMEM:.+]]: !llvm.ptr<3>, %[[BAR:.+]]: !llvm.ptr<3>, %[[OFF:.+]]: i32, %[[ROW:.+]]: i32, %[[H:.+]]: i32, %[[B:.+]]: i32)
+// CHECK: arith.constant 24576 : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.+}}, %[[MAP]], %[[BAR]], box[%{{.+}}, %{{.+}}, %[[H]], %[[B]]]
+// CHECK-NEXT: %[[S1:.+]] = arith.constant 8192 : i32
+// CHECK-NEXT: %[[A1:.+]] = arith.addi %[[OFF]], %[[S1]] : i32
+// CHECK-NEXT: %[[D1:.+]] = llvm.getelementptr %[[SMEM]][%[[A1]]]
+// CHECK-NEXT: %[[K1:.+]] = arith.constant 64 : i32
+// CHECK-NEXT: %[[P1:.+]] = arith.addi %[[ROW]], %[[K1]] : i32
+// CHECK-NEXT: %[[Z1:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[D1]], %[[MAP]], %[[BAR]], box[%[[P1]], %[[Z1]], %[[H]], %[[B]]]
+// CHECK-NEXT: %[[S2:.+]] = arith.constant 16384 : i32
+// CHECK-NEXT: %[[A2:.+]] = arith.addi %[[OFF]], %[[S2]] : i32
+// CHECK-NEXT: %[[D2:.+]] = llvm.getelementptr %[[SMEM]][%[[A2]]]
+// CHECK-NEXT: %[[K2:.+]] = arith.constant 128 : i32
+// CHECK-NEXT: %[[P2:.+]] = arith.addi %[[ROW]], %[[K2]] : i32
+// CHECK-NEXT: %[[Z2:.+]] = arith.constant 0 : i32
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[D2]], %[[MAP]], %[[BAR]], box[%[[P2]], %[[Z2]], %[[H]], %[[B]]]
+// CHECK-NOT: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK: llvm.return
+llvm.func @tma_load_tile_e4m3_192(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %off: i32, %row: i32, %h: i32, %b: i32) {
+  fa3.tma_load_tile %map[%row, %h, %b] to %smem[%off], %bar {rows = 192 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed}
+  llvm.return
+}
+
 // Packed heads (PackGQA): the box coordinates of the [B, S, H / G, G, D]
 // view, (column, 0, group, row, batch), for the load and the store alike.
 // CHECK-LABEL: llvm.func @tma_tiles_packed

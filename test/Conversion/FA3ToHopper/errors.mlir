@@ -69,8 +69,8 @@ func.func @persistent_without_producer(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x
 // -----
 
 func.func @fp8_block_n(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4M3FN>, %v: tensor<1x?x4x128xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
-  // expected-error @+1 {{the Hopper FP8 kernel reads V' in atoms of 128 keys (128 bytes of e4m3); block_n must be 128 or 256, got 64}}
-  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
+  // expected-error @+1 {{the Hopper FP8 kernel reads V' in atoms of 64 or 128 keys (64 or 128 bytes of e4m3); block_n must be a multiple of 64, got 80}}
+  %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {schedule = #fa3.schedule<block_m = 128, block_n = 80, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
 }
 

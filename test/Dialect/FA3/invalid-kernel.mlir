@@ -99,8 +99,8 @@ llvm.func @tma_tile_transposed_packed(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar
 // -----
 
 llvm.func @tma_tile_transposed_partial_atom(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
-  // expected-error @+1 {{'fa3.tma_load_tile' op a transposed tile is whole atoms of 128 positions by at most 256 rows (TMA box dimensions), got rows = 64, cols = 128}}
-  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 64 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed}
+  // expected-error @+1 {{'fa3.tma_load_tile' op a transposed tile is whole 64-byte atoms of 64 positions (128-byte atoms where they pair up) by at most 256 rows (TMA box dimensions), got rows = 96, cols = 128}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 96 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed}
   llvm.return
 }
 

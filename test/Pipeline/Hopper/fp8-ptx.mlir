@@ -26,6 +26,15 @@
 // D64-DAG: wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n128s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}_vt(
 
+// 192-key blocks (block_n = 192, FA3's larger e4m3 key blocks): S = Q Kᵀ is
+// m64n192k32, and V' comes in three 64-key atoms (the 64-byte swizzle),
+// P V'ᵀ in six k32 steps of m64n128k32 with P from registers.
+// RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_n192 --emit=ptx | FileCheck %s --check-prefix=N192
+// N192: .visible .entry fa3_fwd_e4m3_d128_h8x2_m128n192s2_ov_ws24x240_pp_s{{[0-9a-f]+}}(
+// N192: wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){95}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
+// N192-COUNT-6: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
+// N192: .visible .entry fa3_fwd_e4m3_d128_h8x2_m128n192s2_ov_ws24x240_pp_s{{[0-9a-f]+}}_vt(
+
 // The tile level (fa3-tile): the blocks keep their e4m3 tiles and take the
 // descales of their (batch, kv head), q_descale · k_descale and v_descale.
 // RUN: fa3-opt %S/Inputs/fp8.mlir --fa3-select-schedule --fa3-tile | FileCheck %s --check-prefix=TILE

@@ -210,6 +210,14 @@ inline int64_t valueTransposeRowBytes(int64_t headDim) {
   return headDim < 128 ? 128 : headDim;
 }
 
+/// Keys per swizzle atom (and TMA box) of an FP8 kernel's V' tiles: 128
+/// (the 128-byte swizzle) where block_n is whole atoms of it, else 64 (the
+/// 64-byte swizzle; block_n = 64 or 192). The runtime's V' tensor map uses
+/// the same boxes.
+inline int64_t valueTransposeAtomKeys(int64_t blockN) {
+  return blockN % 128 == 0 ? 128 : 64;
+}
+
 LLVM::LLVMFuncOp buildValueTransposeKernel(OpBuilder &builder,
                                            gpu::GPUModuleOp module,
                                            const HopperAttentionSpec &spec,

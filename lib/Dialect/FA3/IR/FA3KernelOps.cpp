@@ -111,20 +111,21 @@ LogicalResult TmaLoadTileOp::verify() {
   if (!getTransposed())
     return verifyTmaTile(*this, rows, cols, elementBytes, getPackedHeads(),
                          /*allow64ByteRows=*/true);
-  // Transposed: boxes of 128 bytes of positions by `cols` rows.
+  // Transposed: boxes of 128 (or 64) bytes of positions by `cols` rows.
   if (getPackedHeads())
     return emitOpError() << "a transposed tile takes no packed_heads";
   if (elementBytes != 1 && elementBytes != 2)
     return emitOpError() << "element_bytes must be 1 (e4m3) or 2 (bf16/f16), "
                             "got "
                          << elementBytes;
-  int64_t atomPositions = 128 / elementBytes;
-  if (rows < 1 || rows > 256 || rows % atomPositions != 0 || cols < 1 ||
+  if (rows < 1 || rows > 256 || (rows * elementBytes) % 64 != 0 || cols < 1 ||
       cols > 256)
-    return emitOpError() << "a transposed tile is whole atoms of "
-                         << atomPositions << " positions by at most 256 rows "
-                         << "(TMA box dimensions), got rows = " << rows
-                         << ", cols = " << cols;
+    return emitOpError() << "a transposed tile is whole 64-byte atoms of "
+                         << 64 / elementBytes
+                         << " positions (128-byte atoms where they pair up) "
+                            "by at most 256 rows (TMA box dimensions), got "
+                            "rows = "
+                         << rows << ", cols = " << cols;
   return success();
 }
 

@@ -190,6 +190,9 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
     is stored as the `cols` rows of its `rows` positions: atom a (positions
     `row + a · 128 / element_bytes` on) at `offset + a · cols · 128`, the
     K-major layout of a wgmma B operand whose K runs over the positions.
+    Where `rows · element_bytes` is not a multiple of 128 (e4m3 tiles of 64
+    or 192 keys) the atoms and boxes are 64 bytes of positions, in the
+    64-byte swizzle.
 
     ```mlir
     fa3.tma_load_tile %tk[%row, %head, %batch] to %smem[%offset], %bar
@@ -210,10 +213,13 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Bytes of one swizzle atom's row: 128, or 64 for a tile of 64-byte
-    /// rows (transposed: always 128, of positions).
+    /// rows (transposed, of positions: 128, or 64 where the tile's
+    /// positions are not whole 128-byte atoms).
     int64_t getAtomBytes() {
+      if (getTransposed())
+        return (getRows() * getElementBytes()) % 128 == 0 ? 128 : 64;
       int64_t rowBytes = static_cast<int64_t>(getCols() * getElementBytes());
-      return getTransposed() ? 128 : std::min<int64_t>(128, rowBytes);
+      return std::min<int64_t>(128, rowBytes);
     }
     /// Columns (transposed: positions) per swizzle atom.
     int64_t getAtomCols() {
