@@ -208,9 +208,9 @@ def test_fp8_schedules_agree(d, causal):
     kernel's output: without a producer warpgroup, without the
     intra-warpgroup overlap, on a persistent grid and on a plain one, on
     192-row tiles of three consumer warpgroups at d128 (bit for bit: the
-    same key blocks in the same order), and with 256- and 192-key blocks at
-    d128 and lazy rescaling (other P roundings: within the reference bound
-    of the test above)."""
+    same key blocks in the same order), and with 256-, 192- and 64-key
+    blocks at d128 and lazy rescaling (other P roundings: within the
+    reference bound of the test above)."""
     from fa3 import _jit, schedules
     from fa3._spec import AttentionSpec
 
@@ -231,6 +231,8 @@ def test_fp8_schedules_agree(d, causal):
         # 192-key blocks: V' in 64-key atoms (the 64-byte swizzle), the last
         # block partial (1037 keys), V' padded to 1152.
         variants["n192"] = dict(default, block_n=192)
+        # 64-key blocks: one 64-key V' atom a block.
+        variants["n64"] = dict(default, block_n=64)
         # 192-row tiles on three consumer warpgroups (32/160, no overlap).
         variants["m192"] = dict(default, block_m=192, consumer_wgs=3, producer_regs=32, consumer_regs=160,
                                 pingpong=False, intra_wg_overlap=False)
@@ -245,7 +247,7 @@ def test_fp8_schedules_agree(d, causal):
         _launch_fp8(kernel, q8, k8, v8, (qd, kd, vd), out, lse)
         outs[name], lses[name] = out, lse
     for name in variants:
-        if name in ("n256", "n192") or name.startswith("lr"):
+        if name in ("n256", "n192", "n64") or name.startswith("lr"):
             vq = _dequantize(v8, vd, hkv)
             ref, _ = _attention_f64(_dequantize(q8, qd, hkv), _dequantize(k8, kd, hkv), vq, causal)
             err = (outs[name].double() - ref)
