@@ -57,9 +57,10 @@ LLVM::LLVMFuncOp ValueTransposeKernelBuilder::build(gpu::GPUModuleOp module,
   // One CTA per block of 128 key slots of one (batch, kv head): the 128
   // source rows go through shared memory so that both the reads of V (D
   // bytes per key) and the writes of V' (128 slots per row) are coalesced.
-  // A tile row takes kRowBytes(d) bytes; its 4-byte words are XOR-swizzled
-  // by the row (rowSwizzle) so that phase 1's word stores and phase 2's
-  // word loads each hit 32 distinct banks per warp (d256's phase 1: 2).
+  // A tile row takes valueTransposeRowBytes(d) bytes; its 4-byte words are
+  // XOR-swizzled by the row (rowSwizzle) so that phase 1's word stores and
+  // phase 2's word loads each hit 32 distinct banks per warp (d256's phase
+  // 1: 2).
   Value tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value slot0 = mul(NVVM::BlockIdXOp::create(b, loc, i32), ci(kTransposeSlots));
   Value h = NVVM::BlockIdYOp::create(b, loc, i32);
@@ -76,7 +77,8 @@ LLVM::LLVMFuncOp ValueTransposeKernelBuilder::build(gpu::GPUModuleOp module,
   // The XOR swizzle of tile row r's words, 5 bits of r: bijective over the
   // rows one phase-2 load of a warp reads (bits 1, 2, 4, 5, 6 vary, 0 and 3
   // fixed; see the slot permutation below) and, in its low two bits, over
-  // four consecutive rows (bits 0, 1 vary: a warp's phase-1 stores at d128).
+  // four consecutive rows (bits 0, 1 vary: a warp's phase-1 stores at d128;
+  // bits 0, 1 and 4 over the eight rows of one at d64).
   auto rowSwizzle = [&](Value r) {
     Value s0 = bit(r, 1), s1 = xori(bit(r, 2), bit(r, 0));
     Value s4 = xori(bit(r, 6), bit(r, 2));
