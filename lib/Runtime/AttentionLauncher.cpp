@@ -8,6 +8,8 @@
 
 #include "TensorMaps.h"
 
+#include "fa3/Dialect/FA3/Utils/ValueTransposeLayout.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -258,13 +260,6 @@ static llvm::Error checkForwardOperands(const AttentionKernelInfo &info,
   return llvm::Error::success();
 }
 
-/// Keys per box of an FP8 forward's V' tensor map: the kernel's V' atoms,
-/// 128 keys (128-byte swizzle) where block_n is whole atoms of them, else 64
-/// (64-byte swizzle; mlir::fa3::valueTransposeAtomKeys).
-static int64_t valueTransposeAtomKeys(const AttentionKernelInfo &info) {
-  return info.blockN % 128 == 0 ? 128 : 64;
-}
-
 /// The TMA descriptor of an FP8 forward's V' [B, Hkv, D, paddedKeys]: boxes
 /// of one atom of keys by all D rows (fa3.tma_load_tile {transposed}).
 /// Without keys it points at Q, which exists and is never read through it.
@@ -280,7 +275,7 @@ valueTransposedTensorMap(const AttentionKernelInfo &info,
                      uint64_t(args.batch)};
   desc.globalStrides = {pad, pad * info.headDim,
                         pad * info.headDim * info.numKVHeads};
-  int64_t atom = valueTransposeAtomKeys(info);
+  int64_t atom = mlir::fa3::valueTransposeAtomKeys(info.blockN);
   desc.boxDims = {uint32_t(atom), uint32_t(info.headDim), 1, 1};
   desc.swizzle =
       atom == 128 ? TensorMapSwizzle::Bytes128 : TensorMapSwizzle::Bytes64;
@@ -616,12 +611,8 @@ llvm::Error fa3::runtime::launchAttentionVarlen(const CudaKernel &kernel,
       stream, llvm::ArrayRef<void *>(params).drop_back(info.sequsedK ? 0 : 1));
 }
 
-/// Keys of V' padded to whole key blocks.
-/// V''s keys: Sk rounded up to whole key blocks and whole 128-key CTAs of
-/// the layout kernel (block_n = 192: to 384).
 static int64_t paddedSeqK(const AttentionKernelInfo &info, int64_t seqK) {
-  int64_t unit = std::lcm<int64_t>(info.blockN, 128);
-  return (seqK + unit - 1) / unit * unit;
+  return mlir::fa3::valueTransposePaddedKeys(info.blockN, seqK);
 }
 
 int64_t
@@ -666,15 +657,14 @@ llvm::Error fa3::runtime::launchAttentionForwardFP8(
   int32_t seqPad32 = int32_t(seqPad);
   DevicePtr v = args.v, vt = args.workspace;
   if (args.seqK > 0) {
-    // 128 key slots per CTA through a shared-memory tile of 128 rows of
-    // max(D, 128) bytes (mlir::fa3::valueTransposeRowBytes).
+    // 128 key slots per CTA through a shared-memory tile of 128 rows.
     void *params[] = {&v, &vt, &seqK32, &seqPad32};
     Dim3 grid{unsigned(seqPad / 128), unsigned(info.numKVHeads),
               unsigned(args.batch)};
     if (llvm::Error err = valueTranspose.launch(
             grid, Dim3{256, 1, 1},
-            unsigned(128 * std::max<int64_t>(info.headDim, 128)), stream,
-            params))
+            unsigned(128 * mlir::fa3::valueTransposeRowBytes(info.headDim)),
+            stream, params))
       return err;
   }
   FP8Operands fp8{vt, seqPad};

@@ -8,6 +8,8 @@
 #ifndef FA3_CONVERSION_FA3TOHOPPER_FA3TOHOPPER_H
 #define FA3_CONVERSION_FA3TOHOPPER_FA3TOHOPPER_H
 
+#include "fa3/Dialect/FA3/Utils/ValueTransposeLayout.h"
+
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Support/LLVM.h"
 
@@ -199,25 +201,10 @@ void annotateHopperForwardLaunch(Operation *op, gpu::GPUModuleOp kernels,
 
 /// FP8 only: emits the V layout kernel of `spec` into `module` as `name`
 /// (the attention kernel's name + "_vt"): V [B, Sk, Hkv, D] to V' [B, Hkv,
-/// D, roundup(Sk, block_n)] (keys innermost, permuted within groups of 32);
-/// grid (roundup(Sk, block_n) / 128, Hkv, B), 256 threads, 128 ·
+/// D, P] (P = valueTransposePaddedKeys(block_n, Sk); keys innermost, permuted
+/// within groups of 32); grid (P / 128, Hkv, B), 256 threads, 128 ·
 /// valueTransposeRowBytes(D) bytes of dynamic shared memory; params V, V',
 /// Sk, padded Sk.
-/// The bytes a key row of V takes in the V layout kernel's shared tile: D,
-/// but at least 128 so that each row's 4-byte words can be XOR-swizzled
-/// over all 32 banks. The runtime's launch allocates 128 rows of it.
-inline int64_t valueTransposeRowBytes(int64_t headDim) {
-  return headDim < 128 ? 128 : headDim;
-}
-
-/// Keys per swizzle atom (and TMA box) of an FP8 kernel's V' tiles: 128
-/// (the 128-byte swizzle) where block_n is whole atoms of it, else 64 (the
-/// 64-byte swizzle; block_n = 64 or 192). The runtime's V' tensor map uses
-/// the same boxes.
-inline int64_t valueTransposeAtomKeys(int64_t blockN) {
-  return blockN % 128 == 0 ? 128 : 64;
-}
-
 LLVM::LLVMFuncOp buildValueTransposeKernel(OpBuilder &builder,
                                            gpu::GPUModuleOp module,
                                            const HopperAttentionSpec &spec,

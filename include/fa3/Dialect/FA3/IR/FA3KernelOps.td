@@ -217,7 +217,8 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
     /// positions are not whole 128-byte atoms).
     int64_t getAtomBytes() {
       if (getTransposed())
-        return (getRows() * getElementBytes()) % 128 == 0 ? 128 : 64;
+        return transposedAtomBytes(
+            static_cast<int64_t>(getRows() * getElementBytes()));
       int64_t rowBytes = static_cast<int64_t>(getCols() * getElementBytes());
       return std::min<int64_t>(128, rowBytes);
     }

@@ -9,6 +9,7 @@
 
 #include "fa3/Dialect/FA3/IR/FA3Attrs.h"
 #include "fa3/Dialect/FA3/IR/FA3Dialect.h"
+#include "fa3/Dialect/FA3/Utils/ValueTransposeLayout.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/Dialect/LLVMIR/LLVMTypes.h"
 #include "mlir/IR/BuiltinTypes.h"
