@@ -101,7 +101,8 @@ static LogicalResult checkRegisterSplit(Operation *op, int64_t producerRegs,
     return success();
   // setmaxnreg moves registers between warpgroups of a CTA that starts with
   // 64 Ki / threads each (in steps of 8): the producer can only shrink, the
-  // consumers only grow, and the total must fit the register file.
+  // consumers only grow, and they share only what the CTA was launched with
+  // (its pool): a split past that leaves setmaxnreg.inc waiting forever.
   int64_t threads = 128 * (consumerWgs + 1);
   int64_t atLaunch = std::min<int64_t>(256, (65536 / threads) / 8 * 8);
   if (producerRegs > atLaunch || consumerRegs < atLaunch)
@@ -110,12 +111,14 @@ static LogicalResult checkRegisterSplit(Operation *op, int64_t producerRegs,
            << atLaunch << " registers a thread; setmaxnreg needs "
            << "producer_regs <= " << atLaunch << " <= consumer_regs, got "
            << producerRegs << " and " << consumerRegs;
-  int64_t total = 128 * (producerRegs + consumerWgs * consumerRegs);
-  if (total > 65536)
+  int64_t total = producerRegs + consumerWgs * consumerRegs;
+  int64_t pool = atLaunch * (consumerWgs + 1);
+  if (total > pool)
     return op->emitOpError()
-           << "producer_regs + consumer_wgs x consumer_regs = " << total / 128
-           << " registers a thread exceeds the 512 (64 Ki per CTA) of the "
-              "register file";
+           << "producer_regs + consumer_wgs x consumer_regs = " << total
+           << " registers a thread exceeds the " << pool << " ("
+           << consumerWgs + 1 << " warpgroups x " << atLaunch
+           << ") the CTA is launched with, which setmaxnreg shares out";
   return success();
 }
 

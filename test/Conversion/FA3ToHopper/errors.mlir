@@ -109,7 +109,7 @@ func.func @producer_too_big(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf1
 // -----
 
 func.func @over_budget(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
-  // expected-error @+1 {{producer_regs + consumer_wgs x consumer_regs = 536 registers a thread exceeds the 512 (64 Ki per CTA) of the register file}}
+  // expected-error @+1 {{producer_regs + consumer_wgs x consumer_regs = 536 registers a thread exceeds the 512 (4 warpgroups x 128) the CTA is launched with, which setmaxnreg shares out}}
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 192, block_n = 128, stages = 2, consumer_wgs = 3, producer_regs = 32, consumer_regs = 168, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
 }
@@ -141,7 +141,7 @@ func.func @grad_producer_without_consumer_regs(%do: tensor<1x?x4x128xbf16>, %q: 
 // -----
 
 func.func @grad_registers_over_budget(%do: tensor<1x?x4x128xbf16>, %q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>, %o: tensor<1x?x4x128xbf16>, %lse: tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) {
-  // expected-error @+1 {{producer_regs + consumer_wgs x consumer_regs = 536 registers a thread exceeds the 512 (64 Ki per CTA) of the register file}}
+  // expected-error @+1 {{producer_regs + consumer_wgs x consumer_regs = 536 registers a thread exceeds the 504 (3 warpgroups x 168) the CTA is launched with, which setmaxnreg shares out}}
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {schedule = #fa3.schedule<block_m = 64, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 256, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>)
   return %dq, %dk, %dv : tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>
 }
@@ -178,3 +178,13 @@ func.func @pack_gqa_group_of_three(%q: tensor<1x?x6x64xbf16>, %k: tensor<1x?x2x6
   return %o, %lse : tensor<1x?x6x64xbf16>, tensor<1x6x?xf32>
 }
 
+
+// -----
+
+// Two consumers at 240 leave the producer 24 of the 3 x 168 the CTA is
+// launched with: 32 would leave setmaxnreg.inc waiting forever.
+func.func @over_launch_pool(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
+  // expected-error @+1 {{producer_regs + consumer_wgs x consumer_regs = 512 registers a thread exceeds the 504 (3 warpgroups x 168) the CTA is launched with, which setmaxnreg shares out}}
+  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 32, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
+}
