@@ -604,9 +604,10 @@ def fp8_schedule_variants(d, only=None):
     structure of the FP8 kernel before it went through the tile level),
     `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
     blocks without the overlap (d128; with it ptxas spills), `m192` 192-row
-    tiles on three consumer warpgroups without the overlap (d128), `n192`
-    192-key blocks with the overlap (d128),
-    `no_pingpong` without pingpong, `persistent` /
+    tiles on three consumer warpgroups without the overlap (d128), `n192` /
+    `n128` 192- / 128-key blocks with the overlap (d128; the cost model
+    takes 192 for non-causal kernels on a plain grid), `n192_no_pingpong`
+    192-key blocks without pingpong, `no_pingpong` without pingpong, `persistent` /
     `plain_grid` on a persistent / plain grid, `sN` (and `sN_persistent`) a
     K/V ring of N stages, `lrN` lazy rescaling with rescale_threshold = N.
     `only` limits the columns to these names (None: all)."""
@@ -630,6 +631,8 @@ def fp8_schedule_variants(d, only=None):
         # FA3's larger e4m3 key blocks: 192 keys (V' in 64-key atoms), with
         # the overlap (ptxas: no spills, where 256 keys spill 144 B).
         variants["n192"] = dict(default, block_n=192)
+        variants["n128"] = dict(default, block_n=128)
+        variants["n192_no_pingpong"] = dict(default, block_n=192, pingpong=False)
     if default["pingpong"]:
         variants["no_pingpong"] = dict(default, pingpong=False)
     # Lazy rescaling with P · 2^(8 - τ) in e4m3 (fa3-lazy-rescale).

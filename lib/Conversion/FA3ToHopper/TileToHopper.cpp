@@ -967,6 +967,14 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
 
   // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
   // rows' key loop, emitted from the IR op by op, and the epilogue.
+  // Pingpong's turns: a 16-bit kernel's run on across a persistent CTA's
+  // tiles (pingpongTurns below); the FP8 forward's restart at every tile,
+  // consumer 0 waiting for consumer 1's last turn before its epilogue.
+  // Measured on the H100 (docs/Performance.md, 2026-12-07): turns across
+  // tiles gained 1-3% on the bf16 causal forwards (d64/d128, 512-4k) but
+  // lost 6% on the FP8 d128 causal 8k forward (780 against 830 TFLOP/s).
+  const bool pingpongPerTile = s.pingpong && s.fp8;
+
   auto buildConsumer = [&](Value wg) {
     Value qBuffer = queryBufferOf(qUse);
     ringWait(kQueryFull, qUse);
@@ -1530,6 +1538,18 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         emitOp(op, iv, it);
     };
 
+    // FP8 takes its turns per tile (pingpongPerTile): consumer 0 goes
+    // first (an arrive on its own barrier that its first takeTurn()
+    // completes).
+    Value firstPerTile = pingpongPerTile
+                             ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
+                             : Value();
+    if (firstPerTile)
+      scf::IfOp::create(b, loc, firstPerTile, [&](OpBuilder &, Location) {
+        namedBarrierArrive(ci(kPingpongBarrier), 256);
+        scf::YieldOp::create(b, loc);
+      });
+
     // The key structure (the plain loop, or the rotated loop's guard) is
     // the only op of the forall body the walk needs; its results are
     // (O, m, l).
@@ -1548,6 +1568,15 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     if (s.persistent && s.separateOutputTile())
       ringArrive(kQueryEmpty, qUse);
 
+    // Per tile, consumer 0's last wait takes consumer 1's last arrive
+    // before its epilogue, so both named barriers end the tile with every
+    // phase complete.
+    if (firstPerTile)
+      scf::IfOp::create(b, loc, firstPerTile, [&](OpBuilder &, Location) {
+        takeTurn();
+        scf::YieldOp::create(b, loc);
+      });
+
     emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
   };
 
@@ -1560,9 +1589,11 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // released by both), so on a persistent grid one warpgroup's epilogue
   // and next Q Kᵀ overlap the other's last GEMMs instead of both waiting
   // at every tile's end and start.
+  // The FP8 forward keeps per-tile turns (pingpongPerTile).
   auto pingpongTurns = [&](Value wg, llvm::function_ref<void()> tiles) {
-    Value first =
-        s.pingpong ? cmp(arith::CmpIPredicate::eq, wg, ci(0)) : Value();
+    Value first = s.pingpong && !pingpongPerTile
+                      ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
+                      : Value();
     if (first)
       scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
         namedBarrierArrive(ci(kPingpongBarrier), 256);

@@ -231,6 +231,8 @@ def test_fp8_schedules_agree(d, causal):
         # 192-key blocks: V' in 64-key atoms (the 64-byte swizzle), the last
         # block partial (1037 keys), V' padded to 1152.
         variants["n192"] = dict(default, block_n=192)
+        # 128-key blocks (the default where 192 is not: causal).
+        variants["n128"] = dict(default, block_n=128)
         # 64-key blocks: one 64-key V' atom a block.
         variants["n64"] = dict(default, block_n=64)
         # 192-row tiles on three consumer warpgroups (32/160, no overlap).
@@ -247,7 +249,12 @@ def test_fp8_schedules_agree(d, causal):
         _launch_fp8(kernel, q8, k8, v8, (qd, kd, vd), out, lse)
         outs[name], lses[name] = out, lse
     for name in variants:
-        if name in ("n256", "n192", "n64") or name.startswith("lr"):
+        # Other key blocks or P roundings: within the reference bound. So
+        # are causal 192-row tiles: rows near the diagonal meet their
+        # masked blocks at other steps of the key loop, so P is rounded to
+        # e4m3 against other running maxima (seen on the H100: not
+        # bit-equal; non-causal, where every row sees the same blocks, is).
+        if name in ("n256", "n192", "n128", "n64") or name.startswith("lr") or (causal and name == "m192"):
             vq = _dequantize(v8, vd, hkv)
             ref, _ = _attention_f64(_dequantize(q8, qd, hkv), _dequantize(k8, kd, hkv), vq, causal)
             err = (outs[name].double() - ref)

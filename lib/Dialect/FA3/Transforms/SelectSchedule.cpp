@@ -206,10 +206,15 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   ForwardTiles tiles =
       selectHopperForwardTiles(headDim, fp8, causal, seqLenQ, seqLenK);
   int64_t blockN = headDim > 128 ? 80 : 128;
-  // FP8 reads V' in blocks of 128 keys (one 128-byte e4m3 atom); its tiles
-  // are half as large, so d256 fits 128 x 128 too.
+  // FP8 reads V' in atoms of 128 keys (128 bytes of e4m3; 64 where block_n
+  // is not whole 128-key atoms); its tiles are half as large, so d256 fits
+  // 128 x 128 too. At d128 non-causal on a plain grid, 192-key blocks
+  // (FlashAttention-3 also takes larger e4m3 key blocks where nothing is
+  // masked): measured on the H100 at 8k, +2% to +4% over 128 in three runs
+  // (docs/Performance.md, 2026-12-07); causal and persistent d128 kernels
+  // keep 128 (causal: not measured with per-tile pingpong turns).
   if (fp8)
-    blockN = 128;
+    blockN = headDim == 128 && !causal && !tiles.persistent ? 192 : 128;
   return hopperForwardSchedule(context, tiles.blockM, blockN, headDim,
                                tiles.persistent);
 }
