@@ -974,6 +974,18 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // tiles gained 1-3% on the bf16 causal forwards (d64/d128, 512-4k) but
   // lost 6% on the FP8 d128 causal 8k forward (780 against 830 TFLOP/s).
   const bool pingpongPerTile = s.pingpong && s.fp8;
+  // Where `isFirst` (consumer 0): its arrive on its own pingpong barrier,
+  // the turn that goes first (`arrive`), or its closing wait, which takes
+  // consumer 1's last turn so that every barrier phase completes.
+  auto firstConsumerTurn = [&](Value isFirst, bool arrive) {
+    scf::IfOp::create(b, loc, isFirst, [&](OpBuilder &, Location) {
+      if (arrive)
+        namedBarrierArrive(ci(kPingpongBarrier), 256);
+      else
+        namedBarrierSync(ci(kPingpongBarrier), 256);
+      scf::YieldOp::create(b, loc);
+    });
+  };
 
   auto buildConsumer = [&](Value wg) {
     Value qBuffer = queryBufferOf(qUse);
@@ -1539,16 +1551,12 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     };
 
     // FP8 takes its turns per tile (pingpongPerTile): consumer 0 goes
-    // first (an arrive on its own barrier that its first takeTurn()
-    // completes).
+    // first.
     Value firstPerTile = pingpongPerTile
                              ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
                              : Value();
     if (firstPerTile)
-      scf::IfOp::create(b, loc, firstPerTile, [&](OpBuilder &, Location) {
-        namedBarrierArrive(ci(kPingpongBarrier), 256);
-        scf::YieldOp::create(b, loc);
-      });
+      firstConsumerTurn(firstPerTile, /*arrive=*/true);
 
     // The key structure (the plain loop, or the rotated loop's guard) is
     // the only op of the forall body the walk needs; its results are
@@ -1568,14 +1576,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     if (s.persistent && s.separateOutputTile())
       ringArrive(kQueryEmpty, qUse);
 
-    // Per tile, consumer 0's last wait takes consumer 1's last arrive
-    // before its epilogue, so both named barriers end the tile with every
-    // phase complete.
+    // Per tile, consumer 0's closing wait comes before its epilogue.
     if (firstPerTile)
-      scf::IfOp::create(b, loc, firstPerTile, [&](OpBuilder &, Location) {
-        takeTurn();
-        scf::YieldOp::create(b, loc);
-      });
+      firstConsumerTurn(firstPerTile, /*arrive=*/false);
 
     emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
   };
@@ -1595,16 +1598,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                       ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
                       : Value();
     if (first)
-      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
-        namedBarrierArrive(ci(kPingpongBarrier), 256);
-        scf::YieldOp::create(b, loc);
-      });
+      firstConsumerTurn(first, /*arrive=*/true);
     tiles();
     if (first)
-      scf::IfOp::create(b, loc, first, [&](OpBuilder &, Location) {
-        namedBarrierSync(ci(kPingpongBarrier), 256);
-        scf::YieldOp::create(b, loc);
-      });
+      firstConsumerTurn(first, /*arrive=*/false);
   };
 
   // The last tile's O store reads the O tile of its own until it is done;
