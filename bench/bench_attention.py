@@ -598,9 +598,9 @@ def bench_llama_step(b=2, s=4096, hq=32, hkv=8, d=128, dev="cuda"):
     return row
 
 
-def fp8_schedule_variants(d, only=None):
+def fp8_schedule_variants(d, causal=False, only=None):
     """The FP8 forward's A/B columns: the cost model's schedule at head dim
-    d with one choice changed: `no_ws` without a producer warpgroup (the
+    d (causal or not, sequence lengths unknown) with one choice changed: `no_ws` without a producer warpgroup (the
     structure of the FP8 kernel before it went through the tile level),
     `no_overlap` without the intra-warpgroup overlap (d > 64), `n256` 256-key
     blocks without the overlap (d128; with it ptxas spills), `m192` 192-row
@@ -613,7 +613,7 @@ def fp8_schedule_variants(d, only=None):
     `only` limits the columns to these names (None: all)."""
     from fa3 import _jit  # noqa: PLC0415 (needs the extension, built by scripts/gpu/run.sh)
 
-    default = dict(_jit._module().select_forward_schedule(d, True, False, 0, 0))
+    default = dict(_jit._module().select_forward_schedule(d, True, causal, 0, 0))
     # A persistent grid needs the producer warpgroup.
     variants = {"no_ws": dict(default, producer_regs=0, consumer_regs=0, pingpong=False,
                               intra_wg_overlap=False, persistent=False),
@@ -682,7 +682,7 @@ def bench_fp8(d, causal, s, dev="cuda", variants=False):
     row["fp8_over_bf16"] = row["fa3_fp8"] / row["fa3_bf16"]
     row["fp8_vs_bf16_rmse"] = (out.float() - ref).pow(2).mean().sqrt().item()
     only = None if variants in (True, ["all"]) else variants
-    for name, schedule in (fp8_schedule_variants(d, only) if variants else {}).items():
+    for name, schedule in (fp8_schedule_variants(d, causal, only) if variants else {}).items():
         try:
             other = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda:0", "fwd",
                              schedule=schedule)
