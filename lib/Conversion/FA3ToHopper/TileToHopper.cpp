@@ -965,8 +965,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // is key block lo + it and uses ring slot (ringBase + it) % stages.
   auto ivOf = [&](Value it) { return add(blockLo, it); };
 
-  // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
-  // rows' key loop, emitted from the IR op by op, and the epilogue.
   // Pingpong's turns: a 16-bit kernel's run on across a persistent CTA's
   // tiles (pingpongTurns below); the FP8 forward's restart at every tile,
   // consumer 0 waiting for consumer 1's last turn before its epilogue.
@@ -987,6 +985,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     });
   };
 
+  // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
+  // rows' key loop, emitted from the IR op by op, and the epilogue.
   auto buildConsumer = [&](Value wg) {
     Value qBuffer = queryBufferOf(qUse);
     ringWait(kQueryFull, qUse);
