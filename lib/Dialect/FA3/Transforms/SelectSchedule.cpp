@@ -208,11 +208,11 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   int64_t blockN = headDim > 128 ? 80 : 128;
   // FP8 reads V' in atoms of 128 keys (128 bytes of e4m3; 64 where block_n
   // is not whole 128-key atoms); its tiles are half as large, so d256 fits
-  // 128 x 128 too. At d128 non-causal on a plain grid, 192-key blocks
-  // (FlashAttention-3 also takes larger e4m3 key blocks where nothing is
-  // masked): measured on the H100 at 8k, +2% to +4% over 128 in three runs
-  // (docs/Performance.md, 2026-12-07); causal and persistent d128 kernels
-  // keep 128 (causal: not measured with per-tile pingpong turns).
+  // 128 x 128 too. At d128 non-causal on a plain grid, 192-key blocks:
+  // measured on the H100 at 8k, +2.0% and +3.2% over 128 in two runs
+  // (docs/Performance.md, 2026-12-07). FlashAttention-3 takes 224 at e4m3
+  // d128, causal or not; here causal and persistent d128 kernels keep 128
+  // (192 with the FP8 forward's per-tile pingpong turns is not measured).
   if (fp8)
     blockN = headDim == 128 && !causal && !tiles.persistent ? 192 : 128;
   return hopperForwardSchedule(context, tiles.blockM, blockN, headDim,
