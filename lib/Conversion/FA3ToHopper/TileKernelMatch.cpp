@@ -871,6 +871,17 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
                           "has pingpong = false"
                         : "has pingpong = true in its schedule but no "
                           "fa3.mma_turn: run fa3-pingpong first");
+  if (spec.pingpong) {
+    auto turns =
+        kernel.keys.loop->getAttrOfType<StringAttr>(kPingpongTurnsAttrName);
+    if (!turns || (turns.getValue() != kPingpongTurnsPerTile &&
+                   turns.getValue() != kPingpongTurnsAcrossTiles))
+      return kernel.keys.loop.emitOpError()
+             << "holds pingpong turns but no " << kPingpongTurnsAttrName
+             << " = \"" << kPingpongTurnsPerTile << "\" or \""
+             << kPingpongTurnsAcrossTiles << "\" (fa3-pingpong sets it)";
+    spec.pingpongPerTile = turns.getValue() == kPingpongTurnsPerTile;
+  }
   if (rotated && !spec.warpSpecialized())
     return kernel.func.emitOpError()
            << "intra_wg_overlap needs a producer warpgroup (producer_regs > "

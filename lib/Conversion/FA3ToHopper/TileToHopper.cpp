@@ -965,13 +965,10 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // is key block lo + it and uses ring slot (ringBase + it) % stages.
   auto ivOf = [&](Value it) { return add(blockLo, it); };
 
-  // Pingpong's turns: a 16-bit kernel's run on across a persistent CTA's
-  // tiles (pingpongTurns below); the FP8 forward's restart at every tile,
-  // consumer 0 waiting for consumer 1's last turn before its epilogue.
-  // Measured on the H100 (docs/Performance.md, 2026-12-07): turns across
-  // tiles gained 1-3% on the bf16 causal forwards (d64/d128, 512-4k) but
-  // lost 6% on the FP8 d128 causal 8k forward (780 against 830 TFLOP/s).
-  const bool pingpongPerTile = s.pingpong && s.fp8;
+  // Pingpong's turns, where fa3-pingpong placed them: running on across a
+  // persistent CTA's tiles (pingpongTurns below), or restarting at every
+  // tile, consumer 0 waiting for consumer 1's last turn before its epilogue.
+  const bool pingpongPerTile = s.pingpong && s.pingpongPerTile;
   // Where `isFirst` (consumer 0): its arrive on its own pingpong barrier,
   // the turn that goes first (`arrive`), or its closing wait, which takes
   // consumer 1's last turn so that every barrier phase completes.
@@ -1550,8 +1547,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
         emitOp(op, iv, it);
     };
 
-    // FP8 takes its turns per tile (pingpongPerTile): consumer 0 goes
-    // first.
+    // Turns per tile (pingpongPerTile): consumer 0 goes first.
     Value firstPerTile = pingpongPerTile
                              ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
                              : Value();
@@ -1592,7 +1588,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // released by both), so on a persistent grid one warpgroup's epilogue
   // and next Q Kᵀ overlap the other's last GEMMs instead of both waiting
   // at every tile's end and start.
-  // The FP8 forward keeps per-tile turns (pingpongPerTile).
+  // Unless the turns restart at every tile (pingpongPerTile).
   auto pingpongTurns = [&](Value wg, llvm::function_ref<void()> tiles) {
     Value first = s.pingpong && !pingpongPerTile
                       ? cmp(arith::CmpIPredicate::eq, wg, ci(0))

@@ -3,6 +3,11 @@
 // RUN: fa3-opt %t/persistent.mlir --convert-fa3-tile-to-hopper | FileCheck %s --check-prefix=PERSIST --implicit-check-not=sreg.ctaid.y --implicit-check-not=sreg.ctaid.z
 // RUN: fa3-opt %t/overlap.mlir --convert-fa3-tile-to-hopper --convert-fa3-kernel-to-nvvm | FileCheck %s --check-prefix=OVERLAP
 // RUN: fa3-opt %t/errors.mlir --convert-fa3-tile-to-hopper --split-input-file -verify-diagnostics
+// Where the turns start and end is fa3-pingpong's fa3.pingpong_turns on the
+// key loop; without it the kernel is not built.
+// RUN: sed -e 's/fa3.pingpong_turns = "across_tiles", //' %t/overlap.mlir \
+// RUN:   | not fa3-opt --convert-fa3-tile-to-hopper 2>&1 | FileCheck %s --check-prefix=NO-TURNS
+// NO-TURNS: error: 'scf.for' op holds pingpong turns but no fa3.pingpong_turns = "per_tile" or "across_tiles" (fa3-pingpong sets it)
 
 //--- kernel.mlir
 
@@ -493,7 +498,7 @@ gpu.module @fa3_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx86
             %probs_4, %new_max_5, %new_sum_6, %correction_7 = fa3.online_softmax %27, %arg10, %arg11 {exp2_scale = 0.180336878 : f32} : tensor<128x64xf32>, tensor<128xf32>
             %28 = fa3.rescale %24#1, %correction_7 : tensor<128x64xf32>, tensor<128xf32>
             scf.yield %probs_4, %new_max_5, %new_sum_6, %28 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128x64xf32>
-          } {fa3.intra_wg_overlap, fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
+          } {fa3.intra_wg_overlap, fa3.pingpong_turns = "across_tiles", fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>}
           %18 = arith.muli %16, %c64 : index
           %19 = fa3.load_tile %arg2[%arg5, %18, %4] : tensor<?x?x2x64xbf16> -> tensor<64x64xbf16>
           %20 = fa3.mma_turn -> (tensor<128x64xf32>) {

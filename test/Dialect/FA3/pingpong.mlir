@@ -17,6 +17,8 @@
 // CHECK: fa3.online_softmax %[[S]],
 // CHECK-NOT: fa3.mma_turn
 // CHECK: fa3.pv %{{.+}}, %[[VT]],
+// 16-bit turns run on across a persistent CTA's tiles.
+// CHECK: } {fa3.pingpong_turns = "across_tiles", fa3.schedule = #fa3.schedule<
 // On the CPU a turn is its body, inline.
 // CPU-LABEL: func.func @plain
 // CPU-NOT: fa3.mma_turn
@@ -66,7 +68,7 @@ func.func @plain(%q: tensor<128x64xbf16>, %k: tensor<1x?x1x64xbf16>, %v: tensor<
 // CHECK-NEXT: }
 // CHECK: fa3.mask %[[TURN]]#0,
 // CHECK: fa3.rescale %[[TURN]]#1,
-// CHECK: } {fa3.intra_wg_overlap,
+// CHECK: } {fa3.intra_wg_overlap, fa3.pingpong_turns = "across_tiles", fa3.schedule = #fa3.schedule<
 // CHECK: %[[VN:.+]] = fa3.load_tile
 // CHECK-NEXT: %[[ON:.+]] = fa3.mma_turn -> (tensor<64x64xf32>) {
 // CHECK-NEXT: fa3.pv %{{.+}}, %[[VN]],
@@ -127,6 +129,32 @@ func.func @rotated(%arg0: tensor<64x64xbf16>, %arg1: tensor<1x?x1x64xbf16>, %arg
   return %output, %lse : tensor<64x64xbf16>, tensor<64xf32>
 }
 
+
+// -----
+
+// e4m3 tiles: the same turn, restarting at every tile of the grid.
+// CHECK-LABEL: func.func @plain_e4m3
+// CHECK: fa3.mma_turn -> (tensor<128x64xf32>) {
+// CHECK-NEXT: fa3.qk
+// CHECK: } {fa3.pingpong_turns = "per_tile", fa3.schedule = #fa3.schedule<
+func.func @plain_e4m3(%q: tensor<128x64xf8E4M3FN>, %k: tensor<1x?x1x64xf8E4M3FN>, %v: tensor<1x?x1x64xf8E4M3FN>, %n: index, %descale: f32) -> tensor<128x64xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %acc0 = arith.constant dense<0.000000e+00> : tensor<128x64xf32>
+  %m0 = arith.constant dense<0xFF800000> : tensor<128xf32>
+  %r:3 = scf.for %kb = %c0 to %n step %c1 iter_args(%acc = %acc0, %m = %m0, %l = %m0) -> (tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>) {
+    %row = arith.muli %kb, %c64 : index
+    %kt = fa3.load_tile %k[%c0, %row, %c0] : tensor<1x?x1x64xf8E4M3FN> -> tensor<64x64xf8E4M3FN>
+    %vt = fa3.load_tile %v[%c0, %row, %c0] : tensor<1x?x1x64xf8E4M3FN> -> tensor<64x64xf8E4M3FN>
+    %s = fa3.qk %q, %kt : tensor<128x64xf8E4M3FN>, tensor<64x64xf8E4M3FN> -> tensor<128x64xf32>
+    %p, %m1, %l1, %alpha = fa3.online_softmax %s, %m, %l descale %descale {exp2_scale = 1.0 : f32} : tensor<128x64xf32>, tensor<128xf32>
+    %acc1 = fa3.rescale %acc, %alpha : tensor<128x64xf32>, tensor<128xf32>
+    %acc2 = fa3.pv %p, %vt, %acc1 {probs_scale = 2.560000e+02 : f32} : tensor<128x64xf32>, tensor<64x64xf8E4M3FN>, tensor<128x64xf32>
+    scf.yield %acc2, %m1, %l1 : tensor<128x64xf32>, tensor<128xf32>, tensor<128xf32>
+  } {fa3.schedule = #fa3.schedule<block_m = 128, block_n = 64, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>}
+  return %r#0 : tensor<128x64xf32>
+}
 
 // -----
 

@@ -97,6 +97,10 @@ struct HopperAttentionSpec {
   /// ordered by two named barriers, so one warpgroup's softmax runs while
   /// the other's GEMMs occupy the tensor cores.
   bool pingpong = false;
+  /// With pingpong: the turns restart at every tile (fa3-pingpong's
+  /// `fa3.pingpong_turns = "per_tile"`) instead of running on across a
+  /// persistent CTA's tiles.
+  bool pingpongPerTile = false;
   /// A persistent grid (the schedule's `persistent`, needs warp
   /// specialization): one CTA per SM takes tiles of the
   /// tile-level grid from an atomic counter, in the grid's order, so the

@@ -58,7 +58,8 @@ static LogicalResult wrapInTurn(Operation *first, Operation *last) {
   return success();
 }
 
-/// The turns of one key loop; see the pass description.
+/// The turns of one key loop and where they start and end
+/// (kPingpongTurnsAttrName); see the pass description.
 static LogicalResult addTurns(scf::ForOp loop) {
   Block &body = *loop.getBody();
   auto qks = llvm::to_vector(body.getOps<QKOp>());
@@ -66,6 +67,15 @@ static LogicalResult addTurns(scf::ForOp loop) {
   if (qks.size() != 1 || pvs.size() != 1)
     return loop.emitOpError() << "is not a key loop fa3-pingpong implements: "
                                  "it must hold one fa3.qk and one fa3.pv";
+  // e4m3 kernels restart their turns at every tile: turns across tiles cost
+  // the FP8 d128 causal forward 6% on the H100, where they gained the
+  // 16-bit causal forwards 1-3% (docs/Performance.md, 2026-12-07).
+  bool e4m3 = isa<Float8E4M3FNType>(
+      getElementTypeOrSelf(qks.front().getQuery().getType()));
+  loop->setAttr(
+      kPingpongTurnsAttrName,
+      StringAttr::get(loop.getContext(), e4m3 ? kPingpongTurnsPerTile
+                                              : kPingpongTurnsAcrossTiles));
   if (!loop->hasAttr(kOverlappedKeyLoopAttrName))
     return wrapInTurn(qks.front(), qks.front());
   if (!qks.front()->isBeforeInBlock(pvs.front()))

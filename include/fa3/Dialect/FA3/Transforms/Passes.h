@@ -36,6 +36,19 @@ getScheduledKeyLoops(Operation *root);
 inline constexpr llvm::StringLiteral kOverlappedKeyLoopAttrName =
     "fa3.intra_wg_overlap";
 
+/// The attribute fa3-pingpong puts on each key loop it gives turns: where
+/// the two consumer warpgroups' turns start and end on Hopper, either
+/// kPingpongTurnsPerTile or kPingpongTurnsAcrossTiles (the pass description
+/// says which loop takes which).
+inline constexpr llvm::StringLiteral kPingpongTurnsAttrName =
+    "fa3.pingpong_turns";
+/// Consumer 0 takes the first turn at the start of every tile and consumer
+/// 1's last turn before its epilogue.
+inline constexpr llvm::StringLiteral kPingpongTurnsPerTile = "per_tile";
+/// The turns run on across a persistent CTA's tiles: consumer 0 takes the
+/// first turn once before its tile loop and the last once after it.
+inline constexpr llvm::StringLiteral kPingpongTurnsAcrossTiles = "across_tiles";
+
 /// The schedule the cost model of `fa3-select-schedule` picks for an
 /// attention of head dim `headDim` and element type `elementType` on
 /// `target` ("cpu" or "sm_90a"); failure for an unknown target.
