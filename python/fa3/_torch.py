@@ -67,7 +67,7 @@ def _check_tensors(q, k, v):
                              "(use numpy arrays for the CPU pipeline)")
         if t.dtype not in DTYPES:
             raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
+        if t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:

@@ -196,7 +196,7 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all three on one device")
         if t.dtype != FP8:
             raise TypeError(f"{name} has dtype {t.dtype} but q has torch.float8_e4m3fn; they must match")
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
+        if t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
     if d not in FP8_HEAD_DIMS or v.shape[3] != d:
         raise ValueError(f"FP8 head_dim must be one of {FP8_HEAD_DIMS} with v's equal to q's, got {d} and {v.shape[3]}")
@@ -223,7 +223,9 @@ def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, re
                             "ml_dtypes.bfloat16")
         if a.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {a.dtype} but q has {q.dtype}; they must match")
-        if a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
+        # (An empty array's strides are whatever numpy made them: nothing is
+        # read.)
+        if a.size and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
             raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), "
                              f"got strides {a.strides}")
     if cast_fp8:

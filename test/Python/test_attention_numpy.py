@@ -97,6 +97,23 @@ def test_return_value_without_lse():
     assert isinstance(out, np.ndarray) and out.shape == (1, 5, 2, 64)
 
 
+@pytest.mark.parametrize("b,sq,sk", [(1, 0, 33), (1, 5, 0), (0, 5, 7)], ids=["no-queries", "no-keys", "no-batch"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_inputs(b, sq, sk, causal):
+    """Zero-sized arrays (numpy gives them arbitrary strides) run: no rows,
+    or rows that see no key (O = 0, LSE = -inf, as the reference)."""
+    rng, _ = _rng("empty")
+    q, k, v = _inputs(rng, b, sq, sk, 4, 2, 64, 64, "f32")
+    out, lse = fa3.attention(q, k, v, causal=causal, return_lse=True)
+    assert out.shape == (b, sq, 4, 64) and lse.shape == (b, 4, sq)
+    ref_o, ref_lse = reference.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                         causal=causal)
+    np.testing.assert_array_equal(out, ref_o)
+    np.testing.assert_array_equal(lse, ref_lse)
+    if out.size:
+        assert (out == 0).all() and np.isneginf(lse).all()
+
+
 def test_strided_inputs_are_accepted():
     """Only the last dim must be contiguous: a query sliced along the
     sequence and a key/value transposed from (b, h, s, d) run, copied."""
