@@ -968,7 +968,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // Pingpong's turns, where fa3-pingpong placed them: running on across a
   // persistent CTA's tiles (pingpongTurns below), or restarting at every
   // tile, consumer 0 waiting for consumer 1's last turn before its epilogue.
-  const bool pingpongPerTile = s.pingpong && s.pingpongPerTile;
+  // (The matcher sets pingpongPerTile only on pingpong kernels.)
+  const bool pingpongPerTile = s.pingpongPerTile;
   // Where `isFirst` (consumer 0): its arrive on its own pingpong barrier,
   // the turn that goes first (`arrive`), or its closing wait, which takes
   // consumer 1's last turn so that every barrier phase completes.
