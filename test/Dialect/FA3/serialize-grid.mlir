@@ -25,3 +25,25 @@ func.func @varlen(%q: tensor<?x4x32xf32>, %k: tensor<?x2x32xf32>, %v: tensor<?x2
       : (tensor<?x4x32xf32>, tensor<?x2x32xf32>, tensor<?x2x32xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x4x32xf32>, tensor<4x?xf32>)
   return %o, %lse : tensor<?x4x32xf32>, tensor<4x?xf32>
 }
+
+// Store operands defined above the grid (here the tiles, the batch index and
+// the limit) are used as they are: none is dropped.
+// CHECK-LABEL: func.func @operands_above_the_grid
+// CHECK-SAME: (%[[T:[^:]+]]: tensor<64x32xf32>, %[[S:[^:]+]]: tensor<64xf32>, %{{[^:]+}}: tensor<1x?x2x32xf32>, %{{[^:]+}}: tensor<1x2x?xf32>, %[[END:[^:]+]]: index,
+// CHECK: scf.for %[[X:.+]] = %c0 to
+// CHECK: scf.for %[[H:.+]] = %c0 to %c2
+// CHECK: %[[ROW:.+]] = arith.muli %[[X]], %c64
+// CHECK: fa3.store_tile %[[T]] into %{{.+}}[%c0, %[[ROW]], %[[H]]] limit %[[END]] :
+// CHECK: fa3.store_stats %[[S]] into %{{.+}}[%c0, %[[H]], %[[ROW]]] limit %[[END]] :
+func.func @operands_above_the_grid(%t: tensor<64x32xf32>, %s: tensor<64xf32>, %o: tensor<1x?x2x32xf32>, %l: tensor<1x2x?xf32>, %end: index, %n: index) -> (tensor<1x?x2x32xf32>, tensor<1x2x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c64 = arith.constant 64 : index
+  %r:2 = scf.forall (%x, %h) in (%n, 2) shared_outs(%ao = %o, %al = %l) -> (tensor<1x?x2x32xf32>, tensor<1x2x?xf32>) {
+    %row = arith.muli %x, %c64 : index
+    scf.forall.in_parallel {
+      fa3.parallel_store_tile %t into %ao[%c0, %row, %h] limit %end : tensor<64x32xf32> into tensor<1x?x2x32xf32>
+      fa3.parallel_store_stats %s into %al[%c0, %h, %row] limit %end : tensor<64xf32> into tensor<1x2x?xf32>
+    }
+  }
+  return %r#0, %r#1 : tensor<1x?x2x32xf32>, tensor<1x2x?xf32>
+}

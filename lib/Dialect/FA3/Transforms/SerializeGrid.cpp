@@ -39,6 +39,8 @@ static void serialize(scf::ForallOp forall, RewriterBase &rewriter) {
       rewriter, loc, lbs, ubs, steps, forall.getOutputs(),
       [&](OpBuilder &b, Location loc, ValueRange ivs,
           ValueRange carried) -> scf::ValueVector {
+        // Operands defined above the grid (constants, sizes) are used as
+        // they are.
         IRMapping mapping;
         mapping.map(forall.getInductionVars(), ivs);
         mapping.map(forall.getRegionIterArgs(), carried);
@@ -47,6 +49,9 @@ static void serialize(scf::ForallOp forall, RewriterBase &rewriter) {
         // Each store writes the tile into the tensor its destination
         // carries now; stores into the same output chain.
         SmallVector<Value> current(carried.begin(), carried.end());
+        auto remap = [&](Value v) {
+          return v ? mapping.lookupOrDefault(v) : Value();
+        };
         auto slotOf = [&](Value dest) -> Value & {
           return current[cast<BlockArgument>(dest).getArgNumber() - numIvs];
         };
@@ -54,19 +59,17 @@ static void serialize(scf::ForallOp forall, RewriterBase &rewriter) {
           if (auto store = dyn_cast<ParallelStoreTileOp>(op)) {
             Value &dest = slotOf(store.getDest());
             dest = StoreTileOp::create(
-                b, loc, dest.getType(), mapping.lookup(store.getTile()), dest,
-                mapping.lookup(store.getBatch()),
-                mapping.lookup(store.getRow()), mapping.lookup(store.getHead()),
-                mapping.lookupOrNull(store.getLimit()),
+                b, loc, dest.getType(), remap(store.getTile()), dest,
+                remap(store.getBatch()), remap(store.getRow()),
+                remap(store.getHead()), remap(store.getLimit()),
                 store.getPackedHeadsAttr());
           } else {
             auto stats = cast<ParallelStoreStatsOp>(op);
             Value &dest = slotOf(stats.getDest());
             dest = StoreStatsOp::create(
-                b, loc, dest.getType(), mapping.lookup(stats.getTile()), dest,
-                mapping.lookup(stats.getBatch()),
-                mapping.lookup(stats.getHead()), mapping.lookup(stats.getRow()),
-                mapping.lookupOrNull(stats.getLimit()),
+                b, loc, dest.getType(), remap(stats.getTile()), dest,
+                remap(stats.getBatch()), remap(stats.getHead()),
+                remap(stats.getRow()), remap(stats.getLimit()),
                 stats.getPackedHeadsAttr());
           }
         }
