@@ -36,32 +36,40 @@ using namespace fa3;
 using namespace fa3::runtime;
 namespace cl = llvm::cl;
 
+/// fa3-run's own options: --help lists only these; LLVM's and MLIR's
+/// options still parse and are listed by --help-hidden.
+static cl::OptionCategory runCategory("fa3-run options");
+
 static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
+                                      cl::cat(runCategory),
                                       cl::desc("<MLIR file>"));
 static cl::opt<std::string> functionName("function", cl::Required,
+                                         cl::cat(runCategory),
                                          cl::desc("Function to run"));
 static cl::opt<std::string>
-    device("device", cl::init("cpu"),
+    device("device", cl::init("cpu"), cl::cat(runCategory),
            cl::desc("Where to run: cpu (MLIR's ExecutionEngine) or cuda (the "
                     "Hopper kernel on GPU 0)"));
 static cl::opt<std::string> emit(
-    "emit", cl::init(""),
+    "emit", cl::init(""), cl::cat(runCategory),
     cl::desc("Compile only and print: ptx (the sm_90a kernel) or nvvm (the "
              "kernel in the LLVM/NVVM dialect); needs no GPU"));
 static cl::list<std::string>
-    inputs("input", cl::desc("@file.npy for each argument, in order"));
+    inputs("input", cl::cat(runCategory),
+           cl::desc("@file.npy for each argument, in order"));
 static cl::list<std::string>
-    outputs("output", cl::desc("@file.npy for each result, in order"));
+    outputs("output", cl::cat(runCategory),
+            cl::desc("@file.npy for each result, in order"));
 static cl::opt<unsigned> benchmark(
-    "benchmark", cl::init(0),
+    "benchmark", cl::init(0), cl::cat(runCategory),
     cl::desc("Run N more times after a warm-up run and print the median"));
 static cl::opt<bool>
-    cpuGrid("grid", cl::init(false),
+    cpuGrid("grid", cl::init(false), cl::cat(runCategory),
             cl::desc("CPU: tile as the Hopper pipeline does and run its grid "
                      "serially (fa3-cpu-pipeline{grid=true})"));
-static cl::opt<int64_t> blockM("block-m", cl::init(0),
+static cl::opt<int64_t> blockM("block-m", cl::init(0), cl::cat(runCategory),
                                cl::desc("Override the query tile rows"));
-static cl::opt<int64_t> blockN("block-n", cl::init(0),
+static cl::opt<int64_t> blockN("block-n", cl::init(0), cl::cat(runCategory),
                                cl::desc("Override the key tile rows"));
 
 static int fail(const llvm::Twine &message) {
@@ -200,6 +208,7 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
+  cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(argc, argv, "fa3 function runner\n");
 
   if (device != "cpu" && device != "cuda")
