@@ -29,7 +29,9 @@ using mlir::fa3::detail::attentionKernelNamePrefix;
 using mlir::fa3::detail::floatBitsSuffix;
 using mlir::fa3::detail::registerSplitSuffix;
 
-/// Largest dynamic shared memory a Hopper CTA can opt into (227 KiB).
+/// The widest wgmma accumulator (f32 registers a thread) ptxas compiles
+/// in a 512-thread kernel: 96 (m64n192) does, 104 (m64n208) does not.
+static constexpr int64_t kMaxAccumulatorRegistersAt512Threads = 100;
 
 /// Reads what the forward and backward specs share (head dims and counts,
 /// masking, scale, softcap, the schedule's tile sizes) from `op`, an
@@ -239,6 +241,27 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
   if (failed(checkRegisterSplit(op, spec.producerRegs, spec.consumerRegs,
                                 spec.numConsumerWarpgroups())))
     return failure();
+  // A wgmma's accumulator lives in registers whole: block_n / 2 f32
+  // registers a thread for S, head_dim / 2 for O, and ptxas needs about 26
+  // more beside the widest one. At 512 threads (three consumers and the
+  // producer) ptxas compiles every instruction within the 128 registers a
+  // thread has at launch, whatever setmaxnreg.inc gives the consumers (it
+  // raises the limit at 384 threads, not at 512: m64n208 fails with
+  // "insufficient registers (128)" at 512 and compiles at 384, ptxas 13.0).
+  if (spec.numThreads() == 512) {
+    int64_t widest = std::max(spec.blockN, spec.headDim);
+    if (widest / 2 > kMaxAccumulatorRegistersAt512Threads)
+      return op.emitOpError()
+             << "a 512-thread kernel (three consumer warpgroups and a "
+                "producer) compiles each wgmma within 128 registers a "
+                "thread, so its accumulator (max(block_n, head dim) / 2 = "
+             << widest / 2 << " f32 registers) must stay within "
+             << kMaxAccumulatorRegistersAt512Threads
+             << ": block_n and the head dim at most "
+             << 2 * kMaxAccumulatorRegistersAt512Threads
+             << ", got block_n = " << spec.blockN << ", head dim "
+             << spec.headDim;
+  }
   if (spec.pingpong &&
       (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2))
     return op.emitOpError()

@@ -188,3 +188,23 @@ func.func @over_launch_pool(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf1
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 32, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
 }
+
+// -----
+
+// At 512 threads ptxas compiles each wgmma within 128 registers a thread
+// (setmaxnreg.inc does not raise that there), so an m64n208 accumulator
+// (104 f32 registers) cannot be compiled; m64n192 can.
+func.func @accumulator_too_wide_at_512_threads(%q: tensor<1x?x4x64xbf16>, %k: tensor<1x?x4x64xbf16>, %v: tensor<1x?x4x64xbf16>) -> (tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>) {
+  // expected-error @+1 {{a 512-thread kernel (three consumer warpgroups and a producer) compiles each wgmma within 128 registers a thread, so its accumulator (max(block_n, head dim) / 2 = 104 f32 registers) must stay within 100: block_n and the head dim at most 200, got block_n = 208, head dim 64}}
+  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 192, block_n = 208, stages = 2, consumer_wgs = 3, producer_regs = 32, consumer_regs = 160, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>, tensor<1x?x4x64xbf16>) -> (tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x64xbf16>, tensor<1x4x?xf32>
+}
+
+// -----
+
+// The same for O's accumulator at head dim 256 (128 f32 registers).
+func.func @output_accumulator_too_wide_at_512_threads(%q: tensor<1x?x4x256xbf16>, %k: tensor<1x?x4x256xbf16>, %v: tensor<1x?x4x256xbf16>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>) {
+  // expected-error @+1 {{its accumulator (max(block_n, head dim) / 2 = 128 f32 registers) must stay within 100: block_n and the head dim at most 200, got block_n = 64, head dim 256}}
+  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 192, block_n = 64, stages = 2, consumer_wgs = 3, producer_regs = 32, consumer_regs = 160, pingpong = false, intra_wg_overlap = false, persistent = false, cluster = 1>} : (tensor<1x?x4x256xbf16>, tensor<1x?x4x256xbf16>, tensor<1x?x4x256xbf16>) -> (tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x256xbf16>, tensor<1x4x?xf32>
+}
