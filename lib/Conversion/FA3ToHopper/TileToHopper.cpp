@@ -88,6 +88,34 @@ public:
   LLVM::LLVMFuncOp emit(gpu::GPUModuleOp module);
 
 private:
+  /// One consumer warpgroup `wg` (0-based among the consumers): its 64
+  /// query rows' key loop and the epilogue, for the current tile.
+  void emitConsumer(Value wg);
+  /// fa3.softcap on the S fragment.
+  SmallVector<Value> softcapFragment(SoftcapOp softcap,
+                                     SmallVector<Value> sAcc);
+  /// fa3.rescale on the O fragment `o` by each row's correction `alpha`
+  /// (`lazy`: most corrections are 1; see the definition).
+  SmallVector<Value> rescaleFragment(SmallVector<Value> o,
+                                     ArrayRef<Value> alpha, bool lazy);
+  /// The masking scf.if around fa3.mask on the S fragment, for the key
+  /// block whose IR induction variable is `iv`.
+  SmallVector<Value> maskScores(scf::IfOp maskIf, MaskOp mask,
+                                SmallVector<Value> sAcc, Value iv);
+  /// fa3.dropout on the P fragment of the key block at `iv`.
+  SmallVector<Value> dropoutFragment(DropoutOp drop, SmallVector<Value> p,
+                                     Value iv);
+  /// Pingpong's turns, where fa3-pingpong placed them: running on across a
+  /// persistent CTA's tiles, or restarting at every tile
+  /// (s.pingpongPerTile), consumer 0 waiting for consumer 1's last turn
+  /// before its epilogue. Where `isFirst` (consumer 0): its arrive on its
+  /// own pingpong barrier, the turn that goes first (`arrive`), or its
+  /// closing wait, which takes consumer 1's last turn so that every barrier
+  /// phase completes.
+  void firstConsumerTurn(Value isFirst, bool arrive);
+  /// The key loop's range, from the IR: iteration `it` (0-based) of a tile
+  /// is key block blockLo + it and uses ring slot (ringBase + it) % stages.
+  Value keyBlockOf(Value it) { return add(blockLo, it); }
   /// `op` (isKernelScalar) in i32 with `operands`.
   Value emitScalar(Operation *op, ArrayRef<Value> operands);
   /// The i32 value of kernel-level index `v` (defined outside the key loop).
@@ -125,22 +153,20 @@ private:
   void emitProducerBlock(Block &block, DenseMap<Value, Value> &scope);
   /// fa3.finalize and the two parallel stores of consumer warpgroup `wg`,
   /// from `results` (the key structure's m, l and O fragments, in that
-  /// order), its Q tile `qBuffer` (where O is staged for the TMA store) and
-  /// this thread's first row and column pair (`rowInTile`, `colInBlock`).
-  void emitFinalizeAndStores(ArrayRef<Value> results, Value wg, Value qBuffer,
-                             Value rowInTile, Value colInBlock);
+  /// order) and its Q tile `qBuffer` (where O is staged for the TMA store),
+  /// at the consumer thread's rowInTile and colInBlock.
+  void emitFinalizeAndStores(ArrayRef<Value> results, Value wg, Value qBuffer);
   /// fa3.parallel_store_tile of O (`inv`: each row's 1 / l): through
   /// shared memory and a TMA store.
   void emitOutputEpilogue(ArrayRef<Value> results, Value inv[2], Value wg,
-                          Value qBuffer, Value rowInTile, Value colInBlock);
+                          Value qBuffer);
   /// The same for a split's f32 partial O: direct global stores.
-  void storePartialOutput(ArrayRef<Value> results, Value inv[2],
-                          Value rowInTile, Value colInBlock);
+  void storePartialOutput(ArrayRef<Value> results, Value inv[2]);
   /// A packed batch's O rows [wgRow, end) of consumer warpgroup `wg`, from
   /// the O tile at `oTile` (staged for the TMA store) to global memory.
   void copyOutputRows(Value oTile, Value wg, Value wgRow, Value end);
   /// fa3.parallel_store_stats of the rows' LSE.
-  void emitLseStore(Value lse[2], Value rowInTile);
+  void emitLseStore(Value lse[2]);
   /// The same for the IR coordinates `rowIR`, `headIR`, `batchIR` of a key
   /// (`value` false) or value tile, replayed with `local`.
   void issueTileAt(bool value, Value use, Value rowIR, Value headIR,
@@ -171,8 +197,15 @@ private:
   /// Dropout: the Philox key and offset words, loaded at the kernel's entry
   /// from its last parameter (the (seed, offset) i64 [2]).
   DropoutGenerator dropoutGen;
-  /// This thread's index in the CTA and lane in its warp.
-  Value tid, lane;
+  /// This thread's index in the CTA, lane in its warp, warp in its
+  /// warpgroup, and whether it is thread 0 (the producer's issuing thread).
+  Value tid, lane, warp, isThread0;
+  /// The consumer thread being emitted (emitConsumer): its two rows in the
+  /// tile (rowInTile and rowInTile + 8) and the first of its column pairs
+  /// in each 8-column block of a fragment.
+  Value rowInTile, colInBlock;
+  /// The current tile's key loop: its first key block and how many.
+  Value blockLo, numBlocks;
   /// Which use of the Q tiles and of the K/V ring the current tile makes:
   /// its number among this CTA's tiles, and the ring iterations before it.
   Value qUse, ringBase;
@@ -375,8 +408,7 @@ void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
 }
 
 void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
-                                              Value qBuffer, Value rowInTile,
-                                              Value colInBlock) {
+                                              Value qBuffer) {
   // fa3.finalize: O / l and LSE = scale · m + ln(l). FP8 (descales): the
   // max is in raw units (scale · qk_descale) and O is v_descale · O / l;
   // P, its row sum l and with them O are kept times fa3.pv's probs_scale s
@@ -397,19 +429,18 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
         [&] { return lseScale; }, lnOffset);
 
   if (s.numSplits > 1) {
-    storePartialOutput(results, inv, rowInTile, colInBlock);
+    storePartialOutput(results, inv);
     // Persistent with one Q tile: the consumers are done with it.
     if (s.persistent && !s.separateOutputTile())
       ringArrive(kQueryEmpty, qUse);
   } else {
-    emitOutputEpilogue(results, inv, wg, qBuffer, rowInTile, colInBlock);
+    emitOutputEpilogue(results, inv, wg, qBuffer);
   }
-  emitLseStore(lse, rowInTile);
+  emitLseStore(lse);
 }
 
 void TileKernelEmitter::storePartialOutput(ArrayRef<Value> results,
-                                           Value inv[2], Value rowInTile,
-                                           Value colInBlock) {
+                                           Value inv[2]) {
   // A split's f32 partial O, straight from the fragment: each thread's
   // pairs of columns as 8-byte stores (a quad's 4 lanes write 32
   // contiguous bytes of a row), rows past Sq dropped. The partials are
@@ -453,8 +484,7 @@ void TileKernelEmitter::storePartialOutput(ArrayRef<Value> results,
 
 void TileKernelEmitter::emitOutputEpilogue(ArrayRef<Value> results,
                                            Value inv[2], Value wg,
-                                           Value qBuffer, Value rowInTile,
-                                           Value colInBlock) {
+                                           Value qBuffer) {
   // Through shared memory and a TMA store: each thread writes its packed O
   // pairs into this warpgroup's 64 rows of the O tile where the kernel has
   // one (separateOutputTile), else of the Q tile (dead once the
@@ -596,7 +626,7 @@ void TileKernelEmitter::copyOutputRows(Value oTile, Value wg, Value wgRow,
   }
 }
 
-void TileKernelEmitter::emitLseStore(Value lse[2], Value rowInTile) {
+void TileKernelEmitter::emitLseStore(Value lse[2]) {
   // fa3.parallel_store_stats: LSE entries past Sq are dropped.
   ParallelStoreStatsOp storeL = k.storeLse;
   auto lType = cast<RankedTensorType>(storeL.getDest().getType());
@@ -693,6 +723,16 @@ void TileKernelEmitter::emitProducerBlock(Block &block,
                          });
     }
   }
+}
+
+void TileKernelEmitter::firstConsumerTurn(Value isFirst, bool arrive) {
+  scf::IfOp::create(b, loc, isFirst, [&](OpBuilder &, Location) {
+    if (arrive)
+      namedBarrierArrive(ci(kPingpongBarrier), 256);
+    else
+      namedBarrierSync(ci(kPingpongBarrier), 256);
+    scf::YieldOp::create(b, loc);
+  });
 }
 
 LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
@@ -829,7 +869,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   }
   // The forall body's index arithmetic and the key loop's range for the
   // block at `coords` (x, y, z).
-  Value blockLo, numBlocks;
   auto enterBlock = [&](ArrayRef<Value> coords) {
     for (auto [iv, d] : llvm::zip(k.grid.getInductionVars(), blockDims))
       scalars[iv] = coords[d];
@@ -933,7 +972,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
 
   tid = NVVM::ThreadIdXOp::create(b, loc, i32);
   Value wg = divu(tid, ci(128));
-  Value warp = divu(remu(tid, ci(128)), ci(32));
+  warp = divu(remu(tid, ci(128)), ci(32));
   lane = remu(tid, ci(32));
 
   setAlignedDynamicSmem();
@@ -943,7 +982,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   offBar = offO + (s.separateOutputTile() ? outputTileBytes(s.blockM) : 0);
   placeRings();
 
-  Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
+  isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     for (int64_t q = 0; q < s.queryBuffers(); ++q)
       barrierInit(ringBarrier(kQueryFull, ci(q)), 1);
@@ -961,625 +1000,6 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   });
   NVVM::Barrier0Op::create(b, loc);
 
-  // The key loop's range, from the IR; iteration `it` (0-based) of a tile
-  // is key block lo + it and uses ring slot (ringBase + it) % stages.
-  auto ivOf = [&](Value it) { return add(blockLo, it); };
-
-  // Pingpong's turns, where fa3-pingpong placed them: running on across a
-  // persistent CTA's tiles (pingpongTurns below), or restarting at every
-  // tile, consumer 0 waiting for consumer 1's last turn before its epilogue.
-  // (The matcher sets pingpongPerTile only on pingpong kernels.)
-  const bool pingpongPerTile = s.pingpongPerTile;
-  // Where `isFirst` (consumer 0): its arrive on its own pingpong barrier,
-  // the turn that goes first (`arrive`), or its closing wait, which takes
-  // consumer 1's last turn so that every barrier phase completes.
-  auto firstConsumerTurn = [&](Value isFirst, bool arrive) {
-    scf::IfOp::create(b, loc, isFirst, [&](OpBuilder &, Location) {
-      if (arrive)
-        namedBarrierArrive(ci(kPingpongBarrier), 256);
-      else
-        namedBarrierSync(ci(kPingpongBarrier), 256);
-      scf::YieldOp::create(b, loc);
-    });
-  };
-
-  // One consumer warpgroup `wg` (0-based among the consumers): its 64 query
-  // rows' key loop, emitted from the IR op by op, and the epilogue.
-  auto buildConsumer = [&](Value wg) {
-    Value qBuffer = queryBufferOf(qUse);
-    ringWait(kQueryFull, qUse);
-
-    // This thread's two rows in the tile and the first of its column pairs
-    // in each 8-column block.
-    Value rowInTile =
-        add(add(mul(wg, ci(64)), mul(warp, ci(16))), divu(lane, ci(4)));
-    Value colInBlock = mul(remu(lane, ci(4)), ci(2));
-
-    float negInf = -std::numeric_limits<float>::infinity();
-    int64_t nS = s.blockN / 2, nO = s.headDim / 2;
-
-    Value qTileAddr =
-        add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
-    Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
-
-    // Pingpong: a consumer's wgmmas of one turn are issued between
-    // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
-    // Both named barriers count 256 threads: 128 waiting plus 128 arriving.
-    Value otherWg = sub(ci(1), wg);
-    auto takeTurn = [&] {
-      if (s.pingpong)
-        namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
-    };
-    auto passTurn = [&] {
-      if (s.pingpong)
-        namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
-    };
-
-    // fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
-    // shared memory; `waitFull` unless the tile is known to have landed.
-    auto issueQK = [&](Value use, bool waitFull) {
-      Value stage = ringSlotOf(use);
-      if (waitFull)
-        ringWait(kKeyFull, use);
-      Value kTileAddr = add(add(smemAddr(smem), ci(offK)),
-                            mul(stage, ci(tileBytes(s.blockN))));
-      SmallVector<Value> sAcc(nS, cf(0));
-      NVVM::WgmmaFenceAlignedOp::create(b, loc);
-      // One wgmma K step is 32 bytes of an atom row for either type.
-      int64_t stepsPerAtom = rowAtom() / 32;
-      for (int64_t kk = 0; kk < s.headDim / mmaK(); ++kk) {
-        int64_t atom = kk / stepsPerAtom, inAtom = (kk % stepsPerAtom) * 32;
-        Value a = qkDescriptor(
-            add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
-        Value bd = qkDescriptor(
-            add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
-        sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
-      }
-      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-      return sAcc;
-    };
-
-    // fa3.softcap on the S fragment.
-    auto softcapFragment = [&](SoftcapOp softcap, SmallVector<Value> sAcc) {
-      float scale = softcap.getScale().convertToFloat();
-      float cap = softcap.getSoftcap().convertToFloat();
-      Value in = cf(scale / cap), out = cf(cap / scale);
-      // FP8: raw scores, the scale times the descale on both sides.
-      if (Value descale = softcap.getDescale()) {
-        in = fmul(in, scalar(descale));
-        out = arith::DivFOp::create(b, loc, out, scalar(descale));
-      }
-      for (Value &v : sAcc)
-        v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
-      return sAcc;
-    };
-    // fa3.rescale: O times each row's correction. Under lazy rescaling
-    // (`lazy`) most corrections are exactly 1, and a thread whose two rows
-    // both kept their max branches around the multiplies; a warp skips them
-    // when all its threads do (nO multiplies on the path from the softmax to
-    // the P V wgmma).
-    auto rescaleFragment = [&](SmallVector<Value> o, ArrayRef<Value> alpha,
-                               bool lazy) {
-      auto scaled = [&] {
-        SmallVector<Value> acc = o;
-        for (int64_t r = 0; r < nO; ++r)
-          acc[r] = fmul(acc[r], alpha[(r % 4) / 2]);
-        return acc;
-      };
-      if (!lazy)
-        return scaled();
-      auto moved = [&](int64_t row) {
-        return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE,
-                                     alpha[row], cf(1.0f));
-      };
-      auto branch = scf::IfOp::create(b, loc, SmallVector<Type>(nO, f32),
-                                      ori(moved(0), moved(1)),
-                                      /*addElseBlock=*/true);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(branch.thenBlock());
-      scf::YieldOp::create(b, loc, scaled());
-      b.setInsertionPointToStart(branch.elseBlock());
-      scf::YieldOp::create(b, loc, o);
-      return SmallVector<Value>(branch.getResults());
-    };
-    // The masking scf.if around fa3.mask, for the key block whose IR
-    // induction variable is `iv`: everything the mask reads is replayed
-    // before its branch.
-    auto maskScores = [&](scf::IfOp maskIf, MaskOp mask,
-                          SmallVector<Value> sAcc, Value iv) {
-      DenseMap<Value, Value> local;
-      Value needMask = replay(maskIf.getCondition(), iv, local);
-      Value qStart = replay(mask.getQStart(), iv, local);
-      Value kStart = replay(mask.getKStart(), iv, local);
-      Value qLen = replay(mask.getQLen(), iv, local);
-      Value kLen = replay(mask.getKLen(), iv, local);
-      Value offset = sub(kLen, qLen);
-      auto [left, right] = resolveWindow(mask.getCausal(), mask.getWindow());
-      Value rows[2] = {add(qStart, queryOfRow(rowInTile)),
-                       add(qStart, queryOfRow(add(rowInTile, ci(8))))};
-      return maskFragment(sAcc, needMask, [&](int64_t r) {
-        Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
-        return keyHidden(rows[(r % 4) / 2], col, kLen, offset, left, right);
-      });
-    };
-
-    // fa3.dropout on the P fragment. This thread's S registers 8f .. 8f + 7
-    // are rows {r, r + 8} × key columns {c, c + 1, c + 8, c + 9} of one
-    // Philox group (r = rowInTile, c = colInBlock + 16f): register 8f + 4·ch
-    // + 2·rh + e (row half rh, column half ch, column parity e) takes half e
-    // of word 2·rh + ch. One call for eight registers.
-    auto dropoutFragment = [&](DropoutOp drop, SmallVector<Value> p, Value iv) {
-      DenseMap<Value, Value> local;
-      Value qStart = replay(drop.getQStart(), iv, local);
-      Value kStart = replay(drop.getKStart(), iv, local);
-      Value stream = replay(drop.getStream(), iv, local);
-      DropoutConstants constants =
-          DropoutConstants::of(drop.getP().convertToFloat());
-      Value threshold = ci(static_cast<int32_t>(constants.threshold)),
-            scale = cf(constants.scale);
-      Value row = add(qStart, rowInTile);
-      for (int64_t f = 0; f < nS / 8; ++f) {
-        Value col = add(add(kStart, colInBlock), ci(16 * f));
-        std::array<Value, 4> words =
-            buildDropoutGroupWords(b, loc, dropoutGen, row, col, stream);
-        for (int64_t w = 0; w < 4; ++w)
-          for (int64_t e = 0; e < 2; ++e) {
-            int64_t reg = 8 * f + 4 * (w % 2) + 2 * (w / 2) + e;
-            Value keep = arith::CmpIOp::create(
-                b, loc, arith::CmpIPredicate::uge,
-                dropoutHalf(b, loc, words[w], /*high=*/e == 1), threshold);
-            p[reg] = select(keep, fmul(p[reg], scale), cf(0));
-          }
-      }
-      return p;
-    };
-
-    // FP8: fa3.pv's probs_scale s (a power of two). P enters the e4m3
-    // wgmma as P · s; the softmax computes that product in its exp2 (log2 s
-    // added to the exponent: no multiply per element), and its row sum, the
-    // accumulator and l carry the same factor (emitFinalizeAndStores).
-    float probsScale = 1.0f;
-    if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
-      probsScale = attr.getValueAsDouble();
-    float probsLog2Offset = std::log2(probsScale);
-
-    // fa3.online_softmax on the (masked) S fragment.
-    struct SoftmaxStep {
-      SmallVector<Value> p;
-      Value m[2], l[2], alpha[2];
-    };
-    auto softmax = [&](OnlineSoftmaxOp op, ArrayRef<Value> sv,
-                       ArrayRef<Value> mOld, ArrayRef<Value> lOld) {
-      // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
-      // quad. The sum stays per thread until fa3.finalize. The row max and
-      // sum reduce as balanced trees (depth log2(block_n / 4) instead of a
-      // chain of block_n / 4 dependent ops: this sits between the QKᵀ and
-      // PV wgmmas), and c·x − c·m is one fma.
-      float exp2Scale = op.getExp2Scale().convertToFloat();
-      Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
-      // FP8: raw scores, c = exp2_scale · q_descale · k_descale.
-      if (Value descale = op.getDescale()) {
-        cLog2 = fmul(cLog2, scalar(descale));
-        negCLog2 = fmul(negCLog2, scalar(descale));
-      }
-      SoftmaxStep step;
-      Value negMScaled[2];
-      SmallVector<Value> rowValues[2];
-      for (int64_t r = 0; r < nS; ++r)
-        rowValues[(r % 4) / 2].push_back(sv[r]);
-      std::optional<int64_t> threshold = op.getRescaleThreshold();
-      for (int64_t row = 0; row < 2; ++row) {
-        Value mx = fmax(mOld[row], treeReduce(rowValues[row], /*isMax=*/true));
-        step.m[row] = quadReduce(mx, /*isMax=*/true);
-        // Lazy rescaling keeps the old max while c·(m' − m) <= τ (never
-        // after -inf: +inf and NaN fail <=), with a correction of exactly 1,
-        // which the accumulator's rescale tests for.
-        Value keep;
-        if (threshold) {
-          Value growth = fmul(fsub(step.m[row], mOld[row]), cLog2);
-          keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE,
-                                       growth, cf(float(*threshold)));
-          step.m[row] = select(keep, mOld[row], step.m[row]);
-        }
-        Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                            step.m[row], cf(negInf));
-        negMScaled[row] = fmul(select(empty, cf(0), step.m[row]), negCLog2);
-        step.alpha[row] = exp2(fma(mOld[row], cLog2, negMScaled[row]));
-        if (keep)
-          step.alpha[row] = select(keep, cf(1.0f), step.alpha[row]);
-      }
-      step.p.resize(nS);
-      SmallVector<Value> rowProbs[2];
-      Value probsBase[2] = {negMScaled[0], negMScaled[1]};
-      if (probsLog2Offset != 0.0f)
-        for (Value &base : probsBase)
-          base = fadd(base, cf(probsLog2Offset));
-      for (int64_t r = 0; r < nS; ++r) {
-        int64_t row = (r % 4) / 2;
-        step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
-        rowProbs[row].push_back(step.p[r]);
-      }
-      for (int64_t row = 0; row < 2; ++row)
-        step.l[row] = fma(lOld[row], step.alpha[row],
-                          treeReduce(rowProbs[row], /*isMax=*/false));
-      return step;
-    };
-
-    // P as the A operand of fa3.pv: the S accumulator, pairwise converted,
-    // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
-    // 8k+7), so P never goes through shared memory.
-    //
-    // FP8 (e4m3 V, fa3.pv's probs_scale s): the e4m3 A fragment of k-chunk c
-    // (32 keys): register i holds 4 keys of row r (i even) or r + 8 (i odd),
-    // keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
-    // 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
-    // to match (the layout kernel), so the bytes are taken in register
-    // order (P · s already, see probsLog2Offset).
-    auto packP = [&](ArrayRef<Value> p) {
-      SmallVector<Value> packed;
-      if (!s.fp8) {
-        for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
-          packed.append(packAFragment(p, kk));
-        return packed;
-      }
-      for (int64_t c = 0; c < s.blockN / 32; ++c) {
-        int64_t base = 16 * c;
-        auto q = [&](int64_t i) { return p[base + i]; };
-        packed.append({packE4M3(q(0), q(1), q(4), q(5)),
-                       packE4M3(q(2), q(3), q(6), q(7)),
-                       packE4M3(q(8), q(9), q(12), q(13)),
-                       packE4M3(q(10), q(11), q(14), q(15))});
-      }
-      return packed;
-    };
-
-    // fa3.pv reading the value tile of ring use `use`: O += P V, V read
-    // MN-major from shared memory.
-    auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value use,
-                       bool waitFull) {
-      Value stage = ringSlotOf(use);
-      if (waitFull)
-        ringWait(kValueFull, use);
-      Value vTileAddr = add(add(smemAddr(smem), ci(offV)),
-                            mul(stage, ci(tileBytes(s.blockN))));
-      NVVM::WgmmaFenceAlignedOp::create(b, loc);
-      for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
-        // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
-        // V'ᵀ K-major (D rows of 128-key atoms, or of 64 keys where block_n
-        // is not whole 128-key atoms), 32 keys = 32 bytes a step.
-        const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
-        Value bd =
-            s.fp8 ? descriptor(add(vTileAddr,
-                                   ci((kk / (vAtom / 32)) * s.headDim * vAtom +
-                                      (kk % (vAtom / 32)) * 32)),
-                               16, 8 * vAtom, vAtom)
-                  : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
-                               s.blockN * kAtomBytes, 1024);
-        o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
-      }
-      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-      return o;
-    };
-
-    // Once the wgmma reading ring use `use` completed: release its key or
-    // value slot. With a producer warpgroup that is all; otherwise warp 0
-    // refills the slot with key block iteration `it` + stages (`it` is the
-    // plain loop's iteration, `load` the IR's load of the tile).
-    auto release = [&](bool value, Value use, Value it, KeyValueTileLoad load) {
-      Ring empty = value ? kValueEmpty : kKeyEmpty;
-      ringArrive(empty, use);
-      if (s.warpSpecialized())
-        return;
-      Value next = add(it, ci(s.stages));
-      Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                          cmp(arith::CmpIPredicate::slt, next, numBlocks));
-      scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-        ringWait(empty, use);
-        scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-          issueTile(load, add(use, ci(s.stages)), ivOf(next));
-          scf::YieldOp::create(b, loc);
-        });
-        scf::YieldOp::create(b, loc);
-      });
-    };
-
-    //===------------------------------------------------------------------===//
-    // The key loop, op by op. Each tile value of the IR has its fragment:
-    // f32 registers of S, P, O (C / 2 a thread for [R, C]) and of the row
-    // statistics (2 a thread); P also packed as the A operand of fa3.pv; a
-    // K/V tile its use number of the ring (tiles are read in the order the
-    // producer fills the ring, so the n-th key tile the consumer reads is
-    // ring use ringBase + n). wgmma groups complete in commit order: a
-    // result is waited for (wgmma.wait_group with the groups committed
-    // after it still pending) right before its first use, and the ring
-    // slot a group read is released right after that wait.
-    //===------------------------------------------------------------------===//
-    DenseMap<Value, SmallVector<Value>> regs, packed;
-    DenseMap<Value, Value> ringUse;
-    // The ring use number of the next key and value tile.
-    Value nextUse[2] = {ringBase, ringBase};
-    struct Group {
-      bool value;
-      Value use, it;
-      KeyValueTileLoad load;
-    };
-    SmallVector<Group> groups;
-    DenseMap<Value, int64_t> producedBy;
-    int64_t completed = 0;
-    auto commit = [&](Value result, Value tile, Value it) {
-      auto load = KeyValueTileLoad::of(tile);
-      producedBy[result] = groups.size();
-      groups.push_back(
-          {load.source == k.value, ringUse.lookup(tile), it, load});
-    };
-    auto completeUpTo = [&](int64_t group) {
-      if (group < completed)
-        return;
-      NVVM::WgmmaWaitGroupSyncOp::create(
-          b, loc, static_cast<int64_t>(groups.size()) - 1 - group);
-      for (; completed <= group; ++completed) {
-        Group &g = groups[completed];
-        release(g.value, g.use, g.it, g.load);
-      }
-    };
-    auto completeAll = [&] {
-      completeUpTo(static_cast<int64_t>(groups.size()) - 1);
-    };
-    // The f32 registers of `v`: a splat constant's, or those an op made
-    // (waiting for the wgmma that makes them).
-    auto fragment = [&](Value v) -> SmallVector<Value> {
-      if (auto found = producedBy.find(v); found != producedBy.end())
-        completeUpTo(found->second);
-      if (std::optional<float> splat = splatValue(v)) {
-        auto type = cast<RankedTensorType>(v.getType());
-        return SmallVector<Value>(type.getRank() == 1 ? 2 : type.getDimSize(1) / 2,
-                                  cf(*splat));
-      }
-      return regs.lookup(v);
-    };
-    // The registers a loop carries or an scf.if returns for `v`, which is
-    // P (packed), a row statistic or O; `flatten` lists them P first, then
-    // the statistics, then O, so the kernel's loops carry
-    // (P, m, l, O) registers in that order.
-    auto isProbs = [](Value v) {
-      auto softmax = v.getDefiningOp<OnlineSoftmaxOp>();
-      return softmax && softmax.getProbs() == v;
-    };
-    auto rankOf = [](Value v) {
-      return cast<RankedTensorType>(v.getType()).getRank();
-    };
-    // Order of `values` (indices) for flattening.
-    auto carryOrder = [&](ValueRange values) {
-      SmallVector<unsigned> order;
-      for (int pass = 0; pass < 3; ++pass)
-        for (auto [i, v] : llvm::enumerate(values)) {
-          int kind = isProbs(v) ? 0 : rankOf(v) == 1 ? 1 : 2;
-          if (kind == pass)
-            order.push_back(i);
-        }
-      return order;
-    };
-    auto packedProbs = [&](Value probs) {
-      if (!packed.count(probs))
-        packed[probs] = packP(regs.lookup(probs));
-      return packed.lookup(probs);
-    };
-    auto flatten = [&](ValueRange values, ArrayRef<unsigned> order) {
-      SmallVector<Value> flat;
-      for (unsigned i : order)
-        flat.append(isProbs(values[i]) ? packedProbs(values[i])
-                                       : fragment(values[i]));
-      return flat;
-    };
-    // Maps `targets` (loop iter_args or results) to the registers `flat`
-    // holds for `sources` (the values they take) in `order`.
-    auto unflatten = [&](ValueRange targets, ValueRange sources,
-                         ArrayRef<unsigned> order, ValueRange flat) {
-      size_t at = 0;
-      for (unsigned i : order) {
-        size_t n = isProbs(sources[i]) ? packed.lookup(sources[i]).size()
-                                       : fragment(sources[i]).size();
-        SmallVector<Value> part(flat.begin() + at, flat.begin() + at + n);
-        at += n;
-        if (isProbs(sources[i]))
-          packed[targets[i]] = part;
-        else
-          regs[targets[i]] = part;
-      }
-    };
-
-    // The K/V tiles whose full barrier this code already waited on (the
-    // first MMA of a pingpong turn waits before the turn starts).
-    DenseSet<Value> landed;
-    auto waitFull = [&](Value tile) { return landed.insert(tile).second; };
-
-    // Emits the tile ops of `block`. `iv` is what the IR's key loop
-    // induction variable is in this code (null outside the loop), `it` the
-    // emitted loop's iteration (for the ring refill).
-    std::function<void(Block &, Value, Value)> emitBlock;
-    std::function<void(Operation &, Value, Value)> emitOp = [&](Operation &op,
-                                                                Value iv,
-                                                                Value it) {
-      if (isKernelScalar(&op, k.func) ||
-          (op.getNumResults() == 1 && splatValue(op.getResult(0))))
-        return;
-      if (isa<LoadTileOp, LoadPagedTileOp>(op)) {
-        auto load = KeyValueTileLoad::of(op.getResult(0));
-        bool value = load.source == k.value;
-        ringUse[load.result] = nextUse[value];
-        nextUse[value] = add(nextUse[value], ci(1));
-      } else if (auto qk = dyn_cast<QKOp>(op)) {
-        regs[qk.getResult()] =
-            issueQK(ringUse.lookup(qk.getKey()), waitFull(qk.getKey()));
-        commit(qk.getResult(), qk.getKey(), it);
-      } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
-        regs[softcap.getResult()] =
-            softcapFragment(softcap, fragment(softcap.getScores()));
-      } else if (auto ifOp = dyn_cast<scf::IfOp>(op);
-                 ifOp && ifOp.getNumResults() == 1) {
-        auto mask = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator())
-                        .getOperand(0)
-                        .getDefiningOp<MaskOp>();
-        regs[ifOp.getResult(0)] =
-            maskScores(ifOp, mask, fragment(mask.getScores()), iv);
-      } else if (auto softmaxOp = dyn_cast<OnlineSoftmaxOp>(op)) {
-        SoftmaxStep step = softmax(softmaxOp, fragment(softmaxOp.getScores()),
-                                   fragment(softmaxOp.getRowMax()),
-                                   fragment(softmaxOp.getRowSum()));
-        // P carried to a later block's PV (the rotated loop) is
-        // packed here, as the loop carries it; P read by a PV of this
-        // block is packed there, after the rescale. FP8 packs carried P
-        // where the loop yields it (flatten), after this block's wait for
-        // the previous PV: its e4m3 packing otherwise overwrote registers
-        // that PV's wgmmas were still reading, and ptxas serialized them.
-        Value probs = softmaxOp.getProbs();
-        regs[probs] = step.p;
-        if (!s.fp8 && llvm::any_of(probs.getUsers(), [&](Operation *user) {
-              return !isa<PVOp, DropoutOp>(user) ||
-                     user->getBlock() != op.getBlock();
-            }))
-          packed[probs] = packP(step.p);
-        regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
-        regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
-        regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
-      } else if (auto drop = dyn_cast<DropoutOp>(op)) {
-        regs[drop.getResult()] =
-            dropoutFragment(drop, fragment(drop.getProbs()), iv);
-      } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
-        SmallVector<Value> o = fragment(rescale.getAcc());
-        SmallVector<Value> alpha = fragment(rescale.getCorrection());
-        regs[rescale.getResult()] =
-            rescaleFragment(o, alpha, s.rescaleThreshold > 0);
-      } else if (auto pv = dyn_cast<PVOp>(op)) {
-        SmallVector<Value> acc = fragment(pv.getAcc());
-        if (!packed.count(pv.getProbs()))
-          packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
-        regs[pv.getResult()] =
-            issuePV(packed.lookup(pv.getProbs()), acc,
-                    ringUse.lookup(pv.getValue()), waitFull(pv.getValue()));
-        commit(pv.getResult(), pv.getValue(), it);
-      } else if (auto turn = dyn_cast<MmaTurnOp>(op)) {
-        // fa3-pingpong's turn: once the first MMA's tile has landed,
-        // wait for this warpgroup's turn, issue the body's wgmmas and
-        // pass the turn on (no warpgroup holds the turn waiting for
-        // TMA).
-        Block &body = turn.getBody().front();
-        auto ops = body.without_terminator();
-        auto firstMma = llvm::find_if(
-            ops, [](Operation &inner) { return isa<QKOp, PVOp>(inner); });
-        for (Operation &inner : llvm::make_range(ops.begin(), firstMma))
-          emitOp(inner, iv, it);
-        Value tile = isa<QKOp>(*firstMma) ? cast<QKOp>(*firstMma).getKey()
-                                          : cast<PVOp>(*firstMma).getValue();
-        ringWait(isa<QKOp>(*firstMma) ? kKeyFull : kValueFull,
-                 ringUse.lookup(tile));
-        landed.insert(tile);
-        takeTurn();
-        for (Operation &inner : llvm::make_range(firstMma, ops.end()))
-          emitOp(inner, iv, it);
-        passTurn();
-        // The turn's results are its body's values.
-        for (auto [result, value] :
-             llvm::zip(turn.getResults(),
-                       cast<YieldOp>(body.getTerminator()).getValues())) {
-          if (auto found = producedBy.find(value); found != producedBy.end()) {
-            int64_t group = found->second;
-            producedBy[result] = group;
-          }
-          if (regs.count(value)) {
-            SmallVector<Value> values = regs.lookup(value);
-            regs[result] = values;
-          }
-        }
-      } else if (auto guard = dyn_cast<scf::IfOp>(op)) {
-        // The rotated loop's non-empty test.
-        completeAll();
-        SmallVector<unsigned> order =
-            carryOrder(guard.thenYield().getOperands());
-        ValueRange elseValues = guard.elseYield().getOperands();
-        SmallVector<Value> elseFlat = flatten(elseValues, order);
-        auto emitted = scf::IfOp::create(
-            b, loc, TypeRange(SmallVector<Type>(elseFlat.size(), f32)),
-            cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
-            /*addElseBlock=*/true);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(emitted.thenBlock());
-          emitBlock(*guard.thenBlock(), iv, it);
-          b.setInsertionPointToStart(emitted.elseBlock());
-          scf::YieldOp::create(b, loc, elseFlat);
-        }
-        unflatten(guard.getResults(), elseValues, order, emitted.getResults());
-      } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
-        // The key loop: plain (iterations 0 .. numBlocks) or rotated
-        // (0 .. numBlocks - 1 inside the guard); iteration i is the
-        // IR's block lo + i.
-        completeAll();
-        bool isRotated = loop->hasAttr(kOverlappedKeyLoopAttrName);
-        ValueRange inits = loop.getInitArgs();
-        SmallVector<unsigned> order = carryOrder(
-            cast<scf::YieldOp>(loop.getBody()->getTerminator()).getOperands());
-        SmallVector<Value> flatInits = flatten(inits, order);
-        Value before[2] = {nextUse[0], nextUse[1]};
-        Value trip = isRotated ? sub(numBlocks, ci(1)) : numBlocks;
-        auto emitted = scf::ForOp::create(
-            b, loc, ci(0), trip, ci(1), flatInits,
-            [&](OpBuilder &, Location, Value i, ValueRange iters) {
-              unflatten(loop.getRegionIterArgs(), inits, order, iters);
-              nextUse[0] = add(before[0], i);
-              nextUse[1] = add(before[1], i);
-              emitBlock(*loop.getBody(), ivOf(i), i);
-            });
-        nextUse[0] = add(before[0], trip);
-        nextUse[1] = add(before[1], trip);
-        unflatten(loop.getResults(), inits, order, emitted.getResults());
-      } else if (auto yield = dyn_cast<scf::YieldOp>(op)) {
-        completeAll();
-        scf::YieldOp::create(
-            b, loc,
-            flatten(yield.getOperands(), carryOrder(yield.getOperands())));
-      } else {
-        llvm_unreachable("convert-fa3-tile-to-hopper matched the key "
-                         "loop's ops");
-      }
-    };
-    emitBlock = [&](Block &block, Value iv, Value it) {
-      for (Operation &op : block)
-        emitOp(op, iv, it);
-    };
-
-    // Turns per tile (pingpongPerTile): consumer 0 goes first.
-    Value firstPerTile = pingpongPerTile
-                             ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
-                             : Value();
-    if (firstPerTile)
-      firstConsumerTurn(firstPerTile, /*arrive=*/true);
-
-    // The key structure (the plain loop, or the rotated loop's guard) is
-    // the only op of the forall body the walk needs; its results are
-    // (O, m, l).
-    Operation *keyStructure = k.keys.guard
-                                  ? k.keys.guard.getOperation()
-                                  : k.keys.loop.getOperation();
-    emitOp(*keyStructure, Value(), Value());
-    ValueRange keyResults = k.keys.results();
-    SmallVector<Value> results = fragment(keyResults[1]);
-    results.append(fragment(keyResults[2]));
-    results.append(fragment(keyResults[0]));
-
-    // Persistent with an O tile of its own: this tile's QKᵀ wgmmas have
-    // all completed (each was waited for), so the producer may load the
-    // next tile's Q into this Q tile.
-    if (s.persistent && s.separateOutputTile())
-      ringArrive(kQueryEmpty, qUse);
-
-    // Per tile, consumer 0's closing wait comes before its epilogue.
-    if (firstPerTile)
-      firstConsumerTurn(firstPerTile, /*arrive=*/false);
-
-    emitFinalizeAndStores(results, wg, qBuffer, rowInTile, colInBlock);
-  };
-
   // Pingpong's turns run on across the consumers' tiles: consumer 0 goes
   // first once (an arrive on its own barrier that its first turn
   // completes), and after the last tile it takes consumer 1's last turn, so
@@ -1591,7 +1011,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // at every tile's end and start.
   // Unless the turns restart at every tile (pingpongPerTile).
   auto pingpongTurns = [&](Value wg, llvm::function_ref<void()> tiles) {
-    Value first = s.pingpong && !pingpongPerTile
+    Value first = s.pingpong && !s.pingpongPerTile
                       ? cmp(arith::CmpIPredicate::eq, wg, ci(0))
                       : Value();
     if (first)
@@ -1622,14 +1042,14 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
       for (int64_t st = 0; st < s.stages; ++st) {
         Value has = cmp(arith::CmpIPredicate::slt, ci(st), numBlocks);
         scf::IfOp::create(b, loc, has, [&](OpBuilder &, Location) {
-          issueTile(k.keys.keyLoad, ci(st), ivOf(ci(st)));
-          issueTile(k.keys.valueLoad, ci(st), ivOf(ci(st)));
+          issueTile(k.keys.keyLoad, ci(st), keyBlockOf(ci(st)));
+          issueTile(k.keys.valueLoad, ci(st), keyBlockOf(ci(st)));
           scf::YieldOp::create(b, loc);
         });
       }
       scf::YieldOp::create(b, loc);
     });
-    pingpongTurns(wg, [&] { buildConsumer(wg); });
+    pingpongTurns(wg, [&] { emitConsumer(wg); });
     waitForOutputStore();
   } else {
     // Warp specialization: warpgroup 0 produces, the others consume. Each
@@ -1654,7 +1074,7 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
                                          NVVM::SetMaxRegisterAction::increase);
           Value consumer = sub(wg, ci(1));
           pingpongTurns(consumer, [&] {
-            forEachConsumedTile([&] { buildConsumer(consumer); });
+            forEachConsumedTile([&] { emitConsumer(consumer); });
           });
           waitForOutputStore();
           scf::YieldOp::create(b, loc);
@@ -1664,6 +1084,606 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     b.setInsertionPointAfter(active);
   LLVM::ReturnOp::create(b, loc, ValueRange());
   return fn;
+}
+
+/// fa3.softcap on the S fragment.
+SmallVector<Value> TileKernelEmitter::softcapFragment(SoftcapOp softcap,
+                                                      SmallVector<Value> sAcc) {
+  float scale = softcap.getScale().convertToFloat();
+  float cap = softcap.getSoftcap().convertToFloat();
+  Value in = cf(scale / cap), out = cf(cap / scale);
+  // FP8: raw scores, the scale times the descale on both sides.
+  if (Value descale = softcap.getDescale()) {
+    in = fmul(in, scalar(descale));
+    out = arith::DivFOp::create(b, loc, out, scalar(descale));
+  }
+  for (Value &v : sAcc)
+    v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
+  return sAcc;
+}
+
+/// fa3.rescale: O times each row's correction. Under lazy rescaling
+/// (`lazy`) most corrections are exactly 1, and a thread whose two rows
+/// both kept their max branches around the multiplies; a warp skips them
+/// when all its threads do (nO multiplies on the path from the softmax to
+/// the P V wgmma).
+SmallVector<Value> TileKernelEmitter::rescaleFragment(SmallVector<Value> o,
+                                                      ArrayRef<Value> alpha,
+                                                      bool lazy) {
+  int64_t nO = s.headDim / 2;
+  auto scaled = [&] {
+    SmallVector<Value> acc = o;
+    for (int64_t r = 0; r < nO; ++r)
+      acc[r] = fmul(acc[r], alpha[(r % 4) / 2]);
+    return acc;
+  };
+  if (!lazy)
+    return scaled();
+  auto moved = [&](int64_t row) {
+    return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, alpha[row],
+                                 cf(1.0f));
+  };
+  auto branch = scf::IfOp::create(b, loc, SmallVector<Type>(nO, f32),
+                                  ori(moved(0), moved(1)),
+                                  /*addElseBlock=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(branch.thenBlock());
+  scf::YieldOp::create(b, loc, scaled());
+  b.setInsertionPointToStart(branch.elseBlock());
+  scf::YieldOp::create(b, loc, o);
+  return SmallVector<Value>(branch.getResults());
+}
+
+/// The masking scf.if around fa3.mask, for the key block whose IR
+/// induction variable is `iv`: everything the mask reads is replayed
+/// before its branch.
+SmallVector<Value> TileKernelEmitter::maskScores(scf::IfOp maskIf, MaskOp mask,
+                                                 SmallVector<Value> sAcc,
+                                                 Value iv) {
+  DenseMap<Value, Value> local;
+  Value needMask = replay(maskIf.getCondition(), iv, local);
+  Value qStart = replay(mask.getQStart(), iv, local);
+  Value kStart = replay(mask.getKStart(), iv, local);
+  Value qLen = replay(mask.getQLen(), iv, local);
+  Value kLen = replay(mask.getKLen(), iv, local);
+  Value offset = sub(kLen, qLen);
+  auto [left, right] = resolveWindow(mask.getCausal(), mask.getWindow());
+  Value rows[2] = {add(qStart, queryOfRow(rowInTile)),
+                   add(qStart, queryOfRow(add(rowInTile, ci(8))))};
+  return maskFragment(sAcc, needMask, [&](int64_t r) {
+    Value col = add(add(kStart, ci((r / 4) * 8 + r % 2)), colInBlock);
+    return keyHidden(rows[(r % 4) / 2], col, kLen, offset, left, right);
+  });
+}
+
+/// fa3.dropout on the P fragment. This thread's S registers 8f .. 8f + 7
+/// are rows {r, r + 8} × key columns {c, c + 1, c + 8, c + 9} of one
+/// Philox group (r = rowInTile, c = colInBlock + 16f): register 8f + 4·ch
+/// + 2·rh + e (row half rh, column half ch, column parity e) takes half e
+/// of word 2·rh + ch. One call for eight registers.
+SmallVector<Value> TileKernelEmitter::dropoutFragment(DropoutOp drop,
+                                                      SmallVector<Value> p,
+                                                      Value iv) {
+  int64_t nS = s.blockN / 2;
+  DenseMap<Value, Value> local;
+  Value qStart = replay(drop.getQStart(), iv, local);
+  Value kStart = replay(drop.getKStart(), iv, local);
+  Value stream = replay(drop.getStream(), iv, local);
+  DropoutConstants constants =
+      DropoutConstants::of(drop.getP().convertToFloat());
+  Value threshold = ci(static_cast<int32_t>(constants.threshold)),
+        scale = cf(constants.scale);
+  Value row = add(qStart, rowInTile);
+  for (int64_t f = 0; f < nS / 8; ++f) {
+    Value col = add(add(kStart, colInBlock), ci(16 * f));
+    std::array<Value, 4> words =
+        buildDropoutGroupWords(b, loc, dropoutGen, row, col, stream);
+    for (int64_t w = 0; w < 4; ++w)
+      for (int64_t e = 0; e < 2; ++e) {
+        int64_t reg = 8 * f + 4 * (w % 2) + 2 * (w / 2) + e;
+        Value keep = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::uge,
+            dropoutHalf(b, loc, words[w], /*high=*/e == 1), threshold);
+        p[reg] = select(keep, fmul(p[reg], scale), cf(0));
+      }
+  }
+  return p;
+}
+
+/// One consumer warpgroup `wg` (0-based among the consumers): its 64 query
+/// rows' key loop, emitted from the IR op by op, and the epilogue.
+void TileKernelEmitter::emitConsumer(Value wg) {
+  Value qBuffer = queryBufferOf(qUse);
+  ringWait(kQueryFull, qUse);
+
+  // This thread's two rows in the tile and the first of its column pairs
+  // in each 8-column block.
+  rowInTile = add(add(mul(wg, ci(64)), mul(warp, ci(16))), divu(lane, ci(4)));
+  colInBlock = mul(remu(lane, ci(4)), ci(2));
+
+  float negInf = -std::numeric_limits<float>::infinity();
+  int64_t nS = s.blockN / 2;
+
+  Value qTileAddr = add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
+  Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
+
+  // Pingpong: a consumer's wgmmas of one turn are issued between
+  // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
+  // Both named barriers count 256 threads: 128 waiting plus 128 arriving.
+  Value otherWg = sub(ci(1), wg);
+  auto takeTurn = [&] {
+    if (s.pingpong)
+      namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
+  };
+  auto passTurn = [&] {
+    if (s.pingpong)
+      namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
+  };
+
+  // fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
+  // shared memory; `waitFull` unless the tile is known to have landed.
+  auto issueQK = [&](Value use, bool waitFull) {
+    Value stage = ringSlotOf(use);
+    if (waitFull)
+      ringWait(kKeyFull, use);
+    Value kTileAddr =
+        add(add(smemAddr(smem), ci(offK)), mul(stage, ci(tileBytes(s.blockN))));
+    SmallVector<Value> sAcc(nS, cf(0));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    // One wgmma K step is 32 bytes of an atom row for either type.
+    int64_t stepsPerAtom = rowAtom() / 32;
+    for (int64_t kk = 0; kk < s.headDim / mmaK(); ++kk) {
+      int64_t atom = kk / stepsPerAtom, inAtom = (kk % stepsPerAtom) * 32;
+      Value a =
+          qkDescriptor(add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
+      Value bd = qkDescriptor(
+          add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
+      sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    return sAcc;
+  };
+
+  // FP8: fa3.pv's probs_scale s (a power of two). P enters the e4m3
+  // wgmma as P · s; the softmax computes that product in its exp2 (log2 s
+  // added to the exponent: no multiply per element), and its row sum, the
+  // accumulator and l carry the same factor (emitFinalizeAndStores).
+  float probsScale = 1.0f;
+  if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
+    probsScale = attr.getValueAsDouble();
+  float probsLog2Offset = std::log2(probsScale);
+
+  // fa3.online_softmax on the (masked) S fragment.
+  struct SoftmaxStep {
+    SmallVector<Value> p;
+    Value m[2], l[2], alpha[2];
+  };
+  auto softmax = [&](OnlineSoftmaxOp op, ArrayRef<Value> sv,
+                     ArrayRef<Value> mOld, ArrayRef<Value> lOld) {
+    // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
+    // quad. The sum stays per thread until fa3.finalize. The row max and
+    // sum reduce as balanced trees (depth log2(block_n / 4) instead of a
+    // chain of block_n / 4 dependent ops: this sits between the QKᵀ and
+    // PV wgmmas), and c·x − c·m is one fma.
+    float exp2Scale = op.getExp2Scale().convertToFloat();
+    Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
+    // FP8: raw scores, c = exp2_scale · q_descale · k_descale.
+    if (Value descale = op.getDescale()) {
+      cLog2 = fmul(cLog2, scalar(descale));
+      negCLog2 = fmul(negCLog2, scalar(descale));
+    }
+    SoftmaxStep step;
+    Value negMScaled[2];
+    SmallVector<Value> rowValues[2];
+    for (int64_t r = 0; r < nS; ++r)
+      rowValues[(r % 4) / 2].push_back(sv[r]);
+    std::optional<int64_t> threshold = op.getRescaleThreshold();
+    for (int64_t row = 0; row < 2; ++row) {
+      Value mx = fmax(mOld[row], treeReduce(rowValues[row], /*isMax=*/true));
+      step.m[row] = quadReduce(mx, /*isMax=*/true);
+      // Lazy rescaling keeps the old max while c·(m' − m) <= τ (never
+      // after -inf: +inf and NaN fail <=), with a correction of exactly 1,
+      // which the accumulator's rescale tests for.
+      Value keep;
+      if (threshold) {
+        Value growth = fmul(fsub(step.m[row], mOld[row]), cLog2);
+        keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, growth,
+                                     cf(float(*threshold)));
+        step.m[row] = select(keep, mOld[row], step.m[row]);
+      }
+      Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                          step.m[row], cf(negInf));
+      negMScaled[row] = fmul(select(empty, cf(0), step.m[row]), negCLog2);
+      step.alpha[row] = exp2(fma(mOld[row], cLog2, negMScaled[row]));
+      if (keep)
+        step.alpha[row] = select(keep, cf(1.0f), step.alpha[row]);
+    }
+    step.p.resize(nS);
+    SmallVector<Value> rowProbs[2];
+    Value probsBase[2] = {negMScaled[0], negMScaled[1]};
+    if (probsLog2Offset != 0.0f)
+      for (Value &base : probsBase)
+        base = fadd(base, cf(probsLog2Offset));
+    for (int64_t r = 0; r < nS; ++r) {
+      int64_t row = (r % 4) / 2;
+      step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
+      rowProbs[row].push_back(step.p[r]);
+    }
+    for (int64_t row = 0; row < 2; ++row)
+      step.l[row] = fma(lOld[row], step.alpha[row],
+                        treeReduce(rowProbs[row], /*isMax=*/false));
+    return step;
+  };
+
+  // P as the A operand of fa3.pv: the S accumulator, pairwise converted,
+  // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
+  // 8k+7), so P never goes through shared memory.
+  //
+  // FP8 (e4m3 V, fa3.pv's probs_scale s): the e4m3 A fragment of k-chunk c
+  // (32 keys): register i holds 4 keys of row r (i even) or r + 8 (i odd),
+  // keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
+  // 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
+  // to match (the layout kernel), so the bytes are taken in register
+  // order (P · s already, see probsLog2Offset).
+  auto packP = [&](ArrayRef<Value> p) {
+    SmallVector<Value> packed;
+    if (!s.fp8) {
+      for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
+        packed.append(packAFragment(p, kk));
+      return packed;
+    }
+    for (int64_t c = 0; c < s.blockN / 32; ++c) {
+      int64_t base = 16 * c;
+      auto q = [&](int64_t i) { return p[base + i]; };
+      packed.append({packE4M3(q(0), q(1), q(4), q(5)),
+                     packE4M3(q(2), q(3), q(6), q(7)),
+                     packE4M3(q(8), q(9), q(12), q(13)),
+                     packE4M3(q(10), q(11), q(14), q(15))});
+    }
+    return packed;
+  };
+
+  // fa3.pv reading the value tile of ring use `use`: O += P V, V read
+  // MN-major from shared memory.
+  auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value use,
+                     bool waitFull) {
+    Value stage = ringSlotOf(use);
+    if (waitFull)
+      ringWait(kValueFull, use);
+    Value vTileAddr =
+        add(add(smemAddr(smem), ci(offV)), mul(stage, ci(tileBytes(s.blockN))));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
+      // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
+      // V'ᵀ K-major (D rows of 128-key atoms, or of 64 keys where block_n
+      // is not whole 128-key atoms), 32 keys = 32 bytes a step.
+      const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
+      Value bd =
+          s.fp8 ? descriptor(add(vTileAddr,
+                                 ci((kk / (vAtom / 32)) * s.headDim * vAtom +
+                                    (kk % (vAtom / 32)) * 32)),
+                             16, 8 * vAtom, vAtom)
+                : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
+                             s.blockN * kAtomBytes, 1024);
+      o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    return o;
+  };
+
+  // Once the wgmma reading ring use `use` completed: release its key or
+  // value slot. With a producer warpgroup that is all; otherwise warp 0
+  // refills the slot with key block iteration `it` + stages (`it` is the
+  // plain loop's iteration, `load` the IR's load of the tile).
+  auto release = [&](bool value, Value use, Value it, KeyValueTileLoad load) {
+    Ring empty = value ? kValueEmpty : kKeyEmpty;
+    ringArrive(empty, use);
+    if (s.warpSpecialized())
+      return;
+    Value next = add(it, ci(s.stages));
+    Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                        cmp(arith::CmpIPredicate::slt, next, numBlocks));
+    scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+      ringWait(empty, use);
+      scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+        issueTile(load, add(use, ci(s.stages)), keyBlockOf(next));
+        scf::YieldOp::create(b, loc);
+      });
+      scf::YieldOp::create(b, loc);
+    });
+  };
+
+  //===------------------------------------------------------------------===//
+  // The key loop, op by op. Each tile value of the IR has its fragment:
+  // f32 registers of S, P, O (C / 2 a thread for [R, C]) and of the row
+  // statistics (2 a thread); P also packed as the A operand of fa3.pv; a
+  // K/V tile its use number of the ring (tiles are read in the order the
+  // producer fills the ring, so the n-th key tile the consumer reads is
+  // ring use ringBase + n). wgmma groups complete in commit order: a
+  // result is waited for (wgmma.wait_group with the groups committed
+  // after it still pending) right before its first use, and the ring
+  // slot a group read is released right after that wait.
+  //===------------------------------------------------------------------===//
+  DenseMap<Value, SmallVector<Value>> regs, packed;
+  DenseMap<Value, Value> ringUse;
+  // The ring use number of the next key and value tile.
+  Value nextUse[2] = {ringBase, ringBase};
+  struct Group {
+    bool value;
+    Value use, it;
+    KeyValueTileLoad load;
+  };
+  SmallVector<Group> groups;
+  DenseMap<Value, int64_t> producedBy;
+  int64_t completed = 0;
+  auto commit = [&](Value result, Value tile, Value it) {
+    auto load = KeyValueTileLoad::of(tile);
+    producedBy[result] = groups.size();
+    groups.push_back({load.source == k.value, ringUse.lookup(tile), it, load});
+  };
+  auto completeUpTo = [&](int64_t group) {
+    if (group < completed)
+      return;
+    NVVM::WgmmaWaitGroupSyncOp::create(
+        b, loc, static_cast<int64_t>(groups.size()) - 1 - group);
+    for (; completed <= group; ++completed) {
+      Group &g = groups[completed];
+      release(g.value, g.use, g.it, g.load);
+    }
+  };
+  auto completeAll = [&] {
+    completeUpTo(static_cast<int64_t>(groups.size()) - 1);
+  };
+  // The f32 registers of `v`: a splat constant's, or those an op made
+  // (waiting for the wgmma that makes them).
+  auto fragment = [&](Value v) -> SmallVector<Value> {
+    if (auto found = producedBy.find(v); found != producedBy.end())
+      completeUpTo(found->second);
+    if (std::optional<float> splat = splatValue(v)) {
+      auto type = cast<RankedTensorType>(v.getType());
+      return SmallVector<Value>(
+          type.getRank() == 1 ? 2 : type.getDimSize(1) / 2, cf(*splat));
+    }
+    return regs.lookup(v);
+  };
+  // The registers a loop carries or an scf.if returns for `v`, which is
+  // P (packed), a row statistic or O; `flatten` lists them P first, then
+  // the statistics, then O, so the kernel's loops carry
+  // (P, m, l, O) registers in that order.
+  auto isProbs = [](Value v) {
+    auto softmax = v.getDefiningOp<OnlineSoftmaxOp>();
+    return softmax && softmax.getProbs() == v;
+  };
+  auto rankOf = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getRank();
+  };
+  // Order of `values` (indices) for flattening.
+  auto carryOrder = [&](ValueRange values) {
+    SmallVector<unsigned> order;
+    for (int pass = 0; pass < 3; ++pass)
+      for (auto [i, v] : llvm::enumerate(values)) {
+        int kind = isProbs(v) ? 0 : rankOf(v) == 1 ? 1 : 2;
+        if (kind == pass)
+          order.push_back(i);
+      }
+    return order;
+  };
+  auto packedProbs = [&](Value probs) {
+    if (!packed.count(probs))
+      packed[probs] = packP(regs.lookup(probs));
+    return packed.lookup(probs);
+  };
+  auto flatten = [&](ValueRange values, ArrayRef<unsigned> order) {
+    SmallVector<Value> flat;
+    for (unsigned i : order)
+      flat.append(isProbs(values[i]) ? packedProbs(values[i])
+                                     : fragment(values[i]));
+    return flat;
+  };
+  // Maps `targets` (loop iter_args or results) to the registers `flat`
+  // holds for `sources` (the values they take) in `order`.
+  auto unflatten = [&](ValueRange targets, ValueRange sources,
+                       ArrayRef<unsigned> order, ValueRange flat) {
+    size_t at = 0;
+    for (unsigned i : order) {
+      size_t n = isProbs(sources[i]) ? packed.lookup(sources[i]).size()
+                                     : fragment(sources[i]).size();
+      SmallVector<Value> part(flat.begin() + at, flat.begin() + at + n);
+      at += n;
+      if (isProbs(sources[i]))
+        packed[targets[i]] = part;
+      else
+        regs[targets[i]] = part;
+    }
+  };
+
+  // The K/V tiles whose full barrier this code already waited on (the
+  // first MMA of a pingpong turn waits before the turn starts).
+  DenseSet<Value> landed;
+  auto waitFull = [&](Value tile) { return landed.insert(tile).second; };
+
+  // Emits the tile ops of `block`. `iv` is what the IR's key loop
+  // induction variable is in this code (null outside the loop), `it` the
+  // emitted loop's iteration (for the ring refill).
+  std::function<void(Block &, Value, Value)> emitBlock;
+  std::function<void(Operation &, Value, Value)> emitOp = [&](Operation &op,
+                                                              Value iv,
+                                                              Value it) {
+    if (isKernelScalar(&op, k.func) ||
+        (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      return;
+    if (isa<LoadTileOp, LoadPagedTileOp>(op)) {
+      auto load = KeyValueTileLoad::of(op.getResult(0));
+      bool value = load.source == k.value;
+      ringUse[load.result] = nextUse[value];
+      nextUse[value] = add(nextUse[value], ci(1));
+    } else if (auto qk = dyn_cast<QKOp>(op)) {
+      regs[qk.getResult()] =
+          issueQK(ringUse.lookup(qk.getKey()), waitFull(qk.getKey()));
+      commit(qk.getResult(), qk.getKey(), it);
+    } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+      regs[softcap.getResult()] =
+          softcapFragment(softcap, fragment(softcap.getScores()));
+    } else if (auto ifOp = dyn_cast<scf::IfOp>(op);
+               ifOp && ifOp.getNumResults() == 1) {
+      auto mask = cast<scf::YieldOp>(ifOp.thenBlock()->getTerminator())
+                      .getOperand(0)
+                      .getDefiningOp<MaskOp>();
+      regs[ifOp.getResult(0)] =
+          maskScores(ifOp, mask, fragment(mask.getScores()), iv);
+    } else if (auto softmaxOp = dyn_cast<OnlineSoftmaxOp>(op)) {
+      SoftmaxStep step = softmax(softmaxOp, fragment(softmaxOp.getScores()),
+                                 fragment(softmaxOp.getRowMax()),
+                                 fragment(softmaxOp.getRowSum()));
+      // P carried to a later block's PV (the rotated loop) is
+      // packed here, as the loop carries it; P read by a PV of this
+      // block is packed there, after the rescale. FP8 packs carried P
+      // where the loop yields it (flatten), after this block's wait for
+      // the previous PV: its e4m3 packing otherwise overwrote registers
+      // that PV's wgmmas were still reading, and ptxas serialized them.
+      Value probs = softmaxOp.getProbs();
+      regs[probs] = step.p;
+      if (!s.fp8 && llvm::any_of(probs.getUsers(), [&](Operation *user) {
+            return !isa<PVOp, DropoutOp>(user) ||
+                   user->getBlock() != op.getBlock();
+          }))
+        packed[probs] = packP(step.p);
+      regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
+      regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
+      regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
+    } else if (auto drop = dyn_cast<DropoutOp>(op)) {
+      regs[drop.getResult()] =
+          dropoutFragment(drop, fragment(drop.getProbs()), iv);
+    } else if (auto rescale = dyn_cast<RescaleOp>(op)) {
+      SmallVector<Value> o = fragment(rescale.getAcc());
+      SmallVector<Value> alpha = fragment(rescale.getCorrection());
+      regs[rescale.getResult()] =
+          rescaleFragment(o, alpha, s.rescaleThreshold > 0);
+    } else if (auto pv = dyn_cast<PVOp>(op)) {
+      SmallVector<Value> acc = fragment(pv.getAcc());
+      if (!packed.count(pv.getProbs()))
+        packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
+      regs[pv.getResult()] =
+          issuePV(packed.lookup(pv.getProbs()), acc,
+                  ringUse.lookup(pv.getValue()), waitFull(pv.getValue()));
+      commit(pv.getResult(), pv.getValue(), it);
+    } else if (auto turn = dyn_cast<MmaTurnOp>(op)) {
+      // fa3-pingpong's turn: once the first MMA's tile has landed,
+      // wait for this warpgroup's turn, issue the body's wgmmas and
+      // pass the turn on (no warpgroup holds the turn waiting for
+      // TMA).
+      Block &body = turn.getBody().front();
+      auto ops = body.without_terminator();
+      auto firstMma = llvm::find_if(
+          ops, [](Operation &inner) { return isa<QKOp, PVOp>(inner); });
+      for (Operation &inner : llvm::make_range(ops.begin(), firstMma))
+        emitOp(inner, iv, it);
+      Value tile = isa<QKOp>(*firstMma) ? cast<QKOp>(*firstMma).getKey()
+                                        : cast<PVOp>(*firstMma).getValue();
+      ringWait(isa<QKOp>(*firstMma) ? kKeyFull : kValueFull,
+               ringUse.lookup(tile));
+      landed.insert(tile);
+      takeTurn();
+      for (Operation &inner : llvm::make_range(firstMma, ops.end()))
+        emitOp(inner, iv, it);
+      passTurn();
+      // The turn's results are its body's values.
+      for (auto [result, value] :
+           llvm::zip(turn.getResults(),
+                     cast<YieldOp>(body.getTerminator()).getValues())) {
+        if (auto found = producedBy.find(value); found != producedBy.end()) {
+          int64_t group = found->second;
+          producedBy[result] = group;
+        }
+        if (regs.count(value)) {
+          SmallVector<Value> values = regs.lookup(value);
+          regs[result] = values;
+        }
+      }
+    } else if (auto guard = dyn_cast<scf::IfOp>(op)) {
+      // The rotated loop's non-empty test.
+      completeAll();
+      SmallVector<unsigned> order = carryOrder(guard.thenYield().getOperands());
+      ValueRange elseValues = guard.elseYield().getOperands();
+      SmallVector<Value> elseFlat = flatten(elseValues, order);
+      auto emitted = scf::IfOp::create(
+          b, loc, TypeRange(SmallVector<Type>(elseFlat.size(), f32)),
+          cmp(arith::CmpIPredicate::sgt, numBlocks, ci(0)),
+          /*addElseBlock=*/true);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(emitted.thenBlock());
+        emitBlock(*guard.thenBlock(), iv, it);
+        b.setInsertionPointToStart(emitted.elseBlock());
+        scf::YieldOp::create(b, loc, elseFlat);
+      }
+      unflatten(guard.getResults(), elseValues, order, emitted.getResults());
+    } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      // The key loop: plain (iterations 0 .. numBlocks) or rotated
+      // (0 .. numBlocks - 1 inside the guard); iteration i is the
+      // IR's block lo + i.
+      completeAll();
+      bool isRotated = loop->hasAttr(kOverlappedKeyLoopAttrName);
+      ValueRange inits = loop.getInitArgs();
+      SmallVector<unsigned> order = carryOrder(
+          cast<scf::YieldOp>(loop.getBody()->getTerminator()).getOperands());
+      SmallVector<Value> flatInits = flatten(inits, order);
+      Value before[2] = {nextUse[0], nextUse[1]};
+      Value trip = isRotated ? sub(numBlocks, ci(1)) : numBlocks;
+      auto emitted = scf::ForOp::create(
+          b, loc, ci(0), trip, ci(1), flatInits,
+          [&](OpBuilder &, Location, Value i, ValueRange iters) {
+            unflatten(loop.getRegionIterArgs(), inits, order, iters);
+            nextUse[0] = add(before[0], i);
+            nextUse[1] = add(before[1], i);
+            emitBlock(*loop.getBody(), keyBlockOf(i), i);
+          });
+      nextUse[0] = add(before[0], trip);
+      nextUse[1] = add(before[1], trip);
+      unflatten(loop.getResults(), inits, order, emitted.getResults());
+    } else if (auto yield = dyn_cast<scf::YieldOp>(op)) {
+      completeAll();
+      scf::YieldOp::create(
+          b, loc,
+          flatten(yield.getOperands(), carryOrder(yield.getOperands())));
+    } else {
+      llvm_unreachable("convert-fa3-tile-to-hopper matched the key "
+                       "loop's ops");
+    }
+  };
+  emitBlock = [&](Block &block, Value iv, Value it) {
+    for (Operation &op : block)
+      emitOp(op, iv, it);
+  };
+
+  // Turns per tile (pingpongPerTile): consumer 0 goes first.
+  Value firstPerTile =
+      s.pingpongPerTile ? cmp(arith::CmpIPredicate::eq, wg, ci(0)) : Value();
+  if (firstPerTile)
+    firstConsumerTurn(firstPerTile, /*arrive=*/true);
+
+  // The key structure (the plain loop, or the rotated loop's guard) is
+  // the only op of the forall body the walk needs; its results are
+  // (O, m, l).
+  Operation *keyStructure =
+      k.keys.guard ? k.keys.guard.getOperation() : k.keys.loop.getOperation();
+  emitOp(*keyStructure, Value(), Value());
+  ValueRange keyResults = k.keys.results();
+  SmallVector<Value> results = fragment(keyResults[1]);
+  results.append(fragment(keyResults[2]));
+  results.append(fragment(keyResults[0]));
+
+  // Persistent with an O tile of its own: this tile's QKᵀ wgmmas have
+  // all completed (each was waited for), so the producer may load the
+  // next tile's Q into this Q tile.
+  if (s.persistent && s.separateOutputTile())
+    ringArrive(kQueryEmpty, qUse);
+
+  // Per tile, consumer 0's closing wait comes before its epilogue.
+  if (firstPerTile)
+    firstConsumerTurn(firstPerTile, /*arrive=*/false);
+
+  emitFinalizeAndStores(results, wg, qBuffer);
 }
 
 //===----------------------------------------------------------------------===//
