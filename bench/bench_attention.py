@@ -8,6 +8,14 @@ triton.testing.do_bench (its L2 flush between runs): fa3 through its C API
 preallocated buffers on torch's current stream), the
 peers through torch.
 
+Each cell times ~100 ms of calls. On a GPU at its power limit (an H100
+under this load) that is short enough for the clock to depend on what ran
+just before: byte-identical kernels move by up to ±7% from run to run, and
+fa3 and cuDNN, equal under ncu and in 4-second windows, came out 0.86-1.09
+apart at d128 4k (docs/Performance.md, 2026-12-07). Decide between kernels
+with alternating rounds (scripts/gpu/run.sh ab-bench) or
+bench/bench_sustained.py, not one table.
+
 Backward timing, measuring only the backward and subtracting nothing:
 * fa3: one GradKernel.launch (every kernel of fa3_launch_attention_grad,
   its preprocessing and dQ conversion included) with preallocated dQ, dK,
