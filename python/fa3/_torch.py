@@ -237,8 +237,8 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
         return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa,
                                            deterministic, float(dropout_p), rng if dropout_p else None)
     plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
-    # (is_contiguous() is a flag torch keeps: a quarter of the three
-    # stride(-1) calls it spares dense inputs.)
+    # is_contiguous() reads a flag torch keeps: for dense inputs it costs a
+    # third of the three stride(-1) calls it spares.
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()) and (
             (q.stride(-1) != 1 and q.shape[-1] > 1) or (k.stride(-1) != 1 and k.shape[-1] > 1)
             or (v.stride(-1) != 1 and v.shape[-1] > 1)):

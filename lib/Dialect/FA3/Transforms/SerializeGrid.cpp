@@ -39,8 +39,6 @@ static void serialize(scf::ForallOp forall, RewriterBase &rewriter) {
       rewriter, loc, lbs, ubs, steps, forall.getOutputs(),
       [&](OpBuilder &b, Location loc, ValueRange ivs,
           ValueRange carried) -> scf::ValueVector {
-        // Operands defined above the grid (constants, sizes) are used as
-        // they are.
         IRMapping mapping;
         mapping.map(forall.getInductionVars(), ivs);
         mapping.map(forall.getRegionIterArgs(), carried);
@@ -49,6 +47,8 @@ static void serialize(scf::ForallOp forall, RewriterBase &rewriter) {
         // Each store writes the tile into the tensor its destination
         // carries now; stores into the same output chain.
         SmallVector<Value> current(carried.begin(), carried.end());
+        // A store's operand in the new body; those defined above the grid
+        // (constants, sizes, a tile computed once) are used as they are.
         auto remap = [&](Value v) {
           return v ? mapping.lookupOrDefault(v) : Value();
         };
