@@ -178,6 +178,16 @@ private:
                sext64(row));
   }
 
+  /// Sᵀ or dPᵀ of one step: a committed wgmma chain (definition).
+  SmallVector<Value> transposedProductChain(Value slab, Value cols,
+                                            SmallVector<Value> acc);
+  /// Dropout's keep factors of one step's Pᵀ fragment and Pᵀ ∘ Z
+  /// (definition).
+  std::pair<SmallVector<Value>, SmallVector<Value>>
+  applyDropout(const DropoutGenerator &dropoutGen, ArrayRef<Value> p,
+               Value batch, Value head, Value qStart, Value qCol0,
+               Value keyRow0, Value colInBlock, int64_t qCols);
+
   const HopperAttentionGradSpec &s;
   GradKeyGridReplay &keyGrid;
   /// Named barriers of the main kernel: 1 after the dSᵀ stores, 2 and 3
@@ -516,6 +526,92 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
 //===----------------------------------------------------------------------===//
 // The main kernel
 //===----------------------------------------------------------------------===//
+
+/// One committed wgmma chain of an m64 accumulator over the head dim: A
+/// the 64 key rows of a K or V tile at `slab`, B the step's query columns
+/// of the Q or dO tile at `cols`, both K-major in 128-byte swizzle atoms;
+/// the first wgmma ignores `acc` (scale-d = 0).
+SmallVector<Value>
+GradKernelBuilder::transposedProductChain(Value slab, Value cols,
+                                          SmallVector<Value> acc) {
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  for (int64_t k = 0; k < s.headDim / 16; ++k) {
+    int64_t atom = k / 4, inAtom = (k % 4) * 32;
+    Value a = descriptor(add(slab, ci(atom * s.blockN * kAtomBytes + inAtom)),
+                         16, 1024);
+    Value bDesc = descriptor(
+        add(cols, ci(atom * s.blockM * kAtomBytes + inAtom)), 16, 1024);
+    acc = wgmmaSS(acc, a, bDesc, k > 0);
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  return acc;
+}
+
+/// The forward's dropout mask Z over one step's Pᵀ fragment `p`: the
+/// factor each register takes (1 / (1 - dropout) kept, 0 dropped) and
+/// Pᵀ ∘ Z, for key row `keyRow0` (and keyRow0 + 8) and the step's `qCols`
+/// query columns from qStart + qCol0 of query head `head`. Register 8f + 4·qh +
+/// 2·kh + e holds query i + 8·qh (i = the step's query column 16f + e of this
+/// thread) and key j + 8·kh (j = keyRow0): half j % 2 of word 2·qh + kh of
+/// query i's Philox group. The thread of key j ^ 1 (lane ^ 4) has the same
+/// queries and needs the other halves of the same calls, so each of the two
+/// computes the call of one query parity (e = j % 2) and hands the other
+/// thread its halves (two shuffles): one call per eight registers of the
+/// pair.
+std::pair<SmallVector<Value>, SmallVector<Value>>
+GradKernelBuilder::applyDropout(const DropoutGenerator &dropoutGen,
+                                ArrayRef<Value> p, Value batch, Value head,
+                                Value qStart, Value qCol0, Value keyRow0,
+                                Value colInBlock, int64_t qCols) {
+  DropoutConstants constants = DropoutConstants::of(s.dropout);
+  Value threshold = ci(static_cast<int32_t>(constants.threshold));
+  Value stream = add(mul(batch, ci(s.numQHeads)), head);
+  Value odd = andi(keyRow0, ci(1));
+  Value isOdd = cmp(arith::CmpIPredicate::ne, odd, ci(0));
+  Value lowMask = ci(0xFFFF), highMask = ci(static_cast<int32_t>(0xFFFF0000u));
+  auto shr16 = [&](Value x) -> Value {
+    return arith::ShRUIOp::create(b, loc, x, ci(16));
+  };
+  auto shl16 = [&](Value x) -> Value {
+    return arith::ShLIOp::create(b, loc, x, ci(16));
+  };
+  auto shuffle = [&](Value x) -> Value {
+    return NVVM::ShflOp::create(b, loc, i32, ci(-1), x, ci(4), ci(0x1f),
+                                NVVM::ShflKind::bfly, UnitAttr());
+  };
+  SmallVector<Value> keepScale(qCols / 2), pDropped(p);
+  for (int64_t f = 0; f < qCols / 16; ++f) {
+    Value query =
+        add(add(add(add(qStart, qCol0), ci(16 * f)), colInBlock), odd);
+    std::array<Value, 4> words =
+        buildDropoutGroupWords(b, loc, dropoutGen, query, keyRow0, stream);
+    // This thread's halves (of its own query parity) and the other
+    // thread's, packed two per 32 bits: words 2·k and 2·k + 1.
+    SmallVector<Value, 4> mine, received;
+    for (int64_t w = 0; w < 4; ++w)
+      mine.push_back(select(isOdd, shr16(words[w]), andi(words[w], lowMask)));
+    for (int64_t k = 0; k < 2; ++k) {
+      Value w0 = words[2 * k], w1 = words[2 * k + 1];
+      Value send = select(isOdd, ori(andi(w0, lowMask), shl16(w1)),
+                          ori(shr16(w0), andi(w1, highMask)));
+      Value got = shuffle(send);
+      received.push_back(andi(got, lowMask));
+      received.push_back(shr16(got));
+    }
+    for (int64_t w = 0; w < 4; ++w)
+      for (int64_t e = 0; e < 2; ++e) {
+        int64_t qh = w / 2, kh = w % 2;
+        int64_t reg = 8 * f + 4 * qh + 2 * kh + e;
+        // Query parity e is this thread's own call when e = j % 2.
+        Value value = e == 0 ? select(isOdd, received[w], mine[w])
+                             : select(isOdd, mine[w], received[w]);
+        Value keep = cmp(arith::CmpIPredicate::uge, value, threshold);
+        keepScale[reg] = select(keep, cf(constants.scale), cf(0));
+        pDropped[reg] = fmul(p[reg], keepScale[reg]);
+      }
+  }
+  return {keepScale, pDropped};
+}
 
 void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   declareDynamicSmem(module);
@@ -862,35 +958,17 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         Value qColsAddr = add(qAddr, qRowsOff);
         Value doColsAddr = add(doAddr, qRowsOff);
 
-        // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, K-major operands.
-        // The first wgmma of each chain ignores its accumulator (scale-d =
-        // 0): undefined inputs need no register moves between wgmmas.
+        // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, K-major operands. The first wgmma of
+        // each chain ignores its accumulator (scale-d = 0): undefined
+        // inputs need no register moves between wgmmas. Sᵀ and dPᵀ commit
+        // as two groups: Pᵀ = exp2(…) needs only Sᵀ and runs while dPᵀ's
+        // wgmmas do (FA3's order); dPᵀ's fence comes second, after its
+        // fresh accumulator registers are written.
         Value undef = LLVM::UndefOp::create(b, loc, f32);
-        SmallVector<Value> sAcc(nS, undef), dpAcc(nS, undef);
-        NVVM::WgmmaFenceAlignedOp::create(b, loc);
-        for (int64_t k = 0; k < d / 16; ++k) {
-          int64_t atom = k / 4, inAtom = (k % 4) * 32;
-          Value a = descriptor(add(kSlabAddr, ci(atom * bn * kAtomBytes + inAtom)),
-                               16, 1024);
-          Value bq = descriptor(
-              add(qColsAddr, ci(atom * bm * kAtomBytes + inAtom)), 16, 1024);
-          sAcc = wgmmaSS(sAcc, a, bq, k > 0);
-        }
-        // Sᵀ and dPᵀ commit as two groups: Pᵀ = exp2(…) needs only Sᵀ and
-        // runs while dPᵀ's wgmmas do (FA3's order).
-        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-        // A second fence: dPᵀ's fresh accumulator registers are written
-        // after the first one.
-        NVVM::WgmmaFenceAlignedOp::create(b, loc);
-        for (int64_t k = 0; k < d / 16; ++k) {
-          int64_t atom = k / 4, inAtom = (k % 4) * 32;
-          Value a = descriptor(add(vSlabAddr, ci(atom * bn * kAtomBytes + inAtom)),
-                               16, 1024);
-          Value bo = descriptor(
-              add(doColsAddr, ci(atom * bm * kAtomBytes + inAtom)), 16, 1024);
-          dpAcc = wgmmaSS(dpAcc, a, bo, k > 0);
-        }
-        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+        SmallVector<Value> sAcc = transposedProductChain(
+            kSlabAddr, qColsAddr, SmallVector<Value>(nS, undef));
+        SmallVector<Value> dpAcc = transposedProductChain(
+            vSlabAddr, doColsAddr, SmallVector<Value>(nS, undef));
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
 
         // LSE₂ and Δ of this thread's query columns, from shared memory.
@@ -932,68 +1010,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           for (int64_t r = 4 * j; r < 4 * j + 4; ++r)
             p[r] = exp2(fsub(fmul(masked[r], cf(c)), r % 2 ? lse1 : lse0));
         }
-        // Dropout (FlashAttention-2's backward): the forward's mask Z, over
-        // 1 - p, regenerated while dPᵀ's wgmmas run; dV takes Pᵀ ∘ Z and
-        // dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − Δ). Register 8f + 4·qh + 2·kh + e holds
-        // query i + 8·qh (i = the step's query column 16f + e of this
-        // thread) and key j + 8·kh (j = keyRow[0]): half j % 2 of word
-        // 2·qh + kh of query i's Philox group. The thread of key j ^ 1 (lane
-        // ^ 4) has the same queries and needs the other halves of the same
-        // calls, so each of the two computes the call of one query parity
-        // (e = j % 2) and hands the other thread its halves (two shuffles):
-        // one call per eight registers of the pair.
+        // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ =
+        // Pᵀ ∘ (Z ∘ dPᵀ − Δ), Z regenerated while dPᵀ's wgmmas run.
         SmallVector<Value> keepScale, pDropped = p;
-        if (s.dropout > 0) {
-          DropoutConstants constants = DropoutConstants::of(s.dropout);
-          Value threshold = ci(static_cast<int32_t>(constants.threshold));
-          Value stream = add(mul(batch, ci(s.numQHeads)), head);
-          Value odd = andi(keyRow[0], ci(1));
-          Value isOdd = cmp(arith::CmpIPredicate::ne, odd, ci(0));
-          Value lowMask = ci(0xFFFF), highMask = ci(static_cast<int32_t>(0xFFFF0000u));
-          auto shr16 = [&](Value x) -> Value {
-            return arith::ShRUIOp::create(b, loc, x, ci(16));
-          };
-          auto shl16 = [&](Value x) -> Value {
-            return arith::ShLIOp::create(b, loc, x, ci(16));
-          };
-          auto shuffle = [&](Value x) -> Value {
-            return NVVM::ShflOp::create(b, loc, i32, ci(-1), x, ci(4), ci(0x1f),
-                                        NVVM::ShflKind::bfly, UnitAttr());
-          };
-          keepScale.resize(nS);
-          for (int64_t f = 0; f < qCols / 16; ++f) {
-            Value query = add(add(add(add(qStart, qCol0), ci(16 * f)),
-                                  colInBlock),
-                              odd);
-            std::array<Value, 4> words = buildDropoutGroupWords(
-                b, loc, dropoutGen, query, keyRow[0], stream);
-            // This thread's halves (of its own query parity) and the other
-            // thread's, packed two per 32 bits: words 2·k and 2·k + 1.
-            SmallVector<Value, 4> mine, received;
-            for (int64_t w = 0; w < 4; ++w)
-              mine.push_back(select(isOdd, shr16(words[w]),
-                                    andi(words[w], lowMask)));
-            for (int64_t k = 0; k < 2; ++k) {
-              Value w0 = words[2 * k], w1 = words[2 * k + 1];
-              Value send = select(isOdd, ori(andi(w0, lowMask), shl16(w1)),
-                                  ori(shr16(w0), andi(w1, highMask)));
-              Value got = shuffle(send);
-              received.push_back(andi(got, lowMask));
-              received.push_back(shr16(got));
-            }
-            for (int64_t w = 0; w < 4; ++w)
-              for (int64_t e = 0; e < 2; ++e) {
-                int64_t qh = w / 2, kh = w % 2;
-                int64_t reg = 8 * f + 4 * qh + 2 * kh + e;
-                // Query parity e is this thread's own call when e = j % 2.
-                Value value = e == 0 ? select(isOdd, received[w], mine[w])
-                                     : select(isOdd, mine[w], received[w]);
-                Value keep = cmp(arith::CmpIPredicate::uge, value, threshold);
-                keepScale[reg] = select(keep, cf(constants.scale), cf(0));
-                pDropped[reg] = fmul(p[reg], keepScale[reg]);
-              }
-          }
-        }
+        if (s.dropout > 0)
+          std::tie(keepScale, pDropped) =
+              applyDropout(dropoutGen, p, batch, head, qStart, qCol0, keyRow[0],
+                           colInBlock, qCols);
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
         for (int64_t j = 0; j < qCols / 8; ++j) {
           auto [delta0, delta1] = statPair(4 * bm, j);
