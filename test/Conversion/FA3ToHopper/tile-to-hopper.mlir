@@ -20,7 +20,7 @@
 // the forward kernel's ABI.
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x2_m128n64s2_ws24x240_causal_s3e000000
 // CHECK-SAME: (%{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}, %{{.+}}, %{{.+}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<16 x i64>, nvvm.grid_constant}, %{{.+}}: !llvm.ptr<1> {llvm.noalias}, %[[SQ:.+]]: i32, %[[SK:.+]]: i32, %{{.+}}: i32, %{{.+}}: !llvm.ptr<1>)
-// CHECK-SAME: nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>
+// CHECK-SAME: nvvm.kernel, nvvm.reqntid = array<i32: 384, 1, 1>
 // The forall's induction variables are the block ids of its mapping, and
 // its index arithmetic is emitted in i32: the GQA head h / 2, the query
 // tile's first row, Sk - Sq and the key loop's upper bound.

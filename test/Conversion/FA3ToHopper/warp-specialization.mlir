@@ -29,7 +29,7 @@ func.func @plain(%q: tensor<?x?x4x128xbf16>, %k: tensor<?x?x4x128xbf16>, %v: ten
 // consumers grow to 240 registers, load nothing (they only release slots)
 // and store O by TMA.
 // CHECK-LABEL: llvm.func @fa3_fwd_bf16_d64_h4x4_m192n128s2_ws32x160_s
-// CHECK-SAME: nvvm.maxntid = array<i32: 512, 1, 1>
+// CHECK-SAME: nvvm.reqntid = array<i32: 512, 1, 1>
 // CHECK: nvvm.barrier0
 // CHECK: scf.if
 // CHECK-NEXT: nvvm.setmaxregister  decrease 32

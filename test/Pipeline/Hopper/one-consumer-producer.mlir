@@ -6,7 +6,7 @@
 // block_m = 64, FlashAttention-3's 56/256 split): the kernel says
 // .minnctapersm 1, without which ptxas cannot tell the register count at
 // entry and ignores every setmaxnreg (C7508).
-// CHECK: .maxntid 256, 1, 1
+// CHECK: .reqntid 256, 1, 1
 // CHECK-NEXT: .minnctapersm 1
 // CHECK: setmaxnreg.dec.sync.aligned.u32 56
 // CHECK: setmaxnreg.inc.sync.aligned.u32 256

@@ -39,7 +39,7 @@
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_1[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_2[128],
 // COMMON-NEXT: .param .align 64 .b8 {{.*}}_param_3[128],
-// D64: .maxntid 512, 1, 1
+// D64: .reqntid 512, 1, 1
 // D128: .maxntid 384, 1, 1
 // D256: .maxntid 384, 1, 1
 // COMMON: mbarrier.init.shared.b64
