@@ -37,11 +37,15 @@ static constexpr int64_t kShortKeys = 1024, kShortKeysCausal = 2048;
 /// and an O tile of its own"): the 64-row tile (one consumer, no producer,
 /// a plain grid) at 0.84-0.86 per row non-causal (Sq = Sk = 512-2k) and
 /// 0.82-0.93 causal, taken as 0.85; the 128-row tile on a persistent grid
-/// at 0.80-0.84 non-causal and 0.90-0.94 causal. Below 256 query rows the
+/// at 0.80-0.84 non-causal. Causal, the 128-row tile with intra-warpgroup
+/// overlap (which the two-consumer d64 kernels have since 2026-12-07): 1.00
+/// and 1.02 at 4k / 2k in one H100 run, 1.06 and 1.07 in another (bench/
+/// bench_sustained.py, alternating windows; docs/Performance.md), taken as
+/// 1.03 (without the overlap it was 0.90-0.94). Below 256 query rows the
 /// 128-row tile is no candidate: it was slower than both there (ViT S = 197:
 /// 124 against 170 for 64 rows, H100; 162 against 169-172, H200).
 static constexpr double kRate64VsPersistent = 0.85, kRate128Persistent = 0.82,
-                        kRate128PersistentCausal = 0.92;
+                        kRate128PersistentCausal = 1.03;
 static constexpr int64_t kPersistent128MinQueries = 256;
 
 /// Up to how many keys (Sk) a persistent grid pays on the warp-specialized
@@ -91,16 +95,19 @@ static bool persistentPays(int64_t headDim, bool fp8, bool causal,
 /// consumer warpgroup per 64): with two or three consumers a producer
 /// warpgroup issues the loads and the register file is split as in
 /// FlashAttention-3 (24/240 for 2 consumers, 32/160 for 3: what 64 Ki
-/// registers allow); two consumers also pingpong and, above d = 64, overlap
-/// the next block's QKᵀ with this block's softmax (measured on the H200:
-/// +7-11% at d128 and d256, 2k-8k; at d64 it lost 1-2% on the 192-row
-/// tile, docs/Performance.md). One consumer (too few rows to hide the
-/// producer's cost) and four (no registers left to give) run without a
-/// producer. FP8 takes the same structure (FlashAttention-3's FP8 forward
-/// is warp-specialized with the overlap too). `persistent` asks for a
-/// persistent grid, which only a warp-specialized kernel has.
+/// registers allow); two consumers also pingpong and overlap the next
+/// block's QKᵀ with this block's softmax (measured on the H200: +7-11% at
+/// d128 and d256, 2k-8k; on the H100 +3-4% for d64's causal 128-row tile
+/// at 512-4k; docs/Performance.md). Three consumers (d64's 192-row tile)
+/// run without it: it measured -1-2% there, and again 0% to -14% with the
+/// consumers at their full 160 registers (.reqntid, 2026-12-07). One
+/// consumer (too few rows to hide the producer's cost) and four (no registers
+/// left to give) run without a producer. FP8 takes the same structure
+/// (FlashAttention-3's FP8 forward is warp-specialized with the overlap too).
+/// `persistent` asks for a persistent grid, which only a warp-specialized
+/// kernel has.
 static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
-                                          int64_t blockN, int64_t headDim,
+                                          int64_t blockN,
                                           bool persistent = false) {
   int64_t consumers = blockM / 64;
   int64_t producerRegs = 0, consumerRegs = 0;
@@ -114,7 +121,7 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
   bool pingpong = producerRegs > 0 && consumers == 2;
   return ScheduleAttr::get(context, blockM, blockN, /*stages=*/2, consumers,
                            producerRegs, consumerRegs, pingpong,
-                           /*intra_wg_overlap=*/pingpong && headDim > 64,
+                           /*intra_wg_overlap=*/pingpong,
                            /*persistent=*/persistent && producerRegs > 0,
                            /*cluster=*/1, /*rescale_threshold=*/0);
 }
@@ -215,8 +222,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // (192 with the FP8 forward's per-tile pingpong turns is not measured).
   if (fp8)
     blockN = headDim == 128 && !causal && !tiles.persistent ? 192 : 128;
-  return hopperForwardSchedule(context, tiles.blockM, blockN, headDim,
-                               tiles.persistent);
+  return hopperForwardSchedule(context, tiles.blockM, blockN, tiles.persistent);
 }
 
 FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
@@ -301,8 +307,7 @@ struct FA3SelectSchedulePass
       if (target == "sm_90a" && (blockM > 0 || blockN > 0))
         chosen = hopperForwardSchedule(
             op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
-            blockN > 0 ? blockN : chosen.getBlockN(), q.getShape().back(),
-            chosen.getPersistent());
+            blockN > 0 ? blockN : chosen.getBlockN(), chosen.getPersistent());
       op.setScheduleAttr(applyOverrides(chosen));
     };
     getOperation()->walk([&](Operation *op) {
@@ -323,8 +328,7 @@ struct FA3SelectSchedulePass
         if (target == "sm_90a" && (blockM > 0 || blockN > 0))
           chosen = hopperForwardSchedule(
               op->getContext(), blockM > 0 ? blockM : chosen.getBlockM(),
-              blockN > 0 ? blockN : chosen.getBlockN(), q.getDimSize(3),
-              chosen.getPersistent());
+              blockN > 0 ? blockN : chosen.getBlockN(), chosen.getPersistent());
         // Dropout's keep mask is applied between the softmax and P V, which
         // the rotated key loop of intra-warpgroup overlap does not build.
         if (target == "sm_90a" && attention.getEffectiveDropout() > 0 &&

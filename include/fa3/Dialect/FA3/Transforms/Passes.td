@@ -186,11 +186,13 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     warpgroups the kernel is warp-specialized as in FlashAttention-3: a
     producer warpgroup issues the TMA loads and the register file is split
     with `setmaxnreg` (24/240 for two consumers, 32/160 for three: what
-    64 Ki registers allow); two consumers also pingpong and, above d = 64,
-    use intra-warpgroup overlap (block i+1's QKᵀ in flight with block i's
-    PV, its softmax overlapping that PV): with K and V slots released
-    separately it measured +7-14% at d128 and d256 on the H200, and -1-2%
-    for d64's 192-row tile (docs/Performance.md), so d <= 64 keeps it off.
+    64 Ki registers allow); two consumers also pingpong and use
+    intra-warpgroup overlap (block i+1's QKᵀ in flight with block i's PV,
+    its softmax overlapping that PV): with K and V slots released
+    separately it measured +7-14% at d128 and d256 on the H200 and +3-4%
+    for d64's causal 128-row tile on the H100; three consumers (d64's
+    192-row tile) keep it off, where it measured -1-2% (and 0% to -14%
+    with the consumers' full 160 registers; docs/Performance.md).
     One consumer (a `block-m=64` override) and four run without a producer.
     FP8 (e4m3) attentions take the same structure on 128-key blocks (V'
     atoms), on a persistent grid at d <= 64, for causal d128 and for d128
@@ -211,7 +213,8 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     At d ≤ 64 the query tile minimizes `ceil(Sq / block_m) · block_m /
     rate(block_m)` over 64, 128 and 192 rows, with measured rates per
     computed row relative to the 192-row tile: on a persistent grid 64
-    rows 0.85 and, from 256 query rows on, 128 rows 0.82 (causal 0.92);
+    rows 0.85 and, from 256 query rows on, 128 rows 0.82 (causal, with
+    the overlap, 1.03: causal d64 over 256-4096 queries takes 128 rows);
     on a plain grid 64 rows 1.0 over at most 1k keys (2k causal), else
     0.85, and 128 rows 0.85.
     Overriding `block-m` on sm_90a recomputes the warpgroups, the register
