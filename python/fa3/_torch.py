@@ -40,15 +40,18 @@ class Plan:
     spec, the device, the forward kernel of its length bucket and, once a
     backward has run, the backward kernel."""
 
-    __slots__ = ("spec", "device", "index", "fwd", "bwd", "out_shape", "lse_shape", "lse_scratch")
+    __slots__ = ("spec", "device", "index", "fwd", "bwd", "batch", "seq_q", "seq_k", "out_shape", "lse_shape",
+                 "lse_scratch")
 
-    def __init__(self, spec, device, seq_q, seq_k, out_shape, lse_shape):
+    def __init__(self, spec, device, batch, seq_q, seq_k, out_shape, lse_shape):
         self.spec = spec
         self.device = device
         self.index = device.index
         key = f"cuda:{self.index}"
         self.fwd = _jit.get(spec, key, "fwd", schedule=_jit.forward_schedule(spec, seq_q, seq_k))
         self.bwd = None
+        # The launch's B, Sq and Sk (the plan's key holds the shapes).
+        self.batch, self.seq_q, self.seq_k = batch, seq_q, seq_k
         self.out_shape = out_shape
         self.lse_shape = lse_shape
         # Where inference calls that want no LSE let the kernel write it.
@@ -86,18 +89,32 @@ _plans = {}
 _MAX_PLANS = 4096  # a bound for workloads that see many distinct shapes
 
 
+def _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p):
+    """What a plan is a function of: the shapes, dtypes and devices, and the
+    options with their types (a `causal=1` is rejected where `True` is
+    not, and 1 == True)."""
+    return (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
+            causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap),
+            pack_gqa, type(pack_gqa), deterministic, type(deterministic), dropout_p)
+
+
 def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, deterministic=False,
           dropout_p=0.0):
     """The plan of this call, from the cache or checked and built."""
-    key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
-           causal, type(causal), softmax_scale, type(softmax_scale), window_size, softcap, type(softcap),
-           pack_gqa, type(pack_gqa), deterministic, type(deterministic), dropout_p)
+    key = _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable option (a list window): the checks below decide
         key, plan = None, None
     if plan is not None:
         return plan
+    return _new_plan(key, q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic,
+                     dropout_p)
+
+
+def _new_plan(key, q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p):
+    """Checks a call and builds its plan, cached under `key` (None: not
+    cached)."""
     hq, _, d, dv = check_shapes(q.shape, k.shape, v.shape, cuda=True)
     causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
     _check_tensors(q, k, v)
@@ -110,7 +127,7 @@ def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, d
     if resolve_pack_gqa(pack_gqa, spec.num_heads, spec.num_kv_heads, spec.fp8 or spec.dropout > 0,
                         lambda: _jit.should_pack_gqa(spec, sq, sk)):
         spec = dataclasses.replace(spec, pack_gqa=True)
-    plan = Plan(spec, q.device, sq, sk, (b, sq, hq, dv), (b, hq, sq))
+    plan = Plan(spec, q.device, b, sq, sk, (b, sq, hq, dv), (b, hq, sq))
     if key is not None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
@@ -132,9 +149,10 @@ def dropout_rng(device, words=None):
 def _forward(plan, q, k, v, need_lse=True, rng=None):
     # The kernel reads dense [B, S, H, D] tensors: other layouts are copied.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    # new_empty takes the dtype and device from q (about 1 µs of
-    # torch.empty's 3.4 µs per tensor; bench/profile_dispatch.py).
-    out = q.new_empty(plan.out_shape)
+    # O has q's shape (the kernels run Dv = D) and layout: empty_like parses
+    # no shape (CPU tensors: 0.9 µs against new_empty's 1.4 and
+    # torch.empty's 1.9 µs a call).
+    out = torch.empty_like(q)
     if need_lse or torch.cuda.is_current_stream_capturing():
         # (A captured graph gets its own LSE: it must not write a buffer the
         # plan cache may drop while the graph lives.)
@@ -147,7 +165,7 @@ def _forward(plan, q, k, v, need_lse=True, rng=None):
         if lse is None:
             lse = plan.lse_scratch = q.new_empty(plan.lse_shape, dtype=torch.float32)
     plan.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                    q.shape[0], q.shape[1], k.shape[1], _raw_stream(plan.index),
+                    plan.batch, plan.seq_q, plan.seq_k, _raw_stream(plan.index),
                     0 if rng is None else rng.data_ptr())
     return q, k, v, out, lse
 
@@ -221,12 +239,12 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
     `need_lse=False` and no autograd, lse is a scratch buffer the caller must
     not use. `dropout_p > 0` needs `rng`, the (seed, offset) int64 [2] on
     q's device (dropout_rng)."""
-    if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
-        return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa, deterministic,
-                           dropout_p, rng)
     if dropout_p and (rng is None or rng.device != q.device or rng.dtype != torch.int64 or rng.shape != (2,)):
         raise ValueError(f"dropout needs rng, the (seed, offset) int64 tensor of shape (2,) on {q.device}")
     if torch.compiler.is_compiling():
+        if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
+            return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa,
+                               deterministic, dropout_p, rng)
         hq, hkv, d, _ = check_shapes(q.shape, k.shape, v.shape, cuda=True)
         causal, scale, window, softcap = check_options(causal, softmax_scale, window_size, softcap, d)
         _check_tensors(q, k, v)
@@ -236,7 +254,19 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
             raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
         return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa,
                                            deterministic, float(dropout_p), rng if dropout_p else None)
-    plan = _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
+    # A cached plan exists only for inputs that passed every check once
+    # (4-D, a head dim with kernels): a hit skips them (_plan, inlined).
+    key = _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
+    try:
+        plan = _plans.get(key)
+    except TypeError:  # an unhashable option (a list window): _new_plan decides
+        key, plan = None, None
+    if plan is None:
+        if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
+            return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa,
+                               deterministic, dropout_p, rng)
+        plan = _new_plan(key, q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic,
+                         dropout_p)
     # is_contiguous() reads a flag torch keeps: for dense inputs it costs a
     # third of the three stride(-1) calls it spares.
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()) and (
