@@ -8,8 +8,22 @@ alternating for --rounds rounds, while `nvidia-smi` samples the GPU every
 clock/power/temperature range over the window. The shape is the FA3 paper's
 for (d, seqlen) (bench_attention.py's rows).
 
+`--rows` runs several shapes in one process (`d:seqlen` or `d:seqlen:c`
+for causal, comma-separated; `vit:S` is the ViT shape B = 128, H = 12,
+d = 64 at S tokens) and ends with a table of fa3 / cuDNN, the ratio of
+the two sides' summed times over the rounds.
+
+`--variant NAME=field:value/field:value` (repeatable) adds an fa3 side per
+variant: the row's length-bucket schedule (the kernel fa3.attention runs)
+with those `#fa3.schedule` fields changed, launched into preallocated
+outputs (Kernel.launch_into); the bucket's own kernel then runs the same
+way as the side `fa3:default`, so the sides differ in the schedule only.
+Each variant's output is checked against the default kernel's first.
+
 Usage: python bench/bench_sustained.py [--d 128] [--seqlen 4096] [--causal]
-       [--seconds 4] [--rounds 2] [--out DIR]   (needs torch, a CUDA GPU and nvidia-smi)
+       [--rows 64:512:c,128:4096,vit:197] [--variant plain=persistent:0 ...]
+       [--seconds 4] [--rounds 2] [--out DIR]
+       (needs torch, a CUDA GPU and nvidia-smi)
 """
 import argparse
 import pathlib
@@ -22,6 +36,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from profile_common import paper_shape
 import fa3  # noqa: E402 (profile_common sets the path)
+from bench_attention import mlir_for  # noqa: E402
+from fa3 import _jit, schedules  # noqa: E402
+from fa3._spec import AttentionSpec  # noqa: E402
 
 
 def sample_gpu():
@@ -55,39 +72,125 @@ def run_window(fn, seconds):
     return start.elapsed_time(end) / calls, samples
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--seqlen", type=int, default=4096)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    b, h, s, d = paper_shape(args)
+def parse_rows(text):
+    """[(batch, heads, seqlen, d, causal)] of --rows (see the docstring)."""
+    rows = []
+    for item in text.split(","):
+        fields = item.strip().split(":")
+        if fields[0] == "vit" and len(fields) == 2:
+            rows.append((128, 12, int(fields[1]), 64, False))
+            continue
+        if len(fields) not in (2, 3) or (len(fields) == 3 and fields[2] != "c"):
+            raise SystemExit(f"--rows: {item!r} is not d:seqlen, d:seqlen:c or vit:S")
+        d, s = int(fields[0]), int(fields[1])
+        rows.append((16384 // s, 2048 // d, s, d, len(fields) == 3))
+    return rows
+
+
+def parse_variants(items):
+    """{name: {field: int}} of the --variant arguments."""
+    variants = {}
+    for item in items:
+        name, _, fields = item.partition("=")
+        try:
+            variants[name] = {f.split(":")[0]: int(f.split(":")[1]) for f in fields.split("/")}
+        except (IndexError, ValueError):
+            raise SystemExit(f"--variant: {item!r} is not NAME=field:value/field:value") from None
+    return variants
+
+
+def variant_sides(q, k, v, causal, variants):
+    """[(name, call)]: the length bucket's kernel and each variant of its
+    schedule, launched into preallocated outputs."""
+    b, s, h, d = q.shape
+    base = _jit.forward_schedule_fields(AttentionSpec("bf16", h, h, d, d, causal), s, s)
+    sides, reference = [], None
+    for name, changes in {"default": {}, **variants}.items():
+        fields = dict(base)
+        for field, value in changes.items():
+            if field not in fields:
+                raise SystemExit(f"--variant {name}: no schedule field {field!r} (fields: {', '.join(fields)})")
+            fields[field] = type(fields[field])(value)
+        kernel = fa3.compile_mlir(mlir_for(h, d, causal, schedules.schedule(**fields)), "attn")
+        out, lse = torch.empty_like(q), torch.empty(b, h, s, device=q.device, dtype=torch.float32)
+        kernel.launch_into(q, k, v, out, lse)
+        if reference is None:
+            reference = out.float()
+        elif not torch.allclose(out.float(), reference, atol=2e-2, rtol=0):
+            raise SystemExit(f"variant {name} disagrees with the default kernel: max |diff| "
+                             f"{(out.float() - reference).abs().max().item():.3g}")
+        sides.append((f"fa3:{name}", lambda kernel=kernel, out=out, lse=lse: kernel.launch_into(q, k, v, out, lse)))
+    return sides
+
+
+def sustained_row(b, h, s, d, causal, seconds, rounds, lines, variants=None):
+    """Alternating windows of fa3 (fa3.attention, or with `variants` the
+    variant_sides) and cuDNN on one shape; {side: ms per call} averaged
+    over the rounds."""
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-    flops = 4 * b * h * s * s * d // (2 if args.causal else 1)
+    flops = 4 * b * h * s * s * d // (2 if causal else 1)
 
     def fa3_call():
-        fa3.attention(q, k, v, causal=args.causal)
+        fa3.attention(q, k, v, causal=causal)
 
     def cudnn_call():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
+            F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
-    lines = [f"sustained forward, B={b} H={h} S={s} d={d} causal={args.causal}, {args.seconds:g} s a window — "
-             f"{torch.cuda.get_device_name()}, torch {torch.__version__}"]
-    print(lines[0], flush=True)
-    for _ in range(args.rounds):
-        for name, fn in (("fa3", fa3_call), ("cuDNN", cudnn_call)):
-            ms, samples = run_window(fn, args.seconds)
+    sides = variant_sides(q, k, v, causal, variants) if variants else [("fa3", fa3_call)]
+    sides.append(("cuDNN", cudnn_call))
+
+    line = (f"sustained forward, B={b} H={h} S={s} d={d} causal={causal}, {seconds:g} s a window — "
+            f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(line, flush=True)
+    lines.append(line)
+    total = {name: 0.0 for name, _ in sides}
+    for _ in range(rounds):
+        for name, fn in sides:
+            ms, samples = run_window(fn, seconds)
+            total[name] += ms
             clock, power, temp = zip(*samples) if samples else ((0,), (0,), (0,))
             line = (f"{name}: {ms * 1e3:.1f} us/call, {flops / ms / 1e9:.0f} TFLOP/s, SM clock "
                     f"{min(clock):.0f}-{max(clock):.0f} MHz (mean {sum(clock) / len(clock):.0f}), power "
                     f"{sum(power) / len(power):.0f} W (max {max(power):.0f}), {max(temp):.0f} C")
             print(line, flush=True)
             lines.append(line)
+    return flops, {name: ms / rounds for name, ms in total.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--rows", default=None, help="shapes: d:seqlen[:c] or vit:S, comma-separated")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=field:value/...: an fa3 side with the bucket schedule's fields changed")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if args.rows:
+        rows = parse_rows(args.rows)
+    else:
+        b, h, s, d = paper_shape(args)
+        rows = [(b, h, s, d, args.causal)]
+    variants = parse_variants(args.variant)
+    names = ["fa3"] if not variants else ["fa3:default", *(f"fa3:{name}" for name in variants)]
+    lines = []
+    table = ["", "| d | causal | B x H x S | " + " | ".join(f"{n} TFLOP/s" for n in names)
+             + " | cuDNN TFLOP/s | " + " | ".join(f"{n} / cuDNN" for n in names) + " |",
+             "| --- " * (3 + 2 * len(names) + 1) + "|"]
+    for b, h, s, d, causal in rows:
+        flops, ms = sustained_row(b, h, s, d, causal, args.seconds, args.rounds, lines, variants)
+        table.append(f"| {d} | {'yes' if causal else 'no'} | {b}x{h}x{s} | "
+                     + " | ".join(f"{flops / ms[n] / 1e9:.0f}" for n in names)
+                     + f" | {flops / ms['cuDNN'] / 1e9:.0f} | "
+                     + " | ".join(f"{ms['cuDNN'] / ms[n]:.2f}" for n in names) + " |")
+    if len(rows) > 1 or variants:
+        print("\n".join(table), flush=True)
+        lines += table
     if args.out:
         pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
         (pathlib.Path(args.out) / "sustained.txt").write_text("\n".join(lines) + "\n")
