@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _jit
 from ._spec import CPU_BLOCK_M as _CPU_BLOCK_M
-from ._spec import AttentionSpec, check_options
+from ._spec import AttentionSpec, check_last_dim_contiguous, check_options
 
 _NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
@@ -103,8 +103,7 @@ def _check_num_splits(num_splits):
 
 
 def _contiguous(name, a):
-    if a.size and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
-        raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), got strides {a.strides}")
+    check_last_dim_contiguous(name, a)
     return np.ascontiguousarray(a)
 
 

@@ -322,6 +322,20 @@ def check_dropout(dropout_p, dropout_seed, dropout_offset, seed_required=True):
     return p, np.array(words, dtype=np.uint64).view(np.int64)
 
 
+def check_last_dim_contiguous(name, t):
+    """Raises ValueError unless the last dim of `t` (a torch tensor or a
+    numpy array) is contiguous: the kernels read rows of the head dim,
+    whatever the other strides (those inputs are copied to a dense layout
+    first). An empty input, or a last dim of size 1, has no stride to
+    keep (numpy and torch give them arbitrary ones; nothing is read)."""
+    if hasattr(t, "itemsize") and hasattr(t, "strides"):  # numpy
+        if t.size and t.shape[-1] > 1 and t.strides[-1] != t.itemsize:
+            raise ValueError(f"{name}'s last dim must be contiguous (stride {t.itemsize} bytes), "
+                             f"got strides {t.strides}")
+    elif t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+
+
 def check_shapes(q_shape, k_shape, v_shape, cuda):
     """Validates [B, S, H, D] shapes; returns (Hq, Hkv, D, Dv)."""
     for name, shape, layout in (("q", q_shape, "(batch, seqlen_q, num_heads, head_dim)"),

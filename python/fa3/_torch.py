@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _jit
-from ._spec import (AttentionSpec, check_options, check_shapes, has_cuda_kernel, resolve_pack_gqa,
-                    rounded_cuda_head_dim)
+from ._spec import (AttentionSpec, check_last_dim_contiguous, check_options, check_shapes, has_cuda_kernel,
+                    resolve_pack_gqa, rounded_cuda_head_dim)
 
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 FP8 = torch.float8_e4m3fn
@@ -70,8 +70,7 @@ def _check_tensors(q, k, v):
                              "(use numpy arrays for the CPU pipeline)")
         if t.dtype not in DTYPES:
             raise TypeError(f"{name} has dtype {t.dtype}; fa3 on CUDA takes torch.bfloat16 or torch.float16")
-        if t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+        check_last_dim_contiguous(name, t)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from . import _inference, _jit
 from ._torch import _raw_stream  # the current stream's raw handle
-from ._spec import AttentionSpec, rounded_cuda_head_dim
+from ._spec import AttentionSpec, check_last_dim_contiguous, rounded_cuda_head_dim
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # Head dims of the Hopper forward (whole 128-byte swizzle atoms), with k's
@@ -95,8 +95,7 @@ def check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k):
                             ("v", v, "(total_k, num_kv_heads, head_dim)")):
         if t.dim() != 3:
             raise ValueError(f"{name} must have 3 dims {layout}, got shape {tuple(t.shape)}")
-        if t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {t.stride()}")
+        check_last_dim_contiguous(name, t)
     if k.shape != v.shape:
         raise ValueError(f"k and v must have one shape (total_k, num_kv_heads, head_dim) on CUDA, got "
                          f"{tuple(k.shape)} and {tuple(v.shape)}")

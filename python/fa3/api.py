@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 from . import _jit
-from ._spec import (CPU_BLOCK_M, MLIR_TYPES, AttentionSpec, check_dropout, check_options, check_shapes,
-                    resolve_pack_gqa)
+from ._spec import (CPU_BLOCK_M, MLIR_TYPES, AttentionSpec, check_dropout, check_last_dim_contiguous,
+                    check_options, check_shapes, resolve_pack_gqa)
 
 
 def _is_torch(x):
@@ -196,8 +196,7 @@ def _attention_fp8(q, k, v, descales, hkv, d, causal, scale, window, softcap, re
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; fa3 runs all three on one device")
         if t.dtype != FP8:
             raise TypeError(f"{name} has dtype {t.dtype} but q has torch.float8_e4m3fn; they must match")
-        if t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"{name}'s last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+        check_last_dim_contiguous(name, t)
     if d not in FP8_HEAD_DIMS or v.shape[3] != d:
         raise ValueError(f"FP8 head_dim must be one of {FP8_HEAD_DIMS} with v's equal to q's, got {d} and {v.shape[3]}")
     for name, x in zip(("q_descale", "k_descale", "v_descale"), descales):
@@ -223,11 +222,7 @@ def _attention_numpy(q, k, v, hq, hkv, d, dv, causal, scale, window, softcap, re
                             "ml_dtypes.bfloat16")
         if a.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {a.dtype} but q has {q.dtype}; they must match")
-        # (An empty array's strides are whatever numpy made them: nothing is
-        # read.)
-        if a.size and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
-            raise ValueError(f"{name}'s last dim must be contiguous (stride {a.itemsize} bytes), "
-                             f"got strides {a.strides}")
+        check_last_dim_contiguous(name, a)
     if cast_fp8:
         # The compiler quantizes bf16 inputs (fa3-cast-fp8): round to bf16 first.
         import ml_dtypes
