@@ -5,7 +5,10 @@
 # there (`none` only unpacks the bundle and builds the Python extension;
 # `tests FILE...` runs only those test files, `bench ARGS...` the benchmark
 # with those arguments (e.g. --varlen, --decode), `bench-dropout ARGS...`
-# bench/bench_dropout.py (dropout's cost), `bench-cast` the fa3-cast-fp8
+# bench/bench_dropout.py (dropout's cost), `sustained ARGS...`
+# bench/bench_sustained.py (default: #11's forward table, d64/d128/d256 at
+# 512-16k causal or not and ViT S = 197, in alternating 1 s windows with
+# cuDNN; ~5 minutes), `bench-cast` the fa3-cast-fp8
 # chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the benchmark
 # with this bundle and another build's libfa3.so in alternating rounds). Logs go to
 # $OUT (or ./gpu-out).
@@ -18,6 +21,7 @@ tests=("$@")
 bench_args=()
 [ "$what" = bench ] && bench_args=("$@")
 [ "$what" = bench-dropout ] && bench_args=("$@")
+[ "$what" = sustained ] && bench_args=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(test/Integration/GPU)
 out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
@@ -84,6 +88,16 @@ fi
 if [ "$what" = bench-dropout ]; then
   echo "== dropout benchmark"
   "$PY" bench/bench_dropout.py --out "$out" "${bench_args[@]}" 2>&1 | tee "$out/bench-dropout.txt" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = sustained ]; then
+  echo "== sustained forward (bench_sustained.py)"
+  if [ ${#bench_args[@]} -eq 0 ]; then
+    rows=""
+    for s in 4096 8192 16384 512 1024 2048; do for d in 64 128 256; do rows="$rows,$d:$s,$d:$s:c"; done; done
+    bench_args=(--rows "${rows#,},vit:197" --seconds 1 --rounds 2)
+  fi
+  "$PY" bench/bench_sustained.py --out "$out" "${bench_args[@]}" 2>&1 | tee "$out/sustained-log.txt" | grep "^|"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = bench-dispatch ]; then
