@@ -61,36 +61,60 @@ using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
 
-/// The main kernel's shared memory without the dQ staging tiles, with
-/// `dsBuffers` dSᵀ tiles (and as many Pᵀ tiles where the warpgroups split
-/// the query columns).
-static int64_t tileBytes(const HopperAttentionGradSpec &s, int64_t dsBuffers) {
-  int64_t row = 2 * s.headDim; // bytes per row of a tile
-  int64_t kv = 2 * s.blockN * row;
-  int64_t ring = s.stages * (2 * s.blockM * row + 2 * 4 * s.blockM);
-  int64_t ds =
-      dsBuffers * s.blockN * s.blockM * 2 * (s.splitQueryColumns() ? 2 : 1);
-  int64_t barriers = 8 * (1 + 2 * s.stages);
-  return kv + ring + ds + barriers + 1024;
-}
+namespace {
+/// Where the main kernel keeps its tiles in shared memory: byte offsets from
+/// the 1024-byte aligned base. K and V (block_n rows each), the ring of
+/// `stages` Q and dO tiles (block_m rows each), `dsBuffers` dSᵀ tiles (and
+/// as many Pᵀ tiles where the warpgroups split the query columns), the
+/// ring's LSE₂ and Δ (4·block_m bytes each a stage), the dQ staging tiles
+/// (one a warpgroup, where dQ goes through shared memory) and the
+/// mbarriers (K/V, then the ring's full and empty ones).
+struct GradSmemLayout {
+  int64_t rowBytes; // one row of a K, V, Q or dO tile: D 16-bit values
+  int64_t dsTileBytes;
+  int64_t k, v, q, dO, dS, p, stats, dQ, barriers, end;
+
+  GradSmemLayout(const HopperAttentionGradSpec &s, int64_t dsBuffers,
+                 bool dQStaging) {
+    rowBytes = 2 * s.headDim;
+    dsTileBytes = s.blockN * s.blockM * 2;
+    k = 0;
+    v = s.blockN * rowBytes;
+    q = 2 * s.blockN * rowBytes;
+    dO = q + s.stages * s.blockM * rowBytes;
+    dS = dO + s.stages * s.blockM * rowBytes;
+    p = dS + dsBuffers * dsTileBytes;
+    stats = p + (s.splitQueryColumns() ? dsBuffers * dsTileBytes : 0);
+    dQ = stats + s.stages * 8 * s.blockM;
+    barriers = dQ + (dQStaging ? HopperAttentionGradSpec::kNumWarpgroups *
+                                     HopperAttentionGradSpec::kDQTileBytes
+                               : 0);
+    end = barriers + 8 * (1 + 2 * s.stages);
+  }
+  /// The dynamic shared memory the kernel asks for: the layout and the
+  /// alignment of its base.
+  int64_t bytes() const { return end + 1024; }
+};
+} // namespace
 
 bool HopperAttentionGradSpec::dQThroughSharedMemory() const {
   // Each warpgroup's share of a step's dQ is one 64 × 64 tile at D <= 128
   // (64 columns each at D = 128; at D = 64 its own 64 query rows with
   // 128-row steps, or all 64 over its own key rows with 64-row steps).
   return headDim <= 128 &&
-         tileBytes(*this, 1) + kNumWarpgroups * kDQTileBytes <=
+         GradSmemLayout(*this, /*dsBuffers=*/1, /*dQStaging=*/true).bytes() <=
              kMaxSharedMemory;
 }
 
 int64_t HopperAttentionGradSpec::dsBuffers() const {
-  int64_t staging = dQThroughSharedMemory() ? kNumWarpgroups * kDQTileBytes : 0;
-  return tileBytes(*this, 2) + staging <= kMaxSharedMemory ? 2 : 1;
+  return GradSmemLayout(*this, 2, dQThroughSharedMemory()).bytes() <=
+                 kMaxSharedMemory
+             ? 2
+             : 1;
 }
 
 int64_t HopperAttentionGradSpec::sharedMemoryBytes() const {
-  return tileBytes(*this, dsBuffers()) +
-         (dQThroughSharedMemory() ? kNumWarpgroups * kDQTileBytes : 0);
+  return GradSmemLayout(*this, dsBuffers(), dQThroughSharedMemory()).bytes();
 }
 
 std::string HopperAttentionGradSpec::kernelName() const {
@@ -750,22 +774,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   }
 
   setAlignedDynamicSmem();
-  const int64_t tile = 2 * d; // bytes per row
-  const int64_t offK = 0, offV = bn * tile, offQ = 2 * bn * tile;
-  const int64_t offDO = offQ + s.stages * bm * tile;
-  const int64_t offDS = offDO + s.stages * bm * tile;
-  const int64_t dsTileBytes = bn * bm * 2;
-  // Where the warpgroups split the query columns, Pᵀ goes through shared
-  // memory too: its tiles follow the dSᵀ tiles.
-  const int64_t offP = offDS + s.dsBuffers() * dsTileBytes;
-  const int64_t offStats =
-      offP + (s.splitQueryColumns() ? s.dsBuffers() * dsTileBytes : 0);
-  const int64_t offDQ = offStats + s.stages * 8 * bm;
-  const int64_t offBar =
-      offDQ + (s.dQThroughSharedMemory()
-                   ? HopperAttentionGradSpec::kNumWarpgroups *
-                         HopperAttentionGradSpec::kDQTileBytes
-                   : 0);
+  const GradSmemLayout layout(s, s.dsBuffers(), s.dQThroughSharedMemory());
+  const int64_t tile = layout.rowBytes;
+  const int64_t offK = layout.k, offV = layout.v, offQ = layout.q;
+  const int64_t offDO = layout.dO, offDS = layout.dS, offP = layout.p;
+  const int64_t offStats = layout.stats, offDQ = layout.dQ;
+  const int64_t offBar = layout.barriers;
+  const int64_t dsTileBytes = layout.dsTileBytes;
   auto barKV = [&] { return smemAt(ci(offBar)); };
   auto barFull = [&](Value st) {
     return smemAt(add(ci(offBar + 8), mul(st, ci(8))));
