@@ -202,6 +202,32 @@ private:
                sext64(row));
   }
 
+  /// Varlen, the last grid z (B + 1): zeroes the rows of key head `kvHead`
+  /// in each of `outputs` (dK and dV, [total_k, Hkv, D]) from token `first`
+  /// to `end` in strides of the grid's x dimension (its CTAs stride over
+  /// the keys past the last sequence), thread `tid` < D/2 one 32-bit pair.
+  void zeroKeyRowsPastSequences(Value first, Value end, Value kvHead, Value tid,
+                                ArrayRef<Value> outputs) {
+    int64_t pairs = s.headDim / 2;
+    Value inRow = cmp(arith::CmpIPredicate::slt, tid, ci(pairs));
+    scf::IfOp::create(b, loc, inRow, [&](OpBuilder &, Location) {
+      scf::ForOp::create(
+          b, loc, first, end, NVVM::GridDimXOp::create(b, loc, i32),
+          ValueRange{}, [&](OpBuilder &, Location, Value token, ValueRange) {
+            // Element pair `tid` of row (token, kvHead).
+            Value pair = add(
+                mul(add(mul(sext64(token), cl(s.numKVHeads)), sext64(kvHead)),
+                    cl(pairs)),
+                zext64(tid));
+            for (Value ptr : outputs)
+              LLVM::StoreOp::create(b, loc, ci(0), elemPtr(ptr, i32, pair),
+                                    /*alignment=*/4);
+            scf::YieldOp::create(b, loc);
+          });
+      scf::YieldOp::create(b, loc);
+    });
+  }
+
   /// Sᵀ or dPᵀ of one step: a committed wgmma chain (definition).
   SmallVector<Value> transposedProductChain(Value slab, Value cols,
                                             SmallVector<Value> acc);
@@ -735,24 +761,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, batch, numSeqs),
                           /*withElseRegion=*/true);
     b.setInsertionPointToStart(tail.thenBlock());
-    Value inRow = cmp(arith::CmpIPredicate::slt, tid, ci(d / 2));
-    scf::IfOp::create(b, loc, inRow, [&](OpBuilder &, Location) {
-      scf::ForOp::create(
-          b, loc, add(loadI32(cuK, numSeqs), kBlock), rowsK,
-          NVVM::GridDimXOp::create(b, loc, i32), ValueRange{},
-          [&](OpBuilder &, Location, Value token, ValueRange) {
-            // Element pair `tid` of row (token, kvHead).
-            Value pair = add(
-                mul(add(mul(sext64(token), cl(s.numKVHeads)), sext64(kvHead)),
-                    cl(d / 2)),
-                zext64(tid));
-            for (Value ptr : {dkPtr, dvPtr})
-              LLVM::StoreOp::create(b, loc, ci(0), elemPtr(ptr, i32, pair),
-                                    /*alignment=*/4);
-            scf::YieldOp::create(b, loc);
-          });
-      scf::YieldOp::create(b, loc);
-    });
+    zeroKeyRowsPastSequences(add(loadI32(cuK, numSeqs), kBlock), rowsK, kvHead,
+                             tid, {dkPtr, dvPtr});
     b.setInsertionPointToStart(tail.elseBlock());
     // The sequence's first query and key rows and its query and (used) key
     // counts, as the key grid reads them.
