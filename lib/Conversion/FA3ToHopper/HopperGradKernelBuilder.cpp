@@ -228,6 +228,36 @@ private:
     });
   }
 
+  /// Adds one warpgroup's 64 × 64 dQ tile `qAcc` (an m64n64 accumulator in
+  /// fragment-slot order) to the f32 dQ accumulator at element `tileElem`
+  /// of `accPtr` with per-thread reductions: slot `tInWG` of 8-column block
+  /// j is 16 contiguous bytes, one v4 reduction, so a warp's cover 512
+  /// contiguous bytes in whole 32-byte sectors (two v2 reductions a slot
+  /// touch each sector twice, half used: measured 10-17% slower at D =
+  /// 256). One address a step, constant offsets from it: per-slot offsets
+  /// would be loop invariants held in registers.
+  void reduceDQTileToGlobal(ArrayRef<Value> qAcc, Value accPtr, Value tileElem,
+                            Value tInWG) {
+    Value slot0 =
+        elemPtr(accPtr, f32, add(tileElem, zext64(mul(tInWG, ci(4)))));
+    for (int64_t j = 0; j < 8; ++j)
+      ptxVoid("red.global.add.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f",
+              {elemPtr(slot0, f32, ci(j * 128 * 4)), qAcc[4 * j],
+               qAcc[4 * j + 1], qAcc[4 * j + 2], qAcc[4 * j + 3]});
+  }
+
+  /// The same through shared memory: the tile to warpgroup `wg`'s staging
+  /// buffer (at byte `stagingOffset` of the shared memory based at
+  /// `smemBase`) in the same order (consecutive threads, consecutive 16
+  /// bytes: no bank conflicts), then one bulk reduce-add of it by the
+  /// warpgroup's first thread (`isIssuer`). Only the issuer's warp waits
+  /// for the tile; the other three arrive and go on to dK's wgmmas and the
+  /// next step (definition).
+  void reduceDQTileViaSharedMemory(ArrayRef<Value> qAcc, Value accPtr,
+                                   Value tileElem, Value tInWG, Value wg,
+                                   Value isIssuer, Value smemBase,
+                                   int64_t stagingOffset);
+
   /// Sᵀ or dPᵀ of one step: a committed wgmma chain (definition).
   SmallVector<Value> transposedProductChain(Value slab, Value cols,
                                             SmallVector<Value> acc);
@@ -576,6 +606,47 @@ void GradKernelBuilder::buildPostprocess(gpu::GPUModuleOp module) {
 //===----------------------------------------------------------------------===//
 // The main kernel
 //===----------------------------------------------------------------------===//
+
+/// dQ's tile through shared memory (see the declaration).
+void GradKernelBuilder::reduceDQTileViaSharedMemory(
+    ArrayRef<Value> qAcc, Value accPtr, Value tileElem, Value tInWG, Value wg,
+    Value isIssuer, Value smemBase, int64_t stagingOffset) {
+  Value stagingSlot = add(add(ci(stagingOffset), mul(tInWG, ci(16))),
+                          mul(wg, ci(HopperAttentionGradSpec::kDQTileBytes)));
+  for (int64_t j = 0; j < 8; ++j) {
+    Value v = LLVM::UndefOp::create(b, loc, VectorType::get({4}, f32));
+    for (int64_t e = 0; e < 4; ++e)
+      v = LLVM::InsertElementOp::create(b, loc, v, qAcc[4 * j + e], ci(e));
+    LLVM::StoreOp::create(b, loc, v, smemAt(add(stagingSlot, ci(j * 128 * 16))),
+                          /*alignment=*/16);
+  }
+  fenceProxyAsyncShared();
+  Value stagingBarrier = add(wg, ci(2));
+  scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::ult, tInWG, ci(32)),
+      [&](OpBuilder &, Location) {
+        namedBarrierSync(stagingBarrier, 128);
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        namedBarrierArrive(stagingBarrier, 128);
+        scf::YieldOp::create(b, loc);
+      });
+  scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
+    Value staging = add(add(smemBase, ci(stagingOffset)),
+                        mul(wg, ci(HopperAttentionGradSpec::kDQTileBytes)));
+    ptxVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group."
+            "add.f32 [$0], [$1], $2;",
+            "l,r,r",
+            {elemPtr(accPtr, f32, tileElem), staging,
+             ci(HopperAttentionGradSpec::kDQTileBytes)});
+    ptxVoid("cp.async.bulk.commit_group;", "", {});
+    // Deterministic: the adds are complete before the turn passes.
+    if (s.deterministic)
+      ptxVoid("cp.async.bulk.wait_group 0;", "", {});
+    scf::YieldOp::create(b, loc);
+  });
+}
 
 /// One committed wgmma chain of an m64 accumulator over the head dim: A
 /// the 64 key rows of a K or V tile at `slab`, B the step's query columns
@@ -1239,68 +1310,11 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               add(mul(statIndex(head, add(qStart, mul(qBlock, ci(64)))), cl(d)),
                   mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
           auto addPartial = [&] {
-            if (!viaSmem) {
-              // Slot tInWG of 8-column block j: 16 contiguous bytes, one v4
-              // reduction, so a warp's cover 512 contiguous bytes in whole
-              // 32-byte sectors (two v2 reductions a slot touch each sector
-              // twice, half used: measured 10-17% slower at D = 256). One
-              // address a step, constant offsets from it: per-slot offsets
-              // would be loop invariants held in registers.
-              Value slot0 = elemPtr(accPtr, f32,
-                                    add(chunkElem, zext64(mul(tInWG, ci(4)))));
-              for (int64_t j = 0; j < 8; ++j)
-                ptxVoid("red.global.add.v4.f32 [$0], {$1, $2, $3, $4};",
-                        "l,f,f,f,f",
-                        {elemPtr(slot0, f32, ci(j * 128 * 4)), qAcc[4 * j],
-                         qAcc[4 * j + 1], qAcc[4 * j + 2], qAcc[4 * j + 3]});
-              return;
-            }
-            // The tile to this warpgroup's staging buffer in the same order
-            // (consecutive threads, consecutive 16 bytes: no bank
-            // conflicts), then one bulk reduce-add of it by the warpgroup's
-            // first thread.
-            Value stagingSlot =
-                add(add(ci(offDQ), mul(tInWG, ci(16))),
-                    mul(wg, ci(HopperAttentionGradSpec::kDQTileBytes)));
-            for (int64_t j = 0; j < 8; ++j) {
-              Value v =
-                  LLVM::UndefOp::create(b, loc, VectorType::get({4}, f32));
-              for (int64_t e = 0; e < 4; ++e)
-                v = LLVM::InsertElementOp::create(b, loc, v, qAcc[4 * j + e],
-                                                  ci(e));
-              LLVM::StoreOp::create(b, loc, v,
-                                    smemAt(add(stagingSlot, ci(j * 128 * 16))),
-                                    /*alignment=*/16);
-            }
-            fenceProxyAsyncShared();
-            // Only the issuer's warp waits for the tile; the other three
-            // arrive and go on to dK's wgmmas and the next step.
-            Value stagingBarrier = add(wg, ci(2));
-            scf::IfOp::create(
-                b, loc, cmp(arith::CmpIPredicate::ult, tInWG, ci(32)),
-                [&](OpBuilder &, Location) {
-                  namedBarrierSync(stagingBarrier, 128);
-                  scf::YieldOp::create(b, loc);
-                },
-                [&](OpBuilder &, Location) {
-                  namedBarrierArrive(stagingBarrier, 128);
-                  scf::YieldOp::create(b, loc);
-                });
-            scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
-              Value staging =
-                  add(add(base, ci(offDQ)),
-                      mul(wg, ci(HopperAttentionGradSpec::kDQTileBytes)));
-              ptxVoid("cp.reduce.async.bulk.global.shared::cta.bulk_group."
-                      "add.f32 [$0], [$1], $2;",
-                      "l,r,r",
-                      {elemPtr(accPtr, f32, chunkElem), staging,
-                       ci(HopperAttentionGradSpec::kDQTileBytes)});
-              ptxVoid("cp.async.bulk.commit_group;", "", {});
-              // Deterministic: the adds are complete before the turn passes.
-              if (s.deterministic)
-                ptxVoid("cp.async.bulk.wait_group 0;", "", {});
-              scf::YieldOp::create(b, loc);
-            });
+            if (viaSmem)
+              reduceDQTileViaSharedMemory(qAcc, accPtr, chunkElem, tInWG, wg,
+                                          isIssuer, base, offDQ);
+            else
+              reduceDQTileToGlobal(qAcc, accPtr, chunkElem, tInWG);
           };
           if (!s.deterministic || disjointDQ) {
             addPartial();
