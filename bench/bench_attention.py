@@ -655,6 +655,33 @@ def fp8_schedule_variants(d, causal=False, only=None):
     return {name: schedules.schedule(**fields) for name, fields in variants.items()}
 
 
+def fp8_quantized(q, k, v):
+    """(q8, k8, v8, descale): q, k, v [B, S, H, D] as the benchmarks feed the
+    FP8 kernels, x · 64 rounded to e4m3, with the descale 1/64 per (batch,
+    head)."""
+    descale = torch.full((q.shape[0], q.shape[2]), 1.0 / 64, device=q.device)
+    return (*((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v)), descale)
+
+
+def fp8_launch_fn(kernel, q8, k8, v8, descale, out, lse):
+    """A no-argument launch of the FP8 forward `kernel` on these tensors
+    (the descale for q, k and v alike) into out and lse, on the current
+    stream, with a workspace of the size this kernel asks for."""
+    b, s, _, _ = q8.shape
+    sk = k8.shape[1]
+    workspace = torch.empty(max(kernel.forward_workspace_bytes(b, s, sk), 256), device=q8.device,
+                            dtype=torch.uint8)
+    stream = torch.cuda.current_stream().cuda_stream
+    ptrs = (q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(), lse.data_ptr(), descale.data_ptr(),
+            descale.data_ptr(), descale.data_ptr(), workspace.data_ptr())
+
+    def launch():
+        kernel.launch_fp8(*ptrs, b, s, sk, stream)
+    # The launch reads these tensors: they live as long as it does.
+    launch.keep = (q8, k8, v8, descale, out, lse, workspace)
+    return launch
+
+
 def bench_fp8(d, causal, s, dev="cuda", variants=False):
     """fa3's FP8 forward (e4m3 in, per-(batch, kv-head) descales, bf16 out;
     the timed launch includes the V' layout kernel) beside fa3's bf16
@@ -678,14 +705,9 @@ def bench_fp8(d, causal, s, dev="cuda", variants=False):
                                       b, s, s, stream), warmup=25, rep=100, return_mode="median")
     row["fa3_bf16"] = f / ms / 1e9
     ref = out.float().clone()
-    descale = torch.full((b, h), 1.0 / 64, device=dev)
-    q8, k8, v8 = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v))
+    q8, k8, v8, descale = fp8_quantized(q, k, v)
     fp8 = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda:0", "fwd")
-    ws = torch.empty(max(fp8.forward_workspace_bytes(b, s, s), 256), device=dev, dtype=torch.uint8)
-    ms = do_bench(lambda: fp8.launch_fp8(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(),
-                                         lse.data_ptr(), descale.data_ptr(), descale.data_ptr(),
-                                         descale.data_ptr(), ws.data_ptr(), b, s, s, stream),
-                  warmup=25, rep=100, return_mode="median")
+    ms = do_bench(fp8_launch_fn(fp8, q8, k8, v8, descale, out, lse), warmup=25, rep=100, return_mode="median")
     row["fa3_fp8"] = f / ms / 1e9
     row["fp8_over_bf16"] = row["fa3_fp8"] / row["fa3_bf16"]
     row["fp8_vs_bf16_rmse"] = (out.float() - ref).pow(2).mean().sqrt().item()
@@ -694,10 +716,10 @@ def bench_fp8(d, causal, s, dev="cuda", variants=False):
         try:
             other = _jit.get(AttentionSpec("f8E4M3FN", h, h, d, d, causal, scale), "cuda:0", "fwd",
                              schedule=schedule)
-            ms = do_bench(lambda: other.launch_fp8(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(),
-                                                   lse.data_ptr(), descale.data_ptr(), descale.data_ptr(),
-                                                   descale.data_ptr(), ws.data_ptr(), b, s, s, stream),
-                          warmup=25, rep=100, return_mode="median")
+            # (Each variant with its own workspace: its V' may be laid out
+            # for another block_n.)
+            ms = do_bench(fp8_launch_fn(other, q8, k8, v8, descale, out, lse), warmup=25, rep=100,
+                          return_mode="median")
             row[f"fp8_{name}"] = f / ms / 1e9
         except Exception as e:  # noqa: BLE001 (a variant the build does not support is reported, not fatal)
             row[f"fp8_{name}"] = None

@@ -42,7 +42,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from profile_common import paper_shape
 import fa3  # noqa: E402 (profile_common sets the path)
-from bench_attention import mlir_for  # noqa: E402
+from bench_attention import fp8_launch_fn, fp8_quantized, mlir_for  # noqa: E402
 from fa3 import _jit, schedules  # noqa: E402
 from fa3._spec import AttentionSpec  # noqa: E402
 
@@ -117,25 +117,13 @@ def variant_fields(base, name, changes):
 
 def fp8_launcher(q, k, v, causal, schedule):
     """A call of the FP8 forward of `schedule` on q, k, v quantized as
-    bench_attention.py does (x · 64 in e4m3, descale 1/64), into its own
-    output; (call, output)."""
+    bench_attention.py --fp8 does, into its own output; (call, output)."""
     b, s, h, d = q.shape
     spec = AttentionSpec("f8E4M3FN", h, h, d, d, causal, 1.0 / d ** 0.5)
     kernel = _jit.get(spec, f"cuda:{q.device.index or 0}", "fwd", schedule=schedule)
-    q8, k8, v8 = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v))
-    descale = torch.full((b, h), 1.0 / 64, device=q.device)
     out = torch.empty_like(q)
     lse = torch.empty(b, h, s, device=q.device, dtype=torch.float32)
-    workspace = torch.empty(max(kernel.forward_workspace_bytes(b, s, s), 256), device=q.device, dtype=torch.uint8)
-    stream = torch.cuda.current_stream().cuda_stream
-    ptrs = (q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr(), lse.data_ptr(), descale.data_ptr(),
-            descale.data_ptr(), descale.data_ptr(), workspace.data_ptr())
-
-    def call():
-        kernel.launch_fp8(*ptrs, b, s, s, stream)
-    # The tensors live as long as the closure (the launch reads them).
-    call.keep = (q8, k8, v8, descale, lse, workspace)
-    return call, out
+    return fp8_launch_fn(kernel, *fp8_quantized(q, k, v), out, lse), out
 
 
 def variant_sides(q, k, v, causal, variants, fp8=False):
