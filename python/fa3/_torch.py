@@ -100,14 +100,23 @@ def _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, de
             pack_gqa, type(pack_gqa), deterministic, type(deterministic), dropout_p)
 
 
+def _cached_plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p):
+    """(key, plan): this call's cache key and its cached plan (None on a
+    miss). A plan exists only for inputs that passed every check once, so
+    a hit skips them. An unhashable option (a list window) gives (None,
+    None): _new_plan's checks decide."""
+    key = _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
+    try:
+        return key, _plans.get(key)
+    except TypeError:
+        return None, None
+
+
 def _plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa=None, deterministic=False,
           dropout_p=0.0):
     """The plan of this call, from the cache or checked and built."""
-    key = _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
-    try:
-        plan = _plans.get(key)
-    except TypeError:  # an unhashable option (a list window): the checks below decide
-        key, plan = None, None
+    key, plan = _cached_plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic,
+                             dropout_p)
     if plan is not None:
         return plan
     return _new_plan(key, q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic,
@@ -255,13 +264,9 @@ def attention(q, k, v, causal, softmax_scale, window_size, softcap, need_lse=Tru
             raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
         return torch.ops.fa3.attention_fwd(q, k, v, causal, scale, window[0], window[1], softcap, pack_gqa,
                                            deterministic, float(dropout_p), rng if dropout_p else None)
-    # A cached plan exists only for inputs that passed every check once
-    # (4-D, a head dim with kernels): a hit skips them (_plan, inlined).
-    key = _plan_key(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic, dropout_p)
-    try:
-        plan = _plans.get(key)
-    except TypeError:  # an unhashable option (a list window): _new_plan decides
-        key, plan = None, None
+    # _plan, with the head dims that round up to a compiled one on a miss.
+    key, plan = _cached_plan(q, k, v, causal, softmax_scale, window_size, softcap, pack_gqa, deterministic,
+                             dropout_p)
     if plan is None:
         if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and not has_cuda_kernel(q.shape[3], v.shape[3]):
             return _rounded_up(q, k, v, causal, softmax_scale, window_size, softcap, need_lse, pack_gqa,

@@ -781,11 +781,17 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   // entry (the d64 192 x 128 tile with intra-warpgroup overlap spilled 24
   // bytes under .maxntid, none under .reqntid). At d <= 64 the 384-thread
   // 128 x 128 kernel ran 7% faster with it (H100, 2026-12-07: 427 against
-  // 399 TFLOP/s causal at 4k, two alternating rounds). Elsewhere the bound
-  // stays: d128 measured the same either way, and at d256 .reqntid made
-  // ptxas spill 8 bytes (the varlen kernel with a softcap and a window).
-  // The launcher always launches s.numThreads() threads.
-  bool exactBlock = s.numThreads() == 512 || s.headDim <= 64;
+  // 399 TFLOP/s causal at 4k, two alternating rounds). So did the FP8 d128
+  // kernel on a plain grid (non-causal 8k, sustained, H100, 2026-12-07:
+  // 817-823 -> 839-845 TFLOP/s in four alternating rounds), where the
+  // persistent causal d128 kernel lost 5% (805 -> 766) and FP8 d256 did
+  // not gain (1107 either way; with lazy rescaling 1138 / 1144 -> 1124 /
+  // 1123). Elsewhere the bound stays: bf16 d128 measured the same either
+  // way, and at d256 .reqntid made ptxas spill 8 bytes (the varlen kernel
+  // with a softcap and a window). The launcher always launches
+  // s.numThreads() threads.
+  bool exactBlock = s.numThreads() == 512 || s.headDim <= 64 ||
+                    (s.fp8 && !s.persistent && s.headDim <= 128);
   fn->setAttr(exactBlock ? NVVM::NVVMDialect::getReqntidAttrName()
                          : NVVM::NVVMDialect::getMaxntidAttrName(),
               b.getDenseI32ArrayAttr({int32_t(s.numThreads()), 1, 1}));
