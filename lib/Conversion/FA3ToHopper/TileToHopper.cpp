@@ -91,6 +91,45 @@ private:
   /// One consumer warpgroup `wg` (0-based among the consumers): its 64
   /// query rows' key loop and the epilogue, for the current tile.
   void emitConsumer(Value wg);
+  /// Pingpong: a consumer's wgmmas of one turn are issued between
+  /// takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
+  /// Both named barriers count 256 threads: 128 waiting plus 128 arriving.
+  void takeTurn();
+  void passTurn();
+  /// fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
+  /// shared memory; `waitFull` unless the tile is known to have landed.
+  SmallVector<Value> issueQK(Value use, bool waitFull);
+  /// One fa3.online_softmax step of this thread's two rows: P, the new
+  /// max m and sum l, and the correction alpha of the old statistics.
+  struct SoftmaxStep {
+    SmallVector<Value> p;
+    Value m[2], l[2], alpha[2];
+  };
+  /// fa3.online_softmax `op` on the (masked) S fragment `sv`, from the
+  /// rows' running max `mOld` and sum `lOld`.
+  SoftmaxStep onlineSoftmax(OnlineSoftmaxOp op, ArrayRef<Value> sv,
+                            ArrayRef<Value> mOld, ArrayRef<Value> lOld);
+  /// P as the A operand of fa3.pv: the S accumulator, pairwise converted,
+  /// is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
+  /// 8k+7), so P never goes through shared memory.
+  ///
+  /// FP8 (e4m3 V, fa3.pv's probs_scale s): the e4m3 A fragment of k-chunk
+  /// c (32 keys): register i holds 4 keys of row r (i even) or r + 8 (i
+  /// odd), keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
+  /// 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
+  /// to match (the layout kernel), so the bytes are taken in register
+  /// order (P · s already, see onlineSoftmax).
+  SmallVector<Value> packProbs(ArrayRef<Value> p);
+  /// fa3.pv reading the value tile of ring use `use`: O += P V (`packed`
+  /// from packProbs), V read MN-major from shared memory.
+  SmallVector<Value> issuePV(ArrayRef<Value> packed, SmallVector<Value> o,
+                             Value use, bool waitFull);
+  /// Once the wgmma reading ring use `use` completed: release its key
+  /// (`value` false) or value slot. With a producer warpgroup that is all;
+  /// otherwise warp 0 refills the slot with key block iteration `it` +
+  /// stages (`it` is the plain loop's iteration, `load` the IR's load of
+  /// the tile).
+  void releaseSlot(bool value, Value use, Value it, KeyValueTileLoad load);
   /// fa3.softcap on the S fragment.
   SmallVector<Value> softcapFragment(SoftcapOp softcap,
                                      SmallVector<Value> sAcc);
@@ -204,6 +243,9 @@ private:
   /// tile (rowInTile and rowInTile + 8) and the first of its column pairs
   /// in each 8-column block of a fragment.
   Value rowInTile, colInBlock;
+  /// The consumer warpgroup being emitted, the other one (pingpong's
+  /// turns) and the address of its 64 rows of the Q tile.
+  Value consumerWg, otherConsumerWg, qWarpgroupAddr;
   /// The current tile's key loop: its first key block and how many.
   Value blockLo, numBlocks;
   /// Which use of the Q tiles and of the K/V ring the current tile makes:
@@ -1211,6 +1253,171 @@ SmallVector<Value> TileKernelEmitter::dropoutFragment(DropoutOp drop,
 
 /// One consumer warpgroup `wg` (0-based among the consumers): its 64 query
 /// rows' key loop, emitted from the IR op by op, and the epilogue.
+void TileKernelEmitter::takeTurn() {
+  if (s.pingpong)
+    namedBarrierSync(add(consumerWg, ci(kPingpongBarrier)), 256);
+}
+
+void TileKernelEmitter::passTurn() {
+  if (s.pingpong)
+    namedBarrierArrive(add(otherConsumerWg, ci(kPingpongBarrier)), 256);
+}
+
+SmallVector<Value> TileKernelEmitter::issueQK(Value use, bool waitFull) {
+  int64_t nS = s.blockN / 2;
+  Value stage = ringSlotOf(use);
+  if (waitFull)
+    ringWait(kKeyFull, use);
+  Value kTileAddr =
+      add(add(smemAddr(smem), ci(offK)), mul(stage, ci(tileBytes(s.blockN))));
+  SmallVector<Value> sAcc(nS, cf(0));
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  // One wgmma K step is 32 bytes of an atom row for either type.
+  int64_t stepsPerAtom = rowAtom() / 32;
+  for (int64_t kk = 0; kk < s.headDim / mmaK(); ++kk) {
+    int64_t atom = kk / stepsPerAtom, inAtom = (kk % stepsPerAtom) * 32;
+    Value a = qkDescriptor(
+        add(qWarpgroupAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
+    Value bd =
+        qkDescriptor(add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
+    sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  return sAcc;
+}
+
+TileKernelEmitter::SoftmaxStep
+TileKernelEmitter::onlineSoftmax(OnlineSoftmaxOp op, ArrayRef<Value> sv,
+                                 ArrayRef<Value> mOld, ArrayRef<Value> lOld) {
+  float negInf = -std::numeric_limits<float>::infinity();
+  int64_t nS = s.blockN / 2;
+  // FP8: fa3.pv's probs_scale s (a power of two). P enters the e4m3
+  // wgmma as P · s; the softmax computes that product in its exp2 (log2 s
+  // added to the exponent: no multiply per element), and its row sum, the
+  // accumulator and l carry the same factor (emitFinalizeAndStores).
+  float probsScale = 1.0f;
+  if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
+    probsScale = attr.getValueAsDouble();
+  float probsLog2Offset = std::log2(probsScale);
+  // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
+  // quad. The sum stays per thread until fa3.finalize. The row max and
+  // sum reduce as balanced trees (depth log2(block_n / 4) instead of a
+  // chain of block_n / 4 dependent ops: this sits between the QKᵀ and
+  // PV wgmmas), and c·x − c·m is one fma.
+  float exp2Scale = op.getExp2Scale().convertToFloat();
+  Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
+  // FP8: raw scores, c = exp2_scale · q_descale · k_descale.
+  if (Value descale = op.getDescale()) {
+    cLog2 = fmul(cLog2, scalar(descale));
+    negCLog2 = fmul(negCLog2, scalar(descale));
+  }
+  SoftmaxStep step;
+  Value negMScaled[2];
+  SmallVector<Value> rowValues[2];
+  for (int64_t r = 0; r < nS; ++r)
+    rowValues[(r % 4) / 2].push_back(sv[r]);
+  std::optional<int64_t> threshold = op.getRescaleThreshold();
+  for (int64_t row = 0; row < 2; ++row) {
+    Value mx = fmax(mOld[row], treeReduce(rowValues[row], /*isMax=*/true));
+    step.m[row] = quadReduce(mx, /*isMax=*/true);
+    // Lazy rescaling keeps the old max while c·(m' − m) <= τ (never
+    // after -inf: +inf and NaN fail <=), with a correction of exactly 1,
+    // which the accumulator's rescale tests for.
+    Value keep;
+    if (threshold) {
+      Value growth = fmul(fsub(step.m[row], mOld[row]), cLog2);
+      keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, growth,
+                                   cf(float(*threshold)));
+      step.m[row] = select(keep, mOld[row], step.m[row]);
+    }
+    Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                        step.m[row], cf(negInf));
+    negMScaled[row] = fmul(select(empty, cf(0), step.m[row]), negCLog2);
+    step.alpha[row] = exp2(fma(mOld[row], cLog2, negMScaled[row]));
+    if (keep)
+      step.alpha[row] = select(keep, cf(1.0f), step.alpha[row]);
+  }
+  step.p.resize(nS);
+  SmallVector<Value> rowProbs[2];
+  Value probsBase[2] = {negMScaled[0], negMScaled[1]};
+  if (probsLog2Offset != 0.0f)
+    for (Value &base : probsBase)
+      base = fadd(base, cf(probsLog2Offset));
+  for (int64_t r = 0; r < nS; ++r) {
+    int64_t row = (r % 4) / 2;
+    step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
+    rowProbs[row].push_back(step.p[r]);
+  }
+  for (int64_t row = 0; row < 2; ++row)
+    step.l[row] = fma(lOld[row], step.alpha[row],
+                      treeReduce(rowProbs[row], /*isMax=*/false));
+  return step;
+}
+
+SmallVector<Value> TileKernelEmitter::packProbs(ArrayRef<Value> p) {
+  SmallVector<Value> packed;
+  if (!s.fp8) {
+    for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
+      packed.append(packAFragment(p, kk));
+    return packed;
+  }
+  for (int64_t c = 0; c < s.blockN / 32; ++c) {
+    int64_t base = 16 * c;
+    auto q = [&](int64_t i) { return p[base + i]; };
+    packed.append({packE4M3(q(0), q(1), q(4), q(5)),
+                   packE4M3(q(2), q(3), q(6), q(7)),
+                   packE4M3(q(8), q(9), q(12), q(13)),
+                   packE4M3(q(10), q(11), q(14), q(15))});
+  }
+  return packed;
+}
+
+SmallVector<Value> TileKernelEmitter::issuePV(ArrayRef<Value> packed,
+                                              SmallVector<Value> o, Value use,
+                                              bool waitFull) {
+  Value stage = ringSlotOf(use);
+  if (waitFull)
+    ringWait(kValueFull, use);
+  Value vTileAddr =
+      add(add(smemAddr(smem), ci(offV)), mul(stage, ci(tileBytes(s.blockN))));
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
+    // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
+    // V'ᵀ K-major (D rows of 128-key atoms, or of 64 keys where block_n
+    // is not whole 128-key atoms), 32 keys = 32 bytes a step.
+    const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
+    Value bd = s.fp8
+                   ? descriptor(add(vTileAddr,
+                                    ci((kk / (vAtom / 32)) * s.headDim * vAtom +
+                                       (kk % (vAtom / 32)) * 32)),
+                                16, 8 * vAtom, vAtom)
+                   : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
+                                s.blockN * kAtomBytes, 1024);
+    o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  return o;
+}
+
+void TileKernelEmitter::releaseSlot(bool value, Value use, Value it,
+                                    KeyValueTileLoad load) {
+  Ring empty = value ? kValueEmpty : kKeyEmpty;
+  ringArrive(empty, use);
+  if (s.warpSpecialized())
+    return;
+  Value next = add(it, ci(s.stages));
+  Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                      cmp(arith::CmpIPredicate::slt, next, numBlocks));
+  scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+    ringWait(empty, use);
+    scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
+      issueTile(load, add(use, ci(s.stages)), keyBlockOf(next));
+      scf::YieldOp::create(b, loc);
+    });
+    scf::YieldOp::create(b, loc);
+  });
+}
+
 void TileKernelEmitter::emitConsumer(Value wg) {
   Value qBuffer = queryBufferOf(qUse);
   ringWait(kQueryFull, qUse);
@@ -1220,197 +1427,12 @@ void TileKernelEmitter::emitConsumer(Value wg) {
   rowInTile = add(add(mul(wg, ci(64)), mul(warp, ci(16))), divu(lane, ci(4)));
   colInBlock = mul(remu(lane, ci(4)), ci(2));
 
-  float negInf = -std::numeric_limits<float>::infinity();
-  int64_t nS = s.blockN / 2;
-
   Value qTileAddr = add(smemAddr(smem), mul(qBuffer, ci(tileBytes(s.blockM))));
-  Value qWgAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
+  qWarpgroupAddr = add(qTileAddr, mul(wg, ci(64 * rowAtom())));
 
-  // Pingpong: a consumer's wgmmas of one turn are issued between
-  // takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
-  // Both named barriers count 256 threads: 128 waiting plus 128 arriving.
-  Value otherWg = sub(ci(1), wg);
-  auto takeTurn = [&] {
-    if (s.pingpong)
-      namedBarrierSync(add(wg, ci(kPingpongBarrier)), 256);
-  };
-  auto passTurn = [&] {
-    if (s.pingpong)
-      namedBarrierArrive(add(otherWg, ci(kPingpongBarrier)), 256);
-  };
-
-  // fa3.qk reading the key tile of ring use `use`: S = Q Kᵀ, both from
-  // shared memory; `waitFull` unless the tile is known to have landed.
-  auto issueQK = [&](Value use, bool waitFull) {
-    Value stage = ringSlotOf(use);
-    if (waitFull)
-      ringWait(kKeyFull, use);
-    Value kTileAddr =
-        add(add(smemAddr(smem), ci(offK)), mul(stage, ci(tileBytes(s.blockN))));
-    SmallVector<Value> sAcc(nS, cf(0));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    // One wgmma K step is 32 bytes of an atom row for either type.
-    int64_t stepsPerAtom = rowAtom() / 32;
-    for (int64_t kk = 0; kk < s.headDim / mmaK(); ++kk) {
-      int64_t atom = kk / stepsPerAtom, inAtom = (kk % stepsPerAtom) * 32;
-      Value a =
-          qkDescriptor(add(qWgAddr, ci(atom * s.blockM * rowAtom() + inAtom)));
-      Value bd = qkDescriptor(
-          add(kTileAddr, ci(atom * s.blockN * rowAtom() + inAtom)));
-      sAcc = wgmmaSS(sAcc, a, bd, /*accumulate=*/kk > 0);
-    }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    return sAcc;
-  };
-
-  // FP8: fa3.pv's probs_scale s (a power of two). P enters the e4m3
-  // wgmma as P · s; the softmax computes that product in its exp2 (log2 s
-  // added to the exponent: no multiply per element), and its row sum, the
-  // accumulator and l carry the same factor (emitFinalizeAndStores).
-  float probsScale = 1.0f;
-  if (FloatAttr attr = k.keys.pv.getProbsScaleAttr())
-    probsScale = attr.getValueAsDouble();
-  float probsLog2Offset = std::log2(probsScale);
-
-  // fa3.online_softmax on the (masked) S fragment.
-  struct SoftmaxStep {
-    SmallVector<Value> p;
-    Value m[2], l[2], alpha[2];
-  };
-  auto softmax = [&](OnlineSoftmaxOp op, ArrayRef<Value> sv,
-                     ArrayRef<Value> mOld, ArrayRef<Value> lOld) {
-    // Rows 0 and 1 of this thread; a row's values sit in the 4 lanes of a
-    // quad. The sum stays per thread until fa3.finalize. The row max and
-    // sum reduce as balanced trees (depth log2(block_n / 4) instead of a
-    // chain of block_n / 4 dependent ops: this sits between the QKᵀ and
-    // PV wgmmas), and c·x − c·m is one fma.
-    float exp2Scale = op.getExp2Scale().convertToFloat();
-    Value cLog2 = cf(exp2Scale), negCLog2 = cf(-exp2Scale);
-    // FP8: raw scores, c = exp2_scale · q_descale · k_descale.
-    if (Value descale = op.getDescale()) {
-      cLog2 = fmul(cLog2, scalar(descale));
-      negCLog2 = fmul(negCLog2, scalar(descale));
-    }
-    SoftmaxStep step;
-    Value negMScaled[2];
-    SmallVector<Value> rowValues[2];
-    for (int64_t r = 0; r < nS; ++r)
-      rowValues[(r % 4) / 2].push_back(sv[r]);
-    std::optional<int64_t> threshold = op.getRescaleThreshold();
-    for (int64_t row = 0; row < 2; ++row) {
-      Value mx = fmax(mOld[row], treeReduce(rowValues[row], /*isMax=*/true));
-      step.m[row] = quadReduce(mx, /*isMax=*/true);
-      // Lazy rescaling keeps the old max while c·(m' − m) <= τ (never
-      // after -inf: +inf and NaN fail <=), with a correction of exactly 1,
-      // which the accumulator's rescale tests for.
-      Value keep;
-      if (threshold) {
-        Value growth = fmul(fsub(step.m[row], mOld[row]), cLog2);
-        keep = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, growth,
-                                     cf(float(*threshold)));
-        step.m[row] = select(keep, mOld[row], step.m[row]);
-      }
-      Value empty = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                          step.m[row], cf(negInf));
-      negMScaled[row] = fmul(select(empty, cf(0), step.m[row]), negCLog2);
-      step.alpha[row] = exp2(fma(mOld[row], cLog2, negMScaled[row]));
-      if (keep)
-        step.alpha[row] = select(keep, cf(1.0f), step.alpha[row]);
-    }
-    step.p.resize(nS);
-    SmallVector<Value> rowProbs[2];
-    Value probsBase[2] = {negMScaled[0], negMScaled[1]};
-    if (probsLog2Offset != 0.0f)
-      for (Value &base : probsBase)
-        base = fadd(base, cf(probsLog2Offset));
-    for (int64_t r = 0; r < nS; ++r) {
-      int64_t row = (r % 4) / 2;
-      step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
-      rowProbs[row].push_back(step.p[r]);
-    }
-    for (int64_t row = 0; row < 2; ++row)
-      step.l[row] = fma(lOld[row], step.alpha[row],
-                        treeReduce(rowProbs[row], /*isMax=*/false));
-    return step;
-  };
-
-  // P as the A operand of fa3.pv: the S accumulator, pairwise converted,
-  // is the A fragment of m64nDk16 (k-chunk k holds S registers 8k ..
-  // 8k+7), so P never goes through shared memory.
-  //
-  // FP8 (e4m3 V, fa3.pv's probs_scale s): the e4m3 A fragment of k-chunk c
-  // (32 keys): register i holds 4 keys of row r (i even) or r + 8 (i odd),
-  // keys 4t..4t+3 (i < 2) or 16+4t..16+4t+3. The S registers 16c ..
-  // 16c+15 hold keys {2t, 2t+1} + 8j instead; V' stores its keys permuted
-  // to match (the layout kernel), so the bytes are taken in register
-  // order (P · s already, see probsLog2Offset).
-  auto packP = [&](ArrayRef<Value> p) {
-    SmallVector<Value> packed;
-    if (!s.fp8) {
-      for (int64_t kk = 0; kk < s.blockN / 16; ++kk)
-        packed.append(packAFragment(p, kk));
-      return packed;
-    }
-    for (int64_t c = 0; c < s.blockN / 32; ++c) {
-      int64_t base = 16 * c;
-      auto q = [&](int64_t i) { return p[base + i]; };
-      packed.append({packE4M3(q(0), q(1), q(4), q(5)),
-                     packE4M3(q(2), q(3), q(6), q(7)),
-                     packE4M3(q(8), q(9), q(12), q(13)),
-                     packE4M3(q(10), q(11), q(14), q(15))});
-    }
-    return packed;
-  };
-
-  // fa3.pv reading the value tile of ring use `use`: O += P V, V read
-  // MN-major from shared memory.
-  auto issuePV = [&](ArrayRef<Value> packed, SmallVector<Value> o, Value use,
-                     bool waitFull) {
-    Value stage = ringSlotOf(use);
-    if (waitFull)
-      ringWait(kValueFull, use);
-    Value vTileAddr =
-        add(add(smemAddr(smem), ci(offV)), mul(stage, ci(tileBytes(s.blockN))));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
-      // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
-      // V'ᵀ K-major (D rows of 128-key atoms, or of 64 keys where block_n
-      // is not whole 128-key atoms), 32 keys = 32 bytes a step.
-      const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
-      Value bd =
-          s.fp8 ? descriptor(add(vTileAddr,
-                                 ci((kk / (vAtom / 32)) * s.headDim * vAtom +
-                                    (kk % (vAtom / 32)) * 32)),
-                             16, 8 * vAtom, vAtom)
-                : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
-                             s.blockN * kAtomBytes, 1024);
-      o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
-    }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    return o;
-  };
-
-  // Once the wgmma reading ring use `use` completed: release its key or
-  // value slot. With a producer warpgroup that is all; otherwise warp 0
-  // refills the slot with key block iteration `it` + stages (`it` is the
-  // plain loop's iteration, `load` the IR's load of the tile).
-  auto release = [&](bool value, Value use, Value it, KeyValueTileLoad load) {
-    Ring empty = value ? kValueEmpty : kKeyEmpty;
-    ringArrive(empty, use);
-    if (s.warpSpecialized())
-      return;
-    Value next = add(it, ci(s.stages));
-    Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                        cmp(arith::CmpIPredicate::slt, next, numBlocks));
-    scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-      ringWait(empty, use);
-      scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-        issueTile(load, add(use, ci(s.stages)), keyBlockOf(next));
-        scf::YieldOp::create(b, loc);
-      });
-      scf::YieldOp::create(b, loc);
-    });
-  };
+  // The pingpong turns' warpgroups (takeTurn, passTurn).
+  consumerWg = wg;
+  otherConsumerWg = sub(ci(1), wg);
 
   //===------------------------------------------------------------------===//
   // The key loop, op by op. Each tile value of the IR has its fragment:
@@ -1447,7 +1469,7 @@ void TileKernelEmitter::emitConsumer(Value wg) {
         b, loc, static_cast<int64_t>(groups.size()) - 1 - group);
     for (; completed <= group; ++completed) {
       Group &g = groups[completed];
-      release(g.value, g.use, g.it, g.load);
+      releaseSlot(g.value, g.use, g.it, g.load);
     }
   };
   auto completeAll = [&] {
@@ -1489,7 +1511,7 @@ void TileKernelEmitter::emitConsumer(Value wg) {
   };
   auto packedProbs = [&](Value probs) {
     if (!packed.count(probs))
-      packed[probs] = packP(regs.lookup(probs));
+      packed[probs] = packProbs(regs.lookup(probs));
     return packed.lookup(probs);
   };
   auto flatten = [&](ValueRange values, ArrayRef<unsigned> order) {
@@ -1551,9 +1573,9 @@ void TileKernelEmitter::emitConsumer(Value wg) {
       regs[ifOp.getResult(0)] =
           maskScores(ifOp, mask, fragment(mask.getScores()), iv);
     } else if (auto softmaxOp = dyn_cast<OnlineSoftmaxOp>(op)) {
-      SoftmaxStep step = softmax(softmaxOp, fragment(softmaxOp.getScores()),
-                                 fragment(softmaxOp.getRowMax()),
-                                 fragment(softmaxOp.getRowSum()));
+      SoftmaxStep step = onlineSoftmax(
+          softmaxOp, fragment(softmaxOp.getScores()),
+          fragment(softmaxOp.getRowMax()), fragment(softmaxOp.getRowSum()));
       // P carried to a later block's PV (the rotated loop) is
       // packed here, as the loop carries it; P read by a PV of this
       // block is packed there, after the rescale. FP8 packs carried P
@@ -1566,7 +1588,7 @@ void TileKernelEmitter::emitConsumer(Value wg) {
             return !isa<PVOp, DropoutOp>(user) ||
                    user->getBlock() != op.getBlock();
           }))
-        packed[probs] = packP(step.p);
+        packed[probs] = packProbs(step.p);
       regs[softmaxOp.getNewMax()] = {step.m[0], step.m[1]};
       regs[softmaxOp.getNewSum()] = {step.l[0], step.l[1]};
       regs[softmaxOp.getCorrection()] = {step.alpha[0], step.alpha[1]};
@@ -1581,7 +1603,7 @@ void TileKernelEmitter::emitConsumer(Value wg) {
     } else if (auto pv = dyn_cast<PVOp>(op)) {
       SmallVector<Value> acc = fragment(pv.getAcc());
       if (!packed.count(pv.getProbs()))
-        packed[pv.getProbs()] = packP(regs.lookup(pv.getProbs()));
+        packed[pv.getProbs()] = packProbs(regs.lookup(pv.getProbs()));
       regs[pv.getResult()] =
           issuePV(packed.lookup(pv.getProbs()), acc,
                   ringUse.lookup(pv.getValue()), waitFull(pv.getValue()));
