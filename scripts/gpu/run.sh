@@ -10,7 +10,9 @@
 # 512-16k causal or not and ViT S = 197, in alternating 1 s windows with
 # cuDNN; ~5 minutes), `bench-cast` the fa3-cast-fp8
 # chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the benchmark
-# with this bundle and another build's libfa3.so in alternating rounds). Logs go to
+# with this bundle and another build's libfa3.so in alternating rounds,
+# `ab-sustained OTHER_LIBFA3 [ARGS]` the same with bench_sustained.py, whose
+# in-process cuDNN column keeps each round's clock in view). Logs go to
 # $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -136,6 +138,34 @@ if [ "$what" = ab-bench ]; then
   done
   cp /tmp/fa3-ab-this.so "$bin/libfa3.so"
   "$PY" scripts/gpu/ab_table.py "$ab" "$rounds" | tee "$out/ab.md"
+fi
+if [ "$what" = ab-sustained ]; then
+  # ab-sustained OTHER_LIBFA3.so[.xz] [bench_sustained.py args]: one
+  # bench_sustained.py process a side and round (AB_ROUNDS, default 2),
+  # this bundle's libfa3.so first, each side with its own kernel cache;
+  # every round's table rows, prefixed by side and round, and the logs in
+  # $OUT/ab-sustained.txt.
+  other="${tests[0]:?ab-sustained needs the other libfa3.so(.xz)}"
+  bench_args=("${tests[@]:1}")
+  [ ${#bench_args[@]} -gt 0 ] || bench_args=(--fp8 --rows 128:8192,128:8192:c --seconds 1 --rounds 1)
+  rounds="${AB_ROUNDS:-2}"
+  echo "== A/B sustained: this bundle and $other, $rounds alternating rounds"
+  cp "$bin/libfa3.so" /tmp/fa3-ab-this.so
+  case "$other" in
+    *.xz) xz -dc "$other" > /tmp/fa3-ab-other.so ;;
+    *) cp "$other" /tmp/fa3-ab-other.so ;;
+  esac
+  for round in $(seq 1 "$rounds"); do
+    for side in this other; do
+      cp "/tmp/fa3-ab-$side.so" "$bin/libfa3.so"
+      log="/tmp/fa3-ab-sustained-$side-$round.txt"
+      (cd bench && FA3_CACHE_DIR="/tmp/fa3-cache-ab-$side" "$PY" bench_sustained.py "${bench_args[@]}") \
+        > "$log" 2>&1 || { echo "$side round $round failed:"; tail -5 "$log"; status=1; }
+      { echo "== $side, round $round"; cat "$log"; } >> "$out/ab-sustained.txt"
+      grep "^| [0-9v]" "$log" | sed "s/^/$side $round /"
+    done
+  done
+  cp /tmp/fa3-ab-this.so "$bin/libfa3.so"
 fi
 if [ "$what" = bench-cast ]; then
   echo "== fa3-cast-fp8 chain benchmark"
