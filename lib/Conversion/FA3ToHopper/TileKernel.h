@@ -6,8 +6,8 @@
 // two steps: TileKernelMatch.cpp finds its parts (the grid, the query load,
 // the key loop plain or rotated, fa3-warp-specialize's split, the stores)
 // and derives the kernel's spec from them and the schedule, with a
-// diagnostic for any form it does not build; TileToHopper.cpp emits the
-// kernel from what was matched.
+// diagnostic for any form it does not build; TileKernelEmitter
+// (TileKernelEmitter.h) emits the kernel from what was matched.
 //
 //===----------------------------------------------------------------------===//
 

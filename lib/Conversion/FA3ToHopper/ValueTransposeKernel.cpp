@@ -9,7 +9,7 @@
 // kernel loads it with a transposed fa3.tma_load_tile). Within each group of
 // 32 keys the keys are permuted: the S accumulator fragment, packed to e4m3
 // in register order, is then the A fragment of P V'ᵀ with no shuffles (see
-// packP in TileToHopper.cpp and docs/Design.md section 9).
+// TileKernelEmitter::packProbs and docs/Design.md section 9).
 //
 //===----------------------------------------------------------------------===//
 
