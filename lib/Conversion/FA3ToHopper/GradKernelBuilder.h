@@ -1,0 +1,162 @@
+//===- GradKernelBuilder.h - The backward's kernel builder ------*- C++ -*-===//
+//
+// Part of the fa3 project: an MLIR-based attention compiler for Hopper.
+//
+// GradKernelBuilder writes the backward's three kernels (see
+// HopperAttentionGradSpec and HopperGradKernelBuilder.cpp): `_pre` and
+// `_post` in HopperGradPrePostKernels.cpp, the main kernel in
+// HopperGradKernelBuilder.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FA3_LIB_CONVERSION_FA3TOHOPPER_GRADKERNELBUILDER_H
+#define FA3_LIB_CONVERSION_FA3TOHOPPER_GRADKERNELBUILDER_H
+
+#include "fa3/Conversion/FA3ToHopper/FA3ToHopper.h"
+#include "fa3/Dialect/FA3/Utils/Philox.h"
+
+#include "HopperCodegen.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+namespace mlir::fa3::detail {
+
+/// Writes the kernels of one HopperAttentionGradSpec into a GPU module, the
+/// main kernel's key grid replayed from the tile level by `keyGrid`.
+class GradKernelBuilder : public HopperCodegen {
+public:
+  GradKernelBuilder(OpBuilder &b, Location loc,
+                    const HopperAttentionGradSpec &spec,
+                    GradKeyGridReplay &keyGrid)
+      : HopperCodegen(b, loc, spec.bf16), s(spec), keyGrid(keyGrid) {}
+
+  void buildPreprocess(gpu::GPUModuleOp module);
+  void buildMain(gpu::GPUModuleOp module);
+  void buildPostprocess(gpu::GPUModuleOp module);
+
+private:
+  LLVM::LLVMFuncOp createKernel(gpu::GPUModuleOp module, StringRef name,
+                                ArrayRef<Type> params, int64_t threads);
+  /// Two packed 16-bit values at `ptr` widened to f32.
+  std::pair<Value, Value> loadPair(Value ptr);
+  Value warpSum(Value v) {
+    for (int64_t lane : {16, 8, 4, 2, 1})
+      v = fadd(v, shflXor(v, lane));
+    return v;
+  }
+  void storeF32(Value ptr, Value v) {
+    LLVM::StoreOp::create(b, loc, v, ptr, /*alignment=*/4);
+  }
+  Value elemPtr(Value base, Type type, Value index) {
+    return LLVM::GEPOp::create(b, loc, globalPtr, type, base,
+                               ValueRange{index});
+  }
+
+  Value loadI32(Value base, Value index) {
+    return LLVM::LoadOp::create(b, loc, i32, elemPtr(base, i32, sext64(index)),
+                                /*alignment=*/4);
+  }
+  /// Varlen: the rows per head of the padded statistics (LSE₂, Δ), P =
+  /// floor((Tq + B·blockM) / blockM)·blockM, and where sequence `seq`
+  /// (starting at token `start`) begins in them, floor((start + seq·blockM)
+  /// / blockM)·blockM: aligned to whole steps, and past the previous
+  /// sequence's rows rounded up to whole steps (FA3's padded offsets).
+  Value paddedStatRows(Value rowsQ, Value numSeqs) {
+    return mul(divu(add(rowsQ, mul(numSeqs, ci(s.blockM))), ci(s.blockM)),
+               ci(s.blockM));
+  }
+  Value paddedStatOffset(Value start, Value seq) {
+    return mul(divu(add(start, mul(seq, ci(s.blockM))), ci(s.blockM)),
+               ci(s.blockM));
+  }
+  /// The row of the statistics (and, times D, of the dQ accumulator) that
+  /// holds row `row` of a query head. Dense: (batch, head) own `seqPad`
+  /// rows each. Varlen: each head owns `statRows` rows, and the sequence's
+  /// start at `seqOffset`.
+  Value denseStatRow(Value batch, Value head, Value seqPad, Value row) {
+    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+                   sext64(seqPad)),
+               sext64(row));
+  }
+  Value varlenStatRow(Value head, Value statRows, Value seqOffset, Value row) {
+    return add(add(mul(sext64(head), sext64(statRows)), sext64(seqOffset)),
+               sext64(row));
+  }
+
+  /// Varlen, the last grid z (B + 1): zeroes the rows of key head `kvHead`
+  /// in each of `outputs` (dK and dV, [total_k, Hkv, D]) from token `first`
+  /// to `end` in strides of the grid's x dimension (its CTAs stride over
+  /// the keys past the last sequence), thread `tid` < D/2 one 32-bit pair.
+  void zeroKeyRowsPastSequences(Value first, Value end, Value kvHead, Value tid,
+                                ArrayRef<Value> outputs) {
+    int64_t pairs = s.headDim / 2;
+    Value inRow = cmp(arith::CmpIPredicate::slt, tid, ci(pairs));
+    scf::IfOp::create(b, loc, inRow, [&](OpBuilder &, Location) {
+      scf::ForOp::create(
+          b, loc, first, end, NVVM::GridDimXOp::create(b, loc, i32),
+          ValueRange{}, [&](OpBuilder &, Location, Value token, ValueRange) {
+            // Element pair `tid` of row (token, kvHead).
+            Value pair = add(
+                mul(add(mul(sext64(token), cl(s.numKVHeads)), sext64(kvHead)),
+                    cl(pairs)),
+                zext64(tid));
+            for (Value ptr : outputs)
+              LLVM::StoreOp::create(b, loc, ci(0), elemPtr(ptr, i32, pair),
+                                    /*alignment=*/4);
+            scf::YieldOp::create(b, loc);
+          });
+      scf::YieldOp::create(b, loc);
+    });
+  }
+
+  /// Adds one warpgroup's 64 × 64 dQ tile `qAcc` (an m64n64 accumulator in
+  /// fragment-slot order) to the f32 dQ accumulator at element `tileElem`
+  /// of `accPtr` with per-thread reductions: slot `tInWG` of 8-column block
+  /// j is 16 contiguous bytes, one v4 reduction, so a warp's cover 512
+  /// contiguous bytes in whole 32-byte sectors (two v2 reductions a slot
+  /// touch each sector twice, half used: measured 10-17% slower at D =
+  /// 256). One address a step, constant offsets from it: per-slot offsets
+  /// would be loop invariants held in registers.
+  void reduceDQTileToGlobal(ArrayRef<Value> qAcc, Value accPtr, Value tileElem,
+                            Value tInWG) {
+    Value slot0 =
+        elemPtr(accPtr, f32, add(tileElem, zext64(mul(tInWG, ci(4)))));
+    for (int64_t j = 0; j < 8; ++j)
+      ptxVoid("red.global.add.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f",
+              {elemPtr(slot0, f32, ci(j * 128 * 4)), qAcc[4 * j],
+               qAcc[4 * j + 1], qAcc[4 * j + 2], qAcc[4 * j + 3]});
+  }
+
+  /// The same through shared memory: the tile to warpgroup `wg`'s staging
+  /// buffer (at byte `stagingOffset` of the shared memory based at
+  /// `smemBase`) in the same order (consecutive threads, consecutive 16
+  /// bytes: no bank conflicts), then one bulk reduce-add of it by the
+  /// warpgroup's first thread (`isIssuer`). Only the issuer's warp waits
+  /// for the tile; the other three arrive and go on to dK's wgmmas and the
+  /// next step (definition).
+  void reduceDQTileViaSharedMemory(ArrayRef<Value> qAcc, Value accPtr,
+                                   Value tileElem, Value tInWG, Value wg,
+                                   Value isIssuer, Value smemBase,
+                                   int64_t stagingOffset);
+
+  /// Sᵀ or dPᵀ of one step: a committed wgmma chain (definition).
+  SmallVector<Value> transposedProductChain(Value slab, Value cols,
+                                            SmallVector<Value> acc);
+  /// Dropout's keep factors of one step's Pᵀ fragment and Pᵀ ∘ Z
+  /// (definition).
+  std::pair<SmallVector<Value>, SmallVector<Value>>
+  applyDropout(const DropoutGenerator &dropoutGen, ArrayRef<Value> p,
+               Value batch, Value head, Value qStart, Value qCol0,
+               Value keyRow0, Value colInBlock, int64_t qCols);
+
+  const HopperAttentionGradSpec &s;
+  GradKeyGridReplay &keyGrid;
+  /// Named barriers of the main kernel: 1 after the dSᵀ stores, 2 and 3
+  /// the dQ staging tiles of consumer warpgroups 0 and 1, 4 the consumers'
+  /// CTA-wide barrier where a producer warpgroup does not take part.
+  static constexpr int64_t kConsumerBarrier = 4;
+};
+
+} // namespace mlir::fa3::detail
+
+#endif // FA3_LIB_CONVERSION_FA3TOHOPPER_GRADKERNELBUILDER_H
