@@ -273,9 +273,9 @@ struct TmaLoadTileLowering : OpRewritePattern<TmaLoadTileOp> {
     Location loc = op.getLoc();
     expectTileBytes(rewriter, loc, op.getBarrier(), op.getBytes());
     if (op.getTransposed()) {
-      // Atom a: the `cols` rows of positions row + a · atom_cols on.
-      int64_t atomBytes =
-          static_cast<int64_t>(op.getCols()) * op.getAtomBytes();
+      // Atom a: the `cols` rows of positions row + a · atom_cols on, in
+      // atom_rows rows of shared memory.
+      int64_t atomBytes = op.getTransposedAtomRows() * op.getAtomBytes();
       int64_t atoms = static_cast<int64_t>(op.getRows()) / op.getAtomCols();
       for (int64_t atom = 0; atom < atoms; ++atom) {
         Value dst = atomAddress(rewriter, loc, op.getSmem(), op.getOffset(),

@@ -134,9 +134,12 @@ static int64_t forwardSharedMemory(const HopperAttentionSpec &spec,
       8 * (queryTiles * (spec.persistent ? 2 : 1) + 4 * spec.stages);
   // Persistent: the tile index beside each Q tile.
   int64_t tileSlots = spec.persistent ? 4 * queryTiles : 0;
+  int64_t valueTile = spec.elementBytes() * spec.valueTileRows();
+  // The O tile after the K/V ring starts at a multiple of 1024 bytes.
   return queryTiles * spec.blockM * tile +
          outputTiles * spec.blockM * outputTile +
-         2 * spec.stages * spec.blockN * tile + barriers + tileSlots + 1024;
+         llvm::alignTo(spec.stages * spec.blockN * (tile + valueTile), 1024) +
+         barriers + tileSlots + 1024;
 }
 
 int64_t HopperAttentionSpec::queryBuffers() const {

@@ -183,8 +183,8 @@ Value HopperCodegen::keyHidden(Value query, Value key, Value seqK,
 
 std::pair<Value, Value> HopperCodegen::finalizeRow(
     Value m, Value partialSum, llvm::function_ref<Value()> makeNumerator,
-    llvm::function_ref<Value()> makeScale, float lnOffset) {
-  Value l = quadReduce(partialSum, /*isMax=*/false);
+    llvm::function_ref<Value()> makeScale, float lnOffset, bool wholeRowSum) {
+  Value l = wholeRowSum ? partialSum : quadReduce(partialSum, /*isMax=*/false);
   Value empty =
       arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, l, cf(0));
   Value inv =

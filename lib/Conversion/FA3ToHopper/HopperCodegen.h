@@ -230,7 +230,8 @@ protected:
     return v;
   }
   /// fa3.finalize for one of a thread's two rows: the row sum l from its
-  /// quad's partial sums `partialSum`, then (numerator / l, LSE = scale · m
+  /// quad's partial sums `partialSum` (or `partialSum` itself where it is
+  /// the whole row's, `wholeRowSum`), then (numerator / l, LSE = scale · m
   /// + ln l − lnOffset), or (0, −inf) for a row that saw no key (l = 0).
   /// `makeScale` and `makeNumerator` build their values where they are first
   /// used; `lnOffset` is ln of a factor the sum carries (the FP8 kernel's
@@ -238,7 +239,8 @@ protected:
   std::pair<Value, Value> finalizeRow(Value m, Value partialSum,
                                       llvm::function_ref<Value()> makeNumerator,
                                       llvm::function_ref<Value()> makeScale,
-                                      float lnOffset = 0.0f);
+                                      float lnOffset = 0.0f,
+                                      bool wholeRowSum = false);
   /// Packs two f32 into one register of two bf16/f16, `lo` in bits 0-15.
   Value pack(Value lo, Value hi);
   /// Packs four f32 into one register of four e4m3 (round to nearest,

@@ -50,7 +50,8 @@ SmallVector<Value> TileKernelEmitter::softcapFragment(SoftcapOp softcap,
 SmallVector<Value> TileKernelEmitter::rescaleFragment(SmallVector<Value> o,
                                                       ArrayRef<Value> alpha,
                                                       bool lazy) {
-  int64_t nO = s.headDim / 2;
+  // Every column, the row sums' too (rowSumByMma).
+  int64_t nO = o.size();
   auto scaled = [&] {
     SmallVector<Value> acc = o;
     for (int64_t r = 0; r < nO; ++r)
@@ -227,9 +228,13 @@ TileKernelEmitter::onlineSoftmax(OnlineSoftmaxOp op, ArrayRef<Value> sv,
     step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
     rowProbs[row].push_back(step.p[r]);
   }
+  // rowSumByMma: the PV wgmma sums P into O's last columns, rescaled with
+  // O; l stays what it was (unused: emitConsumer reads l from O).
   for (int64_t row = 0; row < 2; ++row)
-    step.l[row] = fma(lOld[row], step.alpha[row],
-                      treeReduce(rowProbs[row], /*isMax=*/false));
+    step.l[row] = s.rowSumByMma()
+                      ? lOld[row]
+                      : fma(lOld[row], step.alpha[row],
+                            treeReduce(rowProbs[row], /*isMax=*/false));
   return step;
 }
 
@@ -258,20 +263,25 @@ SmallVector<Value> TileKernelEmitter::issuePV(ArrayRef<Value> packed,
   if (waitFull)
     ringWait(kValueFull, use);
   Value vTileAddr =
-      add(add(smemAddr(smem), ci(offV)), mul(stage, ci(tileBytes(s.blockN))));
+      add(add(smemAddr(smem), ci(offV)), mul(stage, ci(valueTileBytes())));
+  // rowSumByMma: O has kRowSumRows more columns (N = D + 8), which read
+  // the rows of ones after each atom's D rows.
+  assert((!s.rowSumByMma() || o.size() == size_t(s.valueTileRows() / 2)) &&
+         "O's fragment has the row sums' columns");
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   for (int64_t kk = 0; kk < s.blockN / mmaK(); ++kk) {
     // 16-bit: V MN-major, 16 keys (rows of 128-byte atoms) a step. FP8:
     // V'ᵀ K-major (D rows of 128-key atoms, or of 64 keys where block_n
-    // is not whole 128-key atoms), 32 keys = 32 bytes a step.
+    // is not whole 128-key atoms; valueTileRows() rows an atom), 32 keys =
+    // 32 bytes a step.
     const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
-    Value bd = s.fp8
-                   ? descriptor(add(vTileAddr,
-                                    ci((kk / (vAtom / 32)) * s.headDim * vAtom +
-                                       (kk % (vAtom / 32)) * 32)),
-                                16, 8 * vAtom, vAtom)
-                   : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
-                                s.blockN * kAtomBytes, 1024);
+    Value bd =
+        s.fp8 ? descriptor(add(vTileAddr, ci((kk / (vAtom / 32)) *
+                                                 s.valueTileRows() * vAtom +
+                                             (kk % (vAtom / 32)) * 32)),
+                           16, 8 * vAtom, vAtom)
+              : descriptor(add(vTileAddr, ci(kk * 16 * kAtomBytes)),
+                           s.blockN * kAtomBytes, 1024);
     o = wgmmaRS(o, ArrayRef<Value>(packed).slice(4 * kk, 4), bd);
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -356,13 +366,17 @@ void TileKernelEmitter::emitConsumer(Value wg) {
   };
   // The f32 registers of `v`: a splat constant's, or those an op made
   // (waiting for the wgmma that makes them).
+  // The only splat tiles are the statistics' and O's initial values; O
+  // has the row sums' columns too (rowSumByMma).
   auto fragment = [&](Value v) -> SmallVector<Value> {
     if (auto found = producedBy.find(v); found != producedBy.end())
       completeUpTo(found->second);
     if (std::optional<float> splat = splatValue(v)) {
       auto type = cast<RankedTensorType>(v.getType());
+      int64_t rowSumColumns = s.rowSumByMma() ? s.kRowSumRows : 0;
       return SmallVector<Value>(
-          type.getRank() == 1 ? 2 : type.getDimSize(1) / 2, cf(*splat));
+          type.getRank() == 1 ? 2 : (type.getDimSize(1) + rowSumColumns) / 2,
+          cf(*splat));
     }
     return regs.lookup(v);
   };
@@ -590,8 +604,18 @@ void TileKernelEmitter::emitConsumer(Value wg) {
   emitOp(*keyStructure, Value(), Value());
   ValueRange keyResults = k.keys.results();
   SmallVector<Value> results = fragment(keyResults[1]);
-  results.append(fragment(keyResults[2]));
-  results.append(fragment(keyResults[0]));
+  SmallVector<Value> o = fragment(keyResults[0]);
+  if (s.rowSumByMma()) {
+    // l of rows r and r + 8: O's first row-sum column (col D + 2t is
+    // register D / 2 for row r, D / 2 + 2 for row r + 8), the whole row's
+    // sum in each lane of the quad.
+    int64_t d = s.headDim;
+    results.append({o[d / 2], o[d / 2 + 2]});
+    o.resize(d / 2);
+  } else {
+    results.append(fragment(keyResults[2]));
+  }
+  results.append(o);
 
   // Persistent with an O tile of its own: this tile's QKᵀ wgmmas have
   // all completed (each was waited for), so the producer may load the

@@ -45,6 +45,11 @@ private:
   /// One consumer warpgroup `wg` (0-based among the consumers): its 64
   /// query rows' key loop and the epilogue, for the current tile.
   void emitConsumer(Value wg);
+  /// rowSumByMma: every thread writes its share of the rows of e4m3 1.0
+  /// after the D rows of each V' atom of each ring slot (TMA never writes
+  /// them), then fences them for the async proxy that wgmma reads through;
+  /// the kernel's first barrier orders them before any wgmma.
+  void fillRowSumRows();
   /// Pingpong: a consumer's wgmmas of one turn are issued between
   /// takeTurn() and passTurn(), so the two warpgroups' GEMMs alternate.
   /// Both named barriers count 256 threads: 128 waiting plus 128 arriving.
@@ -252,6 +257,10 @@ private:
   /// `rows` keys, the same bytes).
   int64_t tileBytes(int64_t rows) const {
     return rows * s.elementBytes() * s.headDim;
+  }
+  /// Bytes of a V tile (V' of FP8: valueTileRows() rows of each atom).
+  int64_t valueTileBytes() const {
+    return s.blockN * s.elementBytes() * s.valueTileRows();
   }
   /// Bytes of an O tile of `rows` rows: O is 16-bit (bf16 for FP8).
   int64_t outputTileBytes(int64_t rows) const { return rows * 2 * s.headDim; }

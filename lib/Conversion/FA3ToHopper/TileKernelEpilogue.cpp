@@ -36,7 +36,8 @@ void TileKernelEmitter::emitFinalizeAndStores(ArrayRef<Value> results, Value wg,
   for (int64_t row = 0; row < 2; ++row)
     std::tie(inv[row], lse[row]) = finalizeRow(
         results[row], results[2 + row], [&] { return outScale; },
-        [&] { return lseScale; }, lnOffset);
+        [&] { return lseScale; }, lnOffset,
+        /*wholeRowSum=*/s.rowSumByMma());
 
   if (s.numSplits > 1) {
     storePartialOutput(results, inv);

@@ -150,7 +150,7 @@ void TileKernelEmitter::issueTile(KeyValueTileLoad load, Value use, Value iv) {
 void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
                                     Value headIR, Value batchIR, Value iv,
                                     DenseMap<Value, Value> &local) {
-  int64_t bytes = tileBytes(s.blockN);
+  int64_t bytes = value ? valueTileBytes() : tileBytes(s.blockN);
   Value stage = ringSlotOf(use);
   Value bar = ringBarrier(value ? kValueFull : kKeyFull, use);
   Value row = replay(rowIR, iv, local);
@@ -167,11 +167,15 @@ void TileKernelEmitter::issueTileAt(bool value, Value use, Value rowIR,
     return;
   }
   // FP8 reads V through V' [B, Hkv, D, Sk] (keys innermost; the layout
-  // kernel writes it), as the D rows of the tile's keys.
+  // kernel writes it), as the D rows of the tile's keys (in atoms of
+  // valueTileRows() rows: the rows of ones follow, fillRowSumRows).
+  bool transposed = value && s.fp8;
   TmaLoadTileOp::create(b, loc, value ? tmaV : tmaK, row, head, batch, smem,
                         tile, bar, s.blockN, s.headDim, s.elementBytes(),
-                        /*packed_heads=*/IntegerAttr(),
-                        /*transposed=*/value && s.fp8);
+                        /*packed_heads=*/IntegerAttr(), transposed,
+                        /*atom_rows=*/transposed && s.rowSumByMma()
+                            ? b.getI64IntegerAttr(s.valueTileRows())
+                            : IntegerAttr());
 }
 
 /// fa3.load_tile of Q into the Q tile of Q use `use`, at the given
@@ -183,7 +187,8 @@ void TileKernelEmitter::loadQueryTile(Value use, Value batch, Value row,
   Value tile = mul(buffer, ci(tileBytes(s.blockM)));
   TmaLoadTileOp::create(b, loc, tmaQ, row, tmaHead(head), batch, smem, tile,
                         bar, s.blockM, s.headDim, s.elementBytes(),
-                        packedHeadsAttr(), /*transposed=*/false);
+                        packedHeadsAttr(), /*transposed=*/false,
+                        /*atom_rows=*/IntegerAttr());
 }
 
 /// The producer region of fa3.warp_specialize, op by op: its loops and
@@ -250,6 +255,29 @@ void TileKernelEmitter::firstConsumerTurn(Value isFirst, bool arrive) {
       namedBarrierSync(ci(kPingpongBarrier), 256);
     scf::YieldOp::create(b, loc);
   });
+}
+
+void TileKernelEmitter::fillRowSumRows() {
+  // Every byte is the same (0x38 = e4m3 1.0), so the atoms' swizzle does
+  // not matter: the rows are whole 16-byte chunks.
+  const int64_t vAtom = valueTransposeAtomKeys(s.blockN);
+  const int64_t atoms = s.blockN / vAtom;
+  const int64_t chunksPerAtom = s.kRowSumRows * vAtom / 16;
+  const int64_t chunks = s.stages * atoms * chunksPerAtom;
+  auto v4i32 = VectorType::get({4}, i32);
+  Value ones = LLVM::ConstantOp::create(
+      b, loc, v4i32, DenseElementsAttr::get(v4i32, int32_t(0x38383838)));
+  scf::ForOp::create(
+      b, loc, tid, ci(chunks), ci(s.numThreads()), ValueRange(),
+      [&](OpBuilder &, Location, Value chunk, ValueRange) {
+        Value atom = divu(chunk, ci(chunksPerAtom));
+        Value byte = add(add(ci(offV + s.headDim * vAtom),
+                             mul(atom, ci(s.valueTileRows() * vAtom))),
+                         mul(remu(chunk, ci(chunksPerAtom)), ci(16)));
+        LLVM::StoreOp::create(b, loc, ones, smemAt(byte), /*alignment=*/16);
+        scf::YieldOp::create(b, loc);
+      });
+  fenceProxyAsyncShared();
 }
 
 LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
@@ -514,7 +542,9 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
   setAlignedDynamicSmem();
   offK = s.queryBuffers() * tileBytes(s.blockM);
   offV = offK + s.stages * tileBytes(s.blockN);
-  offO = offV + s.stages * tileBytes(s.blockN);
+  // The O tile's TMA store (128-byte swizzle) needs 1024-byte alignment,
+  // which FP8's 136-row V' atoms of 64 keys (8704 bytes) can break.
+  offO = llvm::alignTo(offV + s.stages * valueTileBytes(), 1024);
   offBar = offO + (s.separateOutputTile() ? outputTileBytes(s.blockM) : 0);
   placeRings();
 
@@ -534,6 +564,8 @@ LLVM::LLVMFuncOp TileKernelEmitter::emit(gpu::GPUModuleOp module) {
     NVVM::FenceMbarrierInitOp::create(b, loc);
     scf::YieldOp::create(b, loc);
   });
+  if (s.rowSumByMma())
+    fillRowSumRows();
   NVVM::Barrier0Op::create(b, loc);
 
   // Pingpong's turns run on across the consumers' tiles: consumer 0 goes

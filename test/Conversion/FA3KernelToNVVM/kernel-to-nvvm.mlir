@@ -160,6 +160,26 @@ llvm.func @tma_load_tile_e4m3_192(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !l
   llvm.return
 }
 
+// With atom_rows = 136 (the FP8 forward's V' with 8 rows of ones after each
+// atom's 128): the atoms at offset + a · 136 · 64; the tile still expects
+// its 24576 loaded bytes.
+// CHECK-LABEL: llvm.func @tma_load_tile_e4m3_atom_rows
+// CHECK-SAME: (%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr<3>, %{{.+}}: !llvm.ptr<3>, %[[OFF:.+]]: i32, %{{.+}}: i32, %{{.+}}: i32, %{{.+}}: i32)
+// CHECK: arith.constant 24576 : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK-NEXT: %[[S1:.+]] = arith.constant 8704 : i32
+// CHECK-NEXT: arith.addi %[[OFF]], %[[S1]] : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK-NEXT: %[[S2:.+]] = arith.constant 17408 : i32
+// CHECK-NEXT: arith.addi %[[OFF]], %[[S2]] : i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK-NOT: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK: llvm.return
+llvm.func @tma_load_tile_e4m3_atom_rows(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %off: i32, %row: i32, %h: i32, %b: i32) {
+  fa3.tma_load_tile %map[%row, %h, %b] to %smem[%off], %bar {rows = 192 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed, atom_rows = 136 : i64}
+  llvm.return
+}
+
 // Packed heads (PackGQA): the box coordinates of the [B, S, H / G, G, D]
 // view, (column, 0, group, row, batch), for the load and the store alike.
 // CHECK-LABEL: llvm.func @tma_tiles_packed

@@ -98,6 +98,22 @@ llvm.func @tma_tile_transposed_packed(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar
 
 // -----
 
+llvm.func @tma_tile_atom_rows_short(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op atom_rows must be a multiple of 8 of at least cols = 128, got 132}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed, atom_rows = 132 : i64}
+  llvm.return
+}
+
+// -----
+
+llvm.func @tma_tile_atom_rows_not_transposed(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{'fa3.tma_load_tile' op atom_rows places the atoms of a transposed tile; this tile is not transposed}}
+  fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 128 : i64, cols = 128 : i64, element_bytes = 1 : i64, atom_rows = 136 : i64}
+  llvm.return
+}
+
+// -----
+
 llvm.func @tma_tile_transposed_partial_atom(%map: !llvm.ptr, %smem: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %i: i32) {
   // expected-error @+1 {{'fa3.tma_load_tile' op a transposed tile is whole 64-byte atoms of 64 positions (128-byte atoms where they pair up) by at most 256 rows (TMA box dimensions), got rows = 96, cols = 128}}
   fa3.tma_load_tile %map[%i, %i, %i] to %smem[%i], %bar {rows = 96 : i64, cols = 128 : i64, element_bytes = 1 : i64, transposed}

@@ -23,16 +23,16 @@
 // D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n128s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}(
 // D64: setmaxnreg.inc.sync.aligned.u32 160;
 // D64-DAG: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
-// D64-DAG: wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){31}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
+// D64-DAG: wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){35}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n128s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}_vt(
 
 // 192-key blocks (block_n = 192, FA3's larger e4m3 key blocks): S = Q Kᵀ is
 // m64n192k32, and V' comes in three 64-key atoms (the 64-byte swizzle),
-// P V'ᵀ in six k32 steps of m64n128k32 with P from registers.
+// P V'ᵀ in six k32 steps of m64n136k32 with P from registers.
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_n192 --emit=ptx | FileCheck %s --check-prefix=N192
 // N192: .visible .entry fa3_fwd_e4m3_d128_h8x2_m128n192s2_ov_ws24x240_pp_s{{[0-9a-f]+}}(
 // N192: wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){95}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
-// N192-COUNT-6: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
+// N192-COUNT-6: wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){67}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // N192: .visible .entry fa3_fwd_e4m3_d128_h8x2_m128n192s2_ov_ws24x240_pp_s{{[0-9a-f]+}}_vt(
 
 // The tile level (fa3-tile): the blocks keep their e4m3 tiles and take the
@@ -70,8 +70,10 @@
 // CHECK: ex2.approx.ftz.f32
 // P · 2^8 to e4m3, four per register.
 // CHECK: cvt.rn.satfinite.e4m3x2.f32
-// O += P V'ᵀ: A from registers, B (V') K-major.
-// D128: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
+// O += P V'ᵀ: A from registers, B (V') K-major. Below D = 256 B has 8 rows
+// of e4m3 1.0 after V's D rows (N = D + 8), so the wgmma also sums each
+// row of P; at D = 256 (N would be 264) the softmax sums P itself.
+// D128: wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){67}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // D256: wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){127}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
 // The layout kernel follows the attention kernel in the module. Its
 // transpose reads 4-byte words of the swizzled shared tile (never single

@@ -164,6 +164,21 @@ struct HopperAttentionSpec {
   /// O, LSE, Sq, B.
   static constexpr int64_t kCombineThreads = 128, kCombineRowsPerCta = 4;
   int64_t elementBytes() const { return fp8 ? 1 : 2; }
+  /// FP8 below D = 256 (N = D + 8 fits a wgmma), without dropout (whose
+  /// row sum is of P before the mask) or a paged cache: each V' atom in
+  /// shared memory has kRowSumRows rows of e4m3 1.0 after its D rows, so
+  /// the PV wgmma (N = D + 8) also accumulates each row's sum of the e4m3
+  /// P · s it multiplies, in every lane of the row's quad. The softmax
+  /// keeps no row sum of its own: l is those columns of O.
+  bool rowSumByMma() const {
+    return fp8 && headDim + kRowSumRows <= 256 && dropout == 0.0f && !paged;
+  }
+  static constexpr int64_t kRowSumRows = 8;
+  /// The rows of each V atom in shared memory: D, and kRowSumRows more with
+  /// rowSumByMma().
+  int64_t valueTileRows() const {
+    return headDim + (rowSumByMma() ? kRowSumRows : 0);
+  }
   int64_t numConsumerWarpgroups() const { return blockM / 64; }
   bool warpSpecialized() const { return producerRegs > 0; }
   int64_t numConsumerThreads() const { return numConsumerWarpgroups() * 128; }

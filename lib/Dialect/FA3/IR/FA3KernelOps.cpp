@@ -108,9 +108,18 @@ LogicalResult TmaLoadTileOp::verify() {
   auto rows = static_cast<int64_t>(getRows());
   auto cols = static_cast<int64_t>(getCols());
   auto elementBytes = static_cast<int64_t>(getElementBytes());
-  if (!getTransposed())
+  if (!getTransposed()) {
+    if (getAtomRows())
+      return emitOpError() << "atom_rows places the atoms of a transposed "
+                              "tile; this tile is not transposed";
     return verifyTmaTile(*this, rows, cols, elementBytes, getPackedHeads(),
                          /*allow64ByteRows=*/true);
+  }
+  if (std::optional<uint64_t> atomRows = getAtomRows();
+      atomRows && (static_cast<int64_t>(*atomRows) < cols || *atomRows % 8))
+    return emitOpError() << "atom_rows must be a multiple of 8 of at least "
+                            "cols = "
+                         << cols << ", got " << *atomRows;
   // Transposed: boxes of 128 (or 64) bytes of positions by `cols` rows.
   if (getPackedHeads())
     return emitOpError() << "a transposed tile takes no packed_heads";

@@ -192,7 +192,10 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
     K-major layout of a wgmma B operand whose K runs over the positions.
     Where `rows · element_bytes` is not a multiple of 128 (e4m3 tiles of 64
     or 192 keys) the atoms and boxes are 64 bytes of positions, in the
-    64-byte swizzle.
+    64-byte swizzle. With `atom_rows = R` (transposed only; R ≥ `cols`, a
+    multiple of 8) atom a starts at `offset + a · R · atom bytes` instead:
+    the R − `cols` rows after each atom's are not written (the FP8
+    forward keeps rows of e4m3 1.0 there, see `rowSumByMma`).
 
     ```mlir
     fa3.tma_load_tile %tk[%row, %head, %batch] to %smem[%offset], %bar
@@ -205,13 +208,17 @@ def FA3_TmaLoadTileOp : FA3_Op<"tma_load_tile"> {
                        LLVM_PointerInAddressSpace<3>:$barrier, I64Attr:$rows,
                        I64Attr:$cols, I64Attr:$element_bytes,
                        OptionalAttr<I64Attr>:$packed_heads,
-                       UnitAttr:$transposed);
+                       UnitAttr:$transposed, OptionalAttr<I64Attr>:$atom_rows);
   let assemblyFormat = [{
     $tensor_map `[` $row `,` $head `,` $batch `]` `to` $smem `[` $offset `]`
     `,` $barrier attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    /// Rows each atom of a transposed tile takes in shared memory.
+    int64_t getTransposedAtomRows() {
+      return static_cast<int64_t>(getAtomRows().value_or(getCols()));
+    }
     /// Bytes of one swizzle atom's row: 128, or 64 for a tile of 64-byte
     /// rows (transposed, of positions: 128, or 64 where the tile's
     /// positions are not whole 128-byte atoms).
