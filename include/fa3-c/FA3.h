@@ -29,6 +29,7 @@ typedef struct fa3_schedule {
   int pingpong, intra_wg_overlap, persistent;
   int64_t cluster;
   int64_t rescale_threshold; /* lazy rescaling's τ, 0 = off */
+  int64_t poly_exp2; /* every N-th FP8 exponential on the FMA pipe, 0 = off */
 } fa3_schedule;
 
 /** The forward schedule fa3-select-schedule picks on sm_90a for head dim

@@ -106,7 +106,7 @@ extern "C" void fa3_select_forward_schedule(int64_t head_dim, int fp8,
                       chosen.getProducerRegs(),    chosen.getConsumerRegs(),
                       chosen.getPingpong(),        chosen.getIntraWgOverlap(),
                       chosen.getPersistent(),      chosen.getCluster(),
-                      chosen.getRescaleThreshold()};
+                      chosen.getRescaleThreshold(), chosen.getPolyExp2()};
 }
 
 /// The kind of function an entry point compiles.

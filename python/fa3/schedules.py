@@ -29,15 +29,18 @@ def _flag(value):
 
 
 def schedule(block_m, block_n, consumer_wgs, producer_regs=0, consumer_regs=0, pingpong=False,
-             intra_wg_overlap=False, persistent=False, stages=2, cluster=1, rescale_threshold=0):
+             intra_wg_overlap=False, persistent=False, stages=2, cluster=1, rescale_threshold=0,
+             poly_exp2=0):
     """The `#fa3.schedule<...>` attribute with these fields
-    (`rescale_threshold` written only when set, as the compiler prints it)."""
-    lazy = f", rescale_threshold = {rescale_threshold}" if rescale_threshold else ""
+    (`rescale_threshold` and `poly_exp2` written only when set, as the
+    compiler prints them)."""
+    optional = f", rescale_threshold = {rescale_threshold}" if rescale_threshold else ""
+    optional += f", poly_exp2 = {poly_exp2}" if poly_exp2 else ""
     return (f"#fa3.schedule<block_m = {block_m}, block_n = {block_n}, stages = {stages}, "
             f"consumer_wgs = {consumer_wgs}, producer_regs = {producer_regs}, "
             f"consumer_regs = {consumer_regs}, pingpong = {_flag(pingpong)}, "
             f"intra_wg_overlap = {_flag(intra_wg_overlap)}, persistent = {_flag(persistent)}, "
-            f"cluster = {cluster}{lazy}>")
+            f"cluster = {cluster}{optional}>")
 
 
 def hopper_forward_fields(d):

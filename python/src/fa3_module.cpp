@@ -430,6 +430,7 @@ PYBIND11_MODULE(_fa3, m) {
         fields["persistent"] = chosen.persistent != 0;
         fields["cluster"] = chosen.cluster;
         fields["rescale_threshold"] = chosen.rescale_threshold;
+        fields["poly_exp2"] = chosen.poly_exp2;
         return fields;
       },
       py::arg("head_dim"), py::arg("fp8"), py::arg("causal"), py::arg("seq_q"),

@@ -903,11 +903,13 @@ static void testCostModel(void) {
             s64.block_m == 192 && s64.consumer_wgs == 3 &&
             s64.producer_regs == 32 && !s64.pingpong && !s64.intra_wg_overlap,
         "cost model schedule");
-  /* Every field is written, rescale_threshold (lazy rescaling) included. */
+  /* Every field is written, rescale_threshold (lazy rescaling) and
+     poly_exp2 included. */
   fa3_schedule filled;
   memset(&filled, 0xff, sizeof filled);
   fa3_select_forward_schedule(256, 0, 0, 0, 0, &filled);
   check(filled.rescale_threshold >= 0 && filled.rescale_threshold <= 8 &&
+            filled.poly_exp2 >= 0 && filled.poly_exp2 <= 16 &&
             filled.cluster == 1,
         "cost model schedule: every field written");
   printf("version %s\n", fa3_version());

@@ -137,3 +137,25 @@ def test_a_cast_fp8_attention_is_not_one_kernel():
                          cast_fp8=True, hadamard=True)
     with pytest.raises(fa3.Error, match="has an 'fp8' attribute, which fa3-cast-fp8 turns into a chain of kernels"):
         fa3.compile_mlir(spec.forward_mlir(), "attention", device="ptx")
+
+
+def test_poly_exp2_schedule_compiles_for_fp8_only():
+    """`poly_exp2` (every N-th FP8 exponential on the FMA pipe) reaches the
+    Python schedule helpers: the cost model leaves it off, a schedule with it
+    compiles the FP8 forward to PTX with fewer ex2.approx (the kernel name
+    says _pe8), and the bf16 forward refuses it by name."""
+    from fa3 import _jit, schedules
+    from fa3._spec import AttentionSpec
+
+    fields = dict(_jit._module().select_forward_schedule(128, True, False, 8192, 8192))
+    assert fields["poly_exp2"] == 0
+    fp8 = AttentionSpec("f8E4M3FN", 8, 2, 128, 128, False, 128 ** -0.5)
+    base = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**fields)), "attention", device="ptx")
+    pe8 = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**dict(fields, poly_exp2=8))),
+                           "attention", device="ptx")
+    assert "_pe8_" in pe8.ptx and "_pe8_" not in base.ptx
+    assert pe8.ptx.count("ex2.approx") < base.ptx.count("ex2.approx")
+    bf16 = AttentionSpec("bf16", 8, 2, 128, 128, False, 128 ** -0.5)
+    with pytest.raises(fa3.Error, match="poly_exp2 = 8: the Hopper forward kernel computes every exponential"):
+        fa3.compile_mlir(bf16.forward_mlir(schedules.schedule(**dict(fields, poly_exp2=8))), "attention",
+                         device="ptx")

@@ -86,6 +86,14 @@ static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
            << "cluster = " << schedule.getCluster() << ": the Hopper "
            << kernel << " kernel does not use thread block clusters (TMA "
            << "multicast); cluster must be 1";
+  // The polynomial's error (< 1.8e-3 relative) hides under e4m3's rounding
+  // of P only: 16-bit P and the backward's P keep MUFU.EX2.
+  if (schedule.getPolyExp2() != 0 && kernel != "FP8 forward")
+    return op->emitOpError()
+           << "poly_exp2 = " << schedule.getPolyExp2() << ": the Hopper "
+           << kernel << " kernel computes every exponential with MUFU.EX2 "
+           << "(the polynomial is built for the FP8 forward only); poly_exp2 "
+           << "must be 0";
   return success();
 }
 
@@ -175,6 +183,8 @@ std::string HopperAttentionSpec::kernelName() const {
     name += "_pp";
   if (rescaleThreshold > 0)
     name += "_lr" + std::to_string(rescaleThreshold);
+  if (polyExp2 > 0)
+    name += "_pe" + std::to_string(polyExp2);
   if (persistent)
     name += "_persistent";
   if (packedHeads > 1)
@@ -224,6 +234,7 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
   ScheduleAttr schedule = op.getScheduleAttr();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.rescaleThreshold = schedule.getRescaleThreshold();
+  spec.polyExp2 = schedule.getPolyExp2();
   spec.producerRegs = schedule.getProducerRegs();
   spec.consumerRegs = schedule.getConsumerRegs();
   spec.pingpong = schedule.getPingpong();

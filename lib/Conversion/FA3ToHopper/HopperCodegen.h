@@ -118,6 +118,27 @@ protected:
                ValueRange{x})
         .getResult(0);
   }
+  /// 2^x on the FMA pipe instead of MUFU (FlashAttention-4's split of the
+  /// softmax's exponentials): x = n + f with n = round(x), which adding
+  /// 1.5 · 2^23 leaves in the low mantissa bits, and f in [-0.5, 0.5]; 2^f
+  /// by a degree-2 minimax polynomial (relative error < 1.8e-3 over the
+  /// whole range, checked in f32 by bench/poly_exp2_accuracy.py), n shifted
+  /// into its exponent bits. x is clamped to -125 first: masked scores are
+  /// -inf, and an n below -126 would wrap the exponent field. Results under
+  /// 2^-125 then come out as ~2^-125, which FP8's e4m3 P (smallest
+  /// subnormal 2^-9) rounds to 0 as it does the exact value.
+  Value exp2OnFmaPipe(Value x) {
+    Value magic = cf(12582912.0f);
+    Value clamped = fmax(x, cf(-125.0f));
+    Value shifted = fadd(clamped, magic);
+    Value f = fsub(clamped, fsub(shifted, magic));
+    Value p =
+        fma(fma(cf(0.238422066f), f, cf(0.703434348f)), f, cf(1.00044262f));
+    Value exponent = arith::ShLIOp::create(
+        b, loc, arith::BitcastOp::create(b, loc, i32, shifted), ci(23));
+    return arith::BitcastOp::create(
+        b, loc, f32, add(arith::BitcastOp::create(b, loc, i32, p), exponent));
+  }
   Value zext64(Value x) { return arith::ExtUIOp::create(b, loc, i64, x); }
   Value sext64(Value x) { return arith::ExtSIOp::create(b, loc, i64, x); }
 

@@ -223,9 +223,14 @@ TileKernelEmitter::onlineSoftmax(OnlineSoftmaxOp op, ArrayRef<Value> sv,
   if (probsLog2Offset != 0.0f)
     for (Value &base : probsBase)
       base = fadd(base, cf(probsLog2Offset));
+  // poly_exp2 = N: every N-th exponential on the FMA pipe, the rest by
+  // MUFU.EX2, whose pipe (an eighth of the FMA pipe's rate) the FP8
+  // softmax otherwise saturates.
   for (int64_t r = 0; r < nS; ++r) {
     int64_t row = (r % 4) / 2;
-    step.p[r] = exp2(fma(sv[r], cLog2, probsBase[row]));
+    Value x = fma(sv[r], cLog2, probsBase[row]);
+    bool onFmaPipe = s.polyExp2 > 0 && r % s.polyExp2 == s.polyExp2 - 1;
+    step.p[r] = onFmaPipe ? exp2OnFmaPipe(x) : exp2(x);
     rowProbs[row].push_back(step.p[r]);
   }
   // rowSumByMma: the PV wgmma sums P into O's last columns, rescaled with

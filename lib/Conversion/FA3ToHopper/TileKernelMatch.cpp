@@ -746,6 +746,7 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   spec.pingpong = schedule.getPingpong();
   spec.intraWarpgroupOverlap = schedule.getIntraWgOverlap();
   spec.rescaleThreshold = schedule.getRescaleThreshold();
+  spec.polyExp2 = schedule.getPolyExp2();
   spec.persistent = isPersistentGrid(kernel.grid);
   spec.kvCache = kernel.kvCache;
   spec.paged = kernel.paged;
@@ -803,7 +804,7 @@ FailureOr<HopperAttentionSpec> fa3::detail::specOf(TileKernel &kernel) {
   if (spec.blockM % 64 != 0 || spec.blockM > 256 || spec.blockN % 16 != 0 ||
       spec.blockN > 256 || schedule.getConsumerWgs() != spec.blockM / 64 ||
       (spec.persistent && !spec.warpSpecialized()) ||
-      schedule.getCluster() != 1 ||
+      schedule.getCluster() != 1 || (spec.polyExp2 != 0 && !spec.fp8) ||
       (spec.pingpong &&
        (!spec.warpSpecialized() || spec.numConsumerWarpgroups() != 2)))
     return kernel.func.emitOpError()

@@ -76,6 +76,14 @@ func.func @fp8_block_n(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4
 
 // -----
 
+func.func @poly_exp2_bf16(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
+  // expected-error @+1 {{poly_exp2 = 4: the Hopper forward kernel computes every exponential with MUFU.EX2 (the polynomial is built for the FP8 forward only); poly_exp2 must be 0}}
+  %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, poly_exp2 = 4>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
+  return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
+}
+
+// -----
+
 func.func @cluster(%q: tensor<1x?x4x128xbf16>, %k: tensor<1x?x4x128xbf16>, %v: tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
   // expected-error @+1 {{cluster = 2: the Hopper forward kernel does not use thread block clusters (TMA multicast); cluster must be 1}}
   %o, %lse = fa3.attention %q, %k, %v {schedule = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = false, persistent = false, cluster = 2>} : (tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>, tensor<1x?x4x128xbf16>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)

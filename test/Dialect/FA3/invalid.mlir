@@ -356,6 +356,13 @@ func.func @schedule_cluster() attributes {s = #fa3.schedule<block_m = 128, block
 
 // -----
 
+// expected-error @+1 {{poly_exp2 must be in [0, 16] (every N-th exponential on the FMA pipe, 0 = none), got 17}}
+func.func @schedule_poly_exp2() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, poly_exp2 = 17>} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{rescale_threshold must be in [0, 8] (log2 of how far a kept row max may lag), got 9}}
 func.func @schedule_rescale_threshold() attributes {s = #fa3.schedule<block_m = 128, block_n = 128, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, rescale_threshold = 9>} {
   return

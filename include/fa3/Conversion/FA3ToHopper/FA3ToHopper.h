@@ -86,6 +86,10 @@ struct HopperAttentionSpec {
   /// block raises c · max by more than τ, and O's rescale is skipped where
   /// a warp's rows all kept theirs.
   int64_t rescaleThreshold = 0;
+  /// FP8: every N-th exponential of a consumer thread's probabilities is a
+  /// polynomial on the FMA pipe instead of a MUFU.EX2 (the schedule's
+  /// `poly_exp2`, 0 = off; TileKernelEmitter::onlineSoftmax).
+  int64_t polyExp2 = 0;
   /// Warp specialization (the schedule's `producer_regs`/`consumer_regs`,
   /// 0 = off): warpgroup 0 becomes a producer that only issues the TMA
   /// loads of Q and of the K/V ring and gives its registers away with

@@ -41,7 +41,7 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                    int64_t producerRegs, int64_t consumerRegs,
                                    bool pingpong, bool intraWgOverlap,
                                    bool persistent, int64_t cluster,
-                                   int64_t rescaleThreshold) {
+                                   int64_t rescaleThreshold, int64_t polyExp2) {
   if (blockM <= 0 || blockN <= 0)
     return emitError() << "block_m and block_n must be positive, got "
                        << blockM << " and " << blockN;
@@ -72,6 +72,10 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "rescale_threshold must be in [0, 8] (log2 of how "
                           "far a kept row max may lag), got "
                        << rescaleThreshold;
+  if (polyExp2 < 0 || polyExp2 > 16)
+    return emitError() << "poly_exp2 must be in [0, 16] (every N-th "
+                          "exponential on the FMA pipe, 0 = none), got "
+                       << polyExp2;
   return success();
 }
 

@@ -124,7 +124,8 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                            producerRegs, consumerRegs, pingpong,
                            /*intra_wg_overlap=*/pingpong,
                            /*persistent=*/persistent && producerRegs > 0,
-                           /*cluster=*/1, rescaleThreshold);
+                           /*cluster=*/1, rescaleThreshold,
+                           /*poly_exp2=*/0);
 }
 
 namespace {
@@ -204,7 +205,7 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
                              /*producer_regs=*/0, /*consumer_regs=*/0,
                              /*pingpong=*/false, /*intra_wg_overlap=*/false,
                              /*persistent=*/false, /*cluster=*/1,
-                             /*rescale_threshold=*/0);
+                             /*rescale_threshold=*/0, /*poly_exp2=*/0);
   if (target != "sm_90a")
     return failure();
   // FlashAttention-3's forward tiles (see the pass description for why):
@@ -258,7 +259,8 @@ FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,
                            /*consumer_wgs=*/2, /*producer_regs=*/24,
                            /*consumer_regs=*/240, /*pingpong=*/false,
                            /*intra_wg_overlap=*/false, /*persistent=*/false,
-                           /*cluster=*/1, /*rescale_threshold=*/0);
+                           /*cluster=*/1, /*rescale_threshold=*/0,
+                           /*poly_exp2=*/0);
 }
 
 namespace {
@@ -299,7 +301,8 @@ struct FA3SelectSchedulePass
           chosen.getConsumerWgs(), chosen.getProducerRegs(),
           chosen.getConsumerRegs(), chosen.getPingpong(),
           chosen.getIntraWgOverlap(), chosen.getPersistent(),
-          chosen.getCluster(), chosen.getRescaleThreshold());
+          chosen.getCluster(), chosen.getRescaleThreshold(),
+          chosen.getPolyExp2());
     };
     // Varlen and KV-cache attentions: their per-sequence lengths are data,
     // so they take the schedule of dynamic lengths.
@@ -347,7 +350,7 @@ struct FA3SelectSchedulePass
               chosen.getProducerRegs(), chosen.getConsumerRegs(),
               chosen.getPingpong(), /*intra_wg_overlap=*/false,
               chosen.getPersistent(), chosen.getCluster(),
-              chosen.getRescaleThreshold());
+              chosen.getRescaleThreshold(), chosen.getPolyExp2());
         attention.setScheduleAttr(applyOverrides(chosen));
       } else if (auto varlen = dyn_cast<AttentionVarlenOp>(op)) {
         scheduleForDynamicLengths(varlen);

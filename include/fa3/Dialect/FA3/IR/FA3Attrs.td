@@ -40,6 +40,13 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
       running max until a key block raises `c · max` by more than τ, so
       most blocks skip the accumulator's rescale; P is then at most 2^τ
       (FP8 lowers P's e4m3 scale by 2^τ to keep P · scale within 2^8).
+    * `poly_exp2` (N, 0 to 16, default 0; omitted when 0): every N-th
+      exponential of a consumer thread's probabilities is computed on the
+      FMA pipe (a degree-2 polynomial of the fraction, the integer part
+      added to the exponent bits; relative error < 1.8e-3) instead of by
+      MUFU.EX2, whose pipe the FP8 softmax saturates (FlashAttention-4's
+      split of the exponentials between the two pipes). FP8 only: there P
+      is rounded to e4m3 (2^-4 relative) right after.
 
     What each backend builds, and rejects with a diagnostic otherwise (a
     schedule never describes a kernel that is not built):
@@ -54,6 +61,7 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     | `persistent` | with a producer | must be false |
     | `cluster` | must be 1 | must be 1 |
     | `rescale_threshold` | yes (16-bit and FP8) | must be 0 (P comes from the LSE) |
+    | `poly_exp2` | FP8 only | must be 0 |
 
     The CPU lowering uses `block_m`, `block_n`, `intra_wg_overlap` (the
     key loop rotated by `fa3-intra-wg-overlap`, with the same arithmetic, so
@@ -78,7 +86,8 @@ def FA3_ScheduleAttr : FA3_Attr<"Schedule", "schedule"> {
     "bool":$intra_wg_overlap,
     "bool":$persistent,
     "int64_t":$cluster,
-    DefaultValuedParameter<"int64_t", "0">:$rescale_threshold);
+    DefaultValuedParameter<"int64_t", "0">:$rescale_threshold,
+    DefaultValuedParameter<"int64_t", "0">:$poly_exp2);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }
