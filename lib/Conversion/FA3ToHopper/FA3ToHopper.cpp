@@ -71,12 +71,14 @@ static LogicalResult readSharedSpec(Op op, Value key, Value value, Spec &spec,
 }
 
 /// Rejects the `#fa3.schedule` fields no Hopper kernel implements, so that
-/// no schedule in the IR describes a kernel that is not built. The 16-bit
-/// forward implements `persistent` and checks it itself.
+/// no schedule in the IR describes a kernel that is not built. The forward
+/// implements `persistent` and checks it itself; `poly_exp2` only the FP8
+/// forward builds.
 static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
                                                  ScheduleAttr schedule,
                                                  StringRef kernel,
-                                                 bool persistentBuilt = false) {
+                                                 bool persistentBuilt = false,
+                                                 bool polyExp2Built = false) {
   if (schedule.getPersistent() && !persistentBuilt)
     return op->emitOpError()
            << "persistent = true: the Hopper " << kernel
@@ -88,7 +90,7 @@ static LogicalResult rejectUnbuiltScheduleFields(Operation *op,
            << "multicast); cluster must be 1";
   // The polynomial's error (< 1.8e-3 relative) hides under e4m3's rounding
   // of P only: 16-bit P and the backward's P keep MUFU.EX2.
-  if (schedule.getPolyExp2() != 0 && kernel != "FP8 forward")
+  if (schedule.getPolyExp2() != 0 && !polyExp2Built)
     return op->emitOpError()
            << "poly_exp2 = " << schedule.getPolyExp2() << ": the Hopper "
            << kernel << " kernel computes every exponential with MUFU.EX2 "
@@ -241,7 +243,8 @@ static FailureOr<HopperAttentionSpec> forwardSpec(Op op, Value key, Value value,
   spec.persistent = schedule.getPersistent();
   if (failed(rejectUnbuiltScheduleFields(op, schedule,
                                          spec.fp8 ? "FP8 forward" : "forward",
-                                         /*persistentBuilt=*/true)))
+                                         /*persistentBuilt=*/true,
+                                         /*polyExp2Built=*/spec.fp8)))
     return failure();
   if (spec.blockM % 64 != 0 || spec.blockM > 256)
     return op.emitOpError() << "block_m must be 64, 128, 192 or 256 on "
