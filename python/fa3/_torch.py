@@ -149,12 +149,20 @@ def _new_plan(key, q, k, v, causal, softmax_scale, window_size, softcap, pack_gq
 def dropout_rng(device, words=None):
     """Dropout's Philox (seed, offset) as the int64 [2] tensor on `device`
     the kernels read: `words` (a numpy int64 [2]), or a seed drawn from
-    torch's default generator (torch.manual_seed reproduces it) and offset
-    0."""
-    if words is not None:
-        return torch.from_numpy(words).to(device, non_blocking=True)
-    seed = torch.randint(-(1 << 63), (1 << 63) - 1, (1,), dtype=torch.int64)
-    return torch.cat([seed, seed.new_zeros(1)]).to(device, non_blocking=True)
+    `device`'s generator (torch.manual_seed reproduces it) and offset 0.
+
+    Written on the device by kernels, never copied from the host: a CUDA
+    graph captures them (a host copy from pageable memory is not
+    capturable), and torch's generators are graph-safe, so every replay of
+    a captured call draws a new seed and with it a new mask. Given words
+    are fill constants of the graph: every replay uses the same mask."""
+    rng = torch.zeros(2, dtype=torch.int64, device=device)
+    if words is None:
+        rng[:1].random_(-(1 << 63), None)  # every int64
+    else:
+        rng.fill_(int(words[0]))
+        rng[1:].fill_(int(words[1]))
+    return rng
 
 
 def _forward(plan, q, k, v, need_lse=True, rng=None):

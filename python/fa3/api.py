@@ -101,8 +101,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), s
     instead of storing it (on torch tensors autograd does; on numpy arrays
     `compile(..., backward=True, dropout_p=...)` with the same seed and
     offset). numpy arrays need `dropout_seed`; on torch tensors a missing
-    seed is drawn from torch's default generator (torch.manual_seed
-    reproduces it), offset 0. Not with fp8, hadamard or pack_gqa=True.
+    seed is drawn from the tensors' CUDA generator (torch.manual_seed
+    reproduces it; in a captured CUDA graph, anew by every replay), offset 0. Not with fp8, hadamard or pack_gqa=True.
     """
     torch = sys.modules.get("torch")
     if (torch is not None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor

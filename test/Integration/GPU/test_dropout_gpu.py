@@ -19,7 +19,8 @@ same mask.
   terms that round by s); i.e. within 2x PyTorch's own bf16 error.
 * Same seed → the same bits; another seed or offset → another mask;
   torch.manual_seed reproduces a drawn seed; torch.compile gives the eager
-  result.
+  result; a CUDA graph replays a given seed's mask and draws a new seed,
+  and mask, in every replay of a call without one.
 """
 
 import math
@@ -197,6 +198,75 @@ def test_torch_compile_matches_eager():
     assert torch.equal(eager, compiled)
     for g, t in zip(grads, (q, k, v)):
         assert torch.equal(g, t.grad)
+
+
+def _capture(step):
+    """A torch.cuda.CUDAGraph of `step()` (warmed up off the capture, as
+    torch's docs do) and its static result."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    return graph, static
+
+
+def test_cuda_graph_replays_a_given_seed_and_redraws_a_drawn_one():
+    """Forward + backward with dropout captured in a CUDA graph. A given
+    seed: every replay equals the eager call, bit for bit. A drawn seed:
+    every replay draws a new one from the device's generator, so the
+    masks of two replays differ, each keeping 1 - p of the entries."""
+    torch.manual_seed(21)
+    q, k, v = (torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    do = torch.randn_like(q)
+
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        out = fa3.attention(q, k, v, causal=True, dropout_p=0.3, dropout_seed=17, dropout_offset=4,
+                            deterministic=True)
+        out.backward(do)
+        return out
+
+    graph, static = _capture(step)
+    grads = (q.grad, k.grad, v.grad)
+    for trial in range(2):
+        with torch.no_grad():
+            for x in (q, k, v, do):
+                x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        qe, ke, ve = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        eager = fa3.attention(qe, ke, ve, causal=True, dropout_p=0.3, dropout_seed=17, dropout_offset=4,
+                              deterministic=True)
+        eager.backward(do)
+        assert torch.equal(static, eager), trial
+        for name, g, e in zip(("dq", "dk", "dv"), grads, (qe.grad, ke.grad, ve.grad)):
+            assert torch.equal(g, e), (trial, name)
+
+    b, sq, sk, h, p = 1, 512, 512, 2, 0.3
+    qz = torch.zeros(b, sq, h, 128, device="cuda", dtype=torch.bfloat16)
+    kz = torch.ones(b, sk, 1, 128, device="cuda", dtype=torch.bfloat16)
+    vz = torch.zeros(b, sk, 1, 128, device="cuda", dtype=torch.bfloat16)
+    idx = torch.arange(128, device="cuda")
+    vz[:, idx, 0, idx] = 1.0
+    graph, static = _capture(lambda: fa3.attention(qz, kz, vz, dropout_p=p))
+    masks = []
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        masks.append(static != 0)
+    n = masks[0].numel()
+    sigma = math.sqrt(p * (1 - p) / n)
+    for kept in masks:
+        rate = kept.double().mean().item()
+        assert abs(rate - (1 - p)) <= 5 * sigma, f"kept {rate:.5f}, expected {1 - p} ± {5 * sigma:.5f}"
+    assert not torch.equal(masks[0], masks[1]), "two replays drew the same mask"
 
 
 def test_dropout_errors_name_the_argument():
