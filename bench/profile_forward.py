@@ -8,7 +8,8 @@ Without --schedule the kernel is the one fa3.attention runs for the shape
 (its length bucket's schedule). --cudnn launches PyTorch's cuDNN SDPA on the
 same shape instead, for the peer's profile (`-k regex:cudnn|sm90`). --fp8
 launches the FP8 (e4m3) forward of the shape through fa3.attention (its V'
-layout kernel first: profile `-k regex:fa3_fwd_e4m3.*[^t]$` or skip it).
+layout kernel first: profile `-k regex:fa3_fwd_e4m3.*[^t]$` or skip it), or
+with --schedule the FP8 kernel of that schedule.
 """
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -27,6 +28,16 @@ def main():
     args = ap.parse_args()
     b, h, s, d = paper_shape(args)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if args.fp8 and args.schedule:
+        # The FP8 kernel of that schedule, launched as bench_sustained.py's
+        # --variant sides launch it.
+        from bench_sustained import fp8_launcher
+        launch, _ = fp8_launcher(q, k, v, args.causal, args.schedule)
+        for _ in range(args.launches):
+            launch()
+        torch.cuda.synchronize()
+        print("FP8 forward launched", args.launches, "times with", args.schedule)
+        return
     if args.fp8:
         q8, k8, v8 = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (q, k, v))
         descale = torch.full((b, h), 1.0 / 64, device="cuda")
