@@ -141,18 +141,22 @@ def test_a_cast_fp8_attention_is_not_one_kernel():
 
 def test_poly_exp2_schedule_compiles_for_fp8_only():
     """`poly_exp2` (every N-th FP8 exponential on the FMA pipe) reaches the
-    Python schedule helpers: the cost model leaves it off, a schedule with it
-    compiles the FP8 forward to PTX with fewer ex2.approx (the kernel name
-    says _pe8), and the bf16 forward refuses it by name."""
+    Python schedule helpers: the cost model writes 8 for the FP8 d128
+    192-key kernel and 0 for the 128-key ones (causal d128, d64), a schedule
+    with it compiles the FP8 forward to PTX with fewer ex2.approx (the
+    kernel name says _pe8), and the bf16 forward refuses it by name."""
     from fa3 import _jit, schedules
     from fa3._spec import AttentionSpec
 
     fields = dict(_jit._module().select_forward_schedule(128, True, False, 8192, 8192))
-    assert fields["poly_exp2"] == 0
+    assert (fields["block_n"], fields["poly_exp2"]) == (192, 8)
+    for d, causal in ((128, True), (64, False), (64, True)):
+        other = dict(_jit._module().select_forward_schedule(d, True, causal, 8192, 8192))
+        assert (other["block_n"], other["poly_exp2"]) == (128, 0), (d, causal)
     fp8 = AttentionSpec("f8E4M3FN", 8, 2, 128, 128, False, 128 ** -0.5)
-    base = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**fields)), "attention", device="ptx")
-    pe8 = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**dict(fields, poly_exp2=8))),
-                           "attention", device="ptx")
+    base = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**dict(fields, poly_exp2=0))), "attention",
+                            device="ptx")
+    pe8 = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**fields)), "attention", device="ptx")
     assert "_pe8_" in pe8.ptx and "_pe8_" not in base.ptx
     assert pe8.ptx.count("ex2.approx") < base.ptx.count("ex2.approx")
     bf16 = AttentionSpec("bf16", 8, 2, 128, 128, False, 128 ** -0.5)

@@ -53,9 +53,10 @@ func.func @d256(%q: tensor<1x?x4x256xf16>, %k: tensor<1x?x4x256xf16>, %v: tensor
 
 // FP8 takes the 16-bit kernel structure (producer warpgroup, pingpong, the
 // intra-warpgroup overlap above d = 64) on 128-key blocks (V' atoms); at
-// d128, non-causal on a plain grid, on 192-key blocks.
+// d128, non-causal on a plain grid, on 192-key blocks with every 8th
+// exponential on the FMA pipe (poly_exp2 = 8; the 128-key kernels keep 0).
 // SM90-LABEL: func.func @fp8_d128
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 192, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 192, stages = 2, consumer_wgs = 2, producer_regs = 24, consumer_regs = 240, pingpong = true, intra_wg_overlap = true, persistent = false, cluster = 1, poly_exp2 = 8>
 func.func @fp8_d128(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4M3FN>, %v: tensor<1x?x4x128xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd : (tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>
@@ -63,7 +64,7 @@ func.func @fp8_d128(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4M3F
 
 // Causal d128: 128-key blocks, on a persistent grid (eager rescaling).
 // SM90-LABEL: func.func @fp8_d128_causal
-// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, {{.+}}persistent = true, cluster = 1>
+// SM90: fa3.attention {{.+}}schedule = #fa3.schedule<block_m = 128, block_n = 128, {{.+}}persistent = true, cluster = 1>}
 func.func @fp8_d128_causal(%q: tensor<1x?x4x128xf8E4M3FN>, %k: tensor<1x?x4x128xf8E4M3FN>, %v: tensor<1x?x4x128xf8E4M3FN>, %qd: tensor<1x4xf32>, %kd: tensor<1x4xf32>, %vd: tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>) {
   %o, %lse = fa3.attention %q, %k, %v, %qd, %kd, %vd {causal} : (tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x?x4x128xf8E4M3FN>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>) -> (tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>)
   return %o, %lse : tensor<1x?x4x128xbf16>, tensor<1x4x?xf32>

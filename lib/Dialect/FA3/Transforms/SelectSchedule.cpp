@@ -109,7 +109,8 @@ static bool persistentPays(int64_t headDim, bool fp8, bool causal,
 static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                                           int64_t blockN,
                                           bool persistent = false,
-                                          int64_t rescaleThreshold = 0) {
+                                          int64_t rescaleThreshold = 0,
+                                          int64_t polyExp2 = 0) {
   int64_t consumers = blockM / 64;
   int64_t producerRegs = 0, consumerRegs = 0;
   if (consumers == 2) {
@@ -124,8 +125,7 @@ static ScheduleAttr hopperForwardSchedule(MLIRContext *context, int64_t blockM,
                            producerRegs, consumerRegs, pingpong,
                            /*intra_wg_overlap=*/pingpong,
                            /*persistent=*/persistent && producerRegs > 0,
-                           /*cluster=*/1, rescaleThreshold,
-                           /*poly_exp2=*/0);
+                           /*cluster=*/1, rescaleThreshold, polyExp2);
 }
 
 namespace {
@@ -221,7 +221,8 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // measured on the H100 at 8k, +2.0% and +3.2% over 128 in two runs
   // (docs/Performance.md, 2026-12-07). FlashAttention-3 takes 224 at e4m3
   // d128, causal or not; here causal and persistent d128 kernels keep 128
-  // (192 with the FP8 forward's per-tile pingpong turns is not measured).
+  // (192 measured -4% / -5% causal at 8k / 4k on the H100, 2026-12-07,
+  // before the row sums and poly_exp2).
   if (fp8)
     blockN = headDim == 128 && !causal && !tiles.persistent ? 192 : 128;
   // Lazy rescaling (fa3-lazy-rescale, tau = 8) on the FP8 d256 kernel, in
@@ -230,8 +231,15 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // 1107 / 1108 -> 1138 / 1144 (+3%). At d128 it lost (-6% causal, -1%
   // non-causal).
   int64_t rescaleThreshold = fp8 && headDim > 128 ? 8 : 0;
+  // Every 8th exponential of P on the FMA pipe (poly_exp2 = 8) where a
+  // pingpong turn's softmax computes 192 keys' exponentials, the FP8 d128
+  // non-causal kernel: on the H100 at 8k, 855 -> 891 and 852 -> 890
+  // TFLOP/s (+4.2%, +4.5%; two sustained runs of two rounds, 2026-12-07);
+  // N = 6 and 4 gained less (+2.8%, +2.6%). On the 128-key kernels it lost:
+  // d128 causal 802 -> 795 (-0.9%), d64 causal 602 -> 591 (-1.8%).
+  int64_t polyExp2 = fp8 && blockN == 192 ? 8 : 0;
   return hopperForwardSchedule(context, tiles.blockM, blockN, tiles.persistent,
-                               rescaleThreshold);
+                               rescaleThreshold, polyExp2);
 }
 
 FailureOr<ScheduleAttr> mlir::fa3::selectGradSchedule(MLIRContext *context,

@@ -198,9 +198,11 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     atoms), on a persistent grid at d <= 64, for causal d128 and for d128
     over at most 1024 keys (where that measured faster on the H100,
     docs/Performance.md); non-causal d128 on a plain grid takes 192-key
-    blocks (V' in 64-key atoms; +2% to +4% at 8k on the H100), and d256
-    lazy rescaling with `rescale_threshold = 8` (+2% to +3% sustained at 8k
-    on the H100, causal or not; it lost at d128).
+    blocks (V' in 64-key atoms; +2% to +4% at 8k on the H100) with every
+    8th exponential of P on the FMA pipe, `poly_exp2 = 8` (+4% at 8k on
+    the H100; it lost 1-2% on the 128-key kernels), and d256 lazy
+    rescaling with `rescale_threshold = 8` (+2% to +3% sustained at 8k on
+    the H100, causal or not; it lost at d128).
 
     Static sequence lengths in the IR refine the choice (the runtime writes
     each launch's length bucket's schedule into the attention it compiles,
