@@ -5,10 +5,13 @@ fit the L2 budget (8 MiB up to 1024 keys, 32 MiB beyond), the longest query tile
 the makespan against the ideal (total cost / SMs) for
 
   greedy      the next tile to the first CTA that is free: what the GPU's
-              block dispatch does for a non-persistent grid, and what a
-              dynamic (atomic counter) persistent scheduler would do;
-  serpentine  fa3's persistent kernel: round r of gridDim.x tiles, CTA c
-              takes tile r * G + c (r even) or r * G + G - 1 - c (r odd).
+              block dispatch does for a non-persistent grid, and what fa3's
+              persistent kernel does (its tiles come from an atomic
+              counter, docs/Design.md, fa3-persistent-grid);
+  serpentine  a fixed order, fa3's first persistent kernel (replaced by the
+              counter because of what this model showed): round r of
+              gridDim.x tiles, CTA c takes tile r * G + c (r even) or
+              r * G + G - 1 - c (r odd).
 
   python3 bench/model_tile_schedule.py [--sms 132] [--group G]
 
