@@ -42,3 +42,26 @@ def fa3_opt():
     tool = os.environ.get("FA3_OPT") or shutil.which("fa3-opt") or str(REPO / "build" / "bin" / "fa3-opt")
     assert os.path.isfile(tool), f"fa3-opt not found at {tool}; set FA3_OPT"
     return tool
+
+
+@pytest.fixture
+def capture_cuda_graph():
+    """`capture(step)` -> (a torch.cuda.CUDAGraph of `step()`, its static
+    result). `step` runs twice on a side stream first, as torch's CUDA-graph
+    docs do: the warm-up compiles fa3's kernels and builds its plans outside
+    the capture."""
+    import torch
+
+    def capture(step):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = step()
+        return graph, static
+
+    return capture

@@ -200,22 +200,7 @@ def test_torch_compile_matches_eager():
         assert torch.equal(g, t.grad)
 
 
-def _capture(step):
-    """A torch.cuda.CUDAGraph of `step()` (warmed up off the capture, as
-    torch's docs do) and its static result."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = step()
-    return graph, static
-
-
-def test_cuda_graph_replays_a_given_seed_and_redraws_a_drawn_one():
+def test_cuda_graph_replays_a_given_seed_and_redraws_a_drawn_one(capture_cuda_graph):
     """Forward + backward with dropout captured in a CUDA graph. A given
     seed: every replay's output equals the eager call's bit for bit (its
     gradients within dQ's rounding). A drawn seed:
@@ -233,7 +218,7 @@ def test_cuda_graph_replays_a_given_seed_and_redraws_a_drawn_one():
         out.backward(do)
         return out
 
-    graph, static = _capture(step)
+    graph, static = capture_cuda_graph(step)
     grads = (q.grad, k.grad, v.grad)
     for trial in range(2):
         with torch.no_grad():
@@ -257,7 +242,7 @@ def test_cuda_graph_replays_a_given_seed_and_redraws_a_drawn_one():
     vz = torch.zeros(b, sk, 1, 128, device="cuda", dtype=torch.bfloat16)
     idx = torch.arange(128, device="cuda")
     vz[:, idx, 0, idx] = 1.0
-    graph, static = _capture(lambda: fa3.attention(qz, kz, vz, dropout_p=p))
+    graph, static = capture_cuda_graph(lambda: fa3.attention(qz, kz, vz, dropout_p=p))
     masks = []
     for _ in range(2):
         graph.replay()

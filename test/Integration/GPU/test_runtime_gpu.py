@@ -83,7 +83,7 @@ def test_cached_plans_honour_every_option():
         fa3.attention(q, k, v, causal=1)
 
 
-def test_cuda_graph_captures_forward_and_backward():
+def test_cuda_graph_captures_forward_and_backward(capture_cuda_graph):
     torch.manual_seed(7)
     shape_q, shape_kv = (2, 300, 8, 128), (2, 300, 2, 128)
     q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -98,15 +98,7 @@ def test_cuda_graph_captures_forward_and_backward():
         out.backward(do)
         return out
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture: compiles, plans
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = step()
+    graph, static_out = capture_cuda_graph(step)
     static_grads = (q.grad, k.grad, v.grad)
     # New inputs copied into the captured buffers, then replayed.
     for trial in range(2):
@@ -142,7 +134,7 @@ def test_fp8_preparation_runs_on_the_tensors_stream():
     assert torch.equal(out, expected)
 
 
-def test_inference_without_lse_uses_a_scratch_lse_safely():
+def test_inference_without_lse_uses_a_scratch_lse_safely(capture_cuda_graph):
     # fa3.attention without return_lse and without autograd lets the kernel
     # write its LSE into one buffer per plan (one allocation fewer per call):
     # outputs are unchanged, an LSE handed out earlier is never that buffer,
@@ -159,14 +151,7 @@ def test_inference_without_lse_uses_a_scratch_lse_safely():
     assert torch.equal(lse, kept)
 
     static_q = q.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fa3.attention(static_q, k, v, causal=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = fa3.attention(static_q, k, v, causal=True)
+    graph, static_out = capture_cuda_graph(lambda: fa3.attention(static_q, k, v, causal=True))
     static_q.copy_(q * 2)
     graph.replay()
     torch.cuda.synchronize()
