@@ -19,6 +19,8 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
+#include <functional>
+
 namespace mlir::fa3::detail {
 
 /// Writes the kernels of one HopperAttentionGradSpec into a GPU module, the
@@ -148,6 +150,57 @@ private:
   applyDropout(const DropoutGenerator &dropoutGen, ArrayRef<Value> p,
                Value batch, Value head, Value qStart, Value qCol0,
                Value keyRow0, Value colInBlock, int64_t qCols);
+
+  /// A barrier of the main kernel's consumer threads: a named barrier with
+  /// a producer warpgroup, else the CTA's.
+  void consumerBarrier() {
+    if (s.hasProducer())
+      namedBarrier(kConsumerBarrier, s.numConsumerThreads());
+    else
+      NVVM::Barrier0Op::create(b, loc);
+  }
+
+  /// One step's LSE₂ or Δ pair from the ring slot's statistics
+  /// (definition).
+  std::pair<Value, Value> loadStatPair(Value statsPtr, Value statCol,
+                                       int64_t byteOffset, int64_t j);
+  /// Pᵀ of one step's masked Sᵀ fragment (fa3.recompute_probs; definition).
+  SmallVector<Value> recomputeProbs(ArrayRef<Value> masked, Value statsPtr,
+                                    Value statCol);
+  /// dSᵀ of one step (fa3.softmax_grad; definition).
+  SmallVector<Value> softmaxGrad(ArrayRef<Value> p, ArrayRef<Value> dpAcc,
+                                 ArrayRef<Value> keepScale,
+                                 ArrayRef<Value> capped, Value statsPtr,
+                                 Value statCol);
+
+  /// Deterministic backward: consumer thread 0 spins until the dQ turn
+  /// counter of this step's (batch, head, query block) reaches this key
+  /// block's turn, then the consumers meet at a barrier. `counterIndex`
+  /// gives the counter's index for the query block `qb`. Returns the
+  /// counter's address for passDQTurn (definition).
+  Value waitDQTurn(Value turnsPtr, Value kBlock, Value qStart, Value offset,
+                   function_ref<Value(Value qb)> counterIndex,
+                   Value isConsumer0);
+  /// After the step's dQ adds: every consumer thread's adds done (a
+  /// barrier), consumer thread 0 makes them visible at GPU scope and
+  /// passes the turn to the next key block.
+  void passDQTurn(Value turnPtr, Value isConsumer0);
+
+  /// The main kernel's CTA's rows of dK and dV.
+  struct KeyBlockRows {
+    Value kStart;     ///< the key block's first key
+    Value storedKeys; ///< the sequence's keys that dK and dV store
+    /// A key's row of the [*, Hkv, D] dK and dV.
+    std::function<Value(Value)> rowOfKey;
+  };
+  /// The main kernel's epilogue: dK = scale · `acc[0, nAcc)` and dV =
+  /// `acc[nAcc, 2 nAcc)` (this thread's fragments of its warpgroup's key
+  /// rows `keyRow` and head-dim slice `slice`) through shared memory, then
+  /// out in 16-byte pieces of rows (definition).
+  void storeKeyGradients(ArrayRef<Value> acc, Value dkPtr, Value dvPtr,
+                         const KeyBlockRows &rows, ArrayRef<Value> keyRow,
+                         Value slice, Value colInBlock, Value ctid,
+                         int64_t stagingOffset);
 
   const HopperAttentionGradSpec &s;
   GradKeyGridReplay &keyGrid;

@@ -296,6 +296,167 @@ GradKernelBuilder::applyDropout(const DropoutGenerator &dropoutGen,
   return {keepScale, pDropped};
 }
 
+/// Two f32 statistics (LSE₂ or Δ) of this thread's query columns 8j and
+/// 8j + 1 of a step, `byteOffset` + 32j bytes into the ring slot's
+/// statistics at `statsPtr` (`statCol`: the thread's first column, in bytes).
+std::pair<Value, Value> GradKernelBuilder::loadStatPair(Value statsPtr,
+                                                        Value statCol,
+                                                        int64_t byteOffset,
+                                                        int64_t j) {
+  Value p =
+      LLVM::GEPOp::create(b, loc, smemPtr, b.getI8Type(), statsPtr,
+                          ValueRange{add(ci(byteOffset + j * 32), statCol)});
+  Value v = LLVM::LoadOp::create(b, loc, VectorType::get({2}, f32), p,
+                                 /*alignment=*/8);
+  return std::make_pair(LLVM::ExtractElementOp::create(b, loc, v, ci(0)),
+                        LLVM::ExtractElementOp::create(b, loc, v, ci(1)));
+}
+
+/// fa3.recompute_probs on the Sᵀ fragment: register 4j + e holds query
+/// column 8j + e % 2 (e < 4), Pᵀ = exp2(c·Sᵀ − LSE₂) with c = scale·log2(e).
+SmallVector<Value> GradKernelBuilder::recomputeProbs(ArrayRef<Value> masked,
+                                                     Value statsPtr,
+                                                     Value statCol) {
+  float c = s.scale * static_cast<float>(M_LOG2E);
+  SmallVector<Value> p(masked.size());
+  for (int64_t j = 0; j < static_cast<int64_t>(masked.size()) / 4; ++j) {
+    auto [lse0, lse1] = loadStatPair(statsPtr, statCol, 0, j);
+    for (int64_t r = 4 * j; r < 4 * j + 4; ++r)
+      p[r] = exp2(fsub(fmul(masked[r], cf(c)), r % 2 ? lse1 : lse0));
+  }
+  return p;
+}
+
+/// fa3.softmax_grad on the fragments: dSᵀ = Pᵀ ∘ (dPᵀ − Δ), dPᵀ times the
+/// dropout keep factors where there are any, times softcap's derivative
+/// 1 − tanh² (from the capped scores `capped`) with a softcap.
+SmallVector<Value> GradKernelBuilder::softmaxGrad(
+    ArrayRef<Value> p, ArrayRef<Value> dpAcc, ArrayRef<Value> keepScale,
+    ArrayRef<Value> capped, Value statsPtr, Value statCol) {
+  SmallVector<Value> ds(p.size());
+  for (int64_t j = 0; j < static_cast<int64_t>(p.size()) / 4; ++j) {
+    auto [delta0, delta1] = loadStatPair(statsPtr, statCol, 4 * s.blockM, j);
+    for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
+      Value delta = r % 2 ? delta1 : delta0;
+      Value dp = keepScale.empty() ? dpAcc[r] : fmul(dpAcc[r], keepScale[r]);
+      ds[r] = fmul(p[r], fsub(dp, delta));
+      if (s.softcap > 0) {
+        Value t = fmul(capped[r], cf(s.scale / s.softcap));
+        ds[r] = fmul(ds[r], fsub(cf(1), fmul(t, t)));
+      }
+    }
+  }
+  return ds;
+}
+
+/// The turn counter of (batch, head, query block) counts the key blocks
+/// that have added their dQ partials; this block's turn is its place among
+/// the contiguous key blocks that see the query block (with a left window
+/// edge the first of them is not block 0).
+Value GradKernelBuilder::waitDQTurn(Value turnsPtr, Value kBlock, Value qStart,
+                                    Value offset,
+                                    function_ref<Value(Value qb)> counterIndex,
+                                    Value isConsumer0) {
+  const int64_t bm = s.blockM, bn = s.blockN, left = s.windowLeft;
+  Value qb = divu(qStart, ci(bm));
+  Value first = ci(0);
+  if (left >= 0) {
+    // The first key block whose last key a row of qb sees:
+    // floordiv(qb·bm + Sk − Sq − left, bn), at least 0.
+    Value t = sub(add(mul(qb, ci(bm)), offset), ci(left));
+    first = maxsi(arith::FloorDivSIOp::create(b, loc, t, ci(bn)), ci(0));
+  }
+  Value turn = sub(kBlock, first);
+  Value turnPtr = elemPtr(turnsPtr, i32, counterIndex(qb));
+  scf::IfOp::create(b, loc, isConsumer0, [&](OpBuilder &, Location) {
+    scf::WhileOp::create(
+        b, loc, TypeRange{}, ValueRange{},
+        [&](OpBuilder &, Location, ValueRange) {
+          Value now = inlinePtx(b, loc, i32, ValueRange{turnPtr},
+                                "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l")
+                          .getResult(0);
+          scf::ConditionOp::create(
+              b, loc, cmp(arith::CmpIPredicate::ne, now, turn), ValueRange{});
+        },
+        [&](OpBuilder &, Location, ValueRange) {
+          scf::YieldOp::create(b, loc);
+        });
+    scf::YieldOp::create(b, loc);
+  });
+  consumerBarrier();
+  return turnPtr;
+}
+
+void GradKernelBuilder::passDQTurn(Value turnPtr, Value isConsumer0) {
+  consumerBarrier();
+  scf::IfOp::create(b, loc, isConsumer0, [&](OpBuilder &, Location) {
+    inlinePtx(b, loc, Type(), ValueRange{turnPtr},
+              "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [$0], 1;",
+              "l");
+    scf::YieldOp::create(b, loc);
+  });
+}
+
+/// Rows past the keys are skipped (varlen: the keys past seqused_k are
+/// stored, as zeros). Like the dQ conversion, through shared memory: the
+/// fragments go row-major (rows padded by 16 bytes, so a store's 8 rows
+/// fall in distinct banks) into the K/V tiles' space, free once both
+/// warpgroups are past their last step's wgmmas (the first barrier), and
+/// each row then leaves in 16-byte pieces, a warp's 512 contiguous bytes,
+/// instead of 4-byte pairs that fill half of each sector. `stagingOffset`:
+/// where the dQ staging tiles begin, which the two tiles must not reach.
+void GradKernelBuilder::storeKeyGradients(ArrayRef<Value> acc, Value dkPtr,
+                                          Value dvPtr, const KeyBlockRows &rows,
+                                          ArrayRef<Value> keyRow, Value slice,
+                                          Value colInBlock, Value ctid,
+                                          int64_t stagingOffset) {
+  const int64_t d = s.headDim, bn = s.blockN, sliceW = s.sliceWidth();
+  const int64_t nAcc = sliceW / 2;
+  const int64_t epilogueRow = 2 * d + 16, pieces = 2 * d / 16;
+  const int64_t epilogueTile = bn * epilogueRow;
+  assert(2 * epilogueTile <= stagingOffset &&
+         "dK/dV tiles overlap the dQ staging");
+  (void)stagingOffset;
+  consumerBarrier();
+  for (int64_t half = 0; half < 2; ++half) {
+    Value rowOff = mul(sub(keyRow[half], rows.kStart), ci(epilogueRow));
+    for (int64_t j = 0; j < sliceW / 8; ++j) {
+      int64_t r = 4 * j + 2 * half;
+      Value col = add(add(mul(slice, ci(sliceW)), ci(8 * j)), colInBlock);
+      Value byte = add(rowOff, mul(col, ci(2)));
+      Value dk = pack(fmul(acc[r], cf(s.scale)), fmul(acc[r + 1], cf(s.scale)));
+      Value dv = pack(acc[nAcc + r], acc[nAcc + r + 1]);
+      LLVM::StoreOp::create(b, loc, dk, smemAt(byte), /*alignment=*/4);
+      LLVM::StoreOp::create(b, loc, dv, smemAt(add(byte, ci(epilogueTile))),
+                            /*alignment=*/4);
+    }
+  }
+  consumerBarrier();
+  for (int64_t i = 0; i < 2 * bn * pieces / s.numConsumerThreads(); ++i) {
+    // Piece p of the two tiles: tensor p / (bn · pieces), then row and
+    // 16-byte piece within the row.
+    int64_t perTensor = bn * pieces / s.numConsumerThreads();
+    bool isValue = i >= perTensor;
+    Value p = add(ctid, ci((i % perTensor) * s.numConsumerThreads()));
+    Value row = divu(p, ci(pieces)), piece = remu(p, ci(pieces));
+    Value v = LLVM::LoadOp::create(
+        b, loc, VectorType::get({4}, i32),
+        smemAt(add(add(mul(row, ci(epilogueRow)), mul(piece, ci(16))),
+                   ci(isValue ? epilogueTile : 0))),
+        /*alignment=*/16);
+    Value key = add(rows.kStart, row);
+    Value inside = cmp(arith::CmpIPredicate::slt, key, rows.storedKeys);
+    scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
+      Value idx =
+          add(mul(rows.rowOfKey(key), cl(d)), zext64(mul(piece, ci(8))));
+      LLVM::StoreOp::create(b, loc, v,
+                            elemPtr(isValue ? dvPtr : dkPtr, elt, idx),
+                            /*alignment=*/16);
+      scf::YieldOp::create(b, loc);
+    });
+  }
+}
+
 void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   declareDynamicSmem(module);
   // Varlen: cu_seqlens_q, cu_seqlens_k[, seqused_k]. Deterministic: a last
@@ -434,13 +595,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
 
   Value isThread0 = cmp(arith::CmpIPredicate::eq, tid, ci(0));
   Value isConsumer0 = cmp(arith::CmpIPredicate::eq, ctid, ci(0));
-  // A barrier of the consumer threads (all threads without a producer).
-  auto consumerBarrier = [&] {
-    if (producer)
-      namedBarrier(kConsumerBarrier, s.numConsumerThreads());
-    else
-      NVVM::Barrier0Op::create(b, loc);
-  };
   scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
     barrierInit(barKV(), 1);
     for (int64_t st = 0; st < s.stages; ++st) {
@@ -564,7 +718,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value keyRow[2] = {add(add(kStart, mul(slab, ci(64))), rowInSlab),
                      add(add(add(kStart, mul(slab, ci(64))), rowInSlab), ci(8))};
 
-  float c = s.scale * static_cast<float>(M_LOG2E);
   // Query columns of Sᵀ/dPᵀ per warpgroup: all bm where each owns its own
   // key rows; where both share the key rows, the first bm/2 and the second
   // (FA3's split of S between warpgroups: no tensor work twice).
@@ -632,15 +785,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         // LSE₂ and Δ of this thread's query columns, from shared memory.
         Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
         Value statCol = mul(add(qCol0, colInBlock), ci(4));
-        auto statPair = [&](int64_t byteOffset, int64_t j) {
-          Value p = LLVM::GEPOp::create(
-              b, loc, smemPtr, b.getI8Type(), statsPtr,
-              ValueRange{add(ci(byteOffset + j * 32), statCol)});
-          Value v = LLVM::LoadOp::create(b, loc, VectorType::get({2}, f32), p,
-                                         /*alignment=*/8);
-          return std::make_pair(LLVM::ExtractElementOp::create(b, loc, v, ci(0)),
-                                LLVM::ExtractElementOp::create(b, loc, v, ci(1)));
-        };
 
         if (s.softcap > 0) {
           Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
@@ -660,14 +804,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               return keyHidden(query, key, seqK, offset, left, right);
             });
 
-        // Pᵀ while dPᵀ's wgmmas run; then dSᵀ = Pᵀ ∘ (dPᵀ − Δ), with
-        // softcap's derivative.
-        SmallVector<Value> p(nS), ds(nS);
-        for (int64_t j = 0; j < qCols / 8; ++j) {
-          auto [lse0, lse1] = statPair(0, j);
-          for (int64_t r = 4 * j; r < 4 * j + 4; ++r)
-            p[r] = exp2(fsub(fmul(masked[r], cf(c)), r % 2 ? lse1 : lse0));
-        }
+        // Pᵀ while dPᵀ's wgmmas run; then dSᵀ.
+        SmallVector<Value> p = recomputeProbs(masked, statsPtr, statCol);
         // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ =
         // Pᵀ ∘ (Z ∘ dPᵀ − Δ), Z regenerated while dPᵀ's wgmmas run.
         SmallVector<Value> keepScale, pDropped = p;
@@ -676,19 +814,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               applyDropout(dropoutGen, p, batch, head, qStart, qCol0, keyRow[0],
                            colInBlock, qCols);
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-        for (int64_t j = 0; j < qCols / 8; ++j) {
-          auto [delta0, delta1] = statPair(4 * bm, j);
-          for (int64_t r = 4 * j; r < 4 * j + 4; ++r) {
-            Value delta = r % 2 ? delta1 : delta0;
-            Value dp =
-                keepScale.empty() ? dpAcc[r] : fmul(dpAcc[r], keepScale[r]);
-            ds[r] = fmul(p[r], fsub(dp, delta));
-            if (s.softcap > 0) {
-              Value t = fmul(capped[r], cf(s.scale / s.softcap));
-              ds[r] = fmul(ds[r], fsub(cf(1), fmul(t, t)));
-            }
-          }
-        }
+        SmallVector<Value> ds =
+            softmaxGrad(p, dpAcc, keepScale, capped, statsPtr, statCol);
         SmallVector<SmallVector<Value>> pFrag, dsFrag;
         for (int64_t k = 0; k < qCols / 16; ++k) {
           pFrag.push_back(packAFragment(pDropped, k));
@@ -794,55 +921,23 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           issueDV();
 
         // Deterministic: the key blocks add their dQ partials of (head,
-        // query block) in key-block order. The turn counter of (b, head,
-        // query block) counts the key blocks that have added; this block's
-        // turn is its place among the contiguous key blocks that see the
-        // query block. Thread 0 waits for it, the CTA at a barrier after.
-        Value turnPtr, turn;
-        if (s.deterministic) {
-          Value qb = divu(qStart, ci(bm));
-          Value first = ci(0);
-          if (left >= 0) {
-            // The first key block whose last key a row of qb sees:
-            // floordiv(qb·bm + Sk − Sq − left, bn), at least 0.
-            Value t = sub(add(mul(qb, ci(bm)), offset), ci(left));
-            first =
-                maxsi(arith::FloorDivSIOp::create(b, loc, t, ci(bn)), ci(0));
-          }
-          turn = sub(kBlock, first);
-          // The counter of (batch, head, query block); varlen: of the
-          // statistics' row block.
-          Value index;
-          if (s.varlen) {
-            index = divu(statIndex(head, qStart), cl(bm));
-          } else {
-            Value blocks = divu(seqPad, ci(bm));
-            index =
-                add(mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
+        // query block) in key-block order (waitDQTurn).
+        Value turnPtr;
+        if (s.deterministic)
+          turnPtr = waitDQTurn(
+              turnsPtr, kBlock, qStart, offset,
+              [&](Value qb) {
+                // The counter of (batch, head, query block); varlen: of
+                // the statistics' row block.
+                if (s.varlen)
+                  return divu(statIndex(head, qStart), cl(bm));
+                Value blocks = divu(seqPad, ci(bm));
+                return add(
+                    mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
                         sext64(blocks)),
                     sext64(qb));
-          }
-          turnPtr = elemPtr(turnsPtr, i32, index);
-          scf::IfOp::create(b, loc, isConsumer0, [&](OpBuilder &, Location) {
-            auto spin = scf::WhileOp::create(
-                b, loc, TypeRange{}, ValueRange{},
-                [&](OpBuilder &, Location, ValueRange) {
-                  Value now =
-                      inlinePtx(b, loc, i32, ValueRange{turnPtr},
-                                "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l")
-                          .getResult(0);
-                  scf::ConditionOp::create(
-                      b, loc, cmp(arith::CmpIPredicate::ne, now, turn),
-                      ValueRange{});
-                },
-                [&](OpBuilder &, Location, ValueRange) {
-                  scf::YieldOp::create(b, loc);
-                });
-            (void)spin;
-            scf::YieldOp::create(b, loc);
-          });
-          consumerBarrier();
-        }
+              },
+              isConsumer0);
 
         // dQ += dS K for this warpgroup's share, 64 columns at a time; dS
         // (its query rows' atom) and K are both read MN-major.
@@ -895,18 +990,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           }
         }
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-        if (s.deterministic) {
-          // Every thread's adds are done (the barrier); consumer thread 0
-          // makes them visible at GPU scope and passes the turn on.
-          consumerBarrier();
-          scf::IfOp::create(b, loc, isConsumer0, [&](OpBuilder &, Location) {
-            inlinePtx(b, loc, Type(), ValueRange{turnPtr},
-                      "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 "
-                      "[$0], 1;",
-                      "l");
-            scf::YieldOp::create(b, loc);
-          });
-        }
+        if (s.deterministic)
+          passDQTurn(turnPtr, isConsumer0);
 
         // Release the ring slot. Without a producer, warp 0 refills it once
         // every thread is done.
@@ -936,54 +1021,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
       scf::YieldOp::create(b, loc);
     });
 
-  // Epilogue: dK = scale · acc and dV, rows past the keys skipped (varlen:
-  // the keys past seqused_k are stored, as zeros). Like the dQ conversion,
-  // through shared memory: the fragments go row-major (rows padded by 16
-  // bytes, so a store's 8 rows fall in distinct banks) into the K/V tiles'
-  // space, free once both warpgroups are past their last step's wgmmas,
-  // and each row then leaves in 16-byte pieces, a warp's 512 contiguous
-  // bytes, instead of 4-byte pairs that fill half of each sector.
-  SmallVector<Value> res(loop.getResults());
-  const int64_t epilogueRow = 2 * d + 16, pieces = 2 * d / 16;
-  const int64_t epilogueTile = bn * epilogueRow;
-  assert(2 * epilogueTile <= offDQ && "dK/dV tiles overlap the dQ staging");
-  consumerBarrier();
-  for (int64_t half = 0; half < 2; ++half) {
-    Value rowOff = mul(sub(keyRow[half], kStart), ci(epilogueRow));
-    for (int64_t j = 0; j < sliceW / 8; ++j) {
-      int64_t r = 4 * j + 2 * half;
-      Value col = add(add(mul(slice, ci(sliceW)), ci(8 * j)), colInBlock);
-      Value byte = add(rowOff, mul(col, ci(2)));
-      Value dk = pack(fmul(res[r], cf(s.scale)), fmul(res[r + 1], cf(s.scale)));
-      Value dv = pack(res[nAcc + r], res[nAcc + r + 1]);
-      LLVM::StoreOp::create(b, loc, dk, smemAt(byte), /*alignment=*/4);
-      LLVM::StoreOp::create(b, loc, dv, smemAt(add(byte, ci(epilogueTile))),
-                            /*alignment=*/4);
-    }
-  }
-  consumerBarrier();
-  for (int64_t i = 0; i < 2 * bn * pieces / s.numConsumerThreads(); ++i) {
-    // Piece p of the two tiles: tensor p / (bn · pieces), then row and
-    // 16-byte piece within the row.
-    int64_t perTensor = bn * pieces / s.numConsumerThreads();
-    bool isValue = i >= perTensor;
-    Value p = add(ctid, ci((i % perTensor) * s.numConsumerThreads()));
-    Value row = divu(p, ci(pieces)), piece = remu(p, ci(pieces));
-    Value v = LLVM::LoadOp::create(
-        b, loc, VectorType::get({4}, i32),
-        smemAt(add(add(mul(row, ci(epilogueRow)), mul(piece, ci(16))),
-                   ci(isValue ? epilogueTile : 0))),
-        /*alignment=*/16);
-    Value key = add(kStart, row);
-    Value inside = cmp(arith::CmpIPredicate::slt, key, storedKeys);
-    scf::IfOp::create(b, loc, inside, [&](OpBuilder &, Location) {
-      Value idx = add(mul(rowOfKey(key), cl(d)), zext64(mul(piece, ci(8))));
-      LLVM::StoreOp::create(b, loc, v,
-                            elemPtr(isValue ? dvPtr : dkPtr, elt, idx),
-                            /*alignment=*/16);
-      scf::YieldOp::create(b, loc);
-    });
-  }
+  storeKeyGradients(SmallVector<Value>(loop.getResults()), dkPtr, dvPtr,
+                    {kStart, storedKeys, rowOfKey}, keyRow, slice, colInBlock,
+                    ctid, offDQ);
   b.setInsertionPointToEnd(entry);
   LLVM::ReturnOp::create(b, loc, ValueRange());
 }
