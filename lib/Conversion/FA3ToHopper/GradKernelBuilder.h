@@ -173,6 +173,26 @@ private:
                                  ArrayRef<Value> capped, Value statsPtr,
                                  Value statCol);
 
+  /// One consumer warpgroup's share of a step's dQ = dS K: head-dim columns
+  /// [n0, n0 + nWidth) over key rows [k0, k0 + kRows), for the step's
+  /// query rows [64·qBlock, 64·qBlock + 64) (`splitRows`: the warpgroups
+  /// split a 128-row step's query rows; else qBlock is 0). `disjoint`: the
+  /// two warpgroups' shares do not overlap.
+  struct DQShare {
+    Value n0;
+    int64_t nWidth;
+    Value k0;
+    int64_t kRows;
+    Value qBlock;
+    bool splitRows, disjoint;
+  };
+  /// dQ += dS K for `share`, added to the f32 accumulator `accPtr`, with
+  /// `issueDK` (dK's wgmmas) issued after the first chunk's (definition).
+  void addDQPartials(const DQShare &share, Value dsAddr, Value smemBase,
+                     int64_t offK, Value accPtr, function_ref<Value()> accRow,
+                     function_ref<void()> issueDK, Value wg, Value tInWG,
+                     Value isIssuer, int64_t stagingOffset);
+
   /// Deterministic backward: consumer thread 0 spins until the dQ turn
   /// counter of this step's (batch, head, query block) reaches this key
   /// block's turn, then the consumers meet at a barrier. `counterIndex`

@@ -349,6 +349,62 @@ SmallVector<Value> GradKernelBuilder::softmaxGrad(
   return ds;
 }
 
+/// 64 columns at a time; dS (its query rows' atom) and K are both read
+/// MN-major. Each chunk's 64 × 64 tile goes to its place in the step's
+/// accumulator block (`accRow()`, the statistics' row index of its first
+/// query row, times D) in fragment-slot order: through the warpgroup's
+/// staging tile and a bulk reduce, or with per-thread reductions. Where
+/// both warpgroups add to the same elements under `deterministic`,
+/// warpgroup 0 adds first, then 1.
+void GradKernelBuilder::addDQPartials(
+    const DQShare &share, Value dsAddr, Value smemBase, int64_t offK,
+    Value accPtr, function_ref<Value()> accRow, function_ref<void()> issueDK,
+    Value wg, Value tInWG, Value isIssuer, int64_t stagingOffset) {
+  const int64_t d = s.headDim, bn = s.blockN;
+  Value dsRowsAddr = share.splitRows
+                         ? add(dsAddr, mul(share.qBlock, ci(bn * kAtomBytes)))
+                         : dsAddr;
+  for (int64_t chunk = 0; chunk < share.nWidth / 64; ++chunk) {
+    Value col0 = add(share.n0, ci(chunk * 64));
+    SmallVector<Value> qAcc(32, LLVM::UndefOp::create(b, loc, f32));
+    Value kColAddr = add(add(smemBase, ci(offK)),
+                         mul(divu(col0, ci(kAtomCols)), ci(bn * kAtomBytes)));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    for (int64_t k = 0; k < share.kRows / 16; ++k) {
+      Value rowOff = mul(add(share.k0, ci(16 * k)), ci(kAtomBytes));
+      Value a = descriptor(add(dsRowsAddr, rowOff), bn * kAtomBytes, 1024);
+      Value bk = descriptor(add(kColAddr, rowOff), bn * kAtomBytes, 1024);
+      qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    // After the first chunk dK's group is the only one left running.
+    if (chunk == 0)
+      issueDK();
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, chunk == 0 ? 1 : 0);
+    Value chunkElem =
+        add(mul(accRow(), cl(d)), mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
+    auto addPartial = [&] {
+      if (s.dQThroughSharedMemory())
+        reduceDQTileViaSharedMemory(qAcc, accPtr, chunkElem, tInWG, wg,
+                                    isIssuer, smemBase, stagingOffset);
+      else
+        reduceDQTileToGlobal(qAcc, accPtr, chunkElem, tInWG);
+    };
+    if (!s.deterministic || share.disjoint) {
+      addPartial();
+      continue;
+    }
+    for (int64_t first = 0; first < 2; ++first) {
+      scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, wg, ci(first)),
+                        [&](OpBuilder &, Location) {
+                          addPartial();
+                          scf::YieldOp::create(b, loc);
+                        });
+      consumerBarrier();
+    }
+  }
+}
+
 /// The turn counter of (batch, head, query block) counts the key blocks
 /// that have added their dQ partials; this block's turn is its place among
 /// the contiguous key blocks that see the query block (with a left window
@@ -750,6 +806,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   int64_t kRows = disjointDQ ? bn : 64;
   Value n0 = splitColumns ? mul(wg, ci(nWidth)) : ci(0);
   Value k0 = disjointDQ ? ci(0) : mul(slab, ci(64));
+  const DQShare dqShare{n0, nWidth, k0, kRows, qBlock, splitRows, disjointDQ};
 
   SmallVector<Value> init(2 * nAcc, cf(0));
   auto loop = scf::ForOp::create(
@@ -939,56 +996,12 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               },
               isConsumer0);
 
-        // dQ += dS K for this warpgroup's share, 64 columns at a time; dS
-        // (its query rows' atom) and K are both read MN-major.
-        Value dsRowsAddr =
-            splitRows ? add(dsAddr, mul(qBlock, ci(bn * kAtomBytes))) : dsAddr;
-        for (int64_t chunk = 0; chunk < nWidth / 64; ++chunk) {
-          Value col0 = add(n0, ci(chunk * 64));
-          SmallVector<Value> qAcc(32, LLVM::UndefOp::create(b, loc, f32));
-          Value kColAddr = add(add(base, ci(offK)),
-                               mul(divu(col0, ci(kAtomCols)), ci(bn * kAtomBytes)));
-          NVVM::WgmmaFenceAlignedOp::create(b, loc);
-          for (int64_t k = 0; k < kRows / 16; ++k) {
-            Value rowOff = mul(add(k0, ci(16 * k)), ci(kAtomBytes));
-            Value a =
-                descriptor(add(dsRowsAddr, rowOff), bn * kAtomBytes, 1024);
-            Value bk = descriptor(add(kColAddr, rowOff), bn * kAtomBytes, 1024);
-            qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
-          }
-          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-          // After the first chunk dK's group is the only one left running.
-          if (chunk == 0)
-            issueDK();
-          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, chunk == 0 ? 1 : 0);
-          // The chunk's 64 × 64 tile in this step's accumulator block (the
-          // statistics' row index times D), in fragment-slot order.
-          Value chunkElem =
-              add(mul(statIndex(head, add(qStart, mul(qBlock, ci(64)))), cl(d)),
-                  mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
-          auto addPartial = [&] {
-            if (viaSmem)
-              reduceDQTileViaSharedMemory(qAcc, accPtr, chunkElem, tInWG, wg,
-                                          isIssuer, base, offDQ);
-            else
-              reduceDQTileToGlobal(qAcc, accPtr, chunkElem, tInWG);
-          };
-          if (!s.deterministic || disjointDQ) {
-            addPartial();
-          } else {
-            // Both warpgroups add to the same dQ elements (their own key
-            // rows' shares): warpgroup 0 first, then 1.
-            for (int64_t first = 0; first < 2; ++first) {
-              scf::IfOp::create(b, loc,
-                                cmp(arith::CmpIPredicate::eq, wg, ci(first)),
-                                [&](OpBuilder &, Location) {
-                                  addPartial();
-                                  scf::YieldOp::create(b, loc);
-                                });
-              consumerBarrier();
-            }
-          }
-        }
+        // dQ += dS K for this warpgroup's share, dK's wgmmas issued after
+        // its first chunk.
+        addDQPartials(
+            dqShare, dsAddr, base, offK, accPtr,
+            [&] { return statIndex(head, add(qStart, mul(qBlock, ci(64)))); },
+            issueDK, wg, tInWG, isIssuer, offDQ);
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
         if (s.deterministic)
           passDQTurn(turnPtr, isConsumer0);
