@@ -173,6 +173,14 @@ private:
                                  ArrayRef<Value> capped, Value statsPtr,
                                  Value statCol);
 
+  /// A Pᵀ or dSᵀ tile's A fragments `frag` (one per 16 query columns) to
+  /// shared memory at `tileAddr`: row = key, 64 query columns a 128-byte
+  /// swizzled row, the K-major layout of A for dV += Pᵀ dO and dK += dSᵀ Q
+  /// and the MN-major one of dS for dQ (definition).
+  void storeTransposedTile(ArrayRef<SmallVector<Value>> frag, Value tileAddr,
+                           Value slab, Value rowInSlab, Value qCol0,
+                           Value lane);
+
   /// One consumer warpgroup's share of a step's dQ = dS K: head-dim columns
   /// [n0, n0 + nWidth) over key rows [k0, k0 + kRows), for the step's
   /// query rows [64·qBlock, 64·qBlock + 64) (`splitRows`: the warpgroups

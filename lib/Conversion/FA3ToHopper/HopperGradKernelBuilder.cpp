@@ -405,6 +405,32 @@ void GradKernelBuilder::addDQPartials(
   }
 }
 
+/// Register k of a thread's A fragments (16 query columns each) holds
+/// rows rowInSlab and rowInSlab + 8 of its warpgroup's 64 key rows (slab
+/// `slab`) at two 8-column halves; each goes to its 16-byte chunk of a
+/// 128-byte swizzled row. Without split query columns the warpgroup's
+/// chunks are 0-7 (j % 8); with them, its columns start at qCol0. A step
+/// of 128 query columns has two 64-column atoms of blockN rows.
+void GradKernelBuilder::storeTransposedTile(ArrayRef<SmallVector<Value>> frag,
+                                            Value tileAddr, Value slab,
+                                            Value rowInSlab, Value qCol0,
+                                            Value lane) {
+  const bool splitQueries = s.splitQueryColumns();
+  for (int64_t k = 0; k < static_cast<int64_t>(frag.size()); ++k)
+    for (int64_t i = 0; i < 4; ++i) {
+      int64_t j = 2 * k + i / 2, half = i % 2;
+      Value row = add(add(mul(slab, ci(64)), rowInSlab), ci(8 * half));
+      Value qChunk = splitQueries ? add(divu(qCol0, ci(8)), ci(j)) : ci(j % 8);
+      Value chunk = xori(qChunk, remu(row, ci(8)));
+      Value byte = add(add(mul(row, ci(kAtomBytes)), mul(chunk, ci(16))),
+                       mul(remu(lane, ci(4)), ci(4)));
+      if (j >= 8)
+        byte = add(byte, ci((j / 8) * s.blockN * kAtomBytes));
+      LLVM::StoreOp::create(b, loc, frag[k][i], smemAt(add(tileAddr, byte)),
+                            /*alignment=*/4);
+    }
+}
+
 /// The turn counter of (batch, head, query block) counts the key blocks
 /// that have added their dQ partials; this block's turn is its place among
 /// the contiguous key blocks that see the query block (with a left window
@@ -892,25 +918,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         Value pAddr = add(pBase, dsOff);
         auto storeTile = [&](ArrayRef<SmallVector<Value>> frag,
                              int64_t tileOffset) {
-          for (int64_t k = 0; k < qCols / 16; ++k)
-            for (int64_t i = 0; i < 4; ++i) {
-              int64_t j = 2 * k + i / 2, half = i % 2;
-              Value row = add(add(mul(slab, ci(64)), rowInSlab), ci(8 * half));
-              // 16-byte chunk j of this warpgroup's query columns; a step
-              // of 128 query columns has two 64-column atoms of bn rows.
-              Value qChunk =
-                  splitQueries ? add(divu(qCol0, ci(8)), ci(j)) : ci(j % 8);
-              Value chunk = xori(qChunk, remu(row, ci(8)));
-              Value byte =
-                  add(add(mul(row, ci(kAtomBytes)), mul(chunk, ci(16))),
-                      mul(remu(lane, ci(4)), ci(4)));
-              if (j >= 8)
-                byte = add(byte, ci((j / 8) * bn * kAtomBytes));
-              LLVM::StoreOp::create(
-                  b, loc, frag[k][i],
-                  smemAt(add(add(ci(tileOffset), dsOff), byte)),
-                  /*alignment=*/4);
-            }
+          storeTransposedTile(frag, add(ci(tileOffset), dsOff), slab, rowInSlab,
+                              qCol0, lane);
         };
 
         // dV += Pᵀ dO and dK += dSᵀ Q over this warpgroup's head-dim slice,
