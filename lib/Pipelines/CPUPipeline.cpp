@@ -34,6 +34,9 @@ void mlir::fa3::buildFA3ToLinalgPipeline(OpPassManager &pm,
   tile.grid = options.grid;
   pm.addPass(createFA3Tile(tile));
   pm.addPass(createFA3FuseSoftmax());
+  // The backward steps in the order Hopper issues their MMAs (SSA order
+  // only: the float64 tests check it computes the same).
+  pm.addPass(createFA3GradMmaOrder());
   if (options.grid) {
     // The Hopper grids' tile order too (fa3-order-grid renumbers causal
     // grids): the serial loops then visit every renumbered tile, so a

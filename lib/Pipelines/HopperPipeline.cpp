@@ -40,6 +40,9 @@ void mlir::fa3::buildFA3HopperKernelPipeline(
   tile.grid = true;
   kernelFunctions.addPass(createFA3Tile(tile));
   kernelFunctions.addPass(createFA3FuseSoftmax());
+  // The backward step's MMAs where FA3 issues them (the kernel emits the
+  // step op by op, in this order).
+  kernelFunctions.addPass(createFA3GradMmaOrder());
   // The schedule's ideas, each a pass on the tile level: rescale_threshold
   // (kept row maxima), producer_regs (a producer region filling the K/V
   // rings, the tile ops in the consumers region), intra_wg_overlap (the key

@@ -12,6 +12,7 @@
 // HOPPER-NEXT: func.func(
 // HOPPER-NEXT: fa3-tile{grid=true},
 // HOPPER-NEXT: fa3-fuse-softmax,
+// HOPPER-NEXT: fa3-grad-mma-order,
 // HOPPER-NEXT: fa3-lazy-rescale,
 // HOPPER-NEXT: fa3-warp-specialize,
 // HOPPER-NEXT: fa3-intra-wg-overlap,
@@ -23,12 +24,13 @@
 // HOPPER: convert-fa3-to-hopper
 // HOPPER: convert-fa3-kernel-to-nvvm
 
-// The CPU runs fa3-lazy-rescale and fa3-intra-wg-overlap too: the kept
-// maxima and the rotated key loop compute what the GPU's do, so the CPU
-// tests check the loop the GPU runs.
+// The CPU runs fa3-grad-mma-order, fa3-lazy-rescale and fa3-intra-wg-overlap
+// too: the reordered backward step, the kept maxima and the rotated key loop
+// compute what the GPU's do, so the CPU tests check the loops the GPU runs.
 // CPU: fa3-select-schedule{{.*}}target=cpu
 // CPU-NEXT: fa3-tile{grid=false},
 // CPU-NEXT: fa3-fuse-softmax,
+// CPU-NEXT: fa3-grad-mma-order,
 // CPU-NEXT: fa3-lazy-rescale,
 // CPU-NEXT: fa3-intra-wg-overlap,
 // CPU-NEXT: convert-fa3-to-linalg

@@ -601,6 +601,44 @@ def FA3Pingpong : Pass<"fa3-pingpong"> {
   let dependentDialects = ["::mlir::fa3::FA3Dialect"];
 }
 
+def FA3GradMmaOrder : Pass<"fa3-grad-mma-order"> {
+  let summary = "Move a backward step's MMAs to where FlashAttention-3 issues them";
+  let description = [{
+    `fa3-tile` writes each step of the backward's key loop (one key block
+    against one query block) in the order of its math: Sᵀ = `fa3.qk`, Pᵀ =
+    `fa3.recompute_probs`, dV += Pᵀ dO (`fa3.mma_tn`), dPᵀ = `fa3.qk`, dSᵀ
+    = `fa3.softmax_grad`, dK += dSᵀ Q (`fa3.mma_tn`), dQ = dS K (`fa3.pv`,
+    added by `fa3.accumulate_tile`). On Hopper every MMA is issued
+    asynchronously and waited for at its first use, so the order of the ops
+    is the kernel's overlap. This pass moves them into FlashAttention-3's
+    backward order (`hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp`):
+
+    * dPᵀ's `fa3.qk` right after Sᵀ's: both are issued back to back, and
+      Pᵀ's exponentials run while dPᵀ's wgmmas do;
+    * dV's `fa3.mma_tn` after dSᵀ (and softcap's derivative), right before
+      dQ's `fa3.pv`: it runs while dSᵀ is stored to shared memory for dQ;
+    * dK's `fa3.mma_tn` right after dQ's `fa3.pv`, before the
+      `fa3.accumulate_tile`: it runs while dQ is added to the accumulator.
+
+    ```mlir
+    %s = fa3.qk %q, %k : ...
+    %dp = fa3.qk %do, %v : ...
+    ... mask, %p = fa3.recompute_probs, [fa3.dropout], %ds = fa3.softmax_grad ...
+    %dv1 = fa3.mma_tn %p, %do, %dv : ...
+    %dq = fa3.pv %ds, %k, %zero : ...
+    %dk1 = fa3.mma_tn %ds, %q, %dk : ...
+    fa3.accumulate_tile %dq into %acc[...] : ...
+    ```
+
+    Only SSA order changes, so the CPU pipeline, which runs the pass too,
+    computes the same numbers with and without it; `convert-fa3-tile-to-hopper`
+    emits the step op by op and needs this order. A step is the block of an
+    `fa3.softmax_grad`; one without two `fa3.qk` (dPᵀ's among them), dQ's
+    `fa3.pv` and the two `fa3.mma_tn`, or whose ops cannot move there, is
+    an error. A step already in this order is left as it is.
+  }];
+}
+
 def FA3OrderGrid : Pass<"fa3-order-grid", "::mlir::func::FuncOp"> {
   let summary = "Launch a causal grid's longest tiles first, in L2-sized head groups (forward) or pair chunks (GQA backward)";
   let description = [{
