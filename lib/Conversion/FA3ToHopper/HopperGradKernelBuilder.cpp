@@ -844,12 +844,12 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         Value parity = andi(divu(it, ci(s.stages)), ci(1));
         auto [head, qStart] = stepOf(it);
         waitParity(barFull(stage), parity);
-        Value qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
-        Value doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
-        // This warpgroup's query rows of the Q and dO tiles (whole 8-row
-        // swizzle atoms).
+        // The ring slot's Q and dO tiles, and this warpgroup's query rows
+        // of them (whole 8-row swizzle atoms).
         Value qRowsOff = mul(qCol0, ci(kAtomBytes));
+        Value qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
         Value qColsAddr = add(qAddr, qRowsOff);
+        Value doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
         Value doColsAddr = add(doAddr, qRowsOff);
 
         // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, K-major operands. The first wgmma of
@@ -858,16 +858,13 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         // as two groups: Pᵀ = exp2(…) needs only Sᵀ and runs while dPᵀ's
         // wgmmas do (FA3's order); dPᵀ's fence comes second, after its
         // fresh accumulator registers are written.
-        Value undef = LLVM::UndefOp::create(b, loc, f32);
         SmallVector<Value> sAcc = transposedProductChain(
-            kSlabAddr, qColsAddr, SmallVector<Value>(nS, undef));
+            kSlabAddr, qColsAddr,
+            SmallVector<Value>(nS, LLVM::UndefOp::create(b, loc, f32)));
         SmallVector<Value> dpAcc = transposedProductChain(
-            vSlabAddr, doColsAddr, SmallVector<Value>(nS, undef));
+            vSlabAddr, doColsAddr,
+            SmallVector<Value>(nS, LLVM::UndefOp::create(b, loc, f32)));
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
-
-        // LSE₂ and Δ of this thread's query columns, from shared memory.
-        Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
-        Value statCol = mul(add(qCol0, colInBlock), ci(4));
 
         if (s.softcap > 0) {
           Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
@@ -887,6 +884,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               return keyHidden(query, key, seqK, offset, left, right);
             });
 
+        // LSE₂ and Δ of this thread's query columns, from shared memory.
+        Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
+        Value statCol = mul(add(qCol0, colInBlock), ci(4));
         // Pᵀ while dPᵀ's wgmmas run; then dSᵀ.
         SmallVector<Value> p = recomputeProbs(masked, statsPtr, statCol);
         // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ =
@@ -899,11 +899,8 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
         NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
         SmallVector<Value> ds =
             softmaxGrad(p, dpAcc, keepScale, capped, statsPtr, statCol);
+
         SmallVector<SmallVector<Value>> pFrag, dsFrag;
-        for (int64_t k = 0; k < qCols / 16; ++k) {
-          pFrag.push_back(packAFragment(pDropped, k));
-          dsFrag.push_back(packAFragment(ds, k));
-        }
 
         // Pᵀ and dSᵀ tiles in shared memory: row = key, 64 query columns =
         // one 128-byte swizzled row (exactly the K-major layout of A for
@@ -957,9 +954,17 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
           issueKV(dV, pFrag, pAddr, doAddr);
         };
         auto issueDK = [&] { issueKV(dK, dsFrag, dsAddr, qAddr); };
+        auto packFragments = [&](ArrayRef<Value> values) {
+          SmallVector<SmallVector<Value>> frag;
+          for (int64_t k = 0; k < qCols / 16; ++k)
+            frag.push_back(packAFragment(values, k));
+          return frag;
+        };
+        pFrag = packFragments(pDropped);
         // dV's wgmmas run while dSᵀ goes to shared memory.
         if (!splitQueries)
           issueDV();
+        dsFrag = packFragments(ds);
 
         // The previous step's bulk reduces have read their staging buffers
         // before anyone of the warpgroup writes them again (after the
