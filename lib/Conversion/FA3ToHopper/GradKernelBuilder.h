@@ -194,12 +194,16 @@ private:
     Value qBlock;
     bool splitRows, disjoint;
   };
-  /// dQ += dS K for `share`, added to the f32 accumulator `accPtr`, with
-  /// `issueDK` (dK's wgmmas) issued after the first chunk's (definition).
-  void addDQPartials(const DQShare &share, Value dsAddr, Value smemBase,
-                     int64_t offK, Value accPtr, function_ref<Value()> accRow,
-                     function_ref<void()> issueDK, Value wg, Value tInWG,
-                     Value isIssuer, int64_t stagingOffset);
+  /// Chunk `chunk` (64 head-dim columns) of `share`'s dQ = dS K, dS read
+  /// from the tile at `dsAddr`: a committed wgmma group (definition).
+  SmallVector<Value> issueDQChunk(const DQShare &share, Value dsAddr,
+                                  Value smemBase, int64_t offK, int64_t chunk);
+  /// Adds the completed chunk `qAcc` to the f32 accumulator `accPtr` at
+  /// row `accRow` (definition).
+  void addDQChunk(ArrayRef<Value> qAcc, const DQShare &share, int64_t chunk,
+                  Value accPtr, Value accRow, Value wg, Value tInWG,
+                  Value isIssuer, Value smemBase, int64_t stagingOffset);
+  int64_t numDQChunks(const DQShare &share) const { return share.nWidth / 64; }
 
   /// Deterministic backward: consumer thread 0 spins until the dQ turn
   /// counter of this step's (batch, head, query block) reaches this key

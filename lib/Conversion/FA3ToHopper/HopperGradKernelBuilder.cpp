@@ -50,6 +50,7 @@
 
 #include "GradKernelBuilder.h"
 #include "HopperCodegen.h"
+#include "TileKernel.h"
 
 #include <cmath>
 #include <cstdio>
@@ -349,59 +350,62 @@ SmallVector<Value> GradKernelBuilder::softmaxGrad(
   return ds;
 }
 
-/// 64 columns at a time; dS (its query rows' atom) and K are both read
-/// MN-major. Each chunk's 64 × 64 tile goes to its place in the step's
-/// accumulator block (`accRow()`, the statistics' row index of its first
-/// query row, times D) in fragment-slot order: through the warpgroup's
-/// staging tile and a bulk reduce, or with per-thread reductions. Where
-/// both warpgroups add to the same elements under `deterministic`,
-/// warpgroup 0 adds first, then 1.
-void GradKernelBuilder::addDQPartials(
-    const DQShare &share, Value dsAddr, Value smemBase, int64_t offK,
-    Value accPtr, function_ref<Value()> accRow, function_ref<void()> issueDK,
-    Value wg, Value tInWG, Value isIssuer, int64_t stagingOffset) {
-  const int64_t d = s.headDim, bn = s.blockN;
+/// Chunk `chunk` (64 columns) of dQ = dS K: dS (its query rows' atom of
+/// the tile at `dsAddr`) and K both read MN-major; one committed group.
+SmallVector<Value> GradKernelBuilder::issueDQChunk(const DQShare &share,
+                                                   Value dsAddr, Value smemBase,
+                                                   int64_t offK,
+                                                   int64_t chunk) {
+  const int64_t bn = s.blockN;
   Value dsRowsAddr = share.splitRows
                          ? add(dsAddr, mul(share.qBlock, ci(bn * kAtomBytes)))
                          : dsAddr;
-  for (int64_t chunk = 0; chunk < share.nWidth / 64; ++chunk) {
-    Value col0 = add(share.n0, ci(chunk * 64));
-    SmallVector<Value> qAcc(32, LLVM::UndefOp::create(b, loc, f32));
-    Value kColAddr = add(add(smemBase, ci(offK)),
-                         mul(divu(col0, ci(kAtomCols)), ci(bn * kAtomBytes)));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t k = 0; k < share.kRows / 16; ++k) {
-      Value rowOff = mul(add(share.k0, ci(16 * k)), ci(kAtomBytes));
-      Value a = descriptor(add(dsRowsAddr, rowOff), bn * kAtomBytes, 1024);
-      Value bk = descriptor(add(kColAddr, rowOff), bn * kAtomBytes, 1024);
-      qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
-    }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    // After the first chunk dK's group is the only one left running.
-    if (chunk == 0)
-      issueDK();
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, chunk == 0 ? 1 : 0);
-    Value chunkElem =
-        add(mul(accRow(), cl(d)), mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
-    auto addPartial = [&] {
-      if (s.dQThroughSharedMemory())
-        reduceDQTileViaSharedMemory(qAcc, accPtr, chunkElem, tInWG, wg,
-                                    isIssuer, smemBase, stagingOffset);
-      else
-        reduceDQTileToGlobal(qAcc, accPtr, chunkElem, tInWG);
-    };
-    if (!s.deterministic || share.disjoint) {
-      addPartial();
-      continue;
-    }
-    for (int64_t first = 0; first < 2; ++first) {
-      scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, wg, ci(first)),
-                        [&](OpBuilder &, Location) {
-                          addPartial();
-                          scf::YieldOp::create(b, loc);
-                        });
-      consumerBarrier();
-    }
+  Value col0 = add(share.n0, ci(chunk * 64));
+  SmallVector<Value> qAcc(32, LLVM::UndefOp::create(b, loc, f32));
+  Value kColAddr = add(add(smemBase, ci(offK)),
+                       mul(divu(col0, ci(kAtomCols)), ci(bn * kAtomBytes)));
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  for (int64_t k = 0; k < share.kRows / 16; ++k) {
+    Value rowOff = mul(add(share.k0, ci(16 * k)), ci(kAtomBytes));
+    Value a = descriptor(add(dsRowsAddr, rowOff), bn * kAtomBytes, 1024);
+    Value bk = descriptor(add(kColAddr, rowOff), bn * kAtomBytes, 1024);
+    qAcc = wgmmaSS(qAcc, a, bk, k > 0, /*transA=*/true, /*transB=*/true);
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  return qAcc;
+}
+
+/// The chunk's 64 × 64 tile goes to its place in the step's accumulator
+/// block (`accRow`, the statistics' row index of its first query row,
+/// times D) in fragment-slot order: through the warpgroup's staging tile
+/// and a bulk reduce, or with per-thread reductions. Where both warpgroups
+/// add to the same elements under `deterministic`, warpgroup 0 adds
+/// first, then 1.
+void GradKernelBuilder::addDQChunk(ArrayRef<Value> qAcc, const DQShare &share,
+                                   int64_t chunk, Value accPtr, Value accRow,
+                                   Value wg, Value tInWG, Value isIssuer,
+                                   Value smemBase, int64_t stagingOffset) {
+  Value col0 = add(share.n0, ci(chunk * 64));
+  Value chunkElem = add(mul(accRow, cl(s.headDim)),
+                        mul(zext64(divu(col0, ci(64))), cl(64 * 64)));
+  auto addPartial = [&] {
+    if (s.dQThroughSharedMemory())
+      reduceDQTileViaSharedMemory(qAcc, accPtr, chunkElem, tInWG, wg, isIssuer,
+                                  smemBase, stagingOffset);
+    else
+      reduceDQTileToGlobal(qAcc, accPtr, chunkElem, tInWG);
+  };
+  if (!s.deterministic || share.disjoint) {
+    addPartial();
+    return;
+  }
+  for (int64_t first = 0; first < 2; ++first) {
+    scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, wg, ci(first)),
+                      [&](OpBuilder &, Location) {
+                        addPartial();
+                        scf::YieldOp::create(b, loc);
+                      });
+    consumerBarrier();
   }
 }
 
@@ -834,98 +838,93 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value k0 = disjointDQ ? ci(0) : mul(slab, ci(64));
   const DQShare dqShare{n0, nWidth, k0, kRows, qBlock, splitRows, disjointDQ};
 
+  // The step's tile ops, emitted one by one in the IR's order (which
+  // fa3-grad-mma-order made FA3's and matchGradKeyGrid checked): the loop
+  // carries the query loop's values (dK, then dV) as nAcc registers each.
+  Block &stepOps = keyGrid.stepBody();
+  auto kernelFunc = stepOps.getParentOp()->getParentOfType<func::FuncOp>();
+  // dSᵀ as dQ's fa3.pv reads it (and so as the shared tile holds it).
+  Value dsOfStep = (*stepOps.getOps<PVOp>().begin()).getProbs();
   SmallVector<Value> init(2 * nAcc, cf(0));
   auto loop = scf::ForOp::create(
       b, loc, ci(0), numIters, ci(1), init,
       [&](OpBuilder &, Location, Value it, ValueRange iters) {
-        SmallVector<Value> dK(iters.begin(), iters.begin() + nAcc);
-        SmallVector<Value> dV(iters.begin() + nAcc, iters.end());
         Value stage = remu(it, ci(s.stages));
         Value parity = andi(divu(it, ci(s.stages)), ci(1));
         auto [head, qStart] = stepOf(it);
-        waitParity(barFull(stage), parity);
-        // The ring slot's Q and dO tiles, and this warpgroup's query rows
-        // of them (whole 8-row swizzle atoms).
-        Value qRowsOff = mul(qCol0, ci(kAtomBytes));
-        Value qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
-        Value qColsAddr = add(qAddr, qRowsOff);
-        Value doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
-        Value doColsAddr = add(doAddr, qRowsOff);
+        // Each IR value of the step as this thread's registers.
+        DenseMap<Value, SmallVector<Value>> regs;
+        for (auto [i, carried] :
+             llvm::enumerate(stepOps.getArguments().drop_front()))
+          regs[carried] = SmallVector<Value>(iters.begin() + i * nAcc,
+                                             iters.begin() + (i + 1) * nAcc);
 
-        // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, K-major operands. The first wgmma of
-        // each chain ignores its accumulator (scale-d = 0): undefined
-        // inputs need no register moves between wgmmas. Sᵀ and dPᵀ commit
-        // as two groups: Pᵀ = exp2(…) needs only Sᵀ and runs while dPᵀ's
-        // wgmmas do (FA3's order); dPᵀ's fence comes second, after its
-        // fresh accumulator registers are written.
-        SmallVector<Value> sAcc = transposedProductChain(
-            kSlabAddr, qColsAddr,
-            SmallVector<Value>(nS, LLVM::UndefOp::create(b, loc, f32)));
-        SmallVector<Value> dpAcc = transposedProductChain(
-            vSlabAddr, doColsAddr,
-            SmallVector<Value>(nS, LLVM::UndefOp::create(b, loc, f32)));
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+        // The committed wgmma groups not yet waited for, oldest first: an
+        // op waits for the groups of the MMA results it reads, and with
+        // them for every older one.
+        SmallVector<Value> pending;
+        auto commitGroup = [&](Value result) { pending.push_back(result); };
+        auto waitFor = [&](Value result) {
+          auto at = llvm::find(pending, result);
+          if (at == pending.end())
+            return;
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending.end() - at - 1);
+          pending.erase(pending.begin(), at + 1);
+        };
 
-        if (s.softcap > 0) {
-          Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
-          for (Value &v : sAcc)
-            v = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(v, in)), out);
-        }
-        SmallVector<Value> capped = sAcc;
-        // Mask only blocks that cross the end of the keys, the diagonal or a
-        // window edge (the key grid's scf.if around fa3.mask).
-        Value needMask = keyGrid.needsMask(b, divu(it, perHead),
-                                           add(qbLo, remu(it, perHead)));
-        SmallVector<Value> masked =
-            maskFragment(sAcc, needMask, [&](int64_t r) {
-              Value key = keyRow[(r % 4) / 2];
-              Value query = add(
-                  add(add(qStart, qCol0), ci((r / 4) * 8 + r % 2)), colInBlock);
-              return keyHidden(query, key, seqK, offset, left, right);
-            });
-
+        // The ring slot's tiles: the first ring op waits for them to land.
+        bool landed = false;
+        Value qRowsOff, qAddr, qColsAddr, doAddr, doColsAddr;
+        auto land = [&] {
+          if (landed)
+            return;
+          waitParity(barFull(stage), parity);
+          landed = true;
+          // This warpgroup's query rows of the Q and dO tiles (whole 8-row
+          // swizzle atoms).
+          qRowsOff = mul(qCol0, ci(kAtomBytes));
+        };
         // LSE₂ and Δ of this thread's query columns, from shared memory.
-        Value statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
-        Value statCol = mul(add(qCol0, colInBlock), ci(4));
-        // Pᵀ while dPᵀ's wgmmas run; then dSᵀ.
-        SmallVector<Value> p = recomputeProbs(masked, statsPtr, statCol);
-        // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ =
-        // Pᵀ ∘ (Z ∘ dPᵀ − Δ), Z regenerated while dPᵀ's wgmmas run.
-        SmallVector<Value> keepScale, pDropped = p;
-        if (s.dropout > 0)
-          std::tie(keepScale, pDropped) =
-              applyDropout(dropoutGen, p, batch, head, qStart, qCol0, keyRow[0],
-                           colInBlock, qCols);
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-        SmallVector<Value> ds =
-            softmaxGrad(p, dpAcc, keepScale, capped, statsPtr, statCol);
+        Value statsPtr, statCol;
+        auto statistics = [&] {
+          if (statsPtr)
+            return;
+          statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
+          statCol = mul(add(qCol0, colInBlock), ci(4));
+        };
+        // Dropout's keep factors (one mask for Pᵀ and dPᵀ), and the dPᵀ
+        // that fa3.dropout scales by them (applied in fa3.softmax_grad).
+        SmallVector<Value> keepScale;
+        DenseMap<Value, Value> droppedGradProbs;
 
-        SmallVector<SmallVector<Value>> pFrag, dsFrag;
-
-        // Pᵀ and dSᵀ tiles in shared memory: row = key, 64 query columns =
-        // one 128-byte swizzled row (exactly the K-major layout of A for
-        // dV += Pᵀ dO and dK += dSᵀ Q, and the MN-major one of dS for dQ).
-        // With two buffers, step it's were last read by step it − 2's
+        // The step's Pᵀ and dSᵀ tiles in shared memory: row = key, 64 query
+        // columns = one 128-byte swizzled row (exactly the K-major layout of
+        // A for dV += Pᵀ dO and dK += dSᵀ Q, and the MN-major one of dS for
+        // dQ). With two buffers, step it's were last read by step it − 2's
         // wgmmas, which every warpgroup has waited for before it reached
         // step it − 1's barrier below; with one, every warpgroup must first
         // be done with the previous step's (a barrier before the stores).
         bool doubleDS = s.dsBuffers() == 2;
-        Value dsOff = doubleDS ? mul(andi(it, ci(1)), ci(dsTileBytes)) : ci(0);
-        Value dsAddr = add(dsBase, dsOff);
-        Value pAddr = add(pBase, dsOff);
-        auto storeTile = [&](ArrayRef<SmallVector<Value>> frag,
-                             int64_t tileOffset) {
-          storeTransposedTile(frag, add(ci(tileOffset), dsOff), slab, rowInSlab,
-                              qCol0, lane);
+        Value dsOff, dsAddr, pAddr, sliceOff;
+        auto sharedTiles = [&] {
+          if (dsOff)
+            return;
+          dsOff = doubleDS ? mul(andi(it, ci(1)), ci(dsTileBytes)) : ci(0);
+          dsAddr = add(dsBase, dsOff);
+          pAddr = add(pBase, dsOff);
+          sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
         };
-
+        auto packFragments = [&](ArrayRef<Value> values) {
+          SmallVector<SmallVector<Value>> frag;
+          for (int64_t k = 0; k < qCols / 16; ++k)
+            frag.push_back(packAFragment(values, k));
+          return frag;
+        };
         // dV += Pᵀ dO and dK += dSᵀ Q over this warpgroup's head-dim slice,
         // dO and Q read MN-major. A warpgroup that owns its key rows holds
         // all of Pᵀ and dSᵀ and reads A from registers; where the
         // warpgroups split the query columns, A is read from the shared
-        // tiles after the barrier. dK's wgmmas are issued after dQ's first,
-        // so they run while dQ is added to the accumulator (FA3's order).
-        Value sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
+        // tiles after the barrier.
         auto descMNMajor = [&](Value tileAddr, int64_t k) {
           return descriptor(
               add(add(tileAddr, sliceOff), ci(k * 16 * kAtomBytes)),
@@ -937,9 +936,9 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
               add(tileAddr, ci((k / 4) * bn * kAtomBytes + (k % 4) * 32)), 16,
               1024);
         };
-        auto issueKV = [&](SmallVector<Value> &acc,
-                           ArrayRef<SmallVector<Value>> frag, Value tileAddr,
-                           Value operandAddr) {
+        auto issueKeyProduct = [&](SmallVector<Value> acc,
+                                   ArrayRef<SmallVector<Value>> frag,
+                                   Value tileAddr, Value operandAddr) {
           for (int64_t k = 0; k < bm / 16; ++k)
             acc =
                 splitQueries
@@ -948,27 +947,16 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
                               /*transA=*/false, /*transB=*/true)
                     : wgmmaRS(acc, frag[k], descMNMajor(operandAddr, k));
           NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          return acc;
         };
-        auto issueDV = [&] {
-          NVVM::WgmmaFenceAlignedOp::create(b, loc);
-          issueKV(dV, pFrag, pAddr, doAddr);
-        };
-        auto issueDK = [&] { issueKV(dK, dsFrag, dsAddr, qAddr); };
-        auto packFragments = [&](ArrayRef<Value> values) {
-          SmallVector<SmallVector<Value>> frag;
-          for (int64_t k = 0; k < qCols / 16; ++k)
-            frag.push_back(packAFragment(values, k));
-          return frag;
-        };
-        pFrag = packFragments(pDropped);
-        // dV's wgmmas run while dSᵀ goes to shared memory.
-        if (!splitQueries)
-          issueDV();
-        dsFrag = packFragments(ds);
 
+        // dSᵀ (what dQ's fa3.pv reads; Pᵀ ∘ Z too where the warpgroups split
+        // the query columns) published in shared memory, once per step.
         // The previous step's bulk reduces have read their staging buffers
         // before anyone of the warpgroup writes them again (after the
         // barrier that follows the stores).
+        SmallVector<SmallVector<Value>> pFrag, dsFrag;
+        bool published = false;
         auto waitStagingRead = [&] {
           if (!viaSmem)
             return;
@@ -977,68 +965,210 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
             scf::YieldOp::create(b, loc);
           });
         };
-        if (!doubleDS) {
-          waitStagingRead();
+        auto storeTile = [&](ArrayRef<SmallVector<Value>> frag,
+                             int64_t tileOffset) {
+          storeTransposedTile(frag, add(ci(tileOffset), dsOff), slab, rowInSlab,
+                              qCol0, lane);
+        };
+        auto publish = [&] {
+          if (published)
+            return;
+          published = true;
+          dsFrag = packFragments(regs.lookup(dsOfStep));
+          if (!doubleDS) {
+            waitStagingRead();
+            namedBarrier(1, s.numConsumerThreads());
+          }
+          if (splitQueries)
+            storeTile(pFrag, offP);
+          storeTile(dsFrag, offDS);
+          fenceProxyAsyncShared();
+          if (doubleDS)
+            waitStagingRead();
           namedBarrier(1, s.numConsumerThreads());
-        }
-        if (splitQueries)
-          storeTile(pFrag, offP);
-        storeTile(dsFrag, offDS);
-        fenceProxyAsyncShared();
-        if (doubleDS)
-          waitStagingRead();
-        namedBarrier(1, s.numConsumerThreads());
-        if (splitQueries)
-          issueDV();
+        };
 
-        // Deterministic: the key blocks add their dQ partials of (head,
-        // query block) in key-block order (waitDQTurn).
+        // dQ's chunks: the first is issued by fa3.pv, the rest by
+        // fa3.accumulate_tile as it adds the one before (dK's wgmmas run
+        // while the first is added). Deterministic: the key blocks add their
+        // dQ partials of (head, query block) in key-block order.
+        SmallVector<Value> dqChunk;
         Value turnPtr;
-        if (s.deterministic)
-          turnPtr = waitDQTurn(
-              turnsPtr, kBlock, qStart, offset,
-              [&](Value qb) {
-                // The counter of (batch, head, query block); varlen: of
-                // the statistics' row block.
-                if (s.varlen)
-                  return divu(statIndex(head, qStart), cl(bm));
-                Value blocks = divu(seqPad, ci(bm));
-                return add(
-                    mul(add(mul(sext64(batch), cl(s.numQHeads)), sext64(head)),
-                        sext64(blocks)),
-                    sext64(qb));
-              },
-              isConsumer0);
+        auto dqAccRow = [&] {
+          return statIndex(head, add(qStart, mul(qBlock, ci(64))));
+        };
 
-        // dQ += dS K for this warpgroup's share, dK's wgmmas issued after
-        // its first chunk.
-        addDQPartials(
-            dqShare, dsAddr, base, offK, accPtr,
-            [&] { return statIndex(head, add(qStart, mul(qBlock, ci(64)))); },
-            issueDK, wg, tInWG, isIssuer, offDQ);
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-        if (s.deterministic)
-          passDQTurn(turnPtr, isConsumer0);
-
-        // Release the ring slot. Without a producer, warp 0 refills it once
-        // every thread is done.
-        arrive(barEmpty(stage));
-        if (!producer) {
-          Value next = add(it, ci(s.stages));
-          Value refill = andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                              cmp(arith::CmpIPredicate::slt, next, numIters));
-          scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-            waitParity(barEmpty(stage), parity);
-            scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
-              issueStep(stage, next);
-              scf::YieldOp::create(b, loc);
-            });
-            scf::YieldOp::create(b, loc);
-          });
+        for (Operation &op : stepOps) {
+          if (isKernelScalar(&op, kernelFunc) ||
+              (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+            continue;
+          if (auto load = dyn_cast<LoadTileOp>(op)) {
+            land();
+            if (gradStepTileOf(load.getResult(), kernelFunc) ==
+                GradStepTile::Query) {
+              qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
+              qColsAddr = add(qAddr, qRowsOff);
+            } else {
+              doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
+              doColsAddr = add(doAddr, qRowsOff);
+            }
+          } else if (isa<LoadStatsOp>(op)) {
+            // Read at their first use (fa3.recompute_probs).
+            land();
+          } else if (auto qk = dyn_cast<QKOp>(op)) {
+            // Sᵀ = K Qᵀ or dPᵀ = V dOᵀ, K-major operands. The first wgmma
+            // ignores its accumulator (scale-d = 0): undefined inputs need
+            // no register moves between wgmmas. Each commits its own group:
+            // Pᵀ = exp2(…) needs only Sᵀ and runs while dPᵀ's wgmmas do.
+            bool isS = gradStepTileOf(qk.getQuery(), kernelFunc) ==
+                       GradStepTile::Query;
+            regs[qk.getResult()] = transposedProductChain(
+                isS ? kSlabAddr : vSlabAddr, isS ? qColsAddr : doColsAddr,
+                SmallVector<Value>(nS, LLVM::UndefOp::create(b, loc, f32)));
+            commitGroup(qk.getResult());
+          } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+            waitFor(softcap.getScores());
+            SmallVector<Value> v = regs.lookup(softcap.getScores());
+            Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
+            for (Value &x : v)
+              x = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(x, in)), out);
+            regs[softcap.getResult()] = v;
+          } else if (auto maskIf = dyn_cast<scf::IfOp>(op)) {
+            // The key grid's scf.if around fa3.mask: mask only blocks that
+            // cross the end of the keys, the diagonal or a window edge.
+            MaskOp mask = *maskIf.thenBlock()->getOps<MaskOp>().begin();
+            waitFor(mask.getScores());
+            Value needMask = keyGrid.needsMask(b, divu(it, perHead),
+                                               add(qbLo, remu(it, perHead)));
+            regs[maskIf.getResult(0)] = maskFragment(
+                regs.lookup(mask.getScores()), needMask, [&](int64_t r) {
+                  Value key = keyRow[(r % 4) / 2];
+                  Value query =
+                      add(add(add(qStart, qCol0), ci((r / 4) * 8 + r % 2)),
+                          colInBlock);
+                  return keyHidden(query, key, seqK, offset, left, right);
+                });
+          } else if (auto probs = dyn_cast<RecomputeProbsOp>(op)) {
+            waitFor(probs.getScores());
+            statistics();
+            regs[probs.getResult()] = recomputeProbs(
+                regs.lookup(probs.getScores()), statsPtr, statCol);
+          } else if (auto drop = dyn_cast<DropoutOp>(op)) {
+            // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ
+            // = Pᵀ ∘ (Z ∘ dPᵀ − Δ), Z regenerated (from Pᵀ's fa3.dropout)
+            // while dPᵀ's wgmmas run.
+            if (drop.getProbs().getDefiningOp<QKOp>()) {
+              droppedGradProbs[drop.getResult()] = drop.getProbs();
+              continue;
+            }
+            SmallVector<Value> dropped;
+            std::tie(keepScale, dropped) =
+                applyDropout(dropoutGen, regs.lookup(drop.getProbs()), batch,
+                             head, qStart, qCol0, keyRow[0], colInBlock, qCols);
+            regs[drop.getResult()] = dropped;
+          } else if (auto grad = dyn_cast<SoftmaxGradOp>(op)) {
+            Value dp = grad.getGradProbs();
+            bool dropped = droppedGradProbs.count(dp);
+            if (dropped)
+              dp = droppedGradProbs.lookup(dp);
+            waitFor(dp);
+            statistics();
+            // Softcap's derivative (the fa3.softcap_grad of this dSᵀ) in the
+            // same pass.
+            auto capGrad = grad.getResult().hasOneUse()
+                               ? dyn_cast<SoftcapGradOp>(
+                                     *grad.getResult().getUsers().begin())
+                               : SoftcapGradOp();
+            SmallVector<Value> ds = softmaxGrad(
+                regs.lookup(grad.getProbs()), regs.lookup(dp),
+                dropped ? ArrayRef<Value>(keepScale) : ArrayRef<Value>(),
+                capGrad ? regs.lookup(capGrad.getCapped())
+                        : SmallVector<Value>(),
+                statsPtr, statCol);
+            regs[capGrad ? capGrad.getResult() : grad.getResult()] = ds;
+          } else if (isa<SoftcapGradOp>(op)) {
+            // Computed with its fa3.softmax_grad.
+          } else if (auto mma = dyn_cast<MmaTNOp>(op)) {
+            sharedTiles();
+            bool isDV = gradStepTileOf(mma.getRhs(), kernelFunc) ==
+                        GradStepTile::GradOutput;
+            SmallVector<Value> acc = regs.lookup(mma.getAcc());
+            if (isDV) {
+              // dV's wgmmas run while dSᵀ goes to shared memory; where the
+              // warpgroups split the query columns they read Pᵀ from there.
+              pFrag = packFragments(regs.lookup(mma.getLhs()));
+              if (splitQueries)
+                publish();
+              NVVM::WgmmaFenceAlignedOp::create(b, loc);
+              acc = issueKeyProduct(acc, pFrag, pAddr, doAddr);
+            } else {
+              acc = issueKeyProduct(acc, dsFrag, dsAddr, qAddr);
+            }
+            regs[mma.getResult()] = acc;
+            commitGroup(mma.getResult());
+          } else if (auto pv = dyn_cast<PVOp>(op)) {
+            sharedTiles();
+            publish();
+            if (s.deterministic)
+              turnPtr = waitDQTurn(
+                  turnsPtr, kBlock, qStart, offset,
+                  [&](Value qb) {
+                    // The counter of (batch, head, query block); varlen: of
+                    // the statistics' row block.
+                    if (s.varlen)
+                      return divu(statIndex(head, qStart), cl(bm));
+                    Value blocks = divu(seqPad, ci(bm));
+                    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
+                                       sext64(head)),
+                                   sext64(blocks)),
+                               sext64(qb));
+                  },
+                  isConsumer0);
+            dqChunk = issueDQChunk(dqShare, dsAddr, base, offK, 0);
+            commitGroup(pv.getResult());
+          } else if (auto addOp = dyn_cast<AccumulateTileOp>(op)) {
+            Value dq = addOp.getTile();
+            for (int64_t chunk = 0; chunk < numDQChunks(dqShare); ++chunk) {
+              waitFor(dq);
+              addDQChunk(dqChunk, dqShare, chunk, accPtr, dqAccRow(), wg, tInWG,
+                         isIssuer, base, offDQ);
+              if (chunk + 1 < numDQChunks(dqShare)) {
+                dqChunk = issueDQChunk(dqShare, dsAddr, base, offK, chunk + 1);
+                commitGroup(dq);
+              }
+            }
+          } else {
+            auto yield = cast<scf::YieldOp>(op);
+            // The step's last wgmmas complete before its ring slot goes back
+            // and before the turn passes.
+            NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+            pending.clear();
+            if (s.deterministic)
+              passDQTurn(turnPtr, isConsumer0);
+            // Release the ring slot. Without a producer, warp 0 refills it
+            // once every thread is done.
+            arrive(barEmpty(stage));
+            if (!producer) {
+              Value next = add(it, ci(s.stages));
+              Value refill =
+                  andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
+                       cmp(arith::CmpIPredicate::slt, next, numIters));
+              scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
+                waitParity(barEmpty(stage), parity);
+                scf::IfOp::create(b, loc, isThread0,
+                                  [&](OpBuilder &, Location) {
+                                    issueStep(stage, next);
+                                    scf::YieldOp::create(b, loc);
+                                  });
+                scf::YieldOp::create(b, loc);
+              });
+            }
+            SmallVector<Value> yields;
+            for (Value carried : yield.getOperands())
+              llvm::append_range(yields, regs.lookup(carried));
+            scf::YieldOp::create(b, loc, yields);
+          }
         }
-        SmallVector<Value> yields(dK);
-        yields.append(dV);
-        scf::YieldOp::create(b, loc, yields);
       });
 
   // The last bulk reduces complete before the CTA's shared memory goes.

@@ -343,6 +343,8 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
               "· group + g";
   grid.headLoop = headLoop;
   grid.queryLoop = queryLoop;
+  if (failed(checkGradStep(*queryLoop.getBody(), func)))
+    return failure();
   MaskOp mask;
   grid.forall.walk([&](MaskOp op) { mask = op; });
   grid.mask = mask;
@@ -386,6 +388,100 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   return grid;
 }
 
+GradStepTile mlir::fa3::detail::gradStepTileOf(Value tile, func::FuncOp func) {
+  auto load = tile.getDefiningOp<LoadTileOp>();
+  if (!load)
+    return GradStepTile::Other;
+  Value source = load.getSource();
+  if (auto view = source.getDefiningOp<tensor::ExpandShapeOp>())
+    source = view.getSrc();
+  if (source == func.getArgument(1))
+    return GradStepTile::Query;
+  if (source == func.getArgument(0))
+    return GradStepTile::GradOutput;
+  return GradStepTile::Other;
+}
+
+LogicalResult mlir::fa3::detail::checkGradStep(Block &step, func::FuncOp func) {
+  // The MMAs and the softmax gradient in the order the kernel issues them.
+  enum Kind { SProduct, DPProduct, Grad, DVProduct, DQProduct, DKProduct, Add };
+  SmallVector<Kind> order;
+  SmallVector<Operation *> mmas;
+  Operation *previous = nullptr;
+  bool dpAfterS = false;
+  for (Operation &op : step) {
+    if (isKernelScalar(&op, func) ||
+        (op.getNumResults() == 1 && splatValue(op.getResult(0))))
+      continue;
+    auto maskIf = dyn_cast<scf::IfOp>(op);
+    bool isMask = maskIf && maskIf.getNumResults() == 1 &&
+                  !maskIf.thenBlock()->getOps<MaskOp>().empty();
+    if (auto qk = dyn_cast<QKOp>(op)) {
+      bool s = gradStepTileOf(qk.getQuery(), func) == GradStepTile::Query;
+      // dPᵀ's product comes right after Sᵀ's: nothing but index
+      // arithmetic between them.
+      dpAfterS |= !s && previous && isa<QKOp>(previous);
+      order.push_back(s ? SProduct : DPProduct);
+    } else if (auto mma = dyn_cast<MmaTNOp>(op)) {
+      order.push_back(gradStepTileOf(mma.getRhs(), func) ==
+                              GradStepTile::GradOutput
+                          ? DVProduct
+                          : DKProduct);
+    } else if (isa<PVOp>(op)) {
+      order.push_back(DQProduct);
+    } else if (isa<AccumulateTileOp>(op)) {
+      order.push_back(Add);
+    } else if (auto grad = dyn_cast<SoftmaxGradOp>(op)) {
+      order.push_back(Grad);
+      // Softcap's derivative is applied in the same pass over dSᵀ.
+      bool capped = llvm::any_of(step.getOps<SoftcapGradOp>(),
+                                 [](SoftcapGradOp) { return true; });
+      if (capped && (!grad.getResult().hasOneUse() ||
+                     !isa<SoftcapGradOp>(*grad.getResult().getUsers().begin())))
+        return grad.emitOpError()
+               << "is not the one fa3.softcap_grad's operand: the Hopper "
+                  "backward applies softcap's derivative to dSᵀ as it "
+                  "computes it";
+    } else if (!isa<LoadTileOp, LoadStatsOp, SoftcapOp, RecomputeProbsOp,
+                    DropoutOp, SoftcapGradOp, scf::YieldOp>(op) &&
+               !isMask) {
+      return op.emitOpError()
+             << "is not an op the Hopper backward's step emits (tile loads "
+                "and statistics, fa3.qk, fa3.softcap, the masked scf.if, "
+                "fa3.recompute_probs, fa3.dropout, fa3.softmax_grad, "
+                "fa3.softcap_grad, fa3.mma_tn, fa3.pv, fa3.accumulate_tile "
+                "and index arithmetic)";
+    } else {
+      previous = &op;
+      continue;
+    }
+    mmas.push_back(&op);
+    previous = &op;
+  }
+  const Kind expected[] = {SProduct,  DPProduct, Grad, DVProduct,
+                           DQProduct, DKProduct, Add};
+  if (!llvm::equal(order, expected) || !dpAfterS)
+    return (mmas.empty() ? step.getParentOp() : mmas.front())->emitOpError()
+           << "is in a backward step whose MMAs are not where the Hopper "
+              "kernel issues them: expected dPᵀ's fa3.qk right after Sᵀ's, "
+              "then fa3.softmax_grad, dV's fa3.mma_tn, dQ's fa3.pv, dK's "
+              "fa3.mma_tn and the fa3.accumulate_tile (fa3-grad-mma-order's "
+              "order)";
+  // The kernel carries dK, then dV.
+  auto yield = cast<scf::YieldOp>(step.getTerminator());
+  auto carried = [&](unsigned i) {
+    auto mma = yield.getNumOperands() == 2
+                   ? yield.getOperand(i).getDefiningOp<MmaTNOp>()
+                   : MmaTNOp();
+    return mma ? gradStepTileOf(mma.getRhs(), func) : GradStepTile::Other;
+  };
+  if (carried(0) != GradStepTile::Query ||
+      carried(1) != GradStepTile::GradOutput)
+    return yield.emitOpError()
+           << "expected the backward step to carry dK, then dV";
+  return success();
+}
+
 namespace {
 /// GradKeyGridReplay by replaying the key grid's IR: the grid's induction
 /// variables are the block ids, its extents the grid dims, Sq and Sk the
@@ -417,6 +513,8 @@ public:
     return {replay(b, grid.queryLoop.getLowerBound(), entry),
             replay(b, grid.queryLoop.getUpperBound(), entry)};
   }
+
+  Block &stepBody() override { return *grid.queryLoop.getBody(); }
 
   Value needsMask(OpBuilder &b, Value g, Value qb) override {
     DenseMap<Value, Value> step = entry;

@@ -153,6 +153,19 @@ FailureOr<GradKeyGrid> matchGradKeyGrid(func::FuncOp func);
 /// kernel (see GradKeyGridReplay).
 std::unique_ptr<GradKeyGridReplay> replayGradKeyGrid(const GradKeyGrid &grid);
 
+/// The tile a value of the backward's step is loaded from: the query or
+/// dO tile, by the kernel function's argument its fa3.load_tile reads (a
+/// packed batch's through its [1, T, H, D] view), else Other.
+enum class GradStepTile { Query, GradOutput, Other };
+GradStepTile gradStepTileOf(Value tile, func::FuncOp func);
+
+/// The ops of the backward's step (the query loop's body `step`) are the
+/// ones the main kernel emits, in fa3-grad-mma-order's order: Sᵀ's and
+/// dPᵀ's fa3.qk back to back, then the elementwise ops, then dV's
+/// fa3.mma_tn, dQ's fa3.pv, dK's fa3.mma_tn and the fa3.accumulate_tile;
+/// the loop carries dK, then dV. A diagnostic otherwise.
+LogicalResult checkGradStep(Block &step, func::FuncOp func);
+
 /// Index (or i1) arithmetic that the kernel emits in i32, and the
 /// index_cast of an i32 length to an index.
 bool isScalarOp(Operation *op);

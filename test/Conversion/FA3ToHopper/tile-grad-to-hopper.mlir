@@ -1,17 +1,18 @@
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize),convert-fa3-tile-to-hopper))" | FileCheck %s
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize),convert-fa3-tile-to-hopper))" | FileCheck %s
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true})))" | FileCheck %s --check-prefix=TILE
 // RUN: not fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true}),convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=NO-WS
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/fa3.accumulate_tile \(.*\) {ordered}/fa3.accumulate_tile \1/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=RENAMED
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize,fa3-order-grid),convert-fa3-tile-to-hopper))" | FileCheck %s --check-prefix=ORDERED
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize,fa3-order-grid),convert-fa3-tile-to-hopper))" | FileCheck %s --check-prefix=ORDERED
+// RUN: not fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize),convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=MMA-ORDER
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/\(fa3.load_tile %arg2\[%arg8, \)%13/\1%dim_2/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=KEY-ROW
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/\(fa3.load_tile %arg2\[\)%arg8/\1%dim_4/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=KEY-BATCH
-// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-warp-specialize)))" \
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/\(fa3.load_tile %arg1\[%arg8, \)%32/\1%20/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=STEPS
 
@@ -53,6 +54,10 @@
 // ORDERED: nvvm.read.ptx.sreg.nctaid.z : i32
 // ORDERED: arith.divui %[[L]], %{{.+}} : i32
 // ORDERED: llvm.func @[[NAME]]_post(
+
+// The kernel emits the step op by op in fa3-grad-mma-order's order; fa3-tile's
+// own order (dV's fa3.mma_tn before dPᵀ's fa3.qk) is not one it builds.
+// MMA-ORDER: error: 'fa3.qk' op is in a backward step whose MMAs are not where the Hopper kernel issues them: expected dPᵀ's fa3.qk right after Sᵀ's, then fa3.softmax_grad, dV's fa3.mma_tn, dQ's fa3.pv, dK's fa3.mma_tn and the fa3.accumulate_tile (fa3-grad-mma-order's order)
 
 // Key grid coordinates the kernel does not compute: a K tile row that is
 // not key block · block_n, a batch read from anything but the grid.

@@ -388,6 +388,9 @@ public:
   /// Whether the step of query head `g` of the group (0 .. Hq/Hkv) at query
   /// block `qb` needs the mask (i1), emitted where `b` is.
   virtual Value needsMask(OpBuilder &b, Value g, Value qb) = 0;
+  /// The tile ops of one step (one query block of one query head against
+  /// the CTA's key block), in the order the kernel emits them.
+  virtual Block &stepBody() = 0;
 };
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
