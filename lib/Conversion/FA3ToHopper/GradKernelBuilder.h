@@ -23,6 +23,40 @@
 
 namespace mlir::fa3::detail {
 
+/// Where the main kernel keeps its tiles in shared memory: byte offsets from
+/// the 1024-byte aligned base. K and V (block_n rows each), the ring of
+/// `stages` Q and dO tiles (block_m rows each), `dsBuffers` dSᵀ tiles (and
+/// as many Pᵀ tiles where the warpgroups split the query columns), the
+/// ring's LSE₂ and Δ (4·block_m bytes each a stage), the dQ staging tiles
+/// (one a warpgroup, where dQ goes through shared memory) and the
+/// mbarriers (K/V, then the ring's full and empty ones).
+struct GradSmemLayout {
+  int64_t rowBytes; // one row of a K, V, Q or dO tile: D 16-bit values
+  int64_t dsTileBytes;
+  int64_t k, v, q, dO, dS, p, stats, dQ, barriers, end;
+
+  GradSmemLayout(const HopperAttentionGradSpec &s, int64_t dsBuffers,
+                 bool dQStaging) {
+    rowBytes = 2 * s.headDim;
+    dsTileBytes = s.blockN * s.blockM * 2;
+    k = 0;
+    v = s.blockN * rowBytes;
+    q = 2 * s.blockN * rowBytes;
+    dO = q + s.stages * s.blockM * rowBytes;
+    dS = dO + s.stages * s.blockM * rowBytes;
+    p = dS + dsBuffers * dsTileBytes;
+    stats = p + (s.splitQueryColumns() ? dsBuffers * dsTileBytes : 0);
+    dQ = stats + s.stages * 8 * s.blockM;
+    barriers = dQ + (dQStaging ? HopperAttentionGradSpec::kNumWarpgroups *
+                                     HopperAttentionGradSpec::kDQTileBytes
+                               : 0);
+    end = barriers + 8 * (1 + 2 * s.stages);
+  }
+  /// The dynamic shared memory the kernel asks for: the layout and the
+  /// alignment of its base.
+  int64_t bytes() const { return end + 1024; }
+};
+
 /// Writes the kernels of one HopperAttentionGradSpec into a GPU module, the
 /// main kernel's key grid replayed from the tile level by `keyGrid`.
 class GradKernelBuilder : public HopperCodegen {
@@ -204,6 +238,33 @@ private:
                   Value accPtr, Value accRow, Value wg, Value tInWG,
                   Value isIssuer, Value smemBase, int64_t stagingOffset);
   int64_t numDQChunks(const DQShare &share) const { return share.nWidth / 64; }
+
+  /// What the main kernel's step reads of the kernel around it: this
+  /// thread's place (warpgroup, key slab, fragment rows and columns), the
+  /// shared tiles' addresses, the CTA's key block and sequence, the steps'
+  /// query blocks and the ring (buildMain sets them up).
+  struct MainKernel {
+    Value base, kSlabAddr, vSlabAddr, dsBase, pBase;
+    Value tid, wg, lane, slab, slice, rowInSlab, colInBlock, qCol0;
+    Value keyRow[2];
+    Value tInWG, isIssuer, isThread0, isConsumer0;
+    Value batch, kBlock, seqK, offset, perHead, qbLo, numIters, seqPad;
+    Value turnsPtr, accPtr;
+    DropoutGenerator dropoutGen;
+    DQShare dqShare;
+    /// Step `it`'s (query head, first query row).
+    std::function<std::pair<Value, Value>(Value)> stepOf;
+    /// The statistics' row of (query head, query row).
+    std::function<Value(Value, Value)> statIndex;
+    /// The ring's full and empty mbarriers of a stage.
+    std::function<Value(Value)> barFull, barEmpty;
+    /// Loads step `it`'s ring tiles into a stage (no producer warpgroup).
+    std::function<void(Value, Value)> issueStep;
+  };
+  /// Step `it` of a consumer warpgroup's loop, `iters` the carried dK and
+  /// dV: the key grid's step ops one by one, then the loop's yield
+  /// (HopperGradKernelStep.cpp).
+  void emitStep(const MainKernel &k, Value it, ValueRange iters);
 
   /// Deterministic backward: consumer thread 0 spins until the dQ turn
   /// counter of this step's (batch, head, query block) reaches this key

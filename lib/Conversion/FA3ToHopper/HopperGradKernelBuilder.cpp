@@ -63,42 +63,6 @@ using namespace mlir;
 using namespace mlir::fa3;
 using namespace mlir::fa3::detail;
 
-namespace {
-/// Where the main kernel keeps its tiles in shared memory: byte offsets from
-/// the 1024-byte aligned base. K and V (block_n rows each), the ring of
-/// `stages` Q and dO tiles (block_m rows each), `dsBuffers` dSᵀ tiles (and
-/// as many Pᵀ tiles where the warpgroups split the query columns), the
-/// ring's LSE₂ and Δ (4·block_m bytes each a stage), the dQ staging tiles
-/// (one a warpgroup, where dQ goes through shared memory) and the
-/// mbarriers (K/V, then the ring's full and empty ones).
-struct GradSmemLayout {
-  int64_t rowBytes; // one row of a K, V, Q or dO tile: D 16-bit values
-  int64_t dsTileBytes;
-  int64_t k, v, q, dO, dS, p, stats, dQ, barriers, end;
-
-  GradSmemLayout(const HopperAttentionGradSpec &s, int64_t dsBuffers,
-                 bool dQStaging) {
-    rowBytes = 2 * s.headDim;
-    dsTileBytes = s.blockN * s.blockM * 2;
-    k = 0;
-    v = s.blockN * rowBytes;
-    q = 2 * s.blockN * rowBytes;
-    dO = q + s.stages * s.blockM * rowBytes;
-    dS = dO + s.stages * s.blockM * rowBytes;
-    p = dS + dsBuffers * dsTileBytes;
-    stats = p + (s.splitQueryColumns() ? dsBuffers * dsTileBytes : 0);
-    dQ = stats + s.stages * 8 * s.blockM;
-    barriers = dQ + (dQStaging ? HopperAttentionGradSpec::kNumWarpgroups *
-                                     HopperAttentionGradSpec::kDQTileBytes
-                               : 0);
-    end = barriers + 8 * (1 + 2 * s.stages);
-  }
-  /// The dynamic shared memory the kernel asks for: the layout and the
-  /// alignment of its base.
-  int64_t bytes() const { return end + 1024; }
-};
-} // namespace
-
 bool HopperAttentionGradSpec::dQThroughSharedMemory() const {
   // Each warpgroup's share of a step's dQ is one 64 × 64 tile at D <= 128
   // (64 columns each at D = 128; at D = 64 its own 64 query rows with
@@ -670,7 +634,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   const int64_t offDO = layout.dO, offDS = layout.dS, offP = layout.p;
   const int64_t offStats = layout.stats, offDQ = layout.dQ;
   const int64_t offBar = layout.barriers;
-  const int64_t dsTileBytes = layout.dsTileBytes;
   auto barKV = [&] { return smemAt(ci(offBar)); };
   auto barFull = [&](Value st) {
     return smemAt(add(ci(offBar + 8), mul(st, ci(8))));
@@ -693,7 +656,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   NVVM::Barrier0Op::create(b, loc);
 
   // The query rows that see some key of this block (as in fa3-tile).
-  int64_t left = s.windowLeft, right = s.windowRight;
   if (!s.varlen)
     kStart = mul(kBlock, ci(bn));
   Value offset = sub(seqK, seqQ);
@@ -810,7 +772,7 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   const bool splitQueries = s.splitQueryColumns();
   const int64_t qCols = splitQueries ? bm / 2 : bm;
   Value qCol0 = splitQueries ? mul(wg, ci(qCols)) : ci(0);
-  const int64_t nS = qCols / 2, nAcc = sliceW / 2;
+  const int64_t nAcc = sliceW / 2;
   Value base = smemAddr(smem);
   Value kSlabAddr = add(add(base, ci(offK)), mul(slab, ci(64 * kAtomBytes)));
   Value vSlabAddr = add(add(base, ci(offV)), mul(slab, ci(64 * kAtomBytes)));
@@ -838,337 +800,29 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value k0 = disjointDQ ? ci(0) : mul(slab, ci(64));
   const DQShare dqShare{n0, nWidth, k0, kRows, qBlock, splitRows, disjointDQ};
 
-  // The step's tile ops, emitted one by one in the IR's order (which
-  // fa3-grad-mma-order made FA3's and matchGradKeyGrid checked): the loop
-  // carries the query loop's values (dK, then dV) as nAcc registers each.
-  Block &stepOps = keyGrid.stepBody();
-  auto kernelFunc = stepOps.getParentOp()->getParentOfType<func::FuncOp>();
-  // dSᵀ as dQ's fa3.pv reads it (and so as the shared tile holds it).
-  Value dsOfStep = (*stepOps.getOps<PVOp>().begin()).getProbs();
+  const MainKernel kernel{base,       kSlabAddr,
+                          vSlabAddr,  dsBase,
+                          pBase,      tid,
+                          wg,         lane,
+                          slab,       slice,
+                          rowInSlab,  colInBlock,
+                          qCol0,      {keyRow[0], keyRow[1]},
+                          tInWG,      isIssuer,
+                          isThread0,  isConsumer0,
+                          batch,      kBlock,
+                          seqK,       offset,
+                          perHead,    qbLo,
+                          numIters,   seqPad,
+                          turnsPtr,   accPtr,
+                          dropoutGen, dqShare,
+                          stepOf,     statIndex,
+                          barFull,    barEmpty,
+                          issueStep};
   SmallVector<Value> init(2 * nAcc, cf(0));
   auto loop = scf::ForOp::create(
       b, loc, ci(0), numIters, ci(1), init,
       [&](OpBuilder &, Location, Value it, ValueRange iters) {
-        Value stage = remu(it, ci(s.stages));
-        Value parity = andi(divu(it, ci(s.stages)), ci(1));
-        auto [head, qStart] = stepOf(it);
-        // Each IR value of the step as this thread's registers.
-        DenseMap<Value, SmallVector<Value>> regs;
-        for (auto [i, carried] :
-             llvm::enumerate(stepOps.getArguments().drop_front()))
-          regs[carried] = SmallVector<Value>(iters.begin() + i * nAcc,
-                                             iters.begin() + (i + 1) * nAcc);
-
-        // The committed wgmma groups not yet waited for, oldest first: an
-        // op waits for the groups of the MMA results it reads, and with
-        // them for every older one.
-        SmallVector<Value> pending;
-        auto commitGroup = [&](Value result) { pending.push_back(result); };
-        auto waitFor = [&](Value result) {
-          auto at = llvm::find(pending, result);
-          if (at == pending.end())
-            return;
-          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending.end() - at - 1);
-          pending.erase(pending.begin(), at + 1);
-        };
-
-        // The ring slot's tiles: the first ring op waits for them to land.
-        bool landed = false;
-        Value qRowsOff, qAddr, qColsAddr, doAddr, doColsAddr;
-        auto land = [&] {
-          if (landed)
-            return;
-          waitParity(barFull(stage), parity);
-          landed = true;
-          // This warpgroup's query rows of the Q and dO tiles (whole 8-row
-          // swizzle atoms).
-          qRowsOff = mul(qCol0, ci(kAtomBytes));
-        };
-        // LSE₂ and Δ of this thread's query columns, from shared memory.
-        Value statsPtr, statCol;
-        auto statistics = [&] {
-          if (statsPtr)
-            return;
-          statsPtr = smemAt(add(ci(offStats), mul(stage, ci(8 * bm))));
-          statCol = mul(add(qCol0, colInBlock), ci(4));
-        };
-        // Dropout's keep factors (one mask for Pᵀ and dPᵀ), and the dPᵀ
-        // that fa3.dropout scales by them (applied in fa3.softmax_grad).
-        SmallVector<Value> keepScale;
-        DenseMap<Value, Value> droppedGradProbs;
-
-        // The step's Pᵀ and dSᵀ tiles in shared memory: row = key, 64 query
-        // columns = one 128-byte swizzled row (exactly the K-major layout of
-        // A for dV += Pᵀ dO and dK += dSᵀ Q, and the MN-major one of dS for
-        // dQ). With two buffers, step it's were last read by step it − 2's
-        // wgmmas, which every warpgroup has waited for before it reached
-        // step it − 1's barrier below; with one, every warpgroup must first
-        // be done with the previous step's (a barrier before the stores).
-        bool doubleDS = s.dsBuffers() == 2;
-        Value dsOff, dsAddr, pAddr, sliceOff;
-        auto sharedTiles = [&] {
-          if (dsOff)
-            return;
-          dsOff = doubleDS ? mul(andi(it, ci(1)), ci(dsTileBytes)) : ci(0);
-          dsAddr = add(dsBase, dsOff);
-          pAddr = add(pBase, dsOff);
-          sliceOff = mul(slice, ci((sliceW / kAtomCols) * bm * kAtomBytes));
-        };
-        auto packFragments = [&](ArrayRef<Value> values) {
-          SmallVector<SmallVector<Value>> frag;
-          for (int64_t k = 0; k < qCols / 16; ++k)
-            frag.push_back(packAFragment(values, k));
-          return frag;
-        };
-        // dV += Pᵀ dO and dK += dSᵀ Q over this warpgroup's head-dim slice,
-        // dO and Q read MN-major. A warpgroup that owns its key rows holds
-        // all of Pᵀ and dSᵀ and reads A from registers; where the
-        // warpgroups split the query columns, A is read from the shared
-        // tiles after the barrier.
-        auto descMNMajor = [&](Value tileAddr, int64_t k) {
-          return descriptor(
-              add(add(tileAddr, sliceOff), ci(k * 16 * kAtomBytes)),
-              bm * kAtomBytes, 1024);
-        };
-        // k-chunk k (16 query columns) of a Pᵀ or dSᵀ tile, K-major.
-        auto descKMajor = [&](Value tileAddr, int64_t k) {
-          return descriptor(
-              add(tileAddr, ci((k / 4) * bn * kAtomBytes + (k % 4) * 32)), 16,
-              1024);
-        };
-        auto issueKeyProduct = [&](SmallVector<Value> acc,
-                                   ArrayRef<SmallVector<Value>> frag,
-                                   Value tileAddr, Value operandAddr) {
-          for (int64_t k = 0; k < bm / 16; ++k)
-            acc =
-                splitQueries
-                    ? wgmmaSS(acc, descKMajor(tileAddr, k),
-                              descMNMajor(operandAddr, k), /*accumulate=*/true,
-                              /*transA=*/false, /*transB=*/true)
-                    : wgmmaRS(acc, frag[k], descMNMajor(operandAddr, k));
-          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-          return acc;
-        };
-
-        // dSᵀ (what dQ's fa3.pv reads; Pᵀ ∘ Z too where the warpgroups split
-        // the query columns) published in shared memory, once per step.
-        // The previous step's bulk reduces have read their staging buffers
-        // before anyone of the warpgroup writes them again (after the
-        // barrier that follows the stores).
-        SmallVector<SmallVector<Value>> pFrag, dsFrag;
-        bool published = false;
-        auto waitStagingRead = [&] {
-          if (!viaSmem)
-            return;
-          scf::IfOp::create(b, loc, isIssuer, [&](OpBuilder &, Location) {
-            ptxVoid("cp.async.bulk.wait_group.read 0;", "", {});
-            scf::YieldOp::create(b, loc);
-          });
-        };
-        auto storeTile = [&](ArrayRef<SmallVector<Value>> frag,
-                             int64_t tileOffset) {
-          storeTransposedTile(frag, add(ci(tileOffset), dsOff), slab, rowInSlab,
-                              qCol0, lane);
-        };
-        auto publish = [&] {
-          if (published)
-            return;
-          published = true;
-          dsFrag = packFragments(regs.lookup(dsOfStep));
-          if (!doubleDS) {
-            waitStagingRead();
-            namedBarrier(1, s.numConsumerThreads());
-          }
-          if (splitQueries)
-            storeTile(pFrag, offP);
-          storeTile(dsFrag, offDS);
-          fenceProxyAsyncShared();
-          if (doubleDS)
-            waitStagingRead();
-          namedBarrier(1, s.numConsumerThreads());
-        };
-
-        // dQ's chunks: the first is issued by fa3.pv, the rest by
-        // fa3.accumulate_tile as it adds the one before (dK's wgmmas run
-        // while the first is added). Deterministic: the key blocks add their
-        // dQ partials of (head, query block) in key-block order.
-        SmallVector<Value> dqChunk;
-        Value turnPtr;
-        auto dqAccRow = [&] {
-          return statIndex(head, add(qStart, mul(qBlock, ci(64))));
-        };
-
-        for (Operation &op : stepOps) {
-          if (isKernelScalar(&op, kernelFunc) ||
-              (op.getNumResults() == 1 && splatValue(op.getResult(0))))
-            continue;
-          if (auto load = dyn_cast<LoadTileOp>(op)) {
-            land();
-            if (gradStepTileOf(load.getResult(), kernelFunc) ==
-                GradStepTile::Query) {
-              qAddr = add(add(base, ci(offQ)), mul(stage, ci(bm * tile)));
-              qColsAddr = add(qAddr, qRowsOff);
-            } else {
-              doAddr = add(add(base, ci(offDO)), mul(stage, ci(bm * tile)));
-              doColsAddr = add(doAddr, qRowsOff);
-            }
-          } else if (isa<LoadStatsOp>(op)) {
-            // Read at their first use (fa3.recompute_probs).
-            land();
-          } else if (auto qk = dyn_cast<QKOp>(op)) {
-            // Sᵀ = K Qᵀ or dPᵀ = V dOᵀ, K-major operands. The first wgmma
-            // ignores its accumulator (scale-d = 0): undefined inputs need
-            // no register moves between wgmmas. Each commits its own group:
-            // Pᵀ = exp2(…) needs only Sᵀ and runs while dPᵀ's wgmmas do.
-            bool isS = gradStepTileOf(qk.getQuery(), kernelFunc) ==
-                       GradStepTile::Query;
-            regs[qk.getResult()] = transposedProductChain(
-                isS ? kSlabAddr : vSlabAddr, isS ? qColsAddr : doColsAddr,
-                SmallVector<Value>(nS, LLVM::UndefOp::create(b, loc, f32)));
-            commitGroup(qk.getResult());
-          } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
-            waitFor(softcap.getScores());
-            SmallVector<Value> v = regs.lookup(softcap.getScores());
-            Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
-            for (Value &x : v)
-              x = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(x, in)), out);
-            regs[softcap.getResult()] = v;
-          } else if (auto maskIf = dyn_cast<scf::IfOp>(op)) {
-            // The key grid's scf.if around fa3.mask: mask only blocks that
-            // cross the end of the keys, the diagonal or a window edge.
-            MaskOp mask = *maskIf.thenBlock()->getOps<MaskOp>().begin();
-            waitFor(mask.getScores());
-            Value needMask = keyGrid.needsMask(b, divu(it, perHead),
-                                               add(qbLo, remu(it, perHead)));
-            regs[maskIf.getResult(0)] = maskFragment(
-                regs.lookup(mask.getScores()), needMask, [&](int64_t r) {
-                  Value key = keyRow[(r % 4) / 2];
-                  Value query =
-                      add(add(add(qStart, qCol0), ci((r / 4) * 8 + r % 2)),
-                          colInBlock);
-                  return keyHidden(query, key, seqK, offset, left, right);
-                });
-          } else if (auto probs = dyn_cast<RecomputeProbsOp>(op)) {
-            waitFor(probs.getScores());
-            statistics();
-            regs[probs.getResult()] = recomputeProbs(
-                regs.lookup(probs.getScores()), statsPtr, statCol);
-          } else if (auto drop = dyn_cast<DropoutOp>(op)) {
-            // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ
-            // = Pᵀ ∘ (Z ∘ dPᵀ − Δ), Z regenerated (from Pᵀ's fa3.dropout)
-            // while dPᵀ's wgmmas run.
-            if (drop.getProbs().getDefiningOp<QKOp>()) {
-              droppedGradProbs[drop.getResult()] = drop.getProbs();
-              continue;
-            }
-            SmallVector<Value> dropped;
-            std::tie(keepScale, dropped) =
-                applyDropout(dropoutGen, regs.lookup(drop.getProbs()), batch,
-                             head, qStart, qCol0, keyRow[0], colInBlock, qCols);
-            regs[drop.getResult()] = dropped;
-          } else if (auto grad = dyn_cast<SoftmaxGradOp>(op)) {
-            Value dp = grad.getGradProbs();
-            bool dropped = droppedGradProbs.count(dp);
-            if (dropped)
-              dp = droppedGradProbs.lookup(dp);
-            waitFor(dp);
-            statistics();
-            // Softcap's derivative (the fa3.softcap_grad of this dSᵀ) in the
-            // same pass.
-            auto capGrad = grad.getResult().hasOneUse()
-                               ? dyn_cast<SoftcapGradOp>(
-                                     *grad.getResult().getUsers().begin())
-                               : SoftcapGradOp();
-            SmallVector<Value> ds = softmaxGrad(
-                regs.lookup(grad.getProbs()), regs.lookup(dp),
-                dropped ? ArrayRef<Value>(keepScale) : ArrayRef<Value>(),
-                capGrad ? regs.lookup(capGrad.getCapped())
-                        : SmallVector<Value>(),
-                statsPtr, statCol);
-            regs[capGrad ? capGrad.getResult() : grad.getResult()] = ds;
-          } else if (isa<SoftcapGradOp>(op)) {
-            // Computed with its fa3.softmax_grad.
-          } else if (auto mma = dyn_cast<MmaTNOp>(op)) {
-            sharedTiles();
-            bool isDV = gradStepTileOf(mma.getRhs(), kernelFunc) ==
-                        GradStepTile::GradOutput;
-            SmallVector<Value> acc = regs.lookup(mma.getAcc());
-            if (isDV) {
-              // dV's wgmmas run while dSᵀ goes to shared memory; where the
-              // warpgroups split the query columns they read Pᵀ from there.
-              pFrag = packFragments(regs.lookup(mma.getLhs()));
-              if (splitQueries)
-                publish();
-              NVVM::WgmmaFenceAlignedOp::create(b, loc);
-              acc = issueKeyProduct(acc, pFrag, pAddr, doAddr);
-            } else {
-              acc = issueKeyProduct(acc, dsFrag, dsAddr, qAddr);
-            }
-            regs[mma.getResult()] = acc;
-            commitGroup(mma.getResult());
-          } else if (auto pv = dyn_cast<PVOp>(op)) {
-            sharedTiles();
-            publish();
-            if (s.deterministic)
-              turnPtr = waitDQTurn(
-                  turnsPtr, kBlock, qStart, offset,
-                  [&](Value qb) {
-                    // The counter of (batch, head, query block); varlen: of
-                    // the statistics' row block.
-                    if (s.varlen)
-                      return divu(statIndex(head, qStart), cl(bm));
-                    Value blocks = divu(seqPad, ci(bm));
-                    return add(mul(add(mul(sext64(batch), cl(s.numQHeads)),
-                                       sext64(head)),
-                                   sext64(blocks)),
-                               sext64(qb));
-                  },
-                  isConsumer0);
-            dqChunk = issueDQChunk(dqShare, dsAddr, base, offK, 0);
-            commitGroup(pv.getResult());
-          } else if (auto addOp = dyn_cast<AccumulateTileOp>(op)) {
-            Value dq = addOp.getTile();
-            for (int64_t chunk = 0; chunk < numDQChunks(dqShare); ++chunk) {
-              waitFor(dq);
-              addDQChunk(dqChunk, dqShare, chunk, accPtr, dqAccRow(), wg, tInWG,
-                         isIssuer, base, offDQ);
-              if (chunk + 1 < numDQChunks(dqShare)) {
-                dqChunk = issueDQChunk(dqShare, dsAddr, base, offK, chunk + 1);
-                commitGroup(dq);
-              }
-            }
-          } else {
-            auto yield = cast<scf::YieldOp>(op);
-            // The step's last wgmmas complete before its ring slot goes back
-            // and before the turn passes.
-            NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-            pending.clear();
-            if (s.deterministic)
-              passDQTurn(turnPtr, isConsumer0);
-            // Release the ring slot. Without a producer, warp 0 refills it
-            // once every thread is done.
-            arrive(barEmpty(stage));
-            if (!producer) {
-              Value next = add(it, ci(s.stages));
-              Value refill =
-                  andi(cmp(arith::CmpIPredicate::ult, tid, ci(32)),
-                       cmp(arith::CmpIPredicate::slt, next, numIters));
-              scf::IfOp::create(b, loc, refill, [&](OpBuilder &, Location) {
-                waitParity(barEmpty(stage), parity);
-                scf::IfOp::create(b, loc, isThread0,
-                                  [&](OpBuilder &, Location) {
-                                    issueStep(stage, next);
-                                    scf::YieldOp::create(b, loc);
-                                  });
-                scf::YieldOp::create(b, loc);
-              });
-            }
-            SmallVector<Value> yields;
-            for (Value carried : yield.getOperands())
-              llvm::append_range(yields, regs.lookup(carried));
-            scf::YieldOp::create(b, loc, yields);
-          }
-        }
+        emitStep(kernel, it, iters);
       });
 
   // The last bulk reduces complete before the CTA's shared memory goes.
