@@ -216,8 +216,8 @@ def test_fp8_schedules_agree(d, causal):
     kernel's output: without a producer warpgroup, without the
     intra-warpgroup overlap, on a persistent grid and on a plain one, on
     192-row tiles of three consumer warpgroups at d128 (bit for bit: the
-    same key blocks in the same order), and with 256-, 192- and 64-key
-    blocks at d128, lazy rescaling and exponentials on the FMA pipe (other
+    same key blocks in the same order), with 256-, 192-, 128- and 64-key
+    blocks at d128 and 128-key blocks at d64, lazy rescaling and exponentials on the FMA pipe (other
     P roundings: within the reference bound of the test above)."""
     from fa3 import _jit, schedules
     from fa3._spec import AttentionSpec
@@ -234,6 +234,9 @@ def test_fp8_schedules_agree(d, causal):
                 "no_overlap": dict(default, intra_wg_overlap=False),
                 "persistent": dict(default, persistent=True),
                 "plain_grid": dict(default, persistent=False)}
+    if d == 64:
+        # The 128-key blocks d64 took before 192 became its default.
+        variants["n128"] = dict(default, block_n=128)
     if d == 128:
         variants["n256"] = dict(default, block_n=256, intra_wg_overlap=False)
         # 192-key blocks: V' in 64-key atoms (the 64-byte swizzle), the last

@@ -9,7 +9,7 @@
 // CHAIN: fa3.quantize %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_quantize_bf16_h4g2_d64_hadamard_s7, fa3.launch = {block_m = 128
 // CHAIN: fa3.quantize %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_quantize_bf16_h2g2_d64_hadamard_s7, fa3.launch = {block_m = 256
 // CHAIN: fa3.quantize %{{.+}} {fa3.kernel = @fa3_kernels::@fa3_quantize_bf16_h2g2_d64, fa3.launch
-// CHAIN: fa3.attention {{.+}}fa3.kernel = @fa3_kernels::@fa3_fwd_e4m3_d64_h4x2_m192n128s2_ws32x160_persistent_causal
+// CHAIN: fa3.attention {{.+}}fa3.kernel = @fa3_kernels::@fa3_fwd_e4m3_d64_h4x2_m192n192s2_ws32x160_persistent_causal
 // CHAIN: llvm.func @fa3_quantize_bf16_h4g2_d64_hadamard_s7_amax(
 // CHAIN: llvm.func @fa3_quantize_bf16_h4g2_d64_hadamard_s7_cast(
 

@@ -19,12 +19,13 @@
 // STORE: cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group
 // At D = 64 the e4m3 rows are 64 bytes (64-byte swizzle): 3 consumer
 // warpgroups and a producer, no pingpong, no overlap, a persistent grid
-// (the cost model's FP8 choice at d64 and for causal d128).
-// D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n128s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}(
+// (the cost model's FP8 choice at d64 and for causal d128); d64 with
+// 192-key blocks, S = Q Kᵀ m64n192k32.
+// D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n192s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}(
 // D64: setmaxnreg.inc.sync.aligned.u32 160;
-// D64-DAG: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){63}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
+// D64-DAG: wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){95}%[rf][0-9]+}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
 // D64-DAG: wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 {{{(%[rf][0-9]+, ){35}%[rf][0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
-// D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n128s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}_vt(
+// D64: .visible .entry fa3_fwd_e4m3_d64_h8x2_m192n192s2_ws32x160_persistent_causal_s{{[0-9a-f]+}}_vt(
 
 // 192-key blocks (block_n = 192, FA3's larger e4m3 key blocks): S = Q Kᵀ is
 // m64n192k32, and V' comes in three 64-key atoms (the 64-byte swizzle),

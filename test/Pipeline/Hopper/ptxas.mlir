@@ -29,16 +29,22 @@
 // RUN: fa3-run %S/Inputs/lazy-rescale.mlir --function=lr_fp8 --emit=ptx > %t.lrfp8.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.lrfp8.ptx -o %t.lrfp8.cubin 2>&1 | FileCheck %s --check-prefix=FP8
 
-// The FP8 kernels too (no spills at d64, d128 and d256).
+// The FP8 kernels too (no spills at d128 and d256; d64's 192 x 192 tile
+// spills 20 bytes at 160 registers a consumer thread, and still measured
+// 2-4% faster than its 128-key blocks without spills, SelectSchedule.cpp:
+// FP8D64 pins that amount so that more shows here).
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d128_causal --emit=ptx > %t.fp8d128.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.fp8d128.ptx -o %t.fp8d128.cubin 2>&1 | FileCheck %s --check-prefix=FP8
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d256 --emit=ptx > %t.fp8d256.ptx
 // RUN: %ptxas -arch=sm_90a -v %t.fp8d256.ptx -o %t.fp8d256.cubin 2>&1 | FileCheck %s --check-prefix=FP8
 // RUN: fa3-run %S/Inputs/fp8.mlir --function=fp8_d64_causal --emit=ptx > %t.fp8d64.ptx
-// RUN: %ptxas -arch=sm_90a -v %t.fp8d64.ptx -o %t.fp8d64.cubin 2>&1 | FileCheck %s --check-prefix=FP8
+// RUN: %ptxas -arch=sm_90a -v %t.fp8d64.ptx -o %t.fp8d64.cubin 2>&1 | FileCheck %s --check-prefix=FP8D64
 // FP8-NOT: {{C7508|C7517|C7519|C7520|error}}
 // FP8: Function properties for fa3_fwd_e4m3_{{[a-z0-9_]+}}_s{{[0-9a-f]+$}}
 // FP8-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// FP8D64-NOT: {{C7508|C7517|C7519|C7520|error}}
+// FP8D64: Function properties for fa3_fwd_e4m3_d64_{{[a-z0-9_]+}}_s{{[0-9a-f]+$}}
+// FP8D64-NEXT: 24 bytes stack frame, 20 bytes spill stores, 20 bytes spill loads
 
 // The FP8 preparation kernels (fa3.hadamard, fa3.quantize).
 // RUN: fa3-run %S/Inputs/fp8-prep.mlir --function=hadamard_d128 --emit=ptx > %t.had128.ptx

@@ -222,9 +222,16 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // (docs/Performance.md, 2026-12-07). FlashAttention-3 takes 224 at e4m3
   // d128, causal or not; here causal and persistent d128 kernels keep 128
   // (192 measured -4% / -5% causal at 8k / 4k on the H100, 2026-12-07,
-  // before the row sums and poly_exp2).
+  // before the row sums and poly_exp2; again -2% / -3% after them). d64
+  // (192-row persistent tiles) takes 192-key blocks too, FlashAttention-3's
+  // 192 x 160 rounded to whole 64-key V' atoms: on the H100 in sustained
+  // rounds (2026-12-07), 608 -> 621, 647 -> 664, 526 -> 542, 659 -> 678 and
+  // 304 -> 315 TFLOP/s at 8k causal, 8k, 4k causal, 16k and 1k causal
+  // (+2% to +4%).
   if (fp8)
-    blockN = headDim == 128 && !causal && !tiles.persistent ? 192 : 128;
+    blockN = headDim <= 64 || (headDim == 128 && !causal && !tiles.persistent)
+                 ? 192
+                 : 128;
   // Lazy rescaling (fa3-lazy-rescale, tau = 8) on the FP8 d256 kernel, in
   // alternating sustained rounds at 8k on the H100 (2026-12-07): causal
   // 1013-1030 -> 1045-1051 TFLOP/s (+2% to +3%, six rounds), non-causal
@@ -236,8 +243,9 @@ FailureOr<ScheduleAttr> mlir::fa3::selectSchedule(MLIRContext *context,
   // non-causal kernel: on the H100 at 8k, 855 -> 891 and 852 -> 890
   // TFLOP/s (+4.2%, +4.5%; two sustained runs of two rounds, 2026-12-07);
   // N = 6 and 4 gained less (+2.8%, +2.6%). On the 128-key kernels it lost:
-  // d128 causal 802 -> 795 (-0.9%), d64 causal 602 -> 591 (-1.8%).
-  int64_t polyExp2 = fp8 && blockN == 192 ? 8 : 0;
+  // d128 causal 802 -> 795 (-0.9%), d64 causal 602 -> 591 (-1.8%). d64's
+  // 192-key kernel: mixed (causal 620 -> 609, non-causal 665 -> 670), off.
+  int64_t polyExp2 = fp8 && headDim == 128 && blockN == 192 ? 8 : 0;
   return hopperForwardSchedule(context, tiles.blockM, blockN, tiles.persistent,
                                rescaleThreshold, polyExp2);
 }

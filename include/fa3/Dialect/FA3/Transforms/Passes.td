@@ -195,10 +195,12 @@ def FA3SelectSchedule : Pass<"fa3-select-schedule"> {
     with the consumers' full 160 registers; docs/Performance.md).
     One consumer (a `block-m=64` override) and four run without a producer.
     FP8 (e4m3) attentions take the same structure on 128-key blocks (V'
-    atoms), on a persistent grid at d <= 64, for causal d128 and for d128
-    over at most 1024 keys (where that measured faster on the H100,
-    docs/Performance.md); non-causal d128 on a plain grid takes 192-key
-    blocks (V' in 64-key atoms; +2% to +4% at 8k on the H100) with every
+    atoms) for causal d128, d128 over at most 1024 keys (where that
+    measured faster on the H100, docs/Performance.md) and d256; d <= 64
+    (on its persistent grid) takes 192-key blocks (FlashAttention-3's
+    192 x 160 rounded to whole 64-key V' atoms; +2% to +4% at 1k-16k on
+    the H100), and so does non-causal d128 on a plain grid (V' in 64-key
+    atoms; +2% to +4% at 8k on the H100), the latter with every
     8th exponential of P on the FMA pipe, `poly_exp2 = 8` (+4% at 8k on
     the H100; it lost 1-2% on the 128-key kernels), and d256 lazy
     rescaling with `rescale_threshold = 8` (+2% to +3% sustained at 8k on
