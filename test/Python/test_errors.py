@@ -142,7 +142,7 @@ def test_a_cast_fp8_attention_is_not_one_kernel():
 def test_poly_exp2_schedule_compiles_for_fp8_only():
     """`poly_exp2` (every N-th FP8 exponential on the FMA pipe) reaches the
     Python schedule helpers: the cost model writes 8 for the FP8 d128
-    192-key kernel and 0 for the 128-key ones (causal d128, d64), a schedule
+    192-key kernel and 0 for causal d128 (128 keys) and d64 (192 keys), a schedule
     with it compiles the FP8 forward to PTX with fewer ex2.approx (the
     kernel name says _pe8), and the bf16 forward refuses it by name."""
     from fa3 import _jit, schedules
@@ -150,9 +150,12 @@ def test_poly_exp2_schedule_compiles_for_fp8_only():
 
     fields = dict(_jit._module().select_forward_schedule(128, True, False, 8192, 8192))
     assert (fields["block_n"], fields["poly_exp2"]) == (192, 8)
-    for d, causal in ((128, True), (64, False), (64, True)):
-        other = dict(_jit._module().select_forward_schedule(d, True, causal, 8192, 8192))
-        assert (other["block_n"], other["poly_exp2"]) == (128, 0), (d, causal)
+    causal128 = dict(_jit._module().select_forward_schedule(128, True, True, 8192, 8192))
+    assert (causal128["block_n"], causal128["poly_exp2"]) == (128, 0)
+    # d64 takes 192-key blocks too, without poly_exp2 (mixed there).
+    for causal in (False, True):
+        d64 = dict(_jit._module().select_forward_schedule(64, True, causal, 8192, 8192))
+        assert (d64["block_n"], d64["poly_exp2"]) == (192, 0), causal
     fp8 = AttentionSpec("f8E4M3FN", 8, 2, 128, 128, False, 128 ** -0.5)
     base = fa3.compile_mlir(fp8.forward_mlir(schedules.schedule(**dict(fields, poly_exp2=0))), "attention",
                             device="ptx")
