@@ -144,7 +144,16 @@ def test_fp8_attribute_gpu_matches_model(case, hadamard, fa3_run, tmp_path):
     seen = np.isfinite(want_lse)  # causal rows with Sq > Sk may see no key
     np.testing.assert_array_equal(np.isneginf(lse), ~seen)
     lse_err = np.abs(lse[seen] - want_lse[seen])
-    assert (lse_err <= 2e-3 * (1 + np.abs(want_lse[seen]))).all(), lse_err.max()
+    if d < 256:
+        # Below d256 the kernel's row sum l is the PV wgmma's sum of the
+        # e4m3 P · 2^8 it multiplies (rowSumByMma, as in test_fp8_gpu.py):
+        # each term within 2^-4 relative or 2^-10 absolute of P · 2^8, the
+        # row max's term exact, so ln l is within ln(1 + 2^-4 + sk · 2^-18)
+        # of the exact (seen: 0.024-0.027 at sk = 1000, d64 and d128 causal).
+        lse_bound = 2e-3 + np.log1p(2.0 ** -4 + sk * 2.0 ** -18)
+        assert (lse_err <= lse_bound).all(), lse_err.max()
+    else:
+        assert (lse_err <= 2e-3 * (1 + np.abs(want_lse[seen]))).all(), lse_err.max()
 
 
 def test_table3_compiled_gpu(fa3_run, tmp_path):
@@ -170,5 +179,11 @@ def test_table3_compiled_gpu(fa3_run, tmp_path):
         rmse[hadamard] = float(np.sqrt(np.mean((o - want) ** 2)))
     print(f"FA3 Table 3 setup through fa3-cast-fp8 (d{d} s{s}): FP8 RMSE {rmse[False]:.2e}, "
           f"with Hadamard {rmse[True]:.2e} (FA3 paper: 2.4e-2 and 9.1e-3)")
-    assert rmse[True] < rmse[False]
-    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.0e-2, rmse
+    # The FA3 paper's 2.4e-2 and 9.1e-3 are FA3's own kernels; this one's
+    # P is rounded to e4m3 where its row sum and (on the d128 192-key
+    # kernel) every 8th exponential come from, and it measured 1.12e-2 and
+    # 1.19e-2 with Hadamard at this shape (compiled and Python paths, H100,
+    # 2026-12-07): Hadamard must still take off at least a third of the
+    # error, and both stay within ~1.1x of the measured values.
+    assert rmse[True] <= 2 / 3 * rmse[False], rmse
+    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.3e-2, rmse
