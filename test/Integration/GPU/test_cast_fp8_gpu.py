@@ -181,9 +181,10 @@ def test_table3_compiled_gpu(fa3_run, tmp_path):
           f"with Hadamard {rmse[True]:.2e} (FA3 paper: 2.4e-2 and 9.1e-3)")
     # The FA3 paper's 2.4e-2 and 9.1e-3 are FA3's own kernels; this one's
     # P is rounded to e4m3 where its row sum and (on the d128 192-key
-    # kernel) every 8th exponential come from, and it measured 1.12e-2 and
-    # 1.19e-2 with Hadamard at this shape (compiled and Python paths, H100,
-    # 2026-12-07): Hadamard must still take off at least a third of the
-    # error, and both stay within ~1.1x of the measured values.
+    # kernel) every 8th exponential come from. With Hadamard it measured
+    # 1.12e-2, 1.21e-2 and 1.26e-2 here (three seeds; without: 2.07e-2 to
+    # 2.27e-2) and 1.19e-2 on the Python path (H100, 2026-12-07): Hadamard
+    # must still take off at least a third of the error, and both stay
+    # within ~1.1x of the largest measured values.
     assert rmse[True] <= 2 / 3 * rmse[False], rmse
-    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.3e-2, rmse
+    assert rmse[False] <= 2.6e-2 and rmse[True] <= 1.4e-2, rmse
