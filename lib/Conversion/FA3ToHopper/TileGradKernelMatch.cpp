@@ -434,8 +434,7 @@ LogicalResult mlir::fa3::detail::checkGradStep(Block &step, func::FuncOp func) {
     } else if (auto grad = dyn_cast<SoftmaxGradOp>(op)) {
       order.push_back(Grad);
       // Softcap's derivative is applied in the same pass over dSᵀ.
-      bool capped = llvm::any_of(step.getOps<SoftcapGradOp>(),
-                                 [](SoftcapGradOp) { return true; });
+      bool capped = !step.getOps<SoftcapGradOp>().empty();
       if (capped && (!grad.getResult().hasOneUse() ||
                      !isa<SoftcapGradOp>(*grad.getResult().getUsers().begin())))
         return grad.emitOpError()
