@@ -181,9 +181,9 @@ private:
   /// Dropout's keep factors of one step's Pᵀ fragment and Pᵀ ∘ Z
   /// (definition).
   std::pair<SmallVector<Value>, SmallVector<Value>>
-  applyDropout(const DropoutGenerator &dropoutGen, ArrayRef<Value> p,
-               Value batch, Value head, Value qStart, Value qCol0,
-               Value keyRow0, Value colInBlock, int64_t qCols);
+  applyDropout(const DropoutGenerator &dropoutGen, float dropoutP,
+               ArrayRef<Value> p, Value batch, Value head, Value qStart,
+               Value qCol0, Value keyRow0, Value colInBlock, int64_t qCols);
 
   /// A barrier of the main kernel's consumer threads: a named barrier with
   /// a producer warpgroup, else the CTA's.
@@ -199,13 +199,13 @@ private:
   std::pair<Value, Value> loadStatPair(Value statsPtr, Value statCol,
                                        int64_t byteOffset, int64_t j);
   /// Pᵀ of one step's masked Sᵀ fragment (fa3.recompute_probs; definition).
-  SmallVector<Value> recomputeProbs(ArrayRef<Value> masked, Value statsPtr,
-                                    Value statCol);
+  SmallVector<Value> recomputeProbs(ArrayRef<Value> masked, float exp2Scale,
+                                    Value statsPtr, Value statCol);
   /// dSᵀ of one step (fa3.softmax_grad; definition).
   SmallVector<Value> softmaxGrad(ArrayRef<Value> p, ArrayRef<Value> dpAcc,
                                  ArrayRef<Value> keepScale,
-                                 ArrayRef<Value> capped, Value statsPtr,
-                                 Value statCol);
+                                 ArrayRef<Value> capped, float capFactor,
+                                 Value statsPtr, Value statCol);
 
   /// A Pᵀ or dSᵀ tile's A fragments `frag` (one per 16 query columns) to
   /// shared memory at `tileAddr`: row = key, 64 query columns a 128-byte
@@ -286,10 +286,11 @@ private:
     /// A key's row of the [*, Hkv, D] dK and dV.
     std::function<Value(Value)> rowOfKey;
   };
-  /// The main kernel's epilogue: dK = scale · `acc[0, nAcc)` and dV =
-  /// `acc[nAcc, 2 nAcc)` (this thread's fragments of its warpgroup's key
-  /// rows `keyRow` and head-dim slice `slice`) through shared memory, then
-  /// out in 16-byte pieces of rows (definition).
+  /// The main kernel's epilogue: dK and dV as the key grid stores them
+  /// (keyGrid.keyGradients(): a scale times carried value c, `acc[c·nAcc,
+  /// (c + 1)·nAcc)`, this thread's fragments of its warpgroup's key rows
+  /// `keyRow` and head-dim slice `slice`) through shared memory, then out
+  /// in 16-byte pieces of rows (definition).
   void storeKeyGradients(ArrayRef<Value> acc, Value dkPtr, Value dvPtr,
                          const KeyBlockRows &rows, ArrayRef<Value> keyRow,
                          Value slice, Value colInBlock, Value ctid,

@@ -208,10 +208,11 @@ GradKernelBuilder::transposedProductChain(Value slab, Value cols,
 /// pair.
 std::pair<SmallVector<Value>, SmallVector<Value>>
 GradKernelBuilder::applyDropout(const DropoutGenerator &dropoutGen,
-                                ArrayRef<Value> p, Value batch, Value head,
-                                Value qStart, Value qCol0, Value keyRow0,
-                                Value colInBlock, int64_t qCols) {
-  DropoutConstants constants = DropoutConstants::of(s.dropout);
+                                float dropoutP, ArrayRef<Value> p, Value batch,
+                                Value head, Value qStart, Value qCol0,
+                                Value keyRow0, Value colInBlock,
+                                int64_t qCols) {
+  DropoutConstants constants = DropoutConstants::of(dropoutP);
   Value threshold = ci(static_cast<int32_t>(constants.threshold));
   Value stream = add(mul(batch, ci(s.numQHeads)), head);
   Value odd = andi(keyRow0, ci(1));
@@ -278,11 +279,11 @@ std::pair<Value, Value> GradKernelBuilder::loadStatPair(Value statsPtr,
 }
 
 /// fa3.recompute_probs on the Sᵀ fragment: register 4j + e holds query
-/// column 8j + e % 2 (e < 4), Pᵀ = exp2(c·Sᵀ − LSE₂) with c = scale·log2(e).
+/// column 8j + e % 2 (e < 4), Pᵀ = exp2(c·Sᵀ − LSE₂) with c = the op's
+/// exp2_scale (scale·log2(e)).
 SmallVector<Value> GradKernelBuilder::recomputeProbs(ArrayRef<Value> masked,
-                                                     Value statsPtr,
+                                                     float c, Value statsPtr,
                                                      Value statCol) {
-  float c = s.scale * static_cast<float>(M_LOG2E);
   SmallVector<Value> p(masked.size());
   for (int64_t j = 0; j < static_cast<int64_t>(masked.size()) / 4; ++j) {
     auto [lse0, lse1] = loadStatPair(statsPtr, statCol, 0, j);
@@ -294,10 +295,11 @@ SmallVector<Value> GradKernelBuilder::recomputeProbs(ArrayRef<Value> masked,
 
 /// fa3.softmax_grad on the fragments: dSᵀ = Pᵀ ∘ (dPᵀ − Δ), dPᵀ times the
 /// dropout keep factors where there are any, times softcap's derivative
-/// 1 − tanh² (from the capped scores `capped`) with a softcap.
+/// 1 − tanh² = 1 − (capFactor · capped)² where `capped` (the capped
+/// scores) is not empty.
 SmallVector<Value> GradKernelBuilder::softmaxGrad(
     ArrayRef<Value> p, ArrayRef<Value> dpAcc, ArrayRef<Value> keepScale,
-    ArrayRef<Value> capped, Value statsPtr, Value statCol) {
+    ArrayRef<Value> capped, float capFactor, Value statsPtr, Value statCol) {
   SmallVector<Value> ds(p.size());
   for (int64_t j = 0; j < static_cast<int64_t>(p.size()) / 4; ++j) {
     auto [delta0, delta1] = loadStatPair(statsPtr, statCol, 4 * s.blockM, j);
@@ -305,8 +307,8 @@ SmallVector<Value> GradKernelBuilder::softmaxGrad(
       Value delta = r % 2 ? delta1 : delta0;
       Value dp = keepScale.empty() ? dpAcc[r] : fmul(dpAcc[r], keepScale[r]);
       ds[r] = fmul(p[r], fsub(dp, delta));
-      if (s.softcap > 0) {
-        Value t = fmul(capped[r], cf(s.scale / s.softcap));
+      if (!capped.empty()) {
+        Value t = fmul(capped[r], cf(capFactor));
         ds[r] = fmul(ds[r], fsub(cf(1), fmul(t, t)));
       }
     }
@@ -467,6 +469,13 @@ void GradKernelBuilder::storeKeyGradients(ArrayRef<Value> acc, Value dkPtr,
   assert(2 * epilogueTile <= stagingOffset &&
          "dK/dV tiles overlap the dQ staging");
   (void)stagingOffset;
+  // Element r of dK (tensor 0) or dV (1): the key grid's fa3.scale_cast of
+  // the accumulator it stores there.
+  std::array<GradKeyGradient, 2> stored = keyGrid.keyGradients();
+  auto scaled = [&](int64_t tensor, int64_t r) {
+    Value x = acc[stored[tensor].carried * nAcc + r];
+    return stored[tensor].scale == 1.0f ? x : fmul(x, cf(stored[tensor].scale));
+  };
   consumerBarrier();
   for (int64_t half = 0; half < 2; ++half) {
     Value rowOff = mul(sub(keyRow[half], rows.kStart), ci(epilogueRow));
@@ -474,8 +483,8 @@ void GradKernelBuilder::storeKeyGradients(ArrayRef<Value> acc, Value dkPtr,
       int64_t r = 4 * j + 2 * half;
       Value col = add(add(mul(slice, ci(sliceW)), ci(8 * j)), colInBlock);
       Value byte = add(rowOff, mul(col, ci(2)));
-      Value dk = pack(fmul(acc[r], cf(s.scale)), fmul(acc[r + 1], cf(s.scale)));
-      Value dv = pack(acc[nAcc + r], acc[nAcc + r + 1]);
+      Value dk = pack(scaled(0, r), scaled(0, r + 1));
+      Value dv = pack(scaled(1, r), scaled(1, r + 1));
       LLVM::StoreOp::create(b, loc, dk, smemAt(byte), /*alignment=*/4);
       LLVM::StoreOp::create(b, loc, dv, smemAt(add(byte, ci(epilogueTile))),
                             /*alignment=*/4);

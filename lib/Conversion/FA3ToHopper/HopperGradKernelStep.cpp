@@ -210,7 +210,9 @@ void GradKernelBuilder::emitStep(const MainKernel &k, Value it,
     } else if (auto softcap = dyn_cast<SoftcapOp>(op)) {
       waitFor(softcap.getScores());
       SmallVector<Value> v = regs.lookup(softcap.getScores());
-      Value in = cf(s.scale / s.softcap), out = cf(s.softcap / s.scale);
+      float scale = softcap.getScale().convertToFloat();
+      float cap = softcap.getSoftcap().convertToFloat();
+      Value in = cf(scale / cap), out = cf(cap / scale);
       for (Value &x : v)
         x = fmul(ptxUnary("tanh.approx.f32 $0, $1;", fmul(x, in)), out);
       regs[softcap.getResult()] = v;
@@ -232,8 +234,9 @@ void GradKernelBuilder::emitStep(const MainKernel &k, Value it,
     } else if (auto probs = dyn_cast<RecomputeProbsOp>(op)) {
       waitFor(probs.getScores());
       statistics();
-      regs[probs.getResult()] =
-          recomputeProbs(regs.lookup(probs.getScores()), statsPtr, statCol);
+      regs[probs.getResult()] = recomputeProbs(
+          regs.lookup(probs.getScores()), probs.getExp2Scale().convertToFloat(),
+          statsPtr, statCol);
     } else if (auto drop = dyn_cast<DropoutOp>(op)) {
       // Dropout (FlashAttention-2's backward): dV takes Pᵀ ∘ Z and dSᵀ
       // = Pᵀ ∘ (Z ∘ dPᵀ − Δ), Z regenerated (from Pᵀ's fa3.dropout)
@@ -244,8 +247,9 @@ void GradKernelBuilder::emitStep(const MainKernel &k, Value it,
       }
       SmallVector<Value> dropped;
       std::tie(keepScale, dropped) =
-          applyDropout(k.dropoutGen, regs.lookup(drop.getProbs()), k.batch,
-                       head, qStart, k.qCol0, k.keyRow[0], k.colInBlock, qCols);
+          applyDropout(k.dropoutGen, drop.getP().convertToFloat(),
+                       regs.lookup(drop.getProbs()), k.batch, head, qStart,
+                       k.qCol0, k.keyRow[0], k.colInBlock, qCols);
       regs[drop.getResult()] = dropped;
     } else if (auto grad = dyn_cast<SoftmaxGradOp>(op)) {
       Value dp = grad.getGradProbs();
@@ -255,16 +259,22 @@ void GradKernelBuilder::emitStep(const MainKernel &k, Value it,
       waitFor(dp);
       statistics();
       // Softcap's derivative (the fa3.softcap_grad of this dSᵀ) in the
-      // same pass.
+      // same pass: 1 − (capped · scale / softcap)².
       auto capGrad =
           grad.getResult().hasOneUse()
               ? dyn_cast<SoftcapGradOp>(*grad.getResult().getUsers().begin())
               : SoftcapGradOp();
-      SmallVector<Value> ds = softmaxGrad(
-          regs.lookup(grad.getProbs()), regs.lookup(dp),
-          dropped ? ArrayRef<Value>(keepScale) : ArrayRef<Value>(),
-          capGrad ? regs.lookup(capGrad.getCapped()) : SmallVector<Value>(),
-          statsPtr, statCol);
+      SmallVector<Value> capped;
+      float capFactor = 0;
+      if (capGrad) {
+        capped = regs.lookup(capGrad.getCapped());
+        capFactor = capGrad.getScale().convertToFloat() /
+                    capGrad.getSoftcap().convertToFloat();
+      }
+      SmallVector<Value> ds =
+          softmaxGrad(regs.lookup(grad.getProbs()), regs.lookup(dp),
+                      dropped ? ArrayRef<Value>(keepScale) : ArrayRef<Value>(),
+                      capped, capFactor, statsPtr, statCol);
       regs[capGrad ? capGrad.getResult() : grad.getResult()] = ds;
     } else if (isa<SoftcapGradOp>(op)) {
       // Computed with its fa3.softmax_grad.

@@ -266,11 +266,87 @@ static bool isQueryRow(Value row, scf::ForOp loop, int64_t blockM) {
   return isScaledInductionVar(row, loop, blockM);
 }
 
+/// The stores of dK and dV at the end of the key grid `grid` (see
+/// matchGradKeyGrid): each `fa3.parallel_store_tile` of the grid's
+/// `in_parallel` stores an `fa3.scale_cast` (through fa3-warp-specialize's
+/// consumers' `fa3.yield` where there is one) of a result of the head loop,
+/// which passes the query loop's carried value of the same number
+/// through, into the grid output that `func` returns as dK (result 1) or
+/// dV (result 2); dK's scale is `softmaxScale`, dV's 1.
+static FailureOr<std::array<GradKeyGradient, 2>>
+matchKeyGradients(func::FuncOp func, scf::ForallOp grid, scf::ForOp headLoop,
+                  scf::ForOp queryLoop, float softmaxScale) {
+  auto returned = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  // Which function result (1: dK, 2: dV) a grid output becomes.
+  auto resultOf = [&](Value v) -> std::optional<unsigned> {
+    if (v.hasOneUse())
+      if (auto view = dyn_cast<tensor::CollapseShapeOp>(*v.getUsers().begin()))
+        v = view.getResult();
+    for (OpOperand &use : v.getUses())
+      if (use.getOwner() == returned)
+        return use.getOperandNumber();
+    return std::nullopt;
+  };
+  // The head loop passes the query loop's carried values through.
+  auto yield = cast<scf::YieldOp>(headLoop.getBody()->getTerminator());
+  for (auto [i, arg] : llvm::enumerate(headLoop.getRegionIterArgs()))
+    if (queryLoop->getParentOp() != headLoop ||
+        yield.getOperand(i) != queryLoop.getResult(i) ||
+        queryLoop.getInitArgs()[i] != arg ||
+        !splatValue(headLoop.getInitArgs()[i]) ||
+        *splatValue(headLoop.getInitArgs()[i]) != 0.0f)
+      return headLoop.emitOpError()
+             << "expected the loop over the group's query heads to carry the "
+                "query loop's dK and dV accumulators from zero";
+  std::array<std::optional<GradKeyGradient>, 2> found;
+  for (Operation &op : grid.getTerminator().getYieldingOps()) {
+    auto store = dyn_cast<ParallelStoreTileOp>(op);
+    auto out =
+        store ? dyn_cast<BlockArgument>(store.getDest()) : BlockArgument();
+    std::optional<unsigned> result =
+        out && out.getOwner() == grid.getBody()
+            ? resultOf(grid.getTiedOpResult(grid.getTiedOpOperand(out)))
+            : std::nullopt;
+    if (!result || *result == 0)
+      return op.emitOpError()
+             << "is not a store of the key grid's dK or dV tile into the "
+                "output the kernel returns as dK or dV";
+    // Through fa3-warp-specialize's split: the consumers' yield.
+    Value tile = store.getTile();
+    if (auto split = tile.getDefiningOp<WarpSpecializeOp>())
+      tile = split.getConsumers().front().getTerminator()->getOperand(
+          cast<OpResult>(tile).getResultNumber());
+    StringRef name = *result == 1 ? "dK" : "dV";
+    if (found[*result - 1])
+      return store.emitOpError() << "is a second store into " << name;
+    auto cast = tile.getDefiningOp<ScaleCastOp>();
+    auto acc = cast ? dyn_cast<OpResult>(cast.getAcc()) : OpResult();
+    if (!acc || acc.getOwner() != headLoop.getOperation())
+      return store.emitOpError()
+             << "stores something other than an fa3.scale_cast of an "
+                "accumulator the step loops carry into "
+             << name;
+    // The kernel is named and launched by the softmax scale (dQ's
+    // conversion's): dK takes it, dV none.
+    float scale = cast.getScale().convertToFloat();
+    float expected = *result == 1 ? softmaxScale : 1.0f;
+    if (scale != expected)
+      return cast.emitOpError()
+             << "scales " << name << " by " << scale << ", expected "
+             << expected
+             << (*result == 1 ? " (the softmax scale, dQ's conversion's)" : "");
+    found[*result - 1] = GradKeyGradient{acc.getResultNumber(), scale};
+  }
+  if (!found[0] || !found[1])
+    return grid.emitOpError() << "does not store both dK and dV";
+  return std::array<GradKeyGradient, 2>{*found[0], *found[1]};
+}
+
 FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   auto grids = llvm::to_vector(func.getBody().front().getOps<scf::ForallOp>());
   if (grids.size() != 3 || grids[1].getRank() != 3)
     return func.emitOpError() << "expected the backward's three grids";
-  GradKeyGrid grid{grids[1], {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  GradKeyGrid grid{grids[1], {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   // The grid's own induction variables by the block dim they map to.
   Value ivByBlock[3];
   ArrayAttr mapping = *grid.forall.getMapping();
@@ -345,6 +421,15 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   grid.queryLoop = queryLoop;
   if (failed(checkGradStep(*queryLoop.getBody(), func)))
     return failure();
+  ScaleCastOp dqCast = singleOp<ScaleCastOp>(grids[2]);
+  if (!dqCast)
+    return grids[2].emitOpError()
+           << "expected the dQ conversion (fa3.scale_cast) in the third grid";
+  auto keyGradients = matchKeyGradients(func, grid.forall, headLoop, queryLoop,
+                                        dqCast.getScale().convertToFloat());
+  if (failed(keyGradients))
+    return failure();
+  grid.keyGradients = *keyGradients;
   MaskOp mask;
   grid.forall.walk([&](MaskOp op) { mask = op; });
   grid.mask = mask;
@@ -514,6 +599,9 @@ public:
   }
 
   Block &stepBody() override { return *grid.queryLoop.getBody(); }
+  std::array<GradKeyGradient, 2> keyGradients() override {
+    return grid.keyGradients;
+  }
 
   Value needsMask(OpBuilder &b, Value g, Value qb) override {
     DenseMap<Value, Value> step = entry;

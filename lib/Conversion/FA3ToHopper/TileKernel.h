@@ -138,15 +138,20 @@ struct GradKeyGrid {
   /// Packed: the sequence's first query and key rows (the Q and K tiles'
   /// rows less the block offsets).
   Value queryRow0, keyRow0;
+  /// What the grid stores into dK and dV (in that order).
+  std::array<GradKeyGradient, 2> keyGradients;
 };
 
 /// The key-block grid of the backward's kernel function `func` (the second
-/// of its grids): dense, the K tile's load at (batch, key block · block_n,
-/// head), the query loop inside the head loop with the Q tile at (query
-/// block · block_m, K/V head · Hq/Hkv + g); packed, the grid's own induction
-/// variables (x, y, z). A diagnostic where that form is missing or what the
-/// kernel replays reads anything but the grid's induction variables and
-/// extents, the loops' induction variables, Sq, Sk and index arithmetic.
+/// of its grids) and its stores of dK and dV (each an fa3.scale_cast of a
+/// value the step loops carry, stored by an fa3.parallel_store_tile into
+/// the grid's output that the function returns as dK or dV): dense, the K
+/// tile's load at (batch, key block · block_n, head), the query loop inside the
+/// head loop with the Q tile at (query block · block_m, K/V head · Hq/Hkv + g);
+/// packed, the grid's own induction variables (x, y, z). A diagnostic where
+/// that form is missing or what the kernel replays reads anything but the
+/// grid's induction variables and extents, the loops' induction variables, Sq,
+/// Sk and index arithmetic.
 FailureOr<GradKeyGrid> matchGradKeyGrid(func::FuncOp func);
 
 /// The replay of `grid`'s index arithmetic in i32 for the backward's main

@@ -15,6 +15,15 @@
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/\(fa3.load_tile %arg1\[%arg8, \)%32/\1%20/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=STEPS
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.scale_cast %26#0 {scale = \)0.0883883461/\10.5/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=DK-SCALE
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.parallel_store_tile %23#1 into \)%arg10/\1%arg9/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=DK-TWICE
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.scale_cast \)%26#1/\1%cst_19/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=DV-STORED
 
 // The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
 // the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
@@ -66,6 +75,12 @@
 // of the group and query block qb, Q's tile at row qb · block_m.
 // STEPS: error: 'scf.forall' op expected the backward's steps: a loop over the 4 query heads of the group around a loop over query blocks whose Q tile is at row query block · block_m of head K/V head · group + g
 // KEY-BATCH: error: 'fa3.load_tile' op has a coordinate, step bound or mask test computed from 'tensor.dim': the backward kernel computes them from the grid's ids and extents, the loops' induction variables, Sq, Sk and index arithmetic only
+// The epilogue stores what the key grid stores: dK and dV, each an
+// fa3.scale_cast (dK's by the softmax scale the kernel is named by, dV's by
+// 1) of an accumulator the step loops carry.
+// DK-SCALE: error: 'fa3.scale_cast' op scales dK by 5.000000e-01, expected 8.838835e-02 (the softmax scale, dQ's conversion's)
+// DK-TWICE: error: 'fa3.parallel_store_tile' op is a second store into dK
+// DV-STORED: error: 'fa3.parallel_store_tile' op stores something other than an fa3.scale_cast of an accumulator the step loops carry into dV
 func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
   return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>

@@ -368,6 +368,13 @@ struct HopperAttentionGradSpec {
 /// grid (convert-fa3-tile-to-hopper replays the grid's index arithmetic):
 /// its coordinates, the query blocks of its steps and which of them are
 /// masked.
+/// What the backward's key grid stores into dK or dV: `scale` times the
+/// accumulator that its step loops carry as value `carried` (0 or 1).
+struct GradKeyGradient {
+  unsigned carried;
+  float scale;
+};
+
 class GradKeyGridReplay {
 public:
   virtual ~GradKeyGridReplay() = default;
@@ -391,6 +398,8 @@ public:
   /// The tile ops of one step (one query block of one query head against
   /// the CTA's key block), in the order the kernel emits them.
   virtual Block &stepBody() = 0;
+  /// What the grid stores into dK (first) and dV (second).
+  virtual std::array<GradKeyGradient, 2> keyGradients() = 0;
 };
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
