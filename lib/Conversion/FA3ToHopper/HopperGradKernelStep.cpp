@@ -330,8 +330,10 @@ void GradKernelBuilder::emitStep(const MainKernel &k, Value it,
     } else {
       auto yield = cast<scf::YieldOp>(op);
       // The step's last wgmmas complete before its ring slot goes back
-      // and before the turn passes.
-      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+      // and before the turn passes (where dQ's last chunk was the last
+      // group, its add waited for all of them).
+      if (!pending.empty())
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
       pending.clear();
       if (s.deterministic)
         passDQTurn(turnPtr, k.isConsumer0);
