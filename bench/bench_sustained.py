@@ -11,7 +11,8 @@ for (d, seqlen) (bench_attention.py's rows).
 `--rows` runs several shapes in one process (`d:seqlen` or `d:seqlen:c`
 for causal, comma-separated; `vit:S` is the ViT shape B = 128, H = 12,
 d = 64 at S tokens) and ends with a table of fa3 / cuDNN, the ratio of
-the two sides' summed times over the rounds.
+the two sides' summed times over the rounds. `--flash` adds SDPA's FLASH
+backend as a third side in the same alternation (its own TFLOP/s column).
 
 `--variant NAME=field:value/field:value` (repeatable) adds an fa3 side per
 variant: the row's length-bucket schedule (the kernel fa3.attention runs)
@@ -28,7 +29,7 @@ the reference speed and the ratio reads "FP8 over cuDNN bf16".
 
 Usage: python bench/bench_sustained.py [--d 128] [--seqlen 4096] [--causal]
        [--rows 64:512:c,128:4096,vit:197] [--variant plain=persistent:0 ...] [--fp8]
-       [--seconds 4] [--rounds 2] [--out DIR]
+       [--flash] [--seconds 4] [--rounds 2] [--out DIR]
        (needs torch, a CUDA GPU and nvidia-smi)
 """
 import argparse
@@ -159,10 +160,10 @@ def variant_sides(q, k, v, causal, variants, fp8=False):
     return sides
 
 
-def sustained_row(b, h, s, d, causal, seconds, rounds, lines, variants=None, fp8=False):
+def sustained_row(b, h, s, d, causal, seconds, rounds, lines, variants=None, fp8=False, flash=False):
     """Alternating windows of fa3 (fa3.attention, or with `variants` or
-    `fp8` the variant_sides) and cuDNN on one shape; {side: ms per call}
-    averaged over the rounds."""
+    `fp8` the variant_sides), cuDNN and, with `flash`, SDPA's FLASH backend
+    on one shape; {side: ms per call} averaged over the rounds."""
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     flops = 4 * b * h * s * s * d // (2 if causal else 1)
@@ -174,8 +175,14 @@ def sustained_row(b, h, s, d, causal, seconds, rounds, lines, variants=None, fp8
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
+    def flash_call():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
     sides = variant_sides(q, k, v, causal, variants or {}, fp8) if variants or fp8 else [("fa3", fa3_call)]
     sides.append(("cuDNN", cudnn_call))
+    if flash:
+        sides.append(("FLASH", flash_call))
 
     line = (f"sustained forward, B={b} H={h} S={s} d={d} causal={causal}, {seconds:g} s a window — "
             f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -204,6 +211,7 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=field:value/...: an fa3 side with the bucket schedule's fields changed")
     ap.add_argument("--fp8", action="store_true", help="fa3 sides run the FP8 forward (cuDNN stays bf16)")
+    ap.add_argument("--flash", action="store_true", help="a third side: SDPA's FLASH backend (its own column)")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=None)
@@ -218,14 +226,15 @@ def main():
     names = ([prefix] if not (variants or args.fp8)
              else [f"{prefix}:default", *(f"{prefix}:{name}" for name in variants)])
     lines = []
-    table = ["", "| d | causal | B x H x S | " + " | ".join(f"{n} TFLOP/s" for n in names)
-             + " | cuDNN TFLOP/s | " + " | ".join(f"{n} / cuDNN" for n in names) + " |",
-             "| --- " * (3 + 2 * len(names) + 1) + "|"]
+    baselines = ["cuDNN", "FLASH"] if args.flash else ["cuDNN"]
+    table = ["", "| d | causal | B x H x S | " + " | ".join(f"{n} TFLOP/s" for n in names + baselines)
+             + " | " + " | ".join(f"{n} / cuDNN" for n in names) + " |",
+             "| --- " * (3 + 2 * len(names) + len(baselines)) + "|"]
     for b, h, s, d, causal in rows:
-        flops, ms = sustained_row(b, h, s, d, causal, args.seconds, args.rounds, lines, variants, args.fp8)
+        flops, ms = sustained_row(b, h, s, d, causal, args.seconds, args.rounds, lines, variants, args.fp8,
+                                  args.flash)
         table.append(f"| {d} | {'yes' if causal else 'no'} | {b}x{h}x{s} | "
-                     + " | ".join(f"{flops / ms[n] / 1e9:.0f}" for n in names)
-                     + f" | {flops / ms['cuDNN'] / 1e9:.0f} | "
+                     + " | ".join(f"{flops / ms[n] / 1e9:.0f}" for n in names + baselines) + " | "
                      + " | ".join(f"{ms['cuDNN'] / ms[n]:.2f}" for n in names) + " |")
     if len(rows) > 1 or variants or args.fp8:
         print("\n".join(table), flush=True)

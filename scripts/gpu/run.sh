@@ -8,7 +8,7 @@
 # bench/bench_dropout.py (dropout's cost), `sustained ARGS...`
 # bench/bench_sustained.py (default: #11's forward table, d64/d128/d256 at
 # 512-16k causal or not and ViT S = 197, in alternating 1 s windows with
-# cuDNN; ~5 minutes), `bench-cast` the fa3-cast-fp8
+# cuDNN and SDPA FLASH; ~7 minutes), `bench-cast` the fa3-cast-fp8
 # chain benchmark, `ab-bench OTHER_LIBFA3 [ARGS]` the benchmark
 # with this bundle and another build's libfa3.so in alternating rounds,
 # `ab-sustained OTHER_LIBFA3 [ARGS]` the same with bench_sustained.py, whose
@@ -110,7 +110,7 @@ if [ "$what" = sustained ]; then
   if [ ${#bench_args[@]} -eq 0 ]; then
     rows=""
     for s in 4096 8192 16384 512 1024 2048; do for d in 64 128 256; do rows="$rows,$d:$s,$d:$s:c"; done; done
-    bench_args=(--rows "${rows#,},vit:197" --seconds 1 --rounds 2)
+    bench_args=(--rows "${rows#,},vit:197" --seconds 1 --rounds 2 --flash)
   fi
   "$PY" bench/bench_sustained.py --out "$out" "${bench_args[@]}" 2>&1 | tee "$out/sustained-log.txt" | grep "^|"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
