@@ -319,8 +319,8 @@ matchKeyGradients(func::FuncOp func, scf::ForallOp grid, scf::ForOp headLoop,
     StringRef name = *result == 1 ? "dK" : "dV";
     if (found[*result - 1])
       return store.emitOpError() << "is a second store into " << name;
-    auto cast = tile.getDefiningOp<ScaleCastOp>();
-    auto acc = cast ? dyn_cast<OpResult>(cast.getAcc()) : OpResult();
+    auto scaleCast = tile.getDefiningOp<ScaleCastOp>();
+    auto acc = scaleCast ? dyn_cast<OpResult>(scaleCast.getAcc()) : OpResult();
     if (!acc || acc.getOwner() != headLoop.getOperation())
       return store.emitOpError()
              << "stores something other than an fa3.scale_cast of an "
@@ -328,10 +328,10 @@ matchKeyGradients(func::FuncOp func, scf::ForallOp grid, scf::ForOp headLoop,
              << name;
     // The kernel is named and launched by the softmax scale (dQ's
     // conversion's): dK takes it, dV none.
-    float scale = cast.getScale().convertToFloat();
+    float scale = scaleCast.getScale().convertToFloat();
     float expected = *result == 1 ? softmaxScale : 1.0f;
     if (scale != expected)
-      return cast.emitOpError()
+      return scaleCast.emitOpError()
              << "scales " << name << " by " << scale << ", expected "
              << expected
              << (*result == 1 ? " (the softmax scale, dQ's conversion's)" : "");

@@ -327,6 +327,13 @@ struct HopperAttentionGradSpec {
   static constexpr int64_t kPreThreads = 128, kPostThreads = 128;
 };
 
+/// What the backward's key grid stores into dK or dV: `scale` times the
+/// accumulator that its step loops carry as value `carried` (0 or 1).
+struct GradKeyGradient {
+  unsigned carried;
+  float scale;
+};
+
 /// Emits the three backward kernels of `spec` into `module`. Parameters:
 /// The dQ accumulator (f32) has the statistics' rows: [B, Hq,
 /// roundup(Sq, blockM)] dense, [Hq, P] varlen (below), each of D elements,
@@ -368,13 +375,6 @@ struct HopperAttentionGradSpec {
 /// grid (convert-fa3-tile-to-hopper replays the grid's index arithmetic):
 /// its coordinates, the query blocks of its steps and which of them are
 /// masked.
-/// What the backward's key grid stores into dK or dV: `scale` times the
-/// accumulator that its step loops carry as value `carried` (0 or 1).
-struct GradKeyGradient {
-  unsigned carried;
-  float scale;
-};
-
 class GradKeyGridReplay {
 public:
   virtual ~GradKeyGridReplay() = default;
