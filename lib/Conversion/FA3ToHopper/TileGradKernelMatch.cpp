@@ -24,6 +24,7 @@
 
 #include "fa3/Dialect/FA3/Utils/GridMapping.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -52,6 +53,71 @@ static OpTy singleOp(Operation *root) {
   return several ? OpTy() : found;
 }
 
+/// The function argument `v` reads (a packed batch's through its [1, T, H,
+/// D] view), or null.
+static Value argumentOf(Value v) {
+  if (auto view = v.getDefiningOp<tensor::ExpandShapeOp>())
+    v = view.getSrc();
+  return isa<BlockArgument>(v) ? v : Value();
+}
+
+/// The first grid is what `_pre` computes, Δ = rowsum(dO ∘ O) less dLSE's
+/// statistics where there are some, and the third what `_post` does, dQ =
+/// scale · the f32 accumulator (HopperGradPrePostKernels.cpp): any other op
+/// there is a diagnostic, not a computation no kernel does.
+static LogicalResult checkPrePostGrids(func::FuncOp func,
+                                       MutableArrayRef<scf::ForallOp> grids) {
+  auto isLoadOf = [&](Value tile, unsigned arg) {
+    auto load = tile.getDefiningOp<LoadTileOp>();
+    return load && argumentOf(load.getSource()) == func.getArgument(arg);
+  };
+  // The one op of a grid's in_parallel.
+  auto singleStore = [](scf::ForallOp grid) -> Operation * {
+    auto ops = grid.getTerminator().getYieldingOps();
+    return llvm::hasSingleElement(ops) ? &*ops.begin() : nullptr;
+  };
+  for (Operation &op : grids[0].getBody()->without_terminator()) {
+    auto dot = dyn_cast<RowDotOp>(op);
+    bool delta =
+        dot &&
+        ((isLoadOf(dot.getLhs(), 0) && isLoadOf(dot.getRhs(), 4)) ||
+         (isLoadOf(dot.getLhs(), 4) && isLoadOf(dot.getRhs(), 0))) &&
+        (!dot.getMinus() || dot.getMinus().getDefiningOp<LoadStatsOp>());
+    if (!delta && !isa<LoadTileOp, LoadStatsOp>(op) &&
+        !isKernelScalar(&op, func))
+      return op.emitOpError()
+             << "is not part of what the backward's `_pre` kernel computes "
+                "in the first grid: Δ = fa3.row_dot of the dO and O tiles "
+                "(minus dLSE's fa3.load_stats), stored by one "
+                "fa3.parallel_store_stats";
+  }
+  auto stats = dyn_cast_or_null<ParallelStoreStatsOp>(singleStore(grids[0]));
+  if (!stats || !stats.getTile().getDefiningOp<RowDotOp>())
+    return grids[0].emitOpError()
+           << "expected one fa3.parallel_store_stats of Δ's fa3.row_dot";
+  for (Operation &op : grids[2].getBody()->without_terminator()) {
+    auto load = dyn_cast<LoadTileOp>(op);
+    auto acc = load
+                   ? load.getSource().getDefiningOp<bufferization::ToTensorOp>()
+                   : bufferization::ToTensorOp();
+    auto scaleCast = dyn_cast<ScaleCastOp>(op);
+    bool conversion =
+        (acc && acc.getBuffer().getDefiningOp<memref::AllocOp>()) ||
+        (scaleCast && scaleCast.getAcc().getDefiningOp<LoadTileOp>());
+    if (!conversion && !isKernelScalar(&op, func))
+      return op.emitOpError()
+             << "is not part of what the backward's `_post` kernel computes "
+                "in the third grid: dQ = fa3.scale_cast of the f32 "
+                "accumulator's fa3.load_tile, stored by one "
+                "fa3.parallel_store_tile";
+  }
+  auto dq = dyn_cast_or_null<ParallelStoreTileOp>(singleStore(grids[2]));
+  if (!dq || !dq.getTile().getDefiningOp<ScaleCastOp>())
+    return grids[2].emitOpError()
+           << "expected one fa3.parallel_store_tile of dQ's fa3.scale_cast";
+  return success();
+}
+
 FailureOr<HopperAttentionGradSpec>
 mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
   auto schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
@@ -76,6 +142,8 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
     auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
     return type && type.getRank() == 1 && type.getElementType().isInteger(32);
   };
+  if (failed(checkPrePostGrids(func, grids)))
+    return failure();
   HopperAttentionGradSpec spec;
   spec.varlen = isOffsets(6) && isOffsets(7);
   spec.sequsedK = spec.varlen && isOffsets(8);
@@ -118,12 +186,8 @@ mlir::fa3::detail::matchTileGradKernel(func::FuncOp func) {
 
   // The tiles: K's rows are block_n, Q's block_m.
   int64_t blockM = 0, blockN = 0;
-  // A packed batch's tiles read the [1, T, H, D] views of the arguments.
-  auto argumentOf = [](Value v) -> Value {
-    if (auto view = v.getDefiningOp<tensor::ExpandShapeOp>())
-      return view.getSrc();
-    return v;
-  };
+  // A packed batch's tiles read the [1, T, H, D] views of the arguments
+  // (argumentOf).
   keyGrid.walk([&](LoadTileOp load) {
     auto rows = load.getResult().getType().getDimSize(0);
     if (argumentOf(load.getSource()) == func.getArgument(2))
@@ -356,11 +420,6 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
         grid.forall.getInductionVars()[i];
   // The K and Q tiles' loads (a packed batch's read the [1, T, H, D] views
   // of the arguments).
-  auto argumentOf = [](Value v) -> Value {
-    if (auto view = v.getDefiningOp<tensor::ExpandShapeOp>())
-      return view.getSrc();
-    return v;
-  };
   LoadTileOp keyLoad, queryLoad;
   grid.forall.walk([&](LoadTileOp load) {
     if (argumentOf(load.getSource()) == func.getArgument(2))

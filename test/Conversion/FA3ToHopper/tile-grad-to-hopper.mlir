@@ -24,6 +24,12 @@
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/\(fa3.scale_cast \)%26#1/\1%cst_19/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=DV-STORED
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/fa3.row_dot %13, %14/fa3.row_dot %13, %13/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=PRE-DELTA
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/%14 = fa3.scale_cast %13 {scale = 0.0883883461/%z = arith.constant dense<1.0> : tensor<64x128xf32>\n        %14 = fa3.scale_cast %z {scale = 0.0883883461/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=POST-OP
 
 // The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
 // the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
@@ -81,6 +87,10 @@
 // DK-SCALE: error: 'fa3.scale_cast' op scales dK by 5.000000e-01, expected 8.838835e-02 (the softmax scale, dQ's conversion's)
 // DK-TWICE: error: 'fa3.parallel_store_tile' op is a second store into dK
 // DV-STORED: error: 'fa3.parallel_store_tile' op stores something other than an fa3.scale_cast of an accumulator the step loops carry into dV
+// The first and third grids are what `_pre` and `_post` compute, and
+// nothing else: Δ = rowsum(dO ∘ O) and dQ = scale · accumulator.
+// PRE-DELTA: error: 'fa3.row_dot' op is not part of what the backward's `_pre` kernel computes in the first grid: Δ = fa3.row_dot of the dO and O tiles (minus dLSE's fa3.load_stats), stored by one fa3.parallel_store_stats
+// POST-OP: error: 'arith.constant' op is not part of what the backward's `_post` kernel computes in the third grid: dQ = fa3.scale_cast of the f32 accumulator's fa3.load_tile, stored by one fa3.parallel_store_tile
 func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
   return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>
