@@ -13,9 +13,11 @@
 // the dQ conversion's fa3.scale_cast, dropout from fa3.dropout,
 // `deterministic` from fa3.accumulate_tile's `ordered` and the producer
 // warpgroup from fa3-warp-specialize's fa3.warp_specialize. Any other form
-// is a diagnostic. The key-block grid's index arithmetic (the CTA's
-// coordinates, the query blocks of its steps, which steps mask) is replayed
-// into the main kernel (replayGradKeyGrid).
+// is a diagnostic, and so is any op of the first and third grids or of the
+// producer region that the kernels do not compute or issue. The key-block
+// grid's index arithmetic (the CTA's coordinates, the query blocks of its
+// steps, which steps mask) is replayed into the main kernel
+// (replayGradKeyGrid).
 //
 //===----------------------------------------------------------------------===//
 
@@ -406,6 +408,141 @@ matchKeyGradients(func::FuncOp func, scf::ForallOp grid, scf::ForOp headLoop,
   return std::array<GradKeyGradient, 2>{*found[0], *found[1]};
 }
 
+/// Whether `a` (computed in the producer region) is `b` (in the consumers')
+/// computed again: the same pure ops over the same values, `same` holding
+/// the pairs known equal (the two regions' step loops' induction variables).
+static bool recomputes(Value a, Value b, DenseMap<Value, Value> &same) {
+  if (a == b)
+    return true;
+  if (auto known = same.find(a); known != same.end())
+    return known->second == b;
+  Operation *opA = a.getDefiningOp(), *opB = b.getDefiningOp();
+  if (!opA || !opB || opA->getName() != opB->getName() ||
+      opA->getAttrDictionary() != opB->getAttrDictionary() ||
+      opA->getNumOperands() != opB->getNumOperands() ||
+      opA->getNumRegions() != 0 || !isPure(opA) ||
+      cast<OpResult>(a).getResultNumber() !=
+          cast<OpResult>(b).getResultNumber())
+    return false;
+  for (auto [x, y] : llvm::zip(opA->getOperands(), opB->getOperands()))
+    if (!recomputes(x, y, same))
+      return false;
+  same[a] = b;
+  return true;
+}
+
+/// The producer region of fa3-warp-specialize's split of the key grid is
+/// what the main kernel's producer warpgroup issues (buildMain): K's and
+/// V's fills at the consumers' K and V loads' coordinates, then, in the
+/// consumers' loops over the group's heads and the query blocks, step (g,
+/// qb)'s Q, dO, LSE and Δ fills at its loads' coordinates with use g ·
+/// (hi − lo) + qb − lo, the step's number. Anything else would be loads
+/// the kernel does not issue: a diagnostic.
+static LogicalResult checkGradProducer(WarpSpecializeOp split,
+                                       scf::ForOp headLoop,
+                                       scf::ForOp queryLoop) {
+  auto fail = [&](Operation *at) {
+    return at->emitOpError()
+           << "is not what the backward kernel's producer warpgroup issues: "
+              "K's and V's fa3.ring_fill at the consumers' K and V loads, "
+              "then in the loops over the group's heads and query blocks one "
+              "fill of Q, dO, LSE and Δ each at the step's loads, use g · "
+              "(hi − lo) + qb − lo";
+  };
+  // The consumers' loads by what they read: K, V (whole grid), and the
+  // step's Q, dO, LSE and Δ.
+  DenseMap<Value, Operation *> consumerLoad;
+  split.getConsumers().walk([&](Operation *op) {
+    if (auto load = dyn_cast<LoadTileOp>(op))
+      consumerLoad[load.getSource()] = op;
+    else if (auto stats = dyn_cast<LoadStatsOp>(op))
+      consumerLoad[stats.getSource()] = op;
+  });
+  auto coordinates = [](Operation *op) -> SmallVector<Value> {
+    if (auto load = dyn_cast<LoadTileOp>(op))
+      return {load.getBatch(), load.getRow(), load.getHead()};
+    auto stats = cast<LoadStatsOp>(op);
+    return {stats.getBatch(), stats.getRow(), stats.getHead()};
+  };
+  DenseMap<Value, Value> same;
+  auto fillMatches = [&](RingFillOp fill, bool step) {
+    Operation *load = consumerLoad.lookup(fill.getSource());
+    if (!load || static_cast<bool>(fill.getUse()) != step ||
+        (load->getParentOp() == queryLoop.getOperation()) != step ||
+        fill.getPageTable() || fill.getPackedHeads() ||
+        fill.getTile() != load->getResult(0).getType())
+      return false;
+    for (auto [x, y] : llvm::zip(
+             SmallVector<Value>{fill.getBatch(), fill.getRow(), fill.getHead()},
+             coordinates(load)))
+      if (!recomputes(x, y, same))
+        return false;
+    return true;
+  };
+  Block &body = split.getProducer().front();
+  SmallVector<RingFillOp> keyFills;
+  scf::ForOp heads;
+  for (Operation &op : body.without_terminator()) {
+    if (auto fill = dyn_cast<RingFillOp>(op)) {
+      if (!fillMatches(fill, /*step=*/false))
+        return fail(fill);
+      keyFills.push_back(fill);
+    } else if (auto loop = dyn_cast<scf::ForOp>(op); loop && !heads) {
+      heads = loop;
+    } else if (!isPure(&op) || op.getNumRegions() != 0) {
+      return fail(&op);
+    }
+  }
+  // The step loops: the consumers' bounds, then one Q, dO, LSE and Δ fill.
+  auto sameBounds = [&](scf::ForOp a, scf::ForOp b) {
+    return a && a.getNumRegionIterArgs() == 0 &&
+           recomputes(a.getLowerBound(), b.getLowerBound(), same) &&
+           recomputes(a.getUpperBound(), b.getUpperBound(), same) &&
+           recomputes(a.getStep(), b.getStep(), same);
+  };
+  if (keyFills.size() != 2 || !sameBounds(heads, headLoop))
+    return fail(heads ? heads.getOperation() : split.getOperation());
+  same[heads.getInductionVar()] = headLoop.getInductionVar();
+  scf::ForOp queries;
+  for (Operation &op : heads.getBody()->without_terminator()) {
+    if (auto loop = dyn_cast<scf::ForOp>(op); loop && !queries)
+      queries = loop;
+    else if (!isPure(&op) || op.getNumRegions() != 0)
+      return fail(&op);
+  }
+  if (!sameBounds(queries, queryLoop))
+    return fail(queries ? queries.getOperation() : heads.getOperation());
+  same[queries.getInductionVar()] = queryLoop.getInductionVar();
+  // use = g · (hi − lo) + (qb − lo), the step's number.
+  auto isStepNumber = [&](Value use) {
+    auto sum = use.getDefiningOp<arith::AddIOp>();
+    auto scaled =
+        sum ? sum.getLhs().getDefiningOp<arith::MulIOp>() : arith::MulIOp();
+    auto steps = scaled ? scaled.getRhs().getDefiningOp<arith::SubIOp>()
+                        : arith::SubIOp();
+    auto offset =
+        sum ? sum.getRhs().getDefiningOp<arith::SubIOp>() : arith::SubIOp();
+    return steps && offset && scaled.getLhs() == heads.getInductionVar() &&
+           recomputes(steps.getLhs(), queryLoop.getUpperBound(), same) &&
+           recomputes(steps.getRhs(), queryLoop.getLowerBound(), same) &&
+           offset.getLhs() == queries.getInductionVar() &&
+           recomputes(offset.getRhs(), queryLoop.getLowerBound(), same);
+  };
+  DenseSet<Value> filled;
+  for (Operation &op : queries.getBody()->without_terminator()) {
+    auto fill = dyn_cast<RingFillOp>(op);
+    if (fill &&
+        (!fillMatches(fill, /*step=*/true) || !isStepNumber(fill.getUse()) ||
+         !filled.insert(fill.getSource()).second))
+      return fail(fill);
+    if (!fill && (!isPure(&op) || op.getNumRegions() != 0))
+      return fail(&op);
+  }
+  if (filled.size() != 4)
+    return fail(queries);
+  return success();
+}
+
 FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
   auto grids = llvm::to_vector(func.getBody().front().getOps<scf::ForallOp>());
   if (grids.size() != 3 || grids[1].getRank() != 3)
@@ -529,6 +666,11 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
                 "extents, the loops' induction variables, Sq, Sk and index "
                 "arithmetic only";
     }
+  // The producer's fills, compared with the consumers' loads (checked
+  // above to be replayable).
+  if (auto split = singleOp<WarpSpecializeOp>(grid.forall))
+    if (failed(checkGradProducer(split, headLoop, queryLoop)))
+      return failure();
   return grid;
 }
 

@@ -30,6 +30,15 @@
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/%14 = fa3.scale_cast %13 {scale = 0.0883883461/%z = arith.constant dense<1.0> : tensor<64x128xf32>\n        %14 = fa3.scale_cast %z {scale = 0.0883883461/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=POST-OP
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/\(fa3.ring_fill %arg1\[%arg8, %30, %29\] use \)%27/\1%25/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=PRODUCER-USE
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e '/fa3.ring_fill %8\[/d' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=PRODUCER-FILLS
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/fa3.ring_fill %arg2\[%arg8, %13, %arg7\]/fa3.ring_fill %arg2[%arg8, %12, %arg7]/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=PRODUCER-KEYS
 
 // The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
 // the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
@@ -91,6 +100,12 @@
 // nothing else: Δ = rowsum(dO ∘ O) and dQ = scale · accumulator.
 // PRE-DELTA: error: 'fa3.row_dot' op is not part of what the backward's `_pre` kernel computes in the first grid: Δ = fa3.row_dot of the dO and O tiles (minus dLSE's fa3.load_stats), stored by one fa3.parallel_store_stats
 // POST-OP: error: 'arith.constant' op is not part of what the backward's `_post` kernel computes in the third grid: dQ = fa3.scale_cast of the f32 accumulator's fa3.load_tile, stored by one fa3.parallel_store_tile
+// fa3-warp-specialize's producer region is what the kernel's producer
+// warpgroup issues: a Q fill whose use is not the step's number, a step
+// without its Δ fill, K filled at another row than the consumers read.
+// PRODUCER-USE: error: 'fa3.ring_fill' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
+// PRODUCER-FILLS: error: 'scf.for' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
+// PRODUCER-KEYS: error: 'fa3.ring_fill' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
 func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
   return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>
