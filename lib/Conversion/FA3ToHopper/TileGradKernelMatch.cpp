@@ -409,13 +409,15 @@ matchKeyGradients(func::FuncOp func, scf::ForallOp grid, scf::ForOp headLoop,
 }
 
 /// Whether `a` (computed in the producer region) is `b` (in the consumers')
-/// computed again: the same pure ops over the same values, `same` holding
-/// the pairs known equal (the two regions' step loops' induction variables).
+/// computed again: the same pure ops over the same values, `same` pairing
+/// the two regions' step loops' induction variables. (No memo of compared
+/// ops: one producer constant may stand for several consumer constants of
+/// the same value.)
 static bool recomputes(Value a, Value b, DenseMap<Value, Value> &same) {
   if (a == b)
     return true;
-  if (auto known = same.find(a); known != same.end())
-    return known->second == b;
+  if (auto iv = same.find(a); iv != same.end())
+    return iv->second == b;
   Operation *opA = a.getDefiningOp(), *opB = b.getDefiningOp();
   if (!opA || !opB || opA->getName() != opB->getName() ||
       opA->getAttrDictionary() != opB->getAttrDictionary() ||
@@ -427,7 +429,6 @@ static bool recomputes(Value a, Value b, DenseMap<Value, Value> &same) {
   for (auto [x, y] : llvm::zip(opA->getOperands(), opB->getOperands()))
     if (!recomputes(x, y, same))
       return false;
-  same[a] = b;
   return true;
 }
 
