@@ -11,8 +11,9 @@
 //     their rows in wgmma fragment order; see FA3ToHopper.h).
 //   * the main kernel, one CTA per key block of `blockN` rows (the key
 //     grid's coordinates, the query blocks of its steps and which steps
-//     mask come from the tile level: GradKeyGridReplay replays that IR, so
-//     fa3-order-grid's longest-first order of causal GQA grids too), two
+//     mask, and the coordinates of every load, come from the tile level:
+//     GradKeyGridReplay replays that IR, so fa3-order-grid's longest-first
+//     order of causal GQA grids too), two
 //     consumer warpgroups and, with the
 //     schedule's producer_regs, a producer warpgroup whose first thread
 //     issues every load. K and V are loaded once by TMA; Q and dO tiles of
@@ -681,45 +682,63 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     numIters =
         select(cmp(arith::CmpIPredicate::slt, kStart, seqK), numIters, ci(0));
 
-  // Step `it` walks query block qbLo + it % perHead of query head
-  // kvHead * group + it / perHead.
-  auto stepOf = [&](Value it) {
+  // Step `it` walks query block qbLo + it % perHead of query head g =
+  // it / perHead of the group (kvHead * group + g).
+  auto stepIndices = [&](Value it) {
     Value g = divu(it, perHead);
-    Value qStart = mul(add(qbLo, remu(it, perHead)), ci(bm));
-    Value head = add(mul(kvHead, ci(group)), g);
-    return std::make_pair(head, qStart);
+    return std::make_pair(g, add(qbLo, remu(it, perHead)));
   };
+  auto stepOf = [&](Value it) {
+    auto [g, qb] = stepIndices(it);
+    Value qStart = mul(qb, ci(bm));
+    return std::make_pair(add(mul(kvHead, ci(group)), g), qStart);
+  };
+  // A step's loads at the coordinates the IR loads them at (the producer
+  // region's fills, or the consumers' loads), into ring slot `stage` (the
+  // fills' use is the step's number `it`, as matchGradKeyGrid checked).
+  // TMA takes a packed batch's rows as they are; the statistics' padded
+  // rows are indexed by the row within the sequence.
   auto issueStep = [&](Value stage, Value it) {
-    auto [head, qStart] = stepOf(it);
+    auto [g, qb] = stepIndices(it);
+    std::array<Value, 3> at[] = {
+        keyGrid.loadCoordinates(b, GradLoad::Query, g, qb),
+        keyGrid.loadCoordinates(b, GradLoad::GradOutput, g, qb)};
     Value bar = barFull(stage);
     expectTx(bar, 2 * bm * tile + 8 * bm);
-    for (auto [map, base] : {std::pair<Value, int64_t>{tmaQ, offQ},
-                             {tmaDO, offDO}}) {
+    for (auto [coordinates, map, base] :
+         {std::tuple<std::array<Value, 3>, Value, int64_t>{at[0], tmaQ, offQ},
+          {at[1], tmaDO, offDO}}) {
+      auto [batchAt, row, head] = coordinates;
       Value tileOff = add(ci(base), mul(stage, ci(bm * tile)));
       for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
         tmaLoad(smemAt(add(tileOff, ci(atom * bm * kAtomBytes))), map,
-                {ci(atom * kAtomCols), s.varlen ? add(qRow0, qStart) : qStart,
-                 head, tmaBatch},
-                bar);
+                {ci(atom * kAtomCols), row, head, batchAt}, bar);
     }
     // LSE₂ and Δ of the block: 4·bm bytes each, 16-byte aligned because
     // rows are padded to whole blocks.
-    Value statIdx = statIndex(head, qStart);
+    auto statIndexOf = [&](GradLoad what) {
+      auto [batchAt, row, head] = keyGrid.loadCoordinates(b, what, g, qb);
+      return statIndex(head, s.varlen ? sub(row, qRow0) : row);
+    };
+    Value lseIdx = statIndexOf(GradLoad::LSE);
+    Value deltaIdx = statIndexOf(GradLoad::Delta);
     Value statsOff = add(ci(offStats), mul(stage, ci(8 * bm)));
-    bulkLoad(smemAt(statsOff), elemPtr(lse2Ptr, f32, statIdx), 4 * bm, bar);
+    bulkLoad(smemAt(statsOff), elemPtr(lse2Ptr, f32, lseIdx), 4 * bm, bar);
     bulkLoad(smemAt(add(statsOff, ci(4 * bm))),
-             elemPtr(deltaPtr, f32, statIdx), 4 * bm, bar);
+             elemPtr(deltaPtr, f32, deltaIdx), 4 * bm, bar);
   };
 
+  // K and V, once, at the coordinates the IR loads them at.
   auto loadKeysAndValues = [&] {
     expectTx(barKV(), 2 * bn * tile);
-    for (auto [map, base] : {std::pair<Value, int64_t>{tmaK, offK},
-                             {tmaV, offV}})
+    for (auto [what, map, base] :
+         {std::tuple<GradLoad, Value, int64_t>{GradLoad::Key, tmaK, offK},
+          {GradLoad::Value, tmaV, offV}}) {
+      auto [batchAt, row, head] = keyGrid.loadCoordinates(b, what);
       for (int64_t atom = 0; atom < d / kAtomCols; ++atom)
         tmaLoad(smemAt(ci(base + atom * bn * kAtomBytes)), map,
-                {ci(atom * kAtomCols), s.varlen ? add(kRow0, kStart) : kStart,
-                 kvHead, tmaBatch},
-                barKV());
+                {ci(atom * kAtomCols), row, head, batchAt}, barKV());
+    }
   };
   if (!producer) {
     // Thread 0 fills the ring's first slots; warp 0 refills each slot at
@@ -745,8 +764,10 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     b.setInsertionPointToStart(split.thenBlock());
     NVVM::SetMaxRegisterOp::create(b, loc, s.producerRegs,
                                    NVVM::SetMaxRegisterAction::decrease);
-    // The producer's first thread: K and V, then every step's Q, dO, LSE₂
-    // and Δ as soon as the consumers released the slot's previous use.
+    // The producer's first thread issues fa3-warp-specialize's fills: K
+    // and V, then every step's Q, dO, LSE₂ and Δ as soon as the consumers
+    // released the slot's previous use. Its loops over the group's heads
+    // and the query blocks run as one loop over the step's number.
     scf::IfOp::create(b, loc, isThread0, [&](OpBuilder &, Location) {
       loadKeysAndValues();
       scf::ForOp::create(b, loc, ci(0), numIters, ci(1), ValueRange{},

@@ -16,8 +16,9 @@
 // is a diagnostic, and so is any op of the first and third grids or of the
 // producer region that the kernels do not compute or issue. The key-block
 // grid's index arithmetic (the CTA's coordinates, the query blocks of its
-// steps, which steps mask) is replayed into the main kernel
-// (replayGradKeyGrid).
+// steps, which steps mask, where each load is: the producer's fills, or
+// the consumers' loads without a producer) is replayed into the main
+// kernel (replayGradKeyGrid).
 //
 //===----------------------------------------------------------------------===//
 
@@ -408,6 +409,39 @@ matchKeyGradients(func::FuncOp func, scf::ForallOp grid, scf::ForOp headLoop,
   return std::array<GradKeyGradient, 2>{*found[0], *found[1]};
 }
 
+/// What a load of the key grid (an fa3.load_tile or fa3.load_stats) reads:
+/// K, V, Q or dO by the function argument of its tile, the LSE by its
+/// argument, Δ (the first grid's result) otherwise.
+static std::optional<GradLoad> gradLoadOf(Operation *load, func::FuncOp func) {
+  if (auto stats = dyn_cast<LoadStatsOp>(load))
+    return argumentOf(stats.getSource()) == func.getArgument(5)
+               ? GradLoad::LSE
+               : GradLoad::Delta;
+  auto tile = dyn_cast<LoadTileOp>(load);
+  if (!tile)
+    return std::nullopt;
+  Value arg = argumentOf(tile.getSource());
+  for (auto [index, what] :
+       {std::pair<unsigned, GradLoad>{0, GradLoad::GradOutput},
+        {1, GradLoad::Query},
+        {2, GradLoad::Key},
+        {3, GradLoad::Value}})
+    if (arg == func.getArgument(index))
+      return what;
+  return std::nullopt;
+}
+
+/// The (batch, row, head) of a load site: an fa3.ring_fill, fa3.load_tile
+/// or fa3.load_stats.
+static std::array<Value, 3> siteCoordinates(Operation *site) {
+  if (auto fill = dyn_cast<RingFillOp>(site))
+    return {fill.getBatch(), fill.getRow(), fill.getHead()};
+  if (auto tile = dyn_cast<LoadTileOp>(site))
+    return {tile.getBatch(), tile.getRow(), tile.getHead()};
+  auto stats = cast<LoadStatsOp>(site);
+  return {stats.getBatch(), stats.getRow(), stats.getHead()};
+}
+
 /// Whether `a` (computed in the producer region) is `b` (in the consumers')
 /// computed again: the same pure ops over the same values, `same` pairing
 /// the two regions' step loops' induction variables. (No memo of compared
@@ -441,7 +475,9 @@ static bool recomputes(Value a, Value b, DenseMap<Value, Value> &same) {
 /// the kernel does not issue: a diagnostic.
 static LogicalResult checkGradProducer(WarpSpecializeOp split,
                                        scf::ForOp headLoop,
-                                       scf::ForOp queryLoop) {
+                                       scf::ForOp queryLoop,
+                                       GradKeyGrid &grid) {
+  auto func = split->getParentOfType<func::FuncOp>();
   auto fail = [&](Operation *at) {
     return at->emitOpError()
            << "is not what the backward kernel's producer warpgroup issues: "
@@ -459,13 +495,8 @@ static LogicalResult checkGradProducer(WarpSpecializeOp split,
     else if (auto stats = dyn_cast<LoadStatsOp>(op))
       consumerLoad[stats.getSource()] = op;
   });
-  auto coordinates = [](Operation *op) -> SmallVector<Value> {
-    if (auto load = dyn_cast<LoadTileOp>(op))
-      return {load.getBatch(), load.getRow(), load.getHead()};
-    auto stats = cast<LoadStatsOp>(op);
-    return {stats.getBatch(), stats.getRow(), stats.getHead()};
-  };
   DenseMap<Value, Value> same;
+  // Each fill is the kernel's load of what its consumer load reads, once.
   auto fillMatches = [&](RingFillOp fill, bool step) {
     Operation *load = consumerLoad.lookup(fill.getSource());
     if (!load || static_cast<bool>(fill.getUse()) != step ||
@@ -473,11 +504,14 @@ static LogicalResult checkGradProducer(WarpSpecializeOp split,
         fill.getPageTable() || fill.getPackedHeads() ||
         fill.getTile() != load->getResult(0).getType())
       return false;
-    for (auto [x, y] : llvm::zip(
-             SmallVector<Value>{fill.getBatch(), fill.getRow(), fill.getHead()},
-             coordinates(load)))
+    std::optional<GradLoad> what = gradLoadOf(load, func);
+    if (!what || grid.loadSites[static_cast<size_t>(*what)])
+      return false;
+    Operation *&site = grid.loadSites[static_cast<size_t>(*what)];
+    for (auto [x, y] : llvm::zip(siteCoordinates(fill), siteCoordinates(load)))
       if (!recomputes(x, y, same))
         return false;
+    site = fill;
     return true;
   };
   Block &body = split.getProducer().front();
@@ -541,6 +575,39 @@ static LogicalResult checkGradProducer(WarpSpecializeOp split,
   }
   if (filled.size() != 4)
     return fail(queries);
+  grid.loadHeadLoop = heads;
+  grid.loadQueryLoop = queries;
+  return success();
+}
+
+/// Without a producer region the consumers' loads are the backward
+/// kernel's: K and V in the key grid, Q, dO, the LSE and Δ in the step,
+/// each once (a diagnostic otherwise).
+static LogicalResult findConsumerLoads(GradKeyGrid &grid, func::FuncOp func) {
+  scf::ForOp queryLoop = grid.queryLoop;
+  WalkResult loads = grid.forall.walk([&](Operation *op) {
+    if (!isa<LoadTileOp, LoadStatsOp>(op))
+      return WalkResult::advance();
+    std::optional<GradLoad> what = gradLoadOf(op, func);
+    bool step = op->getParentOp() == queryLoop.getOperation();
+    bool stepLoad = what && *what != GradLoad::Key && *what != GradLoad::Value;
+    if (!what || grid.loadSites[static_cast<size_t>(*what)] ||
+        step != stepLoad) {
+      op->emitOpError() << "is not one of the backward kernel's loads: K "
+                           "and V once in the key grid, Q, dO, the LSE and "
+                           "Δ once in the step";
+      return WalkResult::interrupt();
+    }
+    grid.loadSites[static_cast<size_t>(*what)] = op;
+    return WalkResult::advance();
+  });
+  if (loads.wasInterrupted())
+    return failure();
+  if (llvm::is_contained(grid.loadSites, nullptr))
+    return grid.forall.emitOpError()
+           << "does not load all of K, V, Q, dO, the LSE and Δ";
+  grid.loadHeadLoop = grid.headLoop;
+  grid.loadQueryLoop = queryLoop;
   return success();
 }
 
@@ -669,9 +736,26 @@ FailureOr<GradKeyGrid> mlir::fa3::detail::matchGradKeyGrid(func::FuncOp func) {
     }
   // The producer's fills, compared with the consumers' loads (checked
   // above to be replayable).
-  if (auto split = singleOp<WarpSpecializeOp>(grid.forall))
-    if (failed(checkGradProducer(split, headLoop, queryLoop)))
+  if (auto split = singleOp<WarpSpecializeOp>(grid.forall)) {
+    if (failed(checkGradProducer(split, headLoop, queryLoop, grid)))
       return failure();
+  } else if (failed(findConsumerLoads(grid, func))) {
+    return failure();
+  }
+  // The kernel issues its loads at their sites' coordinates.
+  Value stepIVs[] = {grid.loadHeadLoop.getInductionVar(),
+                     grid.loadQueryLoop.getInductionVar()};
+  for (Operation *site : grid.loadSites) {
+    DenseSet<Value> seenHere;
+    for (Value coordinate : siteCoordinates(site))
+      if (unreplayable(coordinate, func, grid.forall, packed, stepIVs,
+                       seenHere))
+        return site->emitOpError()
+               << "is at coordinates the backward kernel cannot compute: "
+                  "they must come from the grid's ids and extents, the "
+                  "step loops' induction variables, Sq, Sk and index "
+                  "arithmetic";
+  }
   return grid;
 }
 
@@ -810,6 +894,22 @@ public:
     step[grid.headLoop.getInductionVar()] = g;
     step[grid.queryLoop.getInductionVar()] = qb;
     return replay(b, grid.maskIf.getCondition(), step);
+  }
+
+  std::array<Value, 3> loadCoordinates(OpBuilder &b, GradLoad what, Value g,
+                                       Value qb) override {
+    // What is replayed here stays here (it may be inside a branch or a
+    // loop): a copy of the entry's values, with the step loops' induction
+    // variables where the site is a step's.
+    DenseMap<Value, Value> scope = entry;
+    if (g) {
+      scope[grid.loadHeadLoop.getInductionVar()] = g;
+      scope[grid.loadQueryLoop.getInductionVar()] = qb;
+    }
+    auto [batch, row, head] =
+        siteCoordinates(grid.loadSites[static_cast<size_t>(what)]);
+    return {replay(b, batch, scope), replay(b, row, scope),
+            replay(b, head, scope)};
   }
 
 private:

@@ -140,6 +140,13 @@ struct GradKeyGrid {
   Value queryRow0, keyRow0;
   /// What the grid stores into dK and dV (in that order).
   std::array<GradKeyGradient, 2> keyGradients;
+  /// Where the kernel's loads of K, V, Q, dO, LSE and Δ (GradLoad's order)
+  /// are in the IR: fa3-warp-specialize's fa3.ring_fill ops where the grid
+  /// has a producer region, else the consumers' fa3.load_tile and
+  /// fa3.load_stats; the step's read the induction variables of
+  /// loadHeadLoop and loadQueryLoop.
+  std::array<Operation *, 6> loadSites = {};
+  scf::ForOp loadHeadLoop, loadQueryLoop;
 };
 
 /// The key-block grid of the backward's kernel function `func` (the second

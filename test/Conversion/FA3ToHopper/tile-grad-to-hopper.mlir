@@ -39,6 +39,9 @@
 // RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
 // RUN:   | sed -e 's/fa3.ring_fill %arg2\[%arg8, %13, %arg7\]/fa3.ring_fill %arg2[%arg8, %12, %arg7]/' \
 // RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=PRODUCER-KEYS
+// RUN: fa3-opt %s --pass-pipeline="builtin.module(fa3-select-schedule{target=sm_90a},fa3-outline-hopper-kernels,gpu.module(func.func(fa3-tile{grid=true},fa3-grad-mma-order,fa3-warp-specialize)))" \
+// RUN:   | sed -e 's/fa3.ring_fill %arg2\[/fa3.ring_fill %arg3[/' \
+// RUN:   | not fa3-opt --pass-pipeline="builtin.module(gpu.module(convert-fa3-tile-to-hopper))" 2>&1 | FileCheck %s --check-prefix=PRODUCER-TWICE
 
 // The Hopper backward from the tile level: fa3-outline-hopper-kernels gives
 // the fa3.attention_grad a kernel function, fa3-tile{grid=true} makes it
@@ -106,6 +109,8 @@
 // PRODUCER-USE: error: 'fa3.ring_fill' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
 // PRODUCER-FILLS: error: 'scf.for' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
 // PRODUCER-KEYS: error: 'fa3.ring_fill' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
+// V filled twice and K never: each of the kernel's loads has one site.
+// PRODUCER-TWICE: error: 'fa3.ring_fill' op is not what the backward kernel's producer warpgroup issues: K's and V's fa3.ring_fill at the consumers' K and V loads, then in the loops over the group's heads and query blocks one fill of Q, dO, LSE and Δ each at the step's loads, use g · (hi − lo) + qb − lo
 func.func @grad(%do: tensor<?x?x8x128xbf16>, %q: tensor<?x?x8x128xbf16>, %k: tensor<?x?x2x128xbf16>, %v: tensor<?x?x2x128xbf16>, %o: tensor<?x?x8x128xbf16>, %lse: tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>) {
   %dq, %dk, %dv = fa3.attention_grad %do, %q, %k, %v, %o, %lse {causal, deterministic, softcap = 30.0 : f32} : (tensor<?x?x8x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x8x128xbf16>, tensor<?x8x?xf32>) -> (tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>)
   return %dq, %dk, %dv : tensor<?x?x8x128xbf16>, tensor<?x?x2x128xbf16>, tensor<?x?x2x128xbf16>

@@ -375,6 +375,10 @@ struct GradKeyGradient {
 /// grid (convert-fa3-tile-to-hopper replays the grid's index arithmetic):
 /// its coordinates, the query blocks of its steps and which of them are
 /// masked.
+/// What the backward's main kernel loads from global memory: K and V once,
+/// then a step's Q, dO, LSE (base 2, from `_pre`) and Δ.
+enum class GradLoad { Key, Value, Query, GradOutput, LSE, Delta };
+
 class GradKeyGridReplay {
 public:
   virtual ~GradKeyGridReplay() = default;
@@ -400,6 +404,15 @@ public:
   virtual Block &stepBody() = 0;
   /// What the grid stores into dK (first) and dV (second).
   virtual std::array<GradKeyGradient, 2> keyGradients() = 0;
+  /// After coordinates(): the (batch, row, head) at which the kernel loads
+  /// `what`, from the IR that loads it (fa3-warp-specialize's fill where
+  /// the grid has a producer, else the consumers' load), emitted where `b`
+  /// is; a step's load (Q, dO, LSE, Δ) for query head `g` of the group and
+  /// query block `qb`. A packed batch's rows are the sequence's first row
+  /// plus the block's.
+  virtual std::array<Value, 3> loadCoordinates(OpBuilder &b, GradLoad what,
+                                               Value g = Value(),
+                                               Value qb = Value()) = 0;
 };
 void buildHopperAttentionGradKernels(OpBuilder &builder,
                                      gpu::GPUModuleOp module,
