@@ -120,6 +120,37 @@ static linalg::GenericOp generic(OpBuilder &b, Location loc,
 constexpr auto kPar = utils::IteratorType::parallel;
 constexpr auto kRed = utils::IteratorType::reduction;
 
+/// `x` (f32) rounded to `elt` and widened back: what a kernel that feeds
+/// an f32 value to a 16-bit MMA operand computes. f32 stays as it is.
+static Value roundThrough(OpBuilder &b, Location loc, Value x, Type elt) {
+  if (elt.isF32())
+    return x;
+  Value narrow = arith::TruncFOp::create(b, loc, elt, x);
+  return arith::ExtFOp::create(b, loc, b.getF32Type(), narrow);
+}
+
+/// The tile MMAs (fa3.qk, fa3.pv, fa3.mma_tn) on the CPU: acc[i, j] +=
+/// lhs' · rhs over k in f32, over iterations (i, j, k) with the operands
+/// read through `lhsMap` and `rhsMap`; lhs' is `roundLhs` of the f32 lhs
+/// element (what the kernel does to that operand first), or the element
+/// itself.
+static linalg::GenericOp
+contraction(OpBuilder &b, Location loc, Type type, Value lhs, Value rhs,
+            Value acc, AffineMap lhsMap, AffineMap rhsMap,
+            function_ref<Value(OpBuilder &, Location, Value)> roundLhs = {}) {
+  return generic(
+      b, loc, type, {lhs, rhs}, acc,
+      {lhsMap, rhsMap, map(b.getContext(), 3, {0, 1})}, {kPar, kPar, kRed},
+      [&](OpBuilder &b, Location loc, ValueRange args) {
+        Value a = toF32(b, loc, args[0]);
+        if (roundLhs)
+          a = roundLhs(b, loc, a);
+        Value prod = arith::MulFOp::create(b, loc, a, toF32(b, loc, args[1]));
+        linalg::YieldOp::create(
+            b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
+      });
+}
+
 namespace {
 
 //===----------------------------------------------------------------------===//
@@ -397,16 +428,9 @@ struct QKLowering : OpConversionPattern<QKOp> {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
     // (i, j, d): S[i, j] += Q[i, d] * K[j, d].
-    auto result = generic(
-        rewriter, loc, op.getType(), {op.getQuery(), op.getKey()},
-        zeros(rewriter, loc, op.getType()),
-        {map(ctx, 3, {0, 2}), map(ctx, 3, {1, 2}), map(ctx, 3, {0, 1})},
-        {kPar, kPar, kRed}, [](OpBuilder &b, Location loc, ValueRange args) {
-          Value prod = arith::MulFOp::create(b, loc, toF32(b, loc, args[0]),
-                                             toF32(b, loc, args[1]));
-          linalg::YieldOp::create(
-              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
-        });
+    auto result = contraction(rewriter, loc, op.getType(), op.getQuery(),
+                              op.getKey(), zeros(rewriter, loc, op.getType()),
+                              map(ctx, 3, {0, 2}), map(ctx, 3, {1, 2}));
     rewriter.replaceOp(op, result.getResults());
     return success();
   }
@@ -424,28 +448,21 @@ struct PVLowering : OpConversionPattern<PVOp> {
     std::optional<float> probsScale;
     if (FloatAttr attr = op.getProbsScaleAttr())
       probsScale = attr.getValueAsDouble();
-    // (i, j, k): O[i, j] += round(P[i, k]) * V[k, j].
-    auto result = generic(
-        rewriter, loc, op.getType(), {op.getProbs(), op.getValue()},
-        op.getAcc(),
-        {map(ctx, 3, {0, 2}), map(ctx, 3, {2, 1}), map(ctx, 3, {0, 1})},
-        {kPar, kPar, kRed},
-        [valueElt, probsScale](OpBuilder &b, Location loc, ValueRange args) {
-          Value p = args[0];
-          if (probsScale) {
-            // The FP8 kernel's P: e4m3 of P · s, then / s (exact: s = 2^8).
-            p = roundToE4M3(
-                b, loc, arith::MulFOp::create(b, loc, p, f32Cst(b, loc, *probsScale)));
-            p = arith::MulFOp::create(b, loc, p,
-                                      f32Cst(b, loc, 1.0f / *probsScale));
-          } else if (!valueElt.isF32())
-            p = arith::ExtFOp::create(
-                b, loc, b.getF32Type(),
-                arith::TruncFOp::create(b, loc, valueElt, p).getResult());
-          Value prod = arith::MulFOp::create(b, loc, p, toF32(b, loc, args[1]));
-          linalg::YieldOp::create(
-              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
-        });
+    // (i, j, k): O[i, j] += round(P[i, k]) * V[k, j], P rounded to V's type.
+    auto roundProbs = [&](OpBuilder &b, Location loc, Value p) {
+      if (!probsScale)
+        return roundThrough(b, loc, p, valueElt);
+      // The FP8 kernel's P: e4m3 of P · s, then / s (exact: s = 2^8).
+      p = roundToE4M3(
+          b, loc,
+          arith::MulFOp::create(b, loc, p, f32Cst(b, loc, *probsScale)));
+      return arith::MulFOp::create(b, loc, p,
+                                   f32Cst(b, loc, 1.0f / *probsScale))
+          .getResult();
+    };
+    auto result = contraction(rewriter, loc, op.getType(), op.getProbs(),
+                              op.getValue(), op.getAcc(), map(ctx, 3, {0, 2}),
+                              map(ctx, 3, {2, 1}), roundProbs);
     rewriter.replaceOp(op, result.getResults());
     return success();
   }
@@ -893,21 +910,14 @@ struct MmaTNLowering : OpConversionPattern<MmaTNOp> {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
     Type rhsElt = cast<RankedTensorType>(op.getRhs().getType()).getElementType();
-    // (i, j, k): acc[i, j] += round(lhs[k, i]) * rhs[k, j].
-    auto result = generic(
-        rewriter, loc, op.getType(), {op.getLhs(), op.getRhs()}, op.getAcc(),
-        {map(ctx, 3, {2, 0}), map(ctx, 3, {2, 1}), map(ctx, 3, {0, 1})},
-        {kPar, kPar, kRed},
-        [rhsElt](OpBuilder &b, Location loc, ValueRange args) {
-          Value a = args[0];
-          if (!rhsElt.isF32())
-            a = arith::ExtFOp::create(
-                b, loc, b.getF32Type(),
-                arith::TruncFOp::create(b, loc, rhsElt, a).getResult());
-          Value prod = arith::MulFOp::create(b, loc, a, toF32(b, loc, args[1]));
-          linalg::YieldOp::create(
-              b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], prod)});
-        });
+    // (i, j, k): acc[i, j] += round(lhs[k, i]) * rhs[k, j], lhs rounded to
+    // rhs's type.
+    auto result =
+        contraction(rewriter, loc, op.getType(), op.getLhs(), op.getRhs(),
+                    op.getAcc(), map(ctx, 3, {2, 0}), map(ctx, 3, {2, 1}),
+                    [&](OpBuilder &b, Location loc, Value a) {
+                      return roundThrough(b, loc, a, rhsElt);
+                    });
     rewriter.replaceOp(op, result.getResults());
     return success();
   }
