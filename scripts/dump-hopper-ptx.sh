@@ -3,7 +3,8 @@
 # parts of split-file inputs too) and of any extra .mlir files given after
 # the output directory, one file per function, with fa3-run --emit=ptx.
 # For refactors of the Hopper code generation: dump before and after, then
-# `diff -r` (byte-identical) or compare normalized instruction multisets.
+# `python3 scripts/ptx_matrix.py compare BEFORE AFTER` (identical, renamed
+# registers, or assembled by ptxas to the same cubin).
 #   bash scripts/dump-hopper-ptx.sh OUT_DIR [scripts/ptx-extra-backward.mlir ...]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"

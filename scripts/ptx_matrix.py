@@ -12,9 +12,15 @@ and in the length buckets fa3.attention picks for four (Sq, Sk); the
 backward; the FP8 forward. `compare` reports kernels whose PTX differs in
 anything but the `// begin/end inline asm` comment lines (which only say
 where an instruction came from), and separately those equal up to a
-consistent renumbering of virtual registers and labels. Identical PTX runs identically, so a
-change that keeps it needs no GPU run; any other difference does.
-Needs the built extension (`bash scripts/build.sh`), no GPU.
+consistent renumbering of virtual registers and labels, and those that
+differ otherwise (two independent instructions in another order, say) but
+which ptxas assembles to the same cubin. Such kernels run the same
+machine code, so a change that keeps every kernel in one of these classes
+needs no GPU run; any other difference does. `compare` takes any two
+directories of .ptx files, e.g. two dumps of scripts/dump-hopper-ptx.sh.
+Needs the built extension (`bash scripts/build.sh`) to dump, ptxas
+(`$FA3_PTXAS`, on the PATH or in /usr/local/cuda/bin) for the cubin
+check, and no GPU.
 """
 
 import argparse
@@ -22,6 +28,8 @@ import itertools
 import os
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -85,23 +93,51 @@ def _renamed(lines):
     return [_NAME.sub(canonical, line) for line in lines]
 
 
-def compare(before, after):
-    """Prints each kernel that is missing on one side, differs, or is equal
-    only up to register numbering; returns 1 if any is missing or differs."""
+def _ptxas():
+    """CUDA's ptxas, or None."""
+    for candidate in (os.environ.get("FA3_PTXAS"), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas"):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _same_cubin(ptxas, a, b):
+    """Whether ptxas assembles PTX files `a` and `b` for sm_90a to the same
+    bytes (False if either fails to assemble)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubins = []
+        for i, path in enumerate((a, b)):
+            out = pathlib.Path(tmp) / f"{i}.cubin"
+            if subprocess.run([ptxas, "-arch=sm_90a", str(path), "-o", str(out)], capture_output=True).returncode:
+                return False
+            cubins.append(out.read_bytes())
+        return cubins[0] == cubins[1]
+
+
+def compare(before, after, ptxas=None):
+    """Prints each kernel that is missing on one side, differs, is equal only
+    up to register numbering, or differs in its PTX but assembles (with
+    `ptxas`, default: _ptxas()) to the same cubin; returns 1 if any is
+    missing or differs."""
     before, after = pathlib.Path(before), pathlib.Path(after)
+    ptxas = ptxas or _ptxas()
     names = sorted({p.name for p in before.glob("*.ptx")} | {p.name for p in after.glob("*.ptx")})
     missing = [n for n in names if not (before / n).exists() or not (after / n).exists()]
     unequal = [n for n in names if n not in missing and _code(before / n) != _code(after / n)]
     renamed = [n for n in unequal if _renamed(_code(before / n)) == _renamed(_code(after / n))]
-    changed = [n for n in unequal if n not in renamed]
+    assembled = [n for n in unequal if n not in renamed and ptxas and _same_cubin(ptxas, before / n, after / n)]
+    changed = [n for n in unequal if n not in renamed and n not in assembled]
     for n in missing:
         print(f"only in one directory: {n}")
     for n in changed:
         print(f"differs: {n}")
     for n in renamed:
         print(f"equal up to register numbering: {n}")
+    for n in assembled:
+        print(f"same cubin: {n}")
     print(f"{len(names) - len(missing) - len(unequal)} of {len(names)} kernels identical, "
-          f"{len(renamed)} equal up to register numbering")
+          f"{len(renamed)} equal up to register numbering, {len(assembled)} with the same cubin"
+          + ("" if ptxas else " (no ptxas: cubins not compared)"))
     return 1 if missing or changed else 0
 
 
