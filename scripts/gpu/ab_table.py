@@ -18,9 +18,12 @@ def key(row):
     return (row["direction"], row["d"], row["causal"], row["seqlen"], row.get("shape", ""))
 
 
-def column(row):
-    """The FP8 rows (--fp8) compare fa3_fp8, the others fa3."""
-    return "fa3_fp8" if row["direction"] == "fwd-fp8" else "fa3"
+def columns(row):
+    """The FP8 rows (--fp8) compare fa3_fp8, the others fa3 and, where the
+    backward measured it, fa3_deterministic (its own line, "bwd det")."""
+    if row["direction"] == "fwd-fp8":
+        return ["fa3_fp8"]
+    return ["fa3"] + (["fa3_deterministic"] if "fa3_deterministic" in row else [])
 
 
 def load(path):
@@ -35,21 +38,22 @@ def table(this_runs, other_runs):
     lines = ["| direction | d | causal | B x H x S | schedule | other (rounds) | this (rounds) | change | cuDNN |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k, first in this_runs[0].items():
-        col = column(first)
-        sides = []
-        for runs in (other_runs, this_runs):
-            values = [r.get(k, {}).get(col) for r in runs]
-            sides.append(values if all(values) else None)
-        if not all(sides):
-            continue
-        other, this = sides
-        mean_other, mean_this = sum(other) / n, sum(this) / n
-        cudnn = [r[k]["cudnn"] for r in this_runs + other_runs if "cudnn" in r.get(k, {})]
-        cudnn_text = f"{sum(cudnn) / len(cudnn):.0f}" if cudnn else "n/a"
-        lines.append(f"| {first['direction']} | {first['d']} | {first['causal']} | "
-                     f"{first['batch']}x{first['heads']}x{first['seqlen']} | {first.get('fa3_schedule')} | "
-                     f"{' / '.join(f'{v:.0f}' for v in other)} | {' / '.join(f'{v:.0f}' for v in this)} | "
-                     f"{100 * (mean_this / mean_other - 1):+.1f}% | {cudnn_text} |")
+        for col in columns(first):
+            sides = []
+            for runs in (other_runs, this_runs):
+                values = [r.get(k, {}).get(col) for r in runs]
+                sides.append(values if all(values) else None)
+            if not all(sides):
+                continue
+            other, this = sides
+            mean_other, mean_this = sum(other) / n, sum(this) / n
+            cudnn = [r[k]["cudnn"] for r in this_runs + other_runs if "cudnn" in r.get(k, {})]
+            cudnn_text = f"{sum(cudnn) / len(cudnn):.0f}" if cudnn else "n/a"
+            direction = first["direction"] + (" det" if col == "fa3_deterministic" else "")
+            lines.append(f"| {direction} | {first['d']} | {first['causal']} | "
+                         f"{first['batch']}x{first['heads']}x{first['seqlen']} | {first.get('fa3_schedule')} | "
+                         f"{' / '.join(f'{v:.0f}' for v in other)} | {' / '.join(f'{v:.0f}' for v in this)} | "
+                         f"{100 * (mean_this / mean_other - 1):+.1f}% | {cudnn_text} |")
     return lines
 
 

@@ -1,6 +1,7 @@
 """scripts/gpu/ab_table.py, the A/B benchmark's table, on synthetic runs:
 per-round values of both sides, the change of the means, rows only one
-side has are left out, FP8 rows compare the fa3_fp8 column."""
+side has are left out, FP8 rows compare the fa3_fp8 column, backward rows
+the deterministic column too."""
 import importlib.util
 import json
 import pathlib
@@ -48,3 +49,15 @@ def test_fp8_rows_compare_the_fp8_column(tmp_path):
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[5:8] == ["800", "880", "+10.0%"]
     assert cells[8] == "n/a"
+
+
+def test_backward_rows_compare_the_deterministic_column_too(tmp_path):
+    bwd = dict(direction="bwd", seqlen=4096)
+    write_runs(tmp_path, {"this-1": [row(**bwd, fa3=400.0, fa3_deterministic=260.0, cudnn=410.0)],
+                          "other-1": [row(**bwd, fa3=400.0, fa3_deterministic=200.0, cudnn=410.0)]})
+    lines = ab_table.table([ab_table.load(tmp_path / "this-1" / "bench.json")],
+                           [ab_table.load(tmp_path / "other-1" / "bench.json")])
+    assert len(lines) == 4
+    plain, det = ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])
+    assert plain[0] == "bwd" and plain[5:8] == ["400", "400", "+0.0%"]
+    assert det[0] == "bwd det" and det[5:8] == ["200", "260", "+30.0%"]
