@@ -584,15 +584,15 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
   Value slab = s.keySlabs() == 2 ? wg : ci(0);
   Value slice = s.keySlabs() == 2 ? ci(0) : wg;
 
-  // This CTA's sequence: Q rows from token qRow0 and K rows from kRow0 (TMA
-  // batch coordinate tmaBatch), seqQ queries and seqK (used) keys, dK and dV
+  // This CTA's sequence: Q rows from token qRow0 and K rows from kRow0,
+  // seqQ queries and seqK (used) keys, dK and dV
   // stored for its first storedKeys keys. rowOfKey indexes the [*, Hkv, D]
   // rows of dK/dV, statIndex the statistics (times D, the dQ accumulator's
   // rows; divided by bm, the turn counters). Dense: batch `batch` of Sq and
   // Sk rows.
   // kStart (the first key) and seqPad (Sq in whole steps) are emitted
   // early only for varlen.
-  Value qRow0, kRow0, tmaBatch = batch, storedKeys = seqK;
+  Value qRow0, kRow0, storedKeys = seqK;
   Value kStart, seqPad, statBase, statRows;
   std::function<Value(Value)> rowOfKey = [&](Value key) {
     return add(mul(add(mul(sext64(batch), sext64(seqK)), sext64(key)),
@@ -622,7 +622,6 @@ void GradKernelBuilder::buildMain(gpu::GPUModuleOp module) {
     // counts, as the key grid reads them.
     std::tie(qRow0, kRow0, seqQ, seqK) = keyGrid.sequence(b);
     storedKeys = sub(loadI32(cuK, add(batch, ci(1))), kRow0);
-    tmaBatch = ci(0);
     seqPad = mul(divu(add(seqQ, ci(bm - 1)), ci(bm)), ci(bm));
     statRows = paddedStatRows(rowsQ, numSeqs);
     statBase = paddedStatOffset(qRow0, batch);
